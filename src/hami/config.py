@@ -1,0 +1,1 @@
+"""Configuration: HAMi's device-config.yaml and the scheduler's own settings."""

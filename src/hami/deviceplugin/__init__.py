@@ -1,0 +1,1 @@
+"""The node agent: NVIDIA device plugin (registration and kubelet Allocate)."""

@@ -1,0 +1,1 @@
+"""Device vendors behind one interface (see ``base``). Pure: no I/O."""

@@ -1,0 +1,110 @@
+"""The exception tree of hami.
+
+Every error hami raises on purpose is a :class:`HamiError`, so callers can catch at any level::
+
+    HamiError
+    ├── InvalidInput            bad input from a user or a peer; carries ``field`` and ``value``
+    │   ├── AnnotationError     a wire value (annotation, label) that does not decode; adds ``position``
+    │   ├── QuantityError       a Kubernetes quantity that is not acceptable for its resource
+    │   └── ConfigError         a configuration key with an invalid value, or an unknown key
+    ├── LedgerError             the usage ledger was asked to do something inconsistent
+    └── ApiError                a Kubernetes API call failed (``status`` is the HTTP status, 0 if none)
+        ├── Conflict            409: a precondition (resourceVersion) did not hold
+        ├── NotFound            404
+        └── Gone                410: the watch must relist
+
+The decision core (``hami.protocol``, ``hami.devices``, ``hami.scheduling``) raises only
+``InvalidInput`` (for input it cannot understand) and ``LedgerError``. A node or device that merely does
+not fit is *not* an exception: it is data (see ``hami.protocol.reasons``).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AnnotationError",
+    "ApiError",
+    "ConfigError",
+    "Conflict",
+    "Gone",
+    "HamiError",
+    "InvalidInput",
+    "LedgerError",
+    "NotFound",
+    "QuantityError",
+]
+
+
+def _show(value: object, limit: int = 120) -> str:
+    """Render an offending value for a message: quoted, and cut when very long."""
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) > limit:
+        text = text[:limit] + f"…(+{len(text) - limit} chars)"
+    return f"{text!r}" if isinstance(value, str) else text
+
+
+class HamiError(Exception):
+    """Root of every error hami raises deliberately."""
+
+
+class InvalidInput(HamiError):
+    """Input that hami cannot accept. ``field`` names where it came from, ``value`` is what was there.
+
+    The message always names both, so a log line or an API answer is enough to find the culprit.
+    """
+
+    def __init__(self, field: str, value: object, reason: str) -> None:
+        self.field = field
+        self.value = value
+        self.reason = reason
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        return f"{self.field}: {self.reason} (got {_show(self.value)})"
+
+
+class AnnotationError(InvalidInput):
+    """A wire value that does not decode.
+
+    ``position`` is the index in the value where the problem starts (a character offset for text
+    formats, or an item index for JSON arrays), or ``None`` when it concerns the whole value.
+    """
+
+    def __init__(self, field: str, value: str, reason: str, position: int | None = None) -> None:
+        self.position = position
+        super().__init__(field, value, reason)
+
+    def _message(self) -> str:
+        where = "" if self.position is None else f" at position {self.position}"
+        return f"{self.field}: {self.reason}{where} (in {_show(self.value)})"
+
+
+class QuantityError(InvalidInput):
+    """A resource quantity that is malformed or out of range for its resource."""
+
+
+class ConfigError(InvalidInput):
+    """A configuration key whose value is invalid, or a key hami does not know."""
+
+
+class LedgerError(HamiError):
+    """The usage ledger was asked to do something inconsistent (a bug, never bad user input)."""
+
+
+class ApiError(HamiError):
+    """A Kubernetes API call failed. ``status`` is the HTTP status code (0 when there was no response)."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+class Conflict(ApiError):
+    """HTTP 409: the object changed under us (resourceVersion precondition failed)."""
+
+
+class NotFound(ApiError):
+    """HTTP 404."""
+
+
+class Gone(ApiError):
+    """HTTP 410: the resourceVersion is too old; a watch must relist."""

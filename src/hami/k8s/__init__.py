@@ -1,0 +1,1 @@
+"""Kubernetes I/O: client, list+watch caches, patches, events, leases."""

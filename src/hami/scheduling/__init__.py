@@ -1,0 +1,1 @@
+"""The scheduling decision: cluster state, ledger, fit, score and policies. Pure: no I/O."""

@@ -1,0 +1,1 @@
+"""HTTP surface: scheduler extender, admission webhook, health and metrics."""

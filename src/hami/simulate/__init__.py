@@ -1,0 +1,1 @@
+"""Offline simulation of scheduling decisions over snapshot files."""
