@@ -6,9 +6,7 @@ import typer
 
 from hami import __version__
 
-app = typer.Typer(
-    no_args_is_help=True, add_completion=False, help="hami: GPU-sharing scheduler for Kubernetes."
-)
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="hami: GPU-sharing scheduler for Kubernetes.")
 
 
 @app.command()

@@ -68,8 +68,4 @@ class MigAllocation(
 
     @property
     def runtime_ready(self) -> bool:
-        return (
-            self.mig_uuid is not None
-            and self.gpu_instance_id is not None
-            and self.compute_instance_id is not None
-        )
+        return self.mig_uuid is not None and self.gpu_instance_id is not None and self.compute_instance_id is not None
