@@ -90,12 +90,15 @@ def _reason(error: Any) -> str:
         "dict_type": "must be a mapping",
         "extra_forbidden": "unknown setting",
         "missing": "is required",
+        "string_too_short": "must not be empty",
     }
     if kind in simple:
         return simple[kind]
     bounds = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}
     if kind in bounds:
         limit = next(iter(ctx.values()))
+        if isinstance(limit, float) and limit.is_integer():
+            limit = int(limit)  # "must be > 0", not "> 0.0"
         return f"must be {bounds[kind]} {limit}"
     if kind == "literal_error":
         return f"must be one of {ctx['expected']}"
