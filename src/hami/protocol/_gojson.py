@@ -1,6 +1,7 @@
 """JSON as Go's ``encoding/json`` writes and reads it, on top of msgspec.
 
-* **Encoding.** msgspec and Go agree on compact output, struct key order, number formatting and the escapes
+* **Encoding.** msgspec and Go agree on compact output, struct key order, sorted map keys (msgspec's
+  ``order="deterministic"``), number formatting and the escapes
   of control characters (``\\b \\f \\n \\r \\t``, others ``\\u00XX`` in lower-case hex). Go additionally
   escapes ``<``, ``>``, ``&`` (``json.Marshal`` HTML-escapes) and U+2028/U+2029; ``encode`` adds those
   escapes. The characters can only occur inside strings in msgspec's output, so replacing them is safe.
@@ -39,7 +40,7 @@ _GO_ONLY_ESCAPES: Final = str.maketrans(
 _BYTE_OFFSET: Final = re.compile(r"\(byte (\d+)\)")
 _ITEM_PATH: Final = re.compile(r"`\$\[(\d+)\]")
 
-_ENCODER: Final = msgspec.json.Encoder()
+_ENCODER: Final = msgspec.json.Encoder(order="deterministic")  # Go sorts map keys; struct order is kept
 
 
 def encode(obj: object) -> str:
