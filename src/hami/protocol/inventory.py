@@ -197,7 +197,8 @@ def _decode_legacy_record(items: list[str], starts: list[int], field: str, value
 def encode_inventory_legacy(devices: Iterable[DeviceInfo]) -> str:
     """Encode as HAMi's ``EncodeNodeDevices``: ``ID,Count,Devmem,Devcore,Type,Numa,Health,Index,Mode:`` each.
 
-    MIG profiles have no place in this format and are left out (as in HAMi). Raises ``InvalidInput`` for a
+    MIG profiles have no place in this format and are left out (as in HAMi). No devices give ``""``, which the
+    decoder rejects (as HAMi's does): a node without devices has no legacy inventory. Raises ``InvalidInput`` for a
     text field holding ``,`` or ``:`` or a number out of range — the result would not decode back.
     """
     parts = []
