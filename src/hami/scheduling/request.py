@@ -1,0 +1,133 @@
+"""``prefilter``: read a pod once — every container's device requests and the pod's scheduling options.
+
+Everything that can be wrong with a pod's own input is found here and raised as ``InvalidInput`` (a request
+that cannot be parsed is an error, never "no GPU": spec §11 item 3), so the per-node stages only judge fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from hami.devices.base import ContainerRequest, Selector, Vendor
+from hami.devices.policy import GpuPolicy, parse_gpu_policy, parse_node_policy
+from hami.errors import InvalidInput
+from hami.protocol import keys
+from hami.protocol.objects import Pod
+from hami.scheduling.usage import Kind, container_kinds
+
+__all__ = ["PodRequest", "SchedulingDefaults", "prefilter"]
+
+_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingDefaults:
+    """Cluster-wide defaults a pod may override with annotations."""
+
+    node_policy: str = "binpack"
+    gpu_policy: str = "spread"
+
+
+@dataclass(frozen=True, slots=True)
+class PodRequest:
+    """A pod, read once: per container (init first) the requests by vendor, and the pod's options."""
+
+    uid: str
+    namespace: str
+    name: str
+    kinds: tuple[Kind, ...]
+    containers: tuple[Mapping[str, ContainerRequest], ...]
+    node_policy: str
+    gpu_policy: GpuPolicy
+    weights: tuple[int, int, int]
+    selectors: Mapping[str, Selector]
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def vendors(self) -> tuple[str, ...]:
+        """The vendors this pod asks for, sorted."""
+        return tuple(sorted({v for c in self.containers for v in c}))
+
+    @property
+    def wants_devices(self) -> bool:
+        return any(self.containers)
+
+
+def _parse_bool(value: str, field: str) -> bool:
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise InvalidInput(field, value, "not a boolean (expected true or false)")
+
+
+def parse_weights(value: str | None, field: str = keys.DEVICE_SCORING_WEIGHTS) -> tuple[int, int, int]:
+    """``slot=<int>,core=<int>,memory=<int>`` (spec §5.7); absent → (1, 1, 1)."""
+    if value is None:
+        return (1, 1, 1)
+    parts = value.split(",")
+    if len(parts) != 3:
+        raise InvalidInput(field, value, "expected slot, core, and memory weights")
+    found: dict[str, int] = {}
+    for part in parts:
+        if "=" not in part:
+            raise InvalidInput(field, value, "expected key=value entries")
+        key, _, raw = part.partition("=")
+        key, raw = key.strip(), raw.strip()
+        if key not in ("slot", "core", "memory"):
+            raise InvalidInput(field, value, f"unknown weight {key!r}")
+        if key in found:
+            raise InvalidInput(field, value, f"duplicate {key!r} weight")
+        try:
+            weight = int(raw, 10)
+        except ValueError:
+            raise InvalidInput(field, value, f"{key!r} weight must be an integer") from None
+        if weight < 0:
+            raise InvalidInput(field, value, f"{key!r} weight must not be negative")
+        found[key] = weight
+    if not any(found.values()):
+        raise InvalidInput(field, value, "at least one weight must be positive")
+    return (found["slot"], found["core"], found["memory"])
+
+
+def prefilter(pod: Pod, vendors: Mapping[str, Vendor], defaults: SchedulingDefaults) -> PodRequest:
+    """Parse every container's requests (init containers first) and the pod's scheduling annotations."""
+    annotations = pod.metadata.annotations
+    containers: list[Mapping[str, ContainerRequest]] = []
+    all_containers = [("initContainers", i, c) for i, c in enumerate(pod.spec.init_containers)]
+    all_containers += [("containers", i, c) for i, c in enumerate(pod.spec.containers)]
+    for section, i, container in all_containers:
+        field = f"{section}[{i}]({container.name})"
+        reqs: dict[str, ContainerRequest] = {}
+        for name, vendor in vendors.items():
+            req = vendor.parse_request(container, field)
+            if req is not None and req.nums > 0:
+                reqs[name] = req
+        containers.append(reqs)
+    numa_raw = annotations.get(keys.NVIDIA_NUMA_BIND)
+    numa_bind = _parse_bool(numa_raw, keys.NVIDIA_NUMA_BIND) if numa_raw is not None else False
+    gpu_raw = annotations.get(keys.GPU_SCHEDULER_POLICY)
+    gpu_policy = (
+        parse_gpu_policy(gpu_raw, numa_bind)
+        if gpu_raw is not None
+        else parse_gpu_policy(defaults.gpu_policy, numa_bind, "settings.gpu_scheduler_policy")
+    )
+    node_raw = annotations.get(keys.NODE_SCHEDULER_POLICY)
+    node_policy = parse_node_policy(node_raw) if node_raw is not None else defaults.node_policy
+    used_vendors = {v for c in containers for v in c}
+    return PodRequest(
+        uid=pod.metadata.uid,
+        namespace=pod.metadata.namespace,
+        name=pod.metadata.name,
+        kinds=container_kinds(pod),
+        containers=tuple(containers),
+        node_policy=node_policy,
+        gpu_policy=gpu_policy,
+        weights=parse_weights(annotations.get(keys.DEVICE_SCORING_WEIGHTS)),
+        selectors={v: vendors[v].selector(annotations) for v in sorted(used_vendors)},
+    )
