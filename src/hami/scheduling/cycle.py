@@ -20,7 +20,7 @@ from hami.protocol import keys
 from hami.protocol.allocation import MigAllocation, PodDevices, encode_mig_allocations
 from hami.scheduling.filter import NodeFit, NodeRejection, filter_node
 from hami.scheduling.request import PodRequest
-from hami.scheduling.state import ClusterState, PodRecord
+from hami.scheduling.state import ClusterState, NodeState, PodRecord
 from hami.scheduling.usage import effective_charges
 
 __all__ = ["Decision", "decide", "reserve", "select", "unreserve"]
@@ -69,17 +69,11 @@ def decide(state: ClusterState, req: PodRequest, candidates: Iterable[str], now:
         if node is None:
             rejected[name] = NodeRejection(name, {}, 0, unresolvable=True, detail="node unregistered")
             continue
-        verdict = filter_node(state, node, req)
+        verdict = _judge(state, node, req)
         if isinstance(verdict, NodeFit):
             fits.append(verdict)
-            continue
-        if not verdict.unresolvable:
-            never = filter_node(state, node, req, empty=True)
-            if isinstance(never, NodeRejection):
-                verdict = NodeRejection(
-                    verdict.node, verdict.counts, verdict.total, verdict.closest, True, verdict.detail
-                )
-        rejected[name] = verdict
+        else:
+            rejected[name] = verdict
     if not fits:
         return Decision(
             req.uid,
@@ -105,6 +99,33 @@ def decide(state: ClusterState, req: PodRequest, candidates: Iterable[str], now:
     fit_text = ",".join(f"{f.node}:{f.score:.2f}" for f in reversed(ranked))
     message = f"find fit node({best.node}), {len(names) - len(fits)} nodes not fit, {len(fits)} nodes fit({fit_text})"
     return Decision(req.uid, req.key, best.node, devices, mig, annotations, rejected, scores, message)
+
+
+def _judge(state: ClusterState, node: NodeState, req: PodRequest) -> NodeFit | NodeRejection:
+    """``filter`` for one node, plus the never-fits check for rejections; memoised per node generation."""
+    key = req.signature
+    if key and state.quotas.has_limits(req.namespace):
+        key = (*key, req.namespace, state.quotas.generation)
+    memo = state.verdicts.get(node.name)
+    if key and memo is not None:
+        hit = memo.get(key)
+        if hit is not None and hit[0] == node.generation:
+            return hit[1]  # type: ignore[return-value]
+    verdict = filter_node(state, node, req)
+    if isinstance(verdict, NodeRejection) and not verdict.unresolvable:
+        never = filter_node(state, node, req, empty=True)
+        if isinstance(never, NodeRejection):
+            verdict = NodeRejection(verdict.node, verdict.counts, verdict.total, verdict.closest, True, verdict.detail)
+    if key:
+        if memo is None:
+            memo = state.verdicts[node.name] = {}
+        elif len(memo) >= _MEMO_PER_NODE and key not in memo:
+            memo.pop(next(iter(memo)))
+        memo[key] = (node.generation, verdict)
+    return verdict
+
+
+_MEMO_PER_NODE = 8
 
 
 def _mig_allocations(fit: NodeFit) -> tuple[MigAllocation, ...]:

@@ -20,12 +20,14 @@ __all__ = ["QuotaBook"]
 class QuotaBook:
     """Limits per namespace (per ResourceQuota object) and usage per namespace, by resource name."""
 
-    __slots__ = ("_limits", "_tracked", "used")
+    __slots__ = ("_limits", "_tracked", "generation", "used")
 
     def __init__(self, tracked: Iterable[str] = ()) -> None:
         self._tracked = frozenset(tracked)
         self._limits: dict[str, dict[str, dict[str, int]]] = {}  # ns -> quota name -> resource -> limit
         self.used: dict[str, dict[str, int]] = {}
+        self.generation = 0
+        """Bumped on every change of limits or usage (verdicts that depended on a quota are then stale)."""
 
     def upsert(self, quota: ResourceQuota) -> list[InvalidInput]:
         """Record a ResourceQuota's device limits; returns the entries it had to skip (not integers)."""
@@ -42,6 +44,7 @@ class QuotaBook:
                 limits[resource] = quantity_as_int(value, f"resourcequota {ns}/{name} spec.hard[{key}]")
             except InvalidInput as err:
                 problems.append(err)
+        self.generation += 1
         per_ns = self._limits.setdefault(ns, {})
         if limits:
             per_ns[name] = limits
@@ -50,6 +53,7 @@ class QuotaBook:
         return problems
 
     def remove(self, namespace: str, name: str) -> None:
+        self.generation += 1
         self._limits.get(namespace, {}).pop(name, None)
 
     def limit(self, namespace: str, resource: str) -> int | None:
@@ -64,6 +68,7 @@ class QuotaBook:
         return any(self._limits.get(namespace, {}).values())
 
     def add_usage(self, namespace: str, amounts: Mapping[str, int], sign: int = 1) -> None:
+        self.generation += 1
         per_ns = self.used.setdefault(namespace, {})
         for resource, amount in amounts.items():
             per_ns[resource] = per_ns.get(resource, 0) + sign * amount

@@ -43,6 +43,9 @@ class PodRequest:
     gpu_policy: GpuPolicy
     weights: tuple[int, int, int]
     selectors: Mapping[str, Selector]
+    signature: tuple[object, ...] = ()
+    """Everything a node's verdict depends on besides the node (hashable): pods with equal signatures get
+    equal verdicts on a node whose usage did not change, which lets ``decide`` reuse them."""
 
     @property
     def key(self) -> str:
@@ -120,14 +123,25 @@ def prefilter(pod: Pod, vendors: Mapping[str, Vendor], defaults: SchedulingDefau
     node_raw = annotations.get(keys.NODE_SCHEDULER_POLICY)
     node_policy = parse_node_policy(node_raw) if node_raw is not None else defaults.node_policy
     used_vendors = {v for c in containers for v in c}
+    kinds = container_kinds(pod)
+    weights = parse_weights(annotations.get(keys.DEVICE_SCORING_WEIGHTS))
+    selectors = {v: vendors[v].selector(annotations) for v in sorted(used_vendors)}
+    signature = (
+        kinds,
+        tuple(tuple(sorted(c.items())) for c in containers),
+        gpu_policy,
+        weights,
+        tuple(sorted(selectors.items())),
+    )
     return PodRequest(
         uid=pod.metadata.uid,
         namespace=pod.metadata.namespace,
         name=pod.metadata.name,
-        kinds=container_kinds(pod),
+        kinds=kinds,
         containers=tuple(containers),
         node_policy=node_policy,
         gpu_policy=gpu_policy,
-        weights=parse_weights(annotations.get(keys.DEVICE_SCORING_WEIGHTS)),
-        selectors={v: vendors[v].selector(annotations) for v in sorted(used_vendors)},
+        weights=weights,
+        selectors=selectors,
+        signature=signature,
     )

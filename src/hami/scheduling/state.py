@@ -103,6 +103,9 @@ class ClusterState:
             v.resources.memory: v.resources.memory_factor for v in self.vendors.values() if v.resources.memory
         }
         self.quotas = QuotaBook(tracked)
+        self.verdicts: dict[str, dict[tuple[object, ...], tuple[int, object]]] = {}
+        """Memo for ``decide``: node → request signature → (node generation, verdict). Never authoritative: an
+        entry is used only while the node's generation is unchanged (every charge and update bumps it)."""
 
     # --- nodes ----------------------------------------------------------------------------------------
     def upsert_node(self, node: Node) -> NodeState:
@@ -160,6 +163,7 @@ class ClusterState:
     def remove_node(self, name: str) -> None:
         """Forget a node; its pods' records are kept and count again if the node comes back."""
         self.nodes.pop(name, None)
+        self.verdicts.pop(name, None)
         for uid in self.pods_by_node.get(name, ()):
             self.dangling.pop(uid, None)
 
