@@ -12,8 +12,10 @@ from hami.scheduling.cycle import decide, reserve, unreserve
 
 def percentiles(samples: list[float]) -> dict[str, float]:
     xs = sorted(samples)
+
     def q(p: float) -> float:
         return xs[min(len(xs) - 1, int(p * len(xs)))]
+
     return {"p50_ms": q(0.50) * 1e3, "p95_ms": q(0.95) * 1e3, "p99_ms": q(0.99) * 1e3, "n": len(xs)}
 
 
@@ -46,6 +48,7 @@ def timed(fn: Callable[[], object]) -> float:
 
 if __name__ == "__main__":
     import sys
+
     for name in sys.argv[1:] or ["S", "M"]:
         s = SCENARIOS[name]
         print(name, "decide", bench_decide(s, 300, False))

@@ -57,8 +57,15 @@ def vendors() -> dict[str, Vendor]:
 def node_devices(n: int, gpus: int) -> tuple[DeviceInfo, ...]:
     return tuple(
         DeviceInfo(
-            id=f"GPU-{n:05d}-{i:02d}", index=i, count=10, devmem=8192, devcore=100,
-            type="NVIDIA-Tesla T4", numa=i % 2, mode="hami-core", health=True,
+            id=f"GPU-{n:05d}-{i:02d}",
+            index=i,
+            count=10,
+            devmem=8192,
+            devcore=100,
+            type="NVIDIA-Tesla T4",
+            numa=i % 2,
+            mode="hami-core",
+            health=True,
         )
         for i in range(gpus)
     )
@@ -80,7 +87,10 @@ def build_state(s: Scenario) -> ClusterState:
         n, i = divmod(d, s.gpus)
         uuid = f"GPU-{n:05d}-{i:02d}"
         record = PodRecord(
-            uid=f"cached-{p}", namespace="bench", name=f"cached-{p}", node=f"node-{n:05d}",
+            uid=f"cached-{p}",
+            namespace="bench",
+            name=f"cached-{p}",
+            node=f"node-{n:05d}",
             devices={"NVIDIA": ((ContainerDevice(uuid, "NVIDIA", 1024, 10),),)},
             charges=(Charge("NVIDIA", uuid, 1, 1024, 10),),
         )
@@ -92,11 +102,14 @@ def make_pod(s: Scenario, uid: str) -> Pod:
     res = {"limits": {"nvidia.com/gpu": s.gpus_per_pod, "nvidia.com/gpumem": 1024, "nvidia.com/gpucores": 10}}
     spec = {
         "containers": [{"name": "main", "image": "cuda:12", "resources": res}],
-        "initContainers": [{"name": f"init{k}", "image": "cuda:12", "resources": res} for k in range(s.init_containers)],
+        "initContainers": [
+            {"name": f"init{k}", "image": "cuda:12", "resources": res} for k in range(s.init_containers)
+        ],
     }
     annotations = {"hami.io/gpu-scheduler-policy": s.gpu_policy}
     return msgspec.convert(
-        {"metadata": {"name": uid, "namespace": "bench", "uid": uid, "annotations": annotations}, "spec": spec}, type=Pod
+        {"metadata": {"name": uid, "namespace": "bench", "uid": uid, "annotations": annotations}, "spec": spec},
+        type=Pod,
     )
 
 
