@@ -18,7 +18,7 @@ from hami.scheduling.request import PodRequest, SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState, PodRecord
 from hami.scheduling.usage import Charge
 
-__all__ = ["Scenario", "SCENARIOS", "build_state", "make_pod", "make_request"]
+__all__ = ["SCENARIOS", "Scenario", "build_state", "make_pod", "make_request"]
 
 
 @dataclass(frozen=True)
