@@ -45,8 +45,9 @@ NOUSE_UUID: Final = "hygon.com/nouse-gpuuuid"
 
 
 def _read(container: Container, name: str, field: str) -> tuple[int | None, QuantityValue | None, str]:
+    raw: QuantityValue
     if name in container.resources.limits:
-        raw: QuantityValue | None = container.resources.limits[name]
+        raw = container.resources.limits[name]
         where = f"{field}.limits[{name}]"
     elif name in container.resources.requests:
         raw = container.resources.requests[name]
