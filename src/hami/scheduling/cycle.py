@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from hami.protocol import keys
 from hami.protocol.allocation import MigAllocation, PodDevices, encode_mig_allocations
+from hami.protocol.events import filtering_succeed_text, no_available_node_text
 from hami.scheduling.filter import NodeFit, NodeRejection, filter_node
 from hami.scheduling.request import PodRequest
 from hami.scheduling.state import ClusterState, NodeState, PodRecord
@@ -80,7 +81,7 @@ def decide(state: ClusterState, req: PodRequest, candidates: Iterable[str], now:
             req.key,
             None,
             rejected=rejected,
-            message=f"no available node, {len(names)} nodes do not meet",
+            message=no_available_node_text(len(names)),
         )
     ranked = select(fits, req.node_policy)
     best = ranked[0]
@@ -96,8 +97,8 @@ def decide(state: ClusterState, req: PodRequest, candidates: Iterable[str], now:
     if mig:
         annotations[keys.NVIDIA_MIG_ALLOCATIONS] = encode_mig_allocations(list(mig))
     scores = {f.node: f.score for f in ranked}
-    fit_text = ",".join(f"{f.node}:{f.score:.2f}" for f in reversed(ranked))
-    message = f"find fit node({best.node}), {len(names) - len(fits)} nodes not fit, {len(fits)} nodes fit({fit_text})"
+    # HAMi lists fitting nodes in its final sort order, the chosen one last.
+    message = filtering_succeed_text(best.node, len(names), [(f.node, f.score) for f in reversed(ranked)])
     return Decision(req.uid, req.key, best.node, devices, mig, annotations, rejected, scores, message)
 
 

@@ -14,6 +14,7 @@ from hami.devices.policy import GpuPolicy, parse_gpu_policy, parse_node_policy
 from hami.errors import InvalidInput
 from hami.protocol import keys
 from hami.protocol.objects import Pod
+from hami.protocol.weights import decode_scoring_weights
 from hami.scheduling.usage import Kind, container_kinds
 
 __all__ = ["PodRequest", "SchedulingDefaults", "prefilter"]
@@ -69,35 +70,6 @@ def _parse_bool(value: str, field: str) -> bool:
     raise InvalidInput(field, value, "not a boolean (expected true or false)")
 
 
-def parse_weights(value: str | None, field: str = keys.DEVICE_SCORING_WEIGHTS) -> tuple[int, int, int]:
-    """``slot=<int>,core=<int>,memory=<int>`` (spec §5.7); absent → (1, 1, 1)."""
-    if value is None:
-        return (1, 1, 1)
-    parts = value.split(",")
-    if len(parts) != 3:
-        raise InvalidInput(field, value, "expected slot, core, and memory weights")
-    found: dict[str, int] = {}
-    for part in parts:
-        if "=" not in part:
-            raise InvalidInput(field, value, "expected key=value entries")
-        key, _, raw = part.partition("=")
-        key, raw = key.strip(), raw.strip()
-        if key not in ("slot", "core", "memory"):
-            raise InvalidInput(field, value, f"unknown weight {key!r}")
-        if key in found:
-            raise InvalidInput(field, value, f"duplicate {key!r} weight")
-        try:
-            weight = int(raw, 10)
-        except ValueError:
-            raise InvalidInput(field, value, f"{key!r} weight must be an integer") from None
-        if weight < 0:
-            raise InvalidInput(field, value, f"{key!r} weight must not be negative")
-        found[key] = weight
-    if not any(found.values()):
-        raise InvalidInput(field, value, "at least one weight must be positive")
-    return (found["slot"], found["core"], found["memory"])
-
-
 def prefilter(pod: Pod, vendors: Mapping[str, Vendor], defaults: SchedulingDefaults) -> PodRequest:
     """Parse every container's requests (init containers first) and the pod's scheduling annotations."""
     annotations = pod.metadata.annotations
@@ -124,7 +96,8 @@ def prefilter(pod: Pod, vendors: Mapping[str, Vendor], defaults: SchedulingDefau
     node_policy = parse_node_policy(node_raw) if node_raw is not None else defaults.node_policy
     used_vendors = {v for c in containers for v in c}
     kinds = container_kinds(pod)
-    weights = parse_weights(annotations.get(keys.DEVICE_SCORING_WEIGHTS))
+    w = decode_scoring_weights(annotations.get(keys.DEVICE_SCORING_WEIGHTS))
+    weights = (w.slot, w.core, w.memory)
     selectors = {v: vendors[v].selector(annotations) for v in sorted(used_vendors)}
     signature = (
         kinds,

@@ -26,6 +26,7 @@ from typing import Protocol
 from hami.devices.base import Vendor
 from hami.errors import ApiError, HamiError, InvalidInput, NotFound
 from hami.protocol import keys
+from hami.protocol.events import binding_succeed_text, filtering_failed_texts, no_available_node_text
 from hami.protocol.extender import BindingArgs, BindingResult, FilterArgs, FilterResult
 from hami.protocol.objects import Node, Pod, ResourceQuota
 from hami.protocol.reasons import Reason
@@ -180,17 +181,14 @@ class Extender:
         )
 
     def _failed_events(self, pod: Pod, decision: Decision, total: int) -> None:
-        by_reason: dict[str, list[str]] = {}
+        by_reason: dict[Reason, list[str]] = {}
         for node, rejection in decision.rejected.items():
-            if rejection.counts:
-                for reason in rejection.counts:
-                    by_reason.setdefault(reason.value, []).append(node)
-            else:
-                by_reason.setdefault(Reason.NODE_UNREGISTERED.value, []).append(node)
-        for reason_text, nodes in sorted(by_reason.items()):
-            nodes.sort()
-            self.cluster.event(pod, WARNING, "FilteringFailed", f"{len(nodes)} nodes {reason_text}({','.join(nodes)})")
-        self.cluster.event(pod, WARNING, "FilteringFailed", f"no available node, {total} nodes do not meet")
+            # Beyond HAMi: bare reasons (NodeInsufficientDevice, unregistered nodes) get their event too.
+            for reason in rejection.counts or (Reason.NODE_UNREGISTERED,):
+                by_reason.setdefault(reason, []).append(node)
+        for text in filtering_failed_texts(by_reason):
+            self.cluster.event(pod, WARNING, "FilteringFailed", text)
+        self.cluster.event(pod, WARNING, "FilteringFailed", no_available_node_text(total))
         if decision.rejected:
             self.cluster.event(pod, WARNING, "FilteringFailed", _rejection_text(decision))
 
@@ -243,7 +241,7 @@ class Extender:
             self.cluster.event(pod, WARNING, "BindingFailed", message)
             return BindingResult(error=message)
         self.metrics.binds.labels("bound").inc()
-        self.cluster.event(pod, NORMAL, "BindingSucceed", f"Successfully binding node [{node}] to {ns}/{name}")
+        self.cluster.event(pod, NORMAL, "BindingSucceed", binding_succeed_text(node, ns, name))
         return BindingResult()
 
     async def _release_allocation(self, pod: Pod, uid: str) -> None:

@@ -29,7 +29,7 @@ from hami.protocol import keys
 from hami.protocol.allocation import PodDevices, decode_pod_devices, encode_pod_devices
 from hami.protocol.inventory import decode_inventory_json, decode_inventory_legacy
 from hami.protocol.objects import Container, Node
-from hami.protocol.scores import decode_pair_scores, pair_score_map
+from hami.protocol.scores import decode_pair_scores, pair_score_table
 
 __all__ = ["NvidiaVendor"]
 
@@ -63,7 +63,7 @@ class NvidiaVendor:
         else:  # HAMi <= v2.7 plugins wrote the colon format
             devices = decode_inventory_legacy(text, keys.NVIDIA_REGISTER)
         scores_raw = annotations.get(keys.NVIDIA_SCORE)
-        scores = pair_score_map(decode_pair_scores(scores_raw, keys.NVIDIA_SCORE)) if scores_raw else {}
+        scores = pair_score_table(decode_pair_scores(scores_raw, keys.NVIDIA_SCORE)) if scores_raw else {}
         return NodeInventory(tuple(devices), scores)
 
     def selector(self, annotations: Mapping[str, str]) -> Selector:
