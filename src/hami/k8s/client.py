@@ -430,4 +430,4 @@ class KubeClient:
 
 
 def _type_name(exc: BaseException) -> str:
-    return _type_name(exc)
+    return type(exc).__name__

@@ -107,7 +107,7 @@ class Lease(msgspec.Struct, omit_defaults=True):
     kind: str = "Lease"
 
 
-class ObjectRef(msgspec.Struct, rename="camel", omit_defaults=True, frozen=True):
+class ObjectRef(msgspec.Struct, rename="camel", frozen=True):
     """An ``ObjectReference``: the involved object of an Event, the target of a Binding."""
 
     kind: str
@@ -152,7 +152,7 @@ class Event(msgspec.Struct, rename="camel", omit_defaults=True):
     source: EventSource
     first_timestamp: str
     last_timestamp: str
-    count: int = 1
+    count: int
     reporting_component: str = ""
     reporting_instance: str = ""
 
@@ -180,6 +180,7 @@ def make_event(
         source=EventSource(component=component, host=instance),
         first_timestamp=stamp,
         last_timestamp=stamp,
+        count=1,
         reporting_component=component,
         reporting_instance=instance,
     )
