@@ -116,12 +116,12 @@ class NodeLocker:
                 if reason is None:
                     raise LockContention(node, _holder(lock), lock.time, self.timeout.total_seconds())
                 log.info("node %s: taking over lock %r for %s/%s: %s", node, value, namespace, name, reason)
-            mine = NodeLock(now, namespace, name)
+            value = encode_node_lock(NodeLock(now, namespace, name))
             try:
                 await self.cluster.patch_node_annotations(
-                    node, {NODE_LOCK: encode_node_lock(mine)}, resource_version=current.metadata.resource_version
+                    node, {NODE_LOCK: value}, resource_version=current.metadata.resource_version
                 )
-                return mine
+                return decode_node_lock(value)  # as others will read it (RFC3339 keeps whole seconds)
             except ApiError as exc:
                 await self._retry_pause(attempt, exc)
         raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
