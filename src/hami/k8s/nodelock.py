@@ -30,7 +30,7 @@ from hami.errors import ApiError, Conflict, InvalidInput, LockContention, NotFou
 from hami.k8s.cluster import ClusterClient, WallClock, utc_now
 from hami.k8s.ratelimit import Sleep
 from hami.protocol.keys import NODE_LOCK
-from hami.protocol.nodelock import NodeLock, decode_node_lock, encode_node_lock, is_owned_by
+from hami.protocol.nodelock import NodeLock, decode_node_lock, encode_node_lock, is_expired, is_owned_by
 from hami.protocol.objects import Node, Pod
 
 __all__ = ["FINISHED_PHASES", "NodeLocker", "PodLookup"]
@@ -44,7 +44,7 @@ PodLookup = Callable[[str, str], Awaitable[Pod | None]]
 
 
 def _holder(lock: NodeLock) -> str:
-    return f"{lock.namespace}/{lock.name}" if lock.name else ""
+    return f"{lock.namespace}/{lock.name}" if lock.has_owner else ""
 
 
 class NodeLocker:
@@ -87,9 +87,9 @@ class NodeLocker:
 
     async def _takeover_reason(self, lock: NodeLock, now: datetime, lookup: PodLookup) -> str | None:
         """Why ``lock`` may be overwritten, or ``None`` if its holder still counts."""
-        if now - lock.time > self.timeout:
-            return f"expired (taken at {lock.time.isoformat()}, timeout {self.timeout})"
-        if not lock.name:
+        if is_expired(lock, now, self.timeout):
+            return f"expired (taken at {lock.timestamp.isoformat()}, timeout {self.timeout})"
+        if not lock.has_owner:
             return None
         holder = await lookup(lock.namespace, lock.name)
         if holder is None:
@@ -110,11 +110,11 @@ class NodeLocker:
             now = self._clock()
             if value is not None:
                 lock = decode_node_lock(value)
-                if is_owned_by(lock, namespace, name) and now - lock.time <= self.timeout:
+                if is_owned_by(lock, namespace, name) and not is_expired(lock, now, self.timeout):
                     return lock  # re-entrant: one pod may lock through several vendors
                 reason = await self._takeover_reason(lock, now, self._pod_or_none)
                 if reason is None:
-                    raise LockContention(node, _holder(lock), lock.time, self.timeout.total_seconds())
+                    raise LockContention(node, _holder(lock), lock.timestamp, self.timeout.total_seconds())
                 log.info("node %s: taking over lock %r for %s/%s: %s", node, value, namespace, name, reason)
             value = encode_node_lock(NodeLock(now, namespace, name))
             try:
@@ -132,7 +132,7 @@ class NodeLocker:
         Returns whether this call removed a lock. A missing node, no lock, a lock of another pod or an
         unparsable lock → ``False`` (logged), nothing written.
         """
-        return await self._release(node, lambda lock: not lock.name or is_owned_by(lock, namespace, name))
+        return await self._release(node, lambda lock: not lock.has_owner or is_owned_by(lock, namespace, name))
 
     async def release_if_stale(self, node: str, lookup: PodLookup | None = None) -> bool:
         """Remove the lock if its holder pod was deleted or has finished (HAMi leaves these until expiry).
@@ -144,7 +144,7 @@ class NodeLocker:
         holders: dict[tuple[str, str], bool] = {}
 
         async def holder_is_stale(lock: NodeLock) -> bool:
-            if not lock.name:
+            if not lock.has_owner:
                 return False
             key = (lock.namespace, lock.name)
             if key not in holders:

@@ -10,7 +10,7 @@ from hami.errors import AnnotationError, ApiError, Conflict, LockContention, Not
 from hami.k8s.memory import MemoryCluster
 from hami.k8s.nodelock import NodeLocker
 from hami.protocol.keys import NODE_LOCK
-from hami.protocol.nodelock import NodeLock, decode_node_lock, encode_node_lock
+from hami.protocol.nodelock import LOCK_CONTENTION, NodeLock, decode_node_lock, encode_node_lock
 from hami.protocol.objects import Node, ObjectMeta, Pod, PodStatus
 from tests.unit.k8s.conftest import NOW, FakeSleep, Seam
 
@@ -76,11 +76,12 @@ async def test_a_live_holder_means_contention_naming_holder_and_time(seam: Seam)
     seam.backing.put_pod(pod("trainer-0", namespace="ml"))
     with pytest.raises(LockContention) as caught:
         await locker(seam.cluster).acquire("gpu-1", "default", "p1")
-    since = decode_node_lock(value).time
+    since = decode_node_lock(value).timestamp
     assert str(caught.value) == (
         f"node gpu-1 is locked by ml/trainer-0 since {since.isoformat()} (expires after 300s): node lock contention"
     )
     assert (caught.value.node, caught.value.holder, caught.value.since) == ("gpu-1", "ml/trainer-0", since)
+    assert str(caught.value).endswith(LOCK_CONTENTION)  # HAMi's sentinel, which PodGroup retries look for
     assert lock_on(seam.backing) == value
 
 
