@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Generic, Protocol, TypeVar
@@ -38,7 +38,7 @@ from hami.k8s.ratelimit import Sleep
 from hami.k8s.records import EventType, KubeObject, object_key
 from hami.k8s.resources import Resource
 
-__all__ = ["EventHandler", "Reflector", "WatchSettings"]
+__all__ = ["Callbacks", "EventHandler", "Reflector", "WatchSettings"]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,22 @@ class EventHandler(Protocol[T_contra]):
 
     def on_sync(self) -> None:
         """A (re)list has been fully delivered: the handler's view equals the list's snapshot."""
+
+
+class Callbacks(Generic[T]):
+    """An :class:`EventHandler` from plain functions: ``on_change(obj, deleted)`` (the shape of the extender's
+    ``on_pod``/``on_node``/``on_quota``) and an optional ``on_synced()``."""
+
+    def __init__(self, on_change: Callable[[T, bool], None], on_synced: Callable[[], None] | None = None) -> None:
+        self._on_change = on_change
+        self._on_synced = on_synced
+
+    def on_event(self, event: EventType, obj: T, old: T | None) -> None:
+        self._on_change(obj, event is EventType.DELETED)
+
+    def on_sync(self) -> None:
+        if self._on_synced is not None:
+            self._on_synced()
 
 
 class Reflector(Generic[T]):

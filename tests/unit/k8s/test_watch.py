@@ -10,7 +10,7 @@ from hami.k8s.client import KubeClient
 from hami.k8s.records import EventType
 from hami.k8s.resources import PODS
 from hami.k8s.tasks import Supervisor
-from hami.k8s.watch import Reflector, WatchSettings
+from hami.k8s.watch import Callbacks, Reflector, WatchSettings
 from hami.protocol.objects import Pod
 from tests.unit.k8s.conftest import FakeSleep
 from tests.unit.k8s.fakeapi import FakeApi, Reply, Stream, event_line, obj, status_body
@@ -224,3 +224,17 @@ def test_backoff_grows_by_the_factor_and_is_capped() -> None:
     assert [reflector.backoff(n) for n in range(8)] == pytest.approx(
         [0.55, 1.1, 2.2, 4.4, 8.8, 17.6, 33.0, 33.0]  # capped at 30 s, then jitter
     )
+
+
+def test_callbacks_adapt_on_change_functions() -> None:
+    changes: list[tuple[str, bool]] = []
+    synced: list[bool] = []
+    handler = Callbacks(lambda pod, deleted: changes.append((pod.metadata.name, deleted)), lambda: synced.append(True))
+    a = Pod()
+    a.metadata.name = "a"
+    for event in (EventType.ADDED, EventType.MODIFIED, EventType.DELETED):
+        handler.on_event(event, a, None)
+    handler.on_sync()
+    Callbacks(lambda pod, deleted: None).on_sync()  # without on_synced: nothing to call
+    assert changes == [("a", False), ("a", False), ("a", True)]
+    assert synced == [True]
