@@ -12,7 +12,8 @@ One :class:`Reflector` per kind, run as one task. The loop:
    stream order (sequential dispatch keeps per-object order). Types are normalised against the store: an
    ``ADDED`` for a known object arrives as ``MODIFIED`` (with ``old``), a ``MODIFIED`` for an unknown one as
    ``ADDED``. ``BOOKMARK`` only advances the resourceVersion.
-3. The server ends the stream after ``timeout_seconds``: **resume** at once from the last resourceVersion seen.
+3. The server ends the stream after ``timeout_seconds``: **resume** at once from the last resourceVersion seen
+   (a stream that ends at once without any event is paused first, see ``min_watch_seconds``).
    On ``410 Gone`` (from the watch or an ``ERROR`` event), any other API error, an undecodable object or a broken
    stream: wait (exponential backoff with jitter, capped) and **relist**. The backoff restarts from its first
    step once a watch has delivered an event.
@@ -27,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -34,7 +36,7 @@ from typing import Generic, Protocol, TypeVar
 
 from hami.errors import ApiError, Gone, InvalidInput
 from hami.k8s.client import KubeClient
-from hami.k8s.ratelimit import Sleep
+from hami.k8s.ratelimit import Clock, Sleep
 from hami.k8s.records import EventType, KubeObject, object_key
 from hami.k8s.resources import Resource
 
@@ -62,6 +64,10 @@ class WatchSettings:
     """Cap: after a long outage the cache is at most this much late in noticing recovery."""
     backoff_jitter: float = 0.2
     """Each wait is stretched by up to this fraction at random, so replicas do not relist in lock step."""
+    min_watch_seconds: float = 1.0
+    """A stream that ends normally sooner than this without a single event counts as a failure (backoff, then
+    resume), so a server that closes every watch at once is not hammered in a tight loop (client-go does the
+    same)."""
 
 
 class EventHandler(Protocol[T_contra]):
@@ -105,6 +111,7 @@ class Reflector(Generic[T]):
         field_selector: str | None = None,
         settings: WatchSettings = WatchSettings(),
         sleep: Sleep = asyncio.sleep,
+        clock: Clock = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
         self.client = client
@@ -116,6 +123,7 @@ class Reflector(Generic[T]):
         self.field_selector = field_selector
         self.settings = settings
         self._sleep = sleep
+        self._clock = clock
         self._random = rng or _module_random
         self._store: dict[str, T] = {}
         self.store: Mapping[str, T] = MappingProxyType(self._store)
@@ -144,13 +152,19 @@ class Reflector(Generic[T]):
                 if relist:
                     await self._list()
                     relist = False
+                started = self._clock()
                 await self._watch()
-                continue  # normal end of stream: resume from the last resourceVersion, no wait
+                if self._watch_events or self._clock() - started >= self.settings.min_watch_seconds:
+                    attempt = 0
+                    continue  # normal end of stream: resume from the last resourceVersion, no wait
+                # Closed at once with nothing in it (an overloaded or misbehaving server): pause, then resume.
+                log.warning("%s: watch closed at once without events; resuming after a pause", self.resource)
             except Gone as exc:
                 log.info("%s: resourceVersion %s expired (%s); relisting", self.resource, self.resource_version, exc)
+                relist = True
             except (ApiError, InvalidInput) as exc:
                 log.warning("%s: list/watch failed: %s; relisting", self.resource, exc)
-            relist = True
+                relist = True
             if self._watch_events:
                 attempt = 0
             delay = self.backoff(attempt)

@@ -12,7 +12,7 @@ from hami.k8s.resources import PODS
 from hami.k8s.tasks import Supervisor
 from hami.k8s.watch import Callbacks, Reflector, WatchSettings
 from hami.protocol.objects import Pod
-from tests.unit.k8s.conftest import FakeSleep
+from tests.unit.k8s.conftest import FakeClock, FakeSleep
 from tests.unit.k8s.fakeapi import FakeApi, Reply, Stream, event_line, obj, status_body
 
 PATH = "/api/v1/pods"
@@ -57,13 +57,22 @@ Run = Callable[[Recorder], "asyncio.Future[Reflector[Pod]]"]
 
 
 @pytest.fixture
-async def run_until_idle(api: FakeApi, client: KubeClient, sleep: FakeSleep) -> AsyncIterator[Callable[..., object]]:
+async def run_until_idle(
+    api: FakeApi, client: KubeClient, sleep: FakeSleep, clock: FakeClock
+) -> AsyncIterator[Callable[..., object]]:
     """Run a reflector until it has consumed the script (a watch finds nothing queued), then stop it."""
     async with Supervisor() as tasks:
 
         async def run(handler: Recorder, **settings: object) -> Reflector[Pod]:
             reflector = Reflector(
-                client, PODS, Pod, handler, settings=WatchSettings(**settings), sleep=sleep, rng=FixedRandom()
+                client,
+                PODS,
+                Pod,
+                handler,
+                settings=WatchSettings(**settings),
+                sleep=sleep,
+                clock=clock,
+                rng=FixedRandom(),
             )
             task = tasks.start(reflector.run(), name="reflector pods")
             await asyncio.wait_for(api.idle.wait(), 10)
@@ -169,6 +178,18 @@ async def test_a_broken_stream_and_failing_lists_back_off_exponentially(
     # relists deliver only differences: a is already at rv 11 from the watch, so they only sync
     assert handler.seen == [("ADDED", "a", "1", "-"), SYNC, ("MODIFIED", "a", "11", "1"), SYNC, SYNC]
     assert len(api.calls("GET", PATH)) == 5
+
+
+async def test_a_watch_that_closes_at_once_and_empty_is_resumed_after_a_pause(
+    api: FakeApi, run_until_idle, sleep: FakeSleep
+) -> None:
+    api.script("GET", PATH, page("10", obj("a", "1")))
+    api.script("WATCH", PATH, Stream([]), Stream([]), Stream(lines(("MODIFIED", obj("a", "11")))))
+    handler = Recorder()
+    reflector = await run_until_idle(handler)
+    assert sleep.delays == pytest.approx([0.55, 1.1])  # paused and growing, but no relist
+    assert [r.query["resourceVersion"] for r in api.calls("WATCH")] == ["10", "10", "10", "11"]
+    assert reflector.lists == 1
 
 
 async def test_watch_events_are_normalised_against_the_store(api: FakeApi, run_until_idle) -> None:
