@@ -167,11 +167,11 @@ class Extender:
         chosen = decision.node
         assert chosen is not None
         failed = {n: r.summary for n, r in decision.rejected.items() if not r.unresolvable}
-        for name, score in decision.scores.items():
+        # One shared text for every node that fits but was not chosen (the scores are in the FilteringSucceed event).
+        not_chosen = f"fits, but hami chose {chosen} under the {decision_policy(decision)} node policy"
+        for name in decision.scores:
             if name != chosen:
-                failed[name] = (
-                    f"fits, but hami chose {chosen} (node score {score:.2f} vs {decision.scores[chosen]:.2f})"
-                )
+                failed[name] = not_chosen
         never = {n: r.summary for n, r in decision.rejected.items() if r.unresolvable}
         return FilterResult(
             node_names=[chosen],
@@ -303,6 +303,10 @@ class Extender:
 
     def request_of(self, pod: Pod) -> PodRequest:
         return prefilter(pod, self.vendors, self.defaults)
+
+
+def decision_policy(decision: Decision) -> str:
+    return decision.node_policy or "configured"
 
 
 def _same(a: PodRecord, b: PodRecord) -> bool:
