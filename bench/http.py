@@ -154,7 +154,8 @@ def bench_http_filter(s: Scenario, iterations: int = 1000, warmup: int = 50) -> 
             r = client.post("/filter", content=body, headers={"Content-Type": "application/json"})
             dt = time.perf_counter() - t0
             result = r.json()
-            assert r.status_code == 200 and result.get("NodeNames"), result.get("Error")
+            assert r.status_code == 200, r.text
+            assert result.get("NodeNames"), result.get("Error")
             # Keep the cluster stable: forget the reservation (not timed).
             asyncio.run(_forget(extender, uid))
             if k >= warmup:
