@@ -12,7 +12,8 @@ deleting. Delete pods with grace period 0 (``KubeClient.delete_pod`` does).
 
 Every process runs in its own process group and is ended by its own id (``killpg`` on the group it
 leads) when the control plane stops; an ``atexit`` hook stops whatever is still running if the
-interpreter exits another way. Component logs go to ``<workdir>/logs/<name>.log``;
+interpreter exits another way, and on Linux the kernel kills the children if the test process is
+killed outright (``PR_SET_PDEATHSIG``). Component logs go to ``<workdir>/logs/<name>.log``;
 ``running_log_files()`` lists them so the pytest hook can point to them when a test fails.
 
 The pytest fixtures that wrap this module are in ``tests/e2e/conftest.py``.
@@ -23,6 +24,7 @@ from __future__ import annotations
 import atexit
 import base64
 import contextlib
+import ctypes
 import datetime
 import functools
 import ipaddress
@@ -252,6 +254,7 @@ class ManagedProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # own process group: killpg(pid) ends it and only it
+                preexec_fn=_die_with_parent if _LIBC is not None else None,  # noqa: PLW1509
             )
         _RUNNING[self.popen.pid] = self
 
@@ -289,6 +292,18 @@ class ManagedProcess:
         except OSError:
             return ""
         return "\n".join(text.splitlines()[-lines:])
+
+
+# Linux: the kernel SIGKILLs the children if the test process dies without cleaning up (SIGKILL, a
+# crash), so no etcd/kube-apiserver outlives its pytest run. SIGKILL, not SIGTERM: a kube-apiserver
+# whose etcd vanished at the same moment hangs in its graceful shutdown.
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec; no threads are involved
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
@@ -416,6 +431,10 @@ class KubeClient:
             raise ApiError(method, path, response.status_code, decoded)
         return decoded
 
+    def healthy(self, endpoint: str = "readyz") -> bool:
+        """Whether ``/<endpoint>`` (readyz, livez, healthz) answers 200."""
+        return self._http.get(f"/{endpoint}").status_code == 200
+
     def get(self, path: str, **params: str | int) -> Any:
         return self.request("GET", path, params=params or None)
 
@@ -473,7 +492,8 @@ class KubeClient:
         ``status.capacity`` is cpu/memory/pods plus ``extended`` (e.g. ``{"nvidia.com/gpu": 4}``);
         ``status.allocatable`` is the capacity, overridden key by key by ``allocatable``. The node has
         a ``Ready`` condition (``True`` unless ``ready=False``), the usual ``kubernetes.io/hostname``
-        label plus ``labels``, and ``annotations``. Without kube-controller-manager it stays as created.
+        label plus ``labels``, and ``annotations``, and exactly the ``taints`` given (the ``not-ready``
+        taint that admission adds to new nodes is removed). Without kube-controller-manager it stays so.
         """
         capacity = {"cpu": cpu, "memory": memory, "pods": pods}
         capacity |= {key: str(value) for key, value in (extended or {}).items()}
@@ -525,6 +545,11 @@ class KubeClient:
         if stored.get("allocatable") != allocatable_all or not stored.get("conditions"):
             # The API server keeps status on create today; this keeps the helper right if it stops.
             created = self.patch(f"/api/v1/nodes/{name}/status", {"status": status})
+        if (created.get("spec") or {}).get("taints") != (taints or None):
+            # The TaintNodesByCondition admission plugin adds node.kubernetes.io/not-ready:NoSchedule to
+            # every new node; the node lifecycle controller (not running here) would lift it once the
+            # node reports Ready. Do its job: leave exactly the taints asked for.
+            created = self.patch(f"/api/v1/nodes/{name}", {"spec": {"taints": taints or None}})
         return created
 
     def set_node_annotations(self, name: str, annotations: Mapping[str, str | None]) -> dict[str, Any]:
@@ -744,42 +769,45 @@ class ControlPlane:
         document["leaderElection"] = leader_election
         config_file = self.workdir / f"{name}.yaml"
         config_file.write_text(yaml.safe_dump(document, sort_keys=False))
-        port = free_port()
-        process = ManagedProcess(
-            name,
-            [
-                str(self.binaries.kube_scheduler),
-                f"--config={config_file}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={port}",
-                f"--authentication-kubeconfig={self.kubeconfig}",
-                f"--authorization-kubeconfig={self.kubeconfig}",
-                "--v=2",
-                *(extra_args or []),
-            ],
-            self.log_dir / f"{name}.log",
-        )
-        process.start()
-        scheduler = Scheduler(process=process, config_file=config_file, port=port)
-        self.schedulers.append(scheduler)
-        try:
-            for endpoint in ("healthz", "readyz"):
-                url = f"https://127.0.0.1:{port}/{endpoint}"
-                wait_until(
-                    functools.partial(_unverified_ok, url),
-                    timeout=timeout,
-                    interval=0.25,
-                    description=f"{name} /{endpoint}",
-                    check=functools.partial(_check_alive, process),
-                )
-        except BaseException as err:
-            scheduler.stop()
-            if isinstance(err, Exception):
+        for attempt in range(1, _PORT_ATTEMPTS + 1):
+            port = free_port()
+            process = ManagedProcess(
+                name,
+                [
+                    str(self.binaries.kube_scheduler),
+                    f"--config={config_file}",
+                    "--bind-address=127.0.0.1",
+                    f"--secure-port={port}",
+                    f"--authentication-kubeconfig={self.kubeconfig}",
+                    f"--authorization-kubeconfig={self.kubeconfig}",
+                    "--v=2",
+                    *(extra_args or []),
+                ],
+                self.log_dir / f"{name}.log",
+            )
+            process.start()
+            scheduler = Scheduler(process=process, config_file=config_file, port=port)
+            self.schedulers.append(scheduler)
+            try:
+                for endpoint in ("healthz", "readyz"):
+                    wait_until(
+                        functools.partial(_unverified_ok, f"https://127.0.0.1:{port}/{endpoint}"),
+                        timeout=timeout,
+                        interval=0.25,
+                        description=f"{name} /{endpoint}",
+                        check=functools.partial(_check_alive, process),
+                    )
+            except BaseException as err:
+                scheduler.stop()
+                if not isinstance(err, Exception):
+                    raise
+                if attempt < _PORT_ATTEMPTS and _port_clash(process):
+                    continue
                 raise ControlPlaneError(
                     _failure_message(f"{name} did not become healthy: {err}", [process])
                 ) from err
-            raise
-        return scheduler
+            return scheduler
+        raise AssertionError("unreachable")
 
     def stop(self) -> None:
         """Stop schedulers, kube-apiserver, then etcd (each by its own process group); idempotent."""
@@ -794,10 +822,22 @@ class ControlPlane:
         return "\n".join(lines)
 
 
-def _check_alive(process: ManagedProcess) -> None:
-    code = process.exited()
-    if code is not None:
-        raise ControlPlaneError(f"{process.name} exited with status {code}")
+def _check_alive(*processes: ManagedProcess) -> None:
+    for process in processes:
+        code = process.exited()
+        if code is not None:
+            raise ControlPlaneError(f"{process.name} exited with status {code}")
+
+
+_PORT_ATTEMPTS = 3
+
+
+def _port_clash(*processes: ManagedProcess) -> bool:
+    """Whether a process died because its port was taken between ``free_port()`` and its bind."""
+    return any(
+        process.exited() is not None and "address already in use" in process.log_tail(60)
+        for process in processes
+    )
 
 
 def _failure_message(headline: str, processes: list[ManagedProcess]) -> str:
@@ -833,8 +873,9 @@ def start_control_plane(
 ) -> ControlPlane:
     """Start etcd and kube-apiserver in ``workdir`` and wait until ``/readyz`` answers 200.
 
-    On any failure (or KeyboardInterrupt) what was started is stopped again; the raised
-    ControlPlaneError carries the log paths and their last lines.
+    Ports are picked free just before use; if another process grabs one first, the start is retried
+    on new ports (up to 3 times). On any failure (or KeyboardInterrupt) what was started is stopped
+    again; the raised ControlPlaneError carries the log paths and their last lines.
     """
     started = time.monotonic()
     binaries = binaries or locate_binaries()
@@ -850,96 +891,95 @@ def start_control_plane(
     token_file = pki / "tokens.csv"
     token_file.write_text(f'{token},hami-e2e-admin,hami-e2e-admin,"system:masters"\n')
     token_file.chmod(0o600)
-
-    etcd_client_port, etcd_peer_port, api_port = free_port(), free_port(), free_port()
-    server = f"https://127.0.0.1:{api_port}"
-    kubeconfig = workdir / "kubeconfig"
-    _write_kubeconfig(kubeconfig, server, ca.cert_pem, token)
     logs = workdir / "logs"
-    etcd = ManagedProcess(
-        "etcd",
-        [
-            str(binaries.etcd),
-            "--name=e2e",
-            f"--data-dir={workdir / 'etcd-data'}",
-            f"--listen-client-urls=http://127.0.0.1:{etcd_client_port}",
-            f"--advertise-client-urls=http://127.0.0.1:{etcd_client_port}",
-            f"--listen-peer-urls=http://127.0.0.1:{etcd_peer_port}",
-            f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer_port}",
-            f"--initial-cluster=e2e=http://127.0.0.1:{etcd_peer_port}",
-            "--unsafe-no-fsync=true",
-            "--log-level=warn",
-        ],
-        logs / "etcd.log",
-    )
-    apiserver = ManagedProcess(
-        "kube-apiserver",
-        [
-            str(binaries.kube_apiserver),
-            f"--etcd-servers=http://127.0.0.1:{etcd_client_port}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
-            f"--secure-port={api_port}",
-            f"--cert-dir={workdir / 'apiserver-certs'}",
-            f"--tls-cert-file={serving_cert}",
-            f"--tls-private-key-file={serving_key}",
-            f"--client-ca-file={ca.cert_file}",
-            f"--token-auth-file={token_file}",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-account-key-file={sa_key_file}",
-            f"--service-account-signing-key-file={sa_key_file}",
-            "--service-cluster-ip-range=10.0.0.0/24",
-            "--endpoint-reconciler-type=none",
-            "--authorization-mode=RBAC",
-            "--enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
-            "--disable-admission-plugins=ServiceAccount",
-            "--allow-privileged=true",
-            "--profiling=false",
-            "--v=1",
-        ],
-        logs / "kube-apiserver.log",
-    )
-    plane = ControlPlane(
-        workdir=workdir,
-        binaries=binaries,
-        ca=ca,
-        token=token,
-        server=server,
-        kubeconfig=kubeconfig,
-        etcd=etcd,
-        apiserver=apiserver,
-    )
-    try:
-        etcd.start()
-        wait_until(
-            lambda: _etcd_healthy(etcd_client_port),
-            timeout=timeout,
-            description="etcd /health",
-            check=lambda: _check_alive(etcd),
+    kubeconfig = workdir / "kubeconfig"
+
+    for attempt in range(1, _PORT_ATTEMPTS + 1):
+        etcd_client_port, etcd_peer_port, api_port = free_port(), free_port(), free_port()
+        server = f"https://127.0.0.1:{api_port}"
+        _write_kubeconfig(kubeconfig, server, ca.cert_pem, token)
+        etcd = ManagedProcess(
+            "etcd",
+            [
+                str(binaries.etcd),
+                "--name=e2e",
+                f"--data-dir={workdir / f'etcd-data-{attempt}'}",
+                f"--listen-client-urls=http://127.0.0.1:{etcd_client_port}",
+                f"--advertise-client-urls=http://127.0.0.1:{etcd_client_port}",
+                f"--listen-peer-urls=http://127.0.0.1:{etcd_peer_port}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer_port}",
+                f"--initial-cluster=e2e=http://127.0.0.1:{etcd_peer_port}",
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ],
+            logs / "etcd.log",
         )
-        apiserver.start()
-
-        def alive() -> None:
-            _check_alive(etcd)
-            _check_alive(apiserver)
-
-        with KubeClient(server, ca.cert_file, token, timeout=10.0) as client:
+        apiserver = ManagedProcess(
+            "kube-apiserver",
+            [
+                str(binaries.kube_apiserver),
+                f"--etcd-servers=http://127.0.0.1:{etcd_client_port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={api_port}",
+                f"--cert-dir={workdir / 'apiserver-certs'}",
+                f"--tls-cert-file={serving_cert}",
+                f"--tls-private-key-file={serving_key}",
+                f"--client-ca-file={ca.cert_file}",
+                f"--token-auth-file={token_file}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={sa_key_file}",
+                f"--service-account-signing-key-file={sa_key_file}",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--endpoint-reconciler-type=none",
+                "--authorization-mode=RBAC",
+                "--enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
+                "--disable-admission-plugins=ServiceAccount",
+                "--allow-privileged=true",
+                "--profiling=false",
+                "--v=1",
+            ],
+            logs / "kube-apiserver.log",
+        )
+        plane = ControlPlane(
+            workdir=workdir,
+            binaries=binaries,
+            ca=ca,
+            token=token,
+            server=server,
+            kubeconfig=kubeconfig,
+            etcd=etcd,
+            apiserver=apiserver,
+        )
+        try:
+            etcd.start()
             wait_until(
-                lambda: client._http.get("/readyz").status_code == 200,
+                functools.partial(_etcd_healthy, etcd_client_port),
                 timeout=timeout,
-                interval=0.25,
-                description="kube-apiserver /readyz",
-                check=alive,
+                description="etcd /health",
+                check=functools.partial(_check_alive, etcd),
             )
-    except BaseException as err:
-        plane.stop()
-        if isinstance(err, Exception):
+            apiserver.start()
+            with KubeClient(server, ca.cert_file, token, timeout=10.0) as client:
+                wait_until(
+                    functools.partial(client.healthy, "readyz"),
+                    timeout=timeout,
+                    interval=0.25,
+                    description="kube-apiserver /readyz",
+                    check=functools.partial(_check_alive, etcd, apiserver),
+                )
+        except BaseException as err:
+            plane.stop()
+            if not isinstance(err, Exception):
+                raise
+            if attempt < _PORT_ATTEMPTS and _port_clash(etcd, apiserver):
+                continue
             raise ControlPlaneError(
                 _failure_message(f"the control plane did not come up: {err}", [etcd, apiserver])
             ) from err
-        raise
-    plane.startup_seconds = time.monotonic() - started
-    return plane
+        plane.startup_seconds = time.monotonic() - started
+        return plane
+    raise AssertionError("unreachable")
 
 
 def _etcd_healthy(port: int) -> bool:

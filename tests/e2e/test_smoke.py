@@ -27,6 +27,7 @@ def test_fake_node_keeps_status(make_node: Callable[..., dict[str, Any]], kube: 
     assert node["metadata"]["labels"]["gpu"] == "on"
     assert node["metadata"]["annotations"]["hami.io/node-handshake"].startswith("Requesting_")
     assert {c["type"]: c["status"] for c in node["status"]["conditions"]}["Ready"] == "True"
+    assert not node["spec"].get("taints")  # admission's not-ready taint is lifted, as a controller would
 
 
 def test_default_scheduler_binds_pod_to_fake_node(
