@@ -8,6 +8,7 @@ Every error hami raises on purpose is a :class:`HamiError`, so callers can catch
     │   ├── QuantityError       a Kubernetes quantity that is not acceptable for its resource
     │   └── ConfigError         a configuration key with an invalid value, or an unknown key
     ├── LedgerError             the usage ledger was asked to do something inconsistent
+    ├── LockContention          a node lock is held by another live pod; carries ``node``, ``holder``, ``since``
     └── ApiError                a Kubernetes API call failed (``status`` is the HTTP status, 0 if none)
         ├── Conflict            409: a precondition (resourceVersion) did not hold
         ├── NotFound            404
@@ -20,6 +21,8 @@ not fit is *not* an exception: it is data (see ``hami.protocol.reasons``).
 
 from __future__ import annotations
 
+from datetime import datetime
+
 __all__ = [
     "AnnotationError",
     "ApiError",
@@ -29,6 +32,7 @@ __all__ = [
     "HamiError",
     "InvalidInput",
     "LedgerError",
+    "LockContention",
     "NotFound",
     "QuantityError",
 ]
@@ -88,6 +92,25 @@ class ConfigError(InvalidInput):
 
 class LedgerError(HamiError):
     """The usage ledger was asked to do something inconsistent (a bug, never bad user input)."""
+
+
+class LockContention(HamiError):
+    """The node lock (``hami.io/mutex.lock``, spec webhook §3.2) is held by another pod that is still alive.
+
+    Not an API failure: the lock works as intended. ``holder`` is ``namespace/name`` (empty for a legacy lock
+    that names no owner), ``since`` the time written in the lock, ``timeout`` the expiry in seconds. The message
+    ends with HAMi's sentinel text ``node lock contention``.
+    """
+
+    def __init__(self, node: str, holder: str, since: datetime, timeout: float) -> None:
+        self.node = node
+        self.holder = holder
+        self.since = since
+        self.timeout = timeout
+        who = f"by {holder}" if holder else "(legacy lock, no owner recorded)"
+        super().__init__(
+            f"node {node} is locked {who} since {since.isoformat()} (expires after {timeout:g}s): node lock contention"
+        )
 
 
 class ApiError(HamiError):

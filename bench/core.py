@@ -1,0 +1,55 @@
+"""In-process benchmarks of the decision core: decide, decide + reserve, ledger updates, full recount."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+
+from bench.scenarios import SCENARIOS, Scenario, build_state, candidates, make_request, vendors
+from hami.scheduling.cycle import decide, reserve, unreserve
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    xs = sorted(samples)
+
+    def q(p: float) -> float:
+        return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+    return {"p50_ms": q(0.50) * 1e3, "p95_ms": q(0.95) * 1e3, "p99_ms": q(0.99) * 1e3, "n": len(xs)}
+
+
+def bench_decide(s: Scenario, iterations: int, with_reserve: bool, warmup: int = 50) -> dict[str, float]:
+    state = build_state(s)
+    vs = vendors()
+    rng = random.Random(7)
+    samples: list[float] = []
+    for k in range(warmup + iterations):
+        cands = candidates(s, rng)
+        req = make_request(s, f"bench-{k}", vs)
+        t0 = time.perf_counter()
+        d = decide(state, req, cands, 1_700_000_000)
+        if with_reserve:
+            reserve(state, req, d)
+        dt = time.perf_counter() - t0
+        assert d.node is not None, d.message
+        if with_reserve:
+            unreserve(state, req.uid)
+        if k >= warmup:
+            samples.append(dt)
+    return percentiles(samples)
+
+
+def timed(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+if __name__ == "__main__":
+    import sys
+
+    for name in sys.argv[1:] or ["S", "M"]:
+        s = SCENARIOS[name]
+        print(name, "decide", bench_decide(s, 300, False))
+        print(name, "decide+reserve", bench_decide(s, 300, True))

@@ -1,1 +1,0 @@
-"""Configuration: HAMi's device-config.yaml and the scheduler's own settings."""

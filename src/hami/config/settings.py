@@ -1,0 +1,172 @@
+"""The scheduler's own settings (HAMi's flags, scheduler-core.md §8.1), from keyword arguments and ``HAMI_*``.
+
+Each setting has the name of HAMi's flag with ``_`` for ``-`` (``--node-lock-timeout`` →
+``node_lock_timeout``) and is read, in this order, from: the keyword arguments given to
+:func:`load_settings` (the command line), the environment variable ``HAMI_<NAME>``
+(``HAMI_NODE_LOCK_TIMEOUT``), then the default. Invalid values raise :class:`~hami.errors.ConfigError`
+naming the setting and the value.
+
+Deliberate differences from HAMi:
+
+* ``HAMI_NODELOCK_EXPIRE`` (which HAMi's chart sets on the scheduler) is honoured as a fallback for
+  ``node_lock_timeout``. HAMi reads it and then overwrites it with the flag's default (spec §11 item 4).
+* ``kube_qps``/``kube_burst`` default to 100/200 instead of client-go's 5/10: every bind costs several API
+  calls (lock, annotation patch, binding, unlock), so 5 QPS caps HAMi at roughly one bind per second.
+* ``scheduler_name`` defaults to ``hami-scheduler`` (the chart's value) instead of ``""``.
+* ``gpu_scheduler_policy`` must name known policies; HAMi treats an unknown value as ``spread``.
+* The device-config file is optional: without one, :func:`~hami.config.default_device_config` applies.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from hami.config._model import config_error
+from hami.config.duration import parse_go_duration
+from hami.errors import ConfigError
+
+__all__ = ["GPU_POLICY_TOKENS", "NodeSchedulerPolicy", "SchedulerSettings", "load_settings"]
+
+NodeSchedulerPolicy = Literal["binpack", "spread"]
+
+GPU_POLICY_TOKENS: Final = frozenset({"binpack", "spread", "topology-aware", "mutex", "numa"})
+"""Words a GPU scheduler policy may use, alone or as a comma chain (``numa,binpack``; spec §5.4)."""
+
+_BIND_RE: Final = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[^\s:\[\]]*):(?P<port>[0-9]{1,5})")
+
+
+def _seconds(value: object, field: str) -> object:
+    """A timeout given as seconds (``30``, ``"2.5"``) or as a Go duration (``"5m"``, ``"1m30s"``)."""
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return float(text)
+        except ValueError:
+            return parse_go_duration(text, field)
+    return value
+
+
+def _check_bind(value: str) -> str:
+    match = _BIND_RE.fullmatch(value)
+    if match is None or int(match["port"]) > 65535:
+        raise ValueError("must be host:port (for example 0.0.0.0:443, :9395 or [::]:80)")
+    return value
+
+
+def _env_alias(name: str, *legacy: str) -> AliasChoices:
+    return AliasChoices(f"HAMI_{name.upper()}", *legacy)
+
+
+class SchedulerSettings(BaseSettings):
+    """Settings of the scheduler process. Times are seconds (a number or a Go duration string)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="HAMI_",
+        case_sensitive=False,
+        extra="forbid",
+        frozen=True,
+        validate_by_name=True,
+        validate_default=True,
+    )
+
+    scheduler_name: Annotated[str, Field(min_length=1)] = "hami-scheduler"
+    """The name the webhook writes into ``spec.schedulerName``; also the events' source component."""
+    node_scheduler_policy: NodeSchedulerPolicy = "binpack"
+    """Default node policy: ``binpack`` fills the most used node first, ``spread`` the least used."""
+    gpu_scheduler_policy: str = "spread"
+    """Default GPU policy: spread, binpack, topology-aware, mutex, numa, or a comma chain (numa,binpack)."""
+    http_bind: str = "127.0.0.1:8080"
+    """Listen address of the extender/webhook HTTP server."""
+    cert_file: str = ""
+    key_file: str = ""
+    """TLS certificate and key; both or neither."""
+    metrics_bind_address: str = ":9395"
+    node_label_selector: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
+    """Only nodes with all these labels are registered (``gpu=on,zone=a``)."""
+    kube_qps: Annotated[float, Field(gt=0)] = 100.0
+    kube_burst: Annotated[int, Field(ge=1)] = 200
+    kube_timeout: Annotated[float, Field(ge=0)] = 0.0
+    """API request timeout in seconds; 0 = the client's default."""
+    node_lock_timeout: Annotated[
+        float, Field(gt=0, validation_alias=_env_alias("node_lock_timeout", "HAMI_NODELOCK_EXPIRE"))
+    ] = 300.0
+    """Age after which another scheduler may break a node lock (HAMi: 5m)."""
+    node_lock_retry_timeout: Annotated[float, Field(ge=0)] = 28.0
+    """How long Bind keeps retrying a node lock held by another PodGroup member; 0 fails at once. Keep it
+    below the extender ``httpTimeout`` (30 s in the chart)."""
+    force_overwrite_default_scheduler: bool = True
+    """Whether the webhook may replace ``spec.schedulerName: default-scheduler``."""
+    leader_elect: bool = False
+    leader_elect_resource_name: str = ""
+    """Lease to follow; "" = ``scheduler_name``."""
+    leader_elect_resource_namespace: str = ""
+    """Namespace of the lease; "" = the scheduler's own namespace (``POD_NAMESPACE``)."""
+    device_config_file: str | None = None
+    """Path of ``device-config.yaml``; None = the built-in defaults."""
+    profiling: bool = False
+    legacy_metrics: bool = False
+    debug: bool = False
+    enable_ascend: bool = False
+    enable_iluvatar: bool = False
+
+    @field_validator("node_lock_timeout", "node_lock_retry_timeout", "kube_timeout", mode="before")
+    @classmethod
+    def _durations(cls, value: object, info: Any) -> object:
+        return _seconds(value, info.field_name)
+
+    @field_validator("gpu_scheduler_policy")
+    @classmethod
+    def _gpu_policy(cls, value: str) -> str:
+        tokens = [token.strip() for token in value.split(",")]
+        unknown = [token for token in tokens if token not in GPU_POLICY_TOKENS]
+        if unknown:
+            raise ValueError(f"unknown policy {unknown[0]!r}; use {', '.join(sorted(GPU_POLICY_TOKENS))}")
+        return ",".join(tokens)
+
+    @field_validator("http_bind", "metrics_bind_address")
+    @classmethod
+    def _bind(cls, value: str) -> str:
+        return _check_bind(value)
+
+    @field_validator("node_label_selector", mode="before")
+    @classmethod
+    def _selector(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        selector: dict[str, str] = {}
+        for part in filter(None, (p.strip() for p in value.split(","))):
+            key, sep, label = part.partition("=")
+            if not sep or not key.strip():
+                raise ValueError(f"expected key=value pairs separated by commas, not {part!r}")
+            selector[key.strip()] = label.strip()
+        return selector
+
+    @property
+    def lease_name(self) -> str:
+        """The lease to follow when ``leader_elect`` is on."""
+        return self.leader_elect_resource_name or self.scheduler_name
+
+    def model_post_init(self, context: Any) -> None:
+        if bool(self.cert_file) != bool(self.key_file):
+            missing = "key_file" if self.cert_file else "cert_file"
+            raise ConfigError(missing, "", "cert_file and key_file must be given together")
+
+
+_ALIASES: Final = {"HAMI_NODE_LOCK_TIMEOUT": "node_lock_timeout", "HAMI_NODELOCK_EXPIRE": "node_lock_timeout"}
+
+
+def load_settings(overrides: Mapping[str, object] | None = None) -> SchedulerSettings:
+    """Settings from ``overrides`` (command-line values by setting name), then ``HAMI_*`` variables, then defaults.
+
+    Raises :class:`~hami.errors.ConfigError` naming the setting and the value.
+    """
+    given: dict[str, Any] = dict(overrides or {})
+    try:
+        return SchedulerSettings(**given)
+    except ValidationError as exc:
+        raise config_error(exc, rename=_ALIASES) from None

@@ -1,0 +1,211 @@
+"""The shared fit loop: every vendor with slot/memory/core sharing uses it (scheduler-core.md §6.2–§6.7).
+
+Checks run per device in HAMi's order and the first failing one is counted (``Unfit.counts``), exactly as
+HAMi's reason strings count them. Vendors differ only in the request they build and the ``Selector``.
+
+Deliberate differences from HAMi, each kept in one place here:
+
+* exclusive rule: a request of 100 or more cores needs an idle device whatever the device's core total
+  (HAMi applies it only when ``devcore == 100``, spec §11 item 12);
+* the device score used for ordering includes the pod's own request (HAMi's never matches, §11 item 2);
+* ``topology-aware`` together with NUMA binding picks the best group across all NUMA nodes (HAMi keeps only
+  the last group visited, §11 item 11) and counts ``NumaNotFit`` for groups that were too small.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import combinations
+
+from hami.devices.base import ContainerRequest, FitContext, Fitted, Placement, Selector, Unfit
+from hami.devices.mig import plan_instances
+from hami.devices.table import DeviceTable
+from hami.protocol.allocation import ContainerDevice
+from hami.protocol.reasons import Reason, Rejection
+
+__all__ = ["best_combination", "device_score", "fit_shared", "worst_single"]
+
+_CLOSEST = 3
+
+
+def device_score(table: DeviceTable, i: int, req: ContainerRequest, weights: tuple[int, int, int]) -> float:
+    """Spec §5.1 with the pod's own request counted: ``10 × (w·slots + w·cores + w·memory)`` fractions."""
+    info = table.infos[i]
+    if info.count == 0 or info.devcore == 0 or info.devmem == 0:
+        return 0.0
+    ws, wc, wm = weights
+    mem = req.memory_on(info.devmem)
+    return 10.0 * (
+        ws * (1 + table.used[i]) / info.count
+        + wc * (req.coresreq + table.usedcores[i]) / info.devcore
+        + wm * (mem + table.usedmem[i]) / info.devmem
+    )
+
+
+def _pair(scores: FitContext, a: str, b: str) -> int:
+    row = scores.pair_scores.get(a)
+    return row.get(b, 0) if row else 0
+
+
+def worst_single(ctx: FitContext, candidates: Sequence[Placement]) -> Placement:
+    """One GPU: the candidate least connected to the other candidates (keeps well-connected GPUs free)."""
+    best = candidates[0]
+    best_total: int | None = None
+    for c in candidates:
+        total = sum(_pair(ctx, c.device.uuid, o.device.uuid) for o in candidates if o is not c)
+        if best_total is None or total < best_total:
+            best, best_total = c, total
+    return best
+
+
+def best_combination(ctx: FitContext, candidates: Sequence[Placement], n: int) -> tuple[int, tuple[Placement, ...]]:
+    """Several GPUs: the n-subset with the highest sum of pair scores (first in lexicographic order wins ties)."""
+    best: tuple[Placement, ...] = tuple(candidates[:n])
+    best_score: int | None = None
+    for combo in combinations(candidates, n):
+        score = sum(_pair(ctx, a.device.uuid, b.device.uuid) for a, b in combinations(combo, 2))
+        if best_score is None or score > best_score:
+            best, best_score = combo, score
+    return best_score or 0, best
+
+
+def fit_shared(
+    table: DeviceTable, req: ContainerRequest, ctx: FitContext, selector: Selector, vendor: str
+) -> Fitted | Unfit:
+    """Choose ``req.nums`` devices of ``table`` for one container, or say why not. Reads the table only."""
+    infos = table.infos
+    n = len(infos)
+    used, usedmem, usedcores, broken = table.used, table.usedmem, table.usedcores, table.broken
+    counts: dict[Reason, int] = {}
+    misses: list[Rejection] = []
+
+    mig_request = any(info.mode == "mig" and info.mig_profiles for info in infos) and (
+        selector.modes is None or "mig" in selector.modes
+    )
+    if req.nums > n and not mig_request:
+        return Unfit(
+            {Reason.NODE_INSUFFICIENT_DEVICE: n}, n, (Rejection(Reason.NODE_INSUFFICIENT_DEVICE, None, req.nums, n),)
+        )
+
+    policy = ctx.policy
+    weights = ctx.weights
+    order = policy.order(n, lambda i: device_score(table, i, req, weights), [info.numa for info in infos], used)
+    topology = policy.topology
+    numa_bind = policy.numa_bind
+    cores = req.coresreq
+    accepted: list[Placement] = []
+    groups: list[list[Placement]] = []  # topology + NUMA: candidates per NUMA group
+    prev_numa: int | None = None
+
+    def miss(reason: Reason, uuid: str, requested: int = 0, available: int = 0) -> None:
+        counts[reason] = counts.get(reason, 0) + 1
+        if requested or available:
+            misses.append(Rejection(reason, uuid, requested, available))
+
+    for i in order:
+        info = infos[i]
+        uuid = info.id
+        if not info.health or broken[i] is not None:
+            miss(Reason.CARD_NOT_HEALTH, uuid)
+            continue
+        if uuid in ctx.cordoned:
+            miss(Reason.CARD_CORDONED, uuid)
+            continue
+        if not selector.type_ok(info):
+            miss(Reason.CARD_TYPE_MISMATCH, uuid)
+            continue
+        if numa_bind and info.numa != prev_numa:
+            if accepted:
+                if topology:
+                    groups.append(accepted)
+                else:
+                    counts[Reason.NUMA_NOT_FIT] = counts.get(Reason.NUMA_NOT_FIT, 0) + len(accepted)
+            accepted = []
+            prev_numa = info.numa
+        if not selector.uuid_ok(uuid):
+            miss(Reason.CARD_UUID_MISMATCH, uuid)
+            continue
+        if info.count <= used[i]:
+            miss(Reason.CARD_TIME_SLICING_EXHAUSTED, uuid, 1, info.count - used[i])
+            continue
+        if policy.mutex and used[i] > 0:
+            miss(Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT, uuid)
+            continue
+        memreq = req.memory_on(info.devmem)
+        if ctx.quota is not None and not ctx.quota(accepted, memreq, cores):
+            miss(Reason.RESOURCE_QUOTA_NOT_FIT, uuid, memreq)
+            continue
+        free_mem = info.devmem - usedmem[i]
+        if free_mem < memreq:
+            miss(Reason.CARD_INSUFFICIENT_MEMORY, uuid, memreq, free_mem)
+            continue
+        free_cores = info.devcore - usedcores[i]
+        if free_cores < cores:
+            miss(Reason.CARD_INSUFFICIENT_CORE, uuid, cores, free_cores)
+            continue
+        if cores >= 100 and used[i] > 0:
+            miss(Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT, uuid, cores, free_cores)
+            continue
+        if info.devcore != 0 and usedcores[i] >= info.devcore and cores == 0:
+            miss(Reason.CARD_COMPUTE_UNITS_EXHAUSTED, uuid, 0, 0)
+            continue
+        if info.mode == "mig" and info.mig_profiles:
+            # One container may take several instances of one MIG GPU (spec §6.8): keep placing on it.
+            mine = [p for p in accepted if p.index == i]
+            while True:
+                plan = plan_instances(info.mig_profiles, table.mig[i], [p.device.usedmem for p in mine] + [memreq])
+                if plan is None:
+                    if not mine:
+                        miss(Reason.CARD_MIG_TOPOLOGY_INFEASIBLE, uuid, memreq, free_mem)
+                    break
+                profile, placement = plan[-1]
+                # Earlier instances keep their planned placement; re-planning from the same state is stable.
+                placed = Placement(
+                    i, ContainerDevice(uuid, vendor, profile.memory_mb, profile.core), profile.name, placement
+                )
+                accepted.append(placed)
+                mine.append(placed)
+                if not topology and len(accepted) == req.nums:
+                    return Fitted(tuple(accepted))
+                if topology:
+                    break
+            continue
+        accepted.append(Placement(i, ContainerDevice(uuid, vendor, memreq, cores)))
+        if not topology and len(accepted) == req.nums:
+            return Fitted(tuple(accepted))
+
+    if topology:
+        if numa_bind:
+            groups.append(accepted)
+            viable = [g for g in groups if len(g) >= req.nums]
+            for g in groups:
+                if len(g) < req.nums and g:
+                    counts[Reason.NUMA_NOT_FIT] = counts.get(Reason.NUMA_NOT_FIT, 0) + len(g)
+        else:
+            viable = [accepted] if len(accepted) >= req.nums else []
+        if viable:
+            return Fitted(_topology_choice(ctx, viable, req.nums))
+        partial = max((len(g) for g in groups), default=len(accepted))
+        if partial:
+            counts[Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = partial
+    elif accepted:
+        counts[Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(accepted)
+    misses.sort(key=lambda r: r.available, reverse=True)
+    return Unfit(counts, n, tuple(misses[:_CLOSEST]))
+
+
+def _topology_choice(ctx: FitContext, groups: Sequence[Sequence[Placement]], nums: int) -> tuple[Placement, ...]:
+    if nums == 1:
+        # Across groups, the least connected card of the first viable group (groups are already in preference order).
+        return (worst_single(ctx, groups[0]),)
+    best: tuple[Placement, ...] = ()
+    best_score: int | None = None
+    for g in groups:
+        if len(g) == nums:
+            score = sum(_pair(ctx, a.device.uuid, b.device.uuid) for a, b in combinations(g, 2))
+            combo = tuple(g)
+        else:
+            score, combo = best_combination(ctx, g, nums)
+        if best_score is None or score > best_score:
+            best, best_score = combo, score
+    return best

@@ -1,0 +1,123 @@
+"""The Hygon DCU vendor (``DCU``): the second vendor, proving the interface (webhook-bind-plugin-vendors.md §7).
+
+Inventory: ``hami.io/node-dcu-register`` in the legacy colon format. Requests: ``hygon.com/dcunum`` (count),
+``hygon.com/dcumem`` (MiB per DCU, × memoryFactor), ``hygon.com/dcucores`` (percent of a DCU; HAMi's default
+for DCU is 100, i.e. a whole card, when only a count is given). Without ``dcumem`` a DCU's whole memory is
+reserved. Filters: ``hygon.com/use-dcutype``/``nouse-dcutype`` (whole words of the card type) and
+``hygon.com/use-gpuuuid``/``nouse-gpuuuid``. Values that are negative, fractional, over int32 or cores over 100
+are rejected (HAMi drops the request silently).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+from hami.config import HygonConfig
+from hami.devices.base import (
+    MEM_PERCENTAGE_UNSET,
+    ContainerRequest,
+    FitContext,
+    Fitted,
+    NodeInventory,
+    ResourceNames,
+    Selector,
+    Unfit,
+    parse_type_list,
+    parse_uuid_list,
+)
+from hami.devices.common import fit_shared
+from hami.devices.table import DeviceTable
+from hami.errors import QuantityError
+from hami.protocol import keys
+from hami.protocol.allocation import PodDevices, decode_pod_devices, encode_pod_devices
+from hami.protocol.inventory import decode_inventory_legacy
+from hami.protocol.objects import Container, Node, QuantityValue
+from hami.protocol.quantity import quantity_as_int
+
+__all__ = ["HygonVendor"]
+
+_INT32_MAX: Final = 2**31 - 1
+USE_TYPE: Final = "hygon.com/use-dcutype"
+NOUSE_TYPE: Final = "hygon.com/nouse-dcutype"
+USE_UUID: Final = "hygon.com/use-gpuuuid"
+NOUSE_UUID: Final = "hygon.com/nouse-gpuuuid"
+
+
+def _read(container: Container, name: str, field: str) -> tuple[int | None, QuantityValue | None, str]:
+    raw: QuantityValue
+    if name in container.resources.limits:
+        raw = container.resources.limits[name]
+        where = f"{field}.limits[{name}]"
+    elif name in container.resources.requests:
+        raw = container.resources.requests[name]
+        where = f"{field}.requests[{name}]"
+    else:
+        return None, None, ""
+    value = quantity_as_int(raw, where)
+    if value < 0:
+        raise QuantityError(where, raw, "must not be negative")
+    if value > _INT32_MAX:
+        raise QuantityError(where, raw, "exceeds the int32 range HAMi's annotations can carry")
+    return value, raw, where
+
+
+class HygonVendor:
+    """HAMi's Hygon DCU backend, configured by the ``hygon:`` section of device-config.yaml."""
+
+    name = "DCU"
+    keys = keys.HYGON_KEYS
+
+    def __init__(self, config: HygonConfig) -> None:
+        self.config = config
+        self.resources = ResourceNames(
+            count=config.resource_count_name,
+            memory=config.resource_memory_name or None,
+            core=config.resource_core_name or None,
+            memory_factor=max(config.memory_factor, 1),
+        )
+
+    def parse_request(self, container: Container, field: str) -> ContainerRequest | None:
+        count, _, _ = _read(container, self.config.resource_count_name, field)
+        if not count:
+            return None
+        mem, raw_mem, mem_field = _read(container, self.config.resource_memory_name, field)
+        cores, raw_cores, cores_field = _read(container, self.config.resource_core_name, field)
+        factor = max(self.config.memory_factor, 1)
+        memreq = 0
+        if mem is not None:
+            memreq = mem * factor
+            if memreq > _INT32_MAX:
+                raise QuantityError(mem_field, raw_mem, f"× memoryFactor {factor} exceeds the int32 range")
+        if cores is not None and cores > 100:
+            raise QuantityError(cores_field, raw_cores, "cores are a percentage of one DCU and cannot exceed 100")
+        return ContainerRequest(
+            vendor=self.name,
+            nums=count,
+            memreq=memreq,
+            mem_percentage=100 if memreq == 0 else MEM_PERCENTAGE_UNSET,
+            coresreq=100 if cores is None else cores,
+        )
+
+    def decode_inventory(self, node: Node) -> NodeInventory | None:
+        raw = node.metadata.annotations.get(self.keys.register)
+        if raw is None:
+            return None
+        return NodeInventory(tuple(decode_inventory_legacy(raw, self.keys.register)))
+
+    def selector(self, annotations: Mapping[str, str]) -> Selector:
+        return Selector(
+            use_types=parse_type_list(annotations.get(USE_TYPE)),
+            nouse_types=parse_type_list(annotations.get(NOUSE_TYPE)),
+            use_uuids=parse_uuid_list(annotations.get(USE_UUID)),
+            nouse_uuids=parse_uuid_list(annotations.get(NOUSE_UUID)),
+        )
+
+    def fit(self, table: DeviceTable, request: ContainerRequest, ctx: FitContext, selector: Selector) -> Fitted | Unfit:
+        return fit_shared(table, request, ctx, selector, self.name)
+
+    def encode(self, devices: PodDevices) -> str:
+        return encode_pod_devices(devices)
+
+    def decode(self, value: str, field: str) -> PodDevices:
+        return decode_pod_devices(value, field)

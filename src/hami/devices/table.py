@@ -1,0 +1,90 @@
+"""Per-node, per-vendor device usage: the mutable numbers the ledger maintains and Fit reads.
+
+A ``DeviceTable`` keeps the static inventory (``DeviceInfo`` records, shared, never copied) beside parallel
+lists of usage numbers. ``scratch()`` copies only those lists (a handful of ints per device), so trying a pod
+on a node never copies the node, the cluster or any pod (STYLE: no copies of the world).
+
+Units: memory in MiB, cores in core units (100 = one card at deviceCoreScaling 1), slots in tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from hami.protocol.inventory import DeviceInfo, MigPlacement
+
+__all__ = ["DeviceTable"]
+
+
+class DeviceTable:
+    """One vendor's devices on one node, with their current usage.
+
+    Mutation contract: only the ledger (``charge``) changes a live table; Fit works on ``scratch()`` copies.
+    ``broken[i]`` is a reason string when a device must not receive work although it reports healthy (for
+    example an inconsistent MIG state, spec §6.8 fail-closed); ``None`` otherwise.
+    """
+
+    __slots__ = ("broken", "index_of", "infos", "mig", "used", "usedcores", "usedmem", "vendor")
+
+    def __init__(self, vendor: str, infos: Sequence[DeviceInfo]) -> None:
+        self.vendor = vendor
+        self.infos: tuple[DeviceInfo, ...] = tuple(infos)
+        self.index_of: dict[str, int] = {info.id: i for i, info in enumerate(self.infos)}
+        n = len(self.infos)
+        self.used: list[int] = [0] * n
+        self.usedmem: list[int] = [0] * n
+        self.usedcores: list[int] = [0] * n
+        self.mig: list[tuple[MigPlacement, ...]] = [()] * n
+        self.broken: list[str | None] = [None] * n
+
+    def __len__(self) -> int:
+        return len(self.infos)
+
+    def scratch(self) -> DeviceTable:
+        """A copy whose usage can be changed freely; the inventory is shared."""
+        copy = DeviceTable.__new__(DeviceTable)
+        copy.vendor = self.vendor
+        copy.infos = self.infos
+        copy.index_of = self.index_of
+        copy.used = self.used.copy()
+        copy.usedmem = self.usedmem.copy()
+        copy.usedcores = self.usedcores.copy()
+        copy.mig = self.mig.copy()
+        copy.broken = self.broken.copy()
+        return copy
+
+    def empty(self) -> DeviceTable:
+        """The same devices with no usage at all (used to tell 'never fits' from 'does not fit now')."""
+        return DeviceTable(self.vendor, self.infos)
+
+    def charge(
+        self, i: int, slots: int, mem: int, cores: int, placements: Iterable[MigPlacement] = (), sign: int = 1
+    ) -> None:
+        """Add (``sign=1``) or remove (``sign=-1``) usage on device ``i``."""
+        self.used[i] += sign * slots
+        self.usedmem[i] += sign * mem
+        self.usedcores[i] += sign * cores
+        placements = tuple(placements)
+        if placements:
+            if sign > 0:
+                self.mig[i] = self.mig[i] + placements
+            else:
+                remaining = list(self.mig[i])
+                for p in placements:
+                    if p in remaining:
+                        remaining.remove(p)
+                self.mig[i] = tuple(remaining)
+
+    def usage_of(self, i: int) -> tuple[int, int, int, tuple[MigPlacement, ...]]:
+        return self.used[i], self.usedmem[i], self.usedcores[i], self.mig[i]
+
+    def totals(self) -> tuple[int, int, int, int, int, int]:
+        """(Σused, Σcount, Σusedcores, Σdevcore, Σusedmem, Σdevmem) for the node score (spec §5.2)."""
+        return (
+            sum(self.used),
+            sum(info.count for info in self.infos),
+            sum(self.usedcores),
+            sum(info.devcore for info in self.infos),
+            sum(self.usedmem),
+            sum(info.devmem for info in self.infos),
+        )

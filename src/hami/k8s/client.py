@@ -1,0 +1,433 @@
+"""A small async Kubernetes API client over one ``httpx.AsyncClient`` (HTTP/1.1, pooled connections).
+
+Responses are decoded from bytes straight into the caller's msgspec view type with a reused Decoder per type
+(STYLE rule 8); nothing builds a dict of the whole object. Every request passes the client-side rate limiter.
+Failures are mapped onto :mod:`hami.errors`: 409 → :class:`Conflict`, 404 → :class:`NotFound`, 410 →
+:class:`Gone`, any other status → :class:`ApiError` with that status and the message of the API's ``Status``
+body; a transport failure (refused, reset, timed out, broken stream) → :class:`ApiError` with status 0. A body
+that does not decode into the view raises :class:`InvalidInput`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import httpx
+import msgspec
+
+from hami import __version__
+from hami.errors import ApiError, Conflict, Gone, InvalidInput, NotFound
+from hami.k8s.config import KubeConfig
+from hami.k8s.ratelimit import Clock, Sleep, TokenBucket
+from hami.k8s.records import Binding, EventType, ObjectList, ObjectRef, Status, WatchLine
+from hami.k8s.resources import PODS, Resource
+from hami.protocol.objects import ObjectMeta
+
+__all__ = [
+    "ClientSettings",
+    "KubeClient",
+    "ListPage",
+    "PatchType",
+    "WatchEvent",
+    "api_error",
+]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class PatchType(enum.StrEnum):
+    """The ``Content-Type`` of a PATCH."""
+
+    MERGE = "application/merge-patch+json"  # RFC 7386: null deletes a key
+    JSON = "application/json-patch+json"  # RFC 6902 operations
+    STRATEGIC = "application/strategic-merge-patch+json"
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSettings:
+    """Connection and throttling settings of :class:`KubeClient`."""
+
+    qps: float = 100.0
+    """Sustained requests per second (``--kube-qps``). HAMi's client-go default of 5 throttles binding: one Bind
+    is a lock GET+PATCH, an annotation PATCH and a Binding POST, plus events."""
+    burst: int = 200
+    """Requests allowed at once above ``qps`` (``--kube-burst``): a burst of Filter/Bind calls after a
+    deployment scales up should not queue behind the limiter."""
+    request_timeout: float = 30.0
+    """Seconds for one non-watch request; kube-scheduler gives an extender call 30 s in all."""
+    connect_timeout: float = 5.0
+    """Seconds to open a connection; a healthy API server accepts in milliseconds."""
+    watch_read_slack: float = 30.0
+    """A watch is read with ``timeoutSeconds`` plus this slack before it counts as dead: the server closes the
+    stream itself at ``timeoutSeconds``, so silence beyond that means a lost connection."""
+    max_connections: int = 100
+    """Pool size. Each watch holds one HTTP/1.1 connection for its whole life; the rest serve requests."""
+
+
+@dataclass(frozen=True, slots=True)
+class ListPage(Generic[T]):
+    """Items of one list page (or of a whole list), the list's resourceVersion and the continue token.
+
+    ``first`` marks the first page of a listing; a second ``first`` page means the listing started over.
+    """
+
+    items: list[T]
+    resource_version: str
+    continue_token: str = ""
+    first: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent(Generic[T]):
+    type: EventType
+    object: T
+
+
+_status_decoder = msgspec.json.Decoder(Status)
+_line_decoder = msgspec.json.Decoder(WatchLine)
+_encoder = msgspec.json.Encoder()
+
+
+def api_error(status: int, body: bytes, what: str) -> ApiError:
+    """The error for a failed response: the class by HTTP status, the message from the ``Status`` body.
+
+    ``what`` (``"GET /api/v1/nodes/n1"``) is used when the body carries no message.
+    """
+    message = ""
+    try:
+        message = _status_decoder.decode(body).message
+    except msgspec.DecodeError:
+        message = body[:200].decode("utf-8", "replace").strip()
+    return _error_for(status, message or f"{what}: HTTP {status}")
+
+
+def _error_for(status: int, message: str) -> ApiError:
+    cls = {409: Conflict, 404: NotFound, 410: Gone}.get(status, ApiError)
+    return cls(message, status)
+
+
+class KubeClient:
+    """The Kubernetes API, as hami uses it. Use as ``async with KubeClient(config) as client:``.
+
+    ``type`` arguments name the msgspec view to decode into (``Pod``, ``Node``, ``msgspec.Raw`` for undecoded
+    bytes). ``clock`` and ``sleep`` drive the rate limiter and token-file refresh; ``transport`` replaces the
+    network (tests).
+    """
+
+    TOKEN_REFRESH_SECONDS = 60.0  # client-go re-reads a token file every minute, too
+
+    def __init__(
+        self,
+        config: KubeConfig,
+        settings: ClientSettings = ClientSettings(),
+        *,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.config = config
+        self.settings = settings
+        self._clock = clock
+        self.limiter = TokenBucket(settings.qps, settings.burst, clock=clock, sleep=sleep)
+        verify: Any = config.ssl_context() if config.server.startswith("https://") else False
+        self._http = httpx.AsyncClient(
+            base_url=config.server,
+            verify=verify,
+            transport=transport,
+            timeout=httpx.Timeout(settings.request_timeout, connect=settings.connect_timeout),
+            limits=httpx.Limits(max_connections=settings.max_connections, max_keepalive_connections=20),
+            headers={"Accept": "application/json", "User-Agent": f"hami/{__version__}"},
+        )
+        self._decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
+        self._token: str | None = config.token
+        self._token_read_at: float | None = None
+
+    async def __aenter__(self) -> KubeClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    # --- plumbing -----------------------------------------------------------------------------------------
+
+    def _decoder(self, type: Any) -> msgspec.json.Decoder[Any]:
+        decoder = self._decoders.get(type)
+        if decoder is None:
+            decoder = self._decoders[type] = msgspec.json.Decoder(type)
+        return decoder
+
+    def _decode(self, type: type[T] | Any, body: bytes, what: str) -> T:
+        try:
+            result: T = self._decoder(type).decode(body)
+        except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
+            raise InvalidInput(what, body[:200].decode("utf-8", "replace"), f"undecodable response: {exc}") from None
+        return result
+
+    def _headers(self, content_type: str | None = None) -> dict[str, str]:
+        headers = {}
+        token = self._bearer_token()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        if content_type:
+            headers["Content-Type"] = content_type
+        return headers
+
+    def _bearer_token(self) -> str | None:
+        path = self.config.token_file
+        if path is None:
+            return self._token
+        now = self._clock()
+        if self._token_read_at is None or now - self._token_read_at >= self.TOKEN_REFRESH_SECONDS:
+            try:
+                self._token = path.read_text().strip()
+                self._token_read_at = now
+            except OSError as exc:  # keep the previous token; the file may be mid-rotation
+                log.warning("cannot re-read token file %s: %s", path, exc)
+        return self._token
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: object = None,
+        content_type: str | None = None,
+    ) -> bytes:
+        await self.limiter.acquire()
+        content = None if body is None else body if isinstance(body, bytes) else _encoder.encode(body)
+        if content is not None and content_type is None:
+            content_type = "application/json"
+        try:
+            response = await self._http.request(
+                method, path, params=params, content=content, headers=self._headers(content_type)
+            )
+        except httpx.HTTPError as exc:
+            raise ApiError(f"{method} {path}: {_type_name(exc)}: {exc}", 0) from exc
+        if response.status_code >= 400:
+            raise api_error(response.status_code, response.content, f"{method} {path}")
+        return response.content
+
+    # --- verbs --------------------------------------------------------------------------------------------
+
+    async def get(self, resource: Resource, name: str, *, type: type[T], namespace: str | None = None) -> T:
+        path = resource.path(namespace, name)
+        return self._decode(type, await self._request("GET", path), f"GET {path}")
+
+    async def list_pages(
+        self,
+        resource: Resource,
+        *,
+        type: type[T],
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int = 500,
+    ) -> AsyncIterator[ListPage[T]]:
+        """Yield a list page by page (``limit`` items each, ``continue`` tokens followed).
+
+        All pages are one consistent snapshot at the first page's resourceVersion. If a continue token expires
+        (410) mid-way, the list starts again unpaginated, as client-go's pager does; consumers must therefore
+        tolerate seeing an item twice.
+        """
+        path = resource.path(namespace)
+        params: dict[str, str] = {}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        token = ""
+        first = True
+        while True:
+            page_params = dict(params)
+            if limit > 0:
+                page_params["limit"] = str(limit)
+            if token:
+                page_params["continue"] = token
+            try:
+                body = await self._request("GET", path, params=page_params)
+            except Gone:
+                if not token:
+                    raise
+                log.info("list %s: continue token expired; listing again without pages", resource)
+                token, limit, first = "", 0, True
+                continue
+            page: ObjectList[T] = self._decode(ObjectList[type], body, f"GET {path}")  # type: ignore[valid-type]
+            token = page.metadata.continue_
+            yield ListPage(page.items or [], page.metadata.resource_version, token, first)
+            first = False
+            if not token:
+                return
+
+    async def list(
+        self,
+        resource: Resource,
+        *,
+        type: type[T],
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int = 500,
+    ) -> ListPage[T]:
+        """The whole list (all pages) and its resourceVersion, the point to start a watch from."""
+        items: list[T] = []
+        resource_version = ""
+        async for page in self.list_pages(
+            resource,
+            type=type,
+            namespace=namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            limit=limit,
+        ):
+            if page.first:
+                items = []  # the listing started over (expired continue token): drop the partial pages
+            items.extend(page.items)
+            resource_version = page.resource_version
+        return ListPage(items, resource_version)
+
+    @contextlib.asynccontextmanager
+    async def watch(
+        self,
+        resource: Resource,
+        *,
+        type: type[T],
+        resource_version: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_seconds: int = 300,
+        bookmarks: bool = True,
+    ) -> AsyncIterator[AsyncIterator[WatchEvent[T]]]:
+        """Open a watch from ``resource_version``; the context yields an async iterator of events.
+
+        ``async with client.watch(PODS, type=Pod, resource_version=rv) as events: async for ev in events: …``
+
+        The iterator ends when the server closes the stream normally (after ``timeout_seconds``). An ``ERROR``
+        event raises the error its Status carries (410 → :class:`Gone`); a broken stream, or silence longer than
+        ``timeout_seconds`` + ``watch_read_slack``, raises :class:`ApiError` with status 0. Event types other than
+        ADDED/MODIFIED/DELETED/BOOKMARK are logged and skipped. Leaving the context closes the connection.
+        """
+        path = resource.path(namespace)
+        what = f"WATCH {path}"
+        params = {"watch": "1", "resourceVersion": resource_version, "timeoutSeconds": str(timeout_seconds)}
+        if bookmarks:
+            params["allowWatchBookmarks"] = "true"
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        await self.limiter.acquire()
+        timeout = httpx.Timeout(
+            self.settings.request_timeout,
+            connect=self.settings.connect_timeout,
+            read=timeout_seconds + self.settings.watch_read_slack,
+        )
+        request = self._http.build_request("GET", path, params=params, headers=self._headers(), timeout=timeout)
+        try:
+            response = await self._http.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise ApiError(f"{what}: {_type_name(exc)}: {exc}", 0) from exc
+        events = self._events(response, type, what)
+        try:
+            if response.status_code >= 400:
+                raise api_error(response.status_code, await self._read_all(response, what), what)
+            yield events
+        finally:
+            await events.aclose()
+            await response.aclose()
+
+    @staticmethod
+    async def _read_all(response: httpx.Response, what: str) -> bytes:
+        try:
+            return await response.aread()
+        except httpx.HTTPError as exc:
+            raise ApiError(f"{what}: {_type_name(exc)}: {exc}", 0) from exc
+
+    async def _events(self, response: httpx.Response, type: type[T], what: str) -> AsyncGenerator[WatchEvent[T]]:
+        decoder = self._decoder(type)
+        buffer = b""
+        try:
+            async for chunk in response.aiter_bytes():
+                lines = (buffer + chunk).split(b"\n")
+                buffer = lines.pop()
+                for line in lines:
+                    event = self._watch_event(line, decoder, what)
+                    if event is not None:
+                        yield event
+        except httpx.HTTPError as exc:
+            raise ApiError(f"{what}: stream broken: {_type_name(exc)}: {exc}", 0) from exc
+        event = self._watch_event(buffer, decoder, what)
+        if event is not None:
+            yield event
+
+    @staticmethod
+    def _watch_event(line: bytes, decoder: msgspec.json.Decoder[T], what: str) -> WatchEvent[T] | None:
+        if not line.strip():
+            return None
+        try:
+            raw = _line_decoder.decode(line)
+            if raw.type == "ERROR":
+                status = _status_decoder.decode(raw.object)
+                raise _error_for(status.code, status.message or f"{what}: ERROR event, code {status.code}")
+            try:
+                kind = EventType(raw.type)
+            except ValueError:
+                log.warning("%s: skipping watch event of unknown type %r", what, raw.type)
+                return None
+            return WatchEvent(kind, decoder.decode(raw.object))
+        except msgspec.DecodeError as exc:
+            raise InvalidInput(what, line[:200].decode("utf-8", "replace"), f"undecodable watch event: {exc}") from None
+
+    async def patch(
+        self,
+        resource: Resource,
+        name: str,
+        body: object,
+        *,
+        type: type[T],
+        namespace: str | None = None,
+        patch_type: PatchType = PatchType.MERGE,
+        subresource: str | None = None,
+    ) -> T:
+        """PATCH ``body`` (a Struct, dict or list; bytes are sent as they are). Returns the patched object."""
+        path = resource.path(namespace, name, subresource)
+        content = await self._request("PATCH", path, body=body, content_type=patch_type)
+        return self._decode(type, content, f"PATCH {path}")
+
+    async def create(self, resource: Resource, body: object, *, type: type[T], namespace: str | None = None) -> T:
+        path = resource.path(namespace)
+        return self._decode(type, await self._request("POST", path, body=body), f"POST {path}")
+
+    async def delete(
+        self, resource: Resource, name: str, *, namespace: str | None = None, grace_period_seconds: int | None = None
+    ) -> None:
+        """DELETE; ``grace_period_seconds`` (0 = at once) goes in the DeleteOptions body."""
+        body = None
+        if grace_period_seconds is not None:
+            body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": grace_period_seconds}
+        await self._request("DELETE", resource.path(namespace, name), body=body)
+
+    async def create_binding(self, namespace: str, pod: str, uid: str, node: str) -> None:
+        """Bind ``namespace/pod`` to ``node``. ``uid`` is a precondition: a re-created pod of the same name → 409."""
+        binding = Binding(
+            metadata=ObjectMeta(name=pod, namespace=namespace, uid=uid),
+            target=ObjectRef("Node", node),
+        )
+        await self._request("POST", PODS.path(namespace, pod, "binding"), body=binding)
+
+
+def _type_name(exc: BaseException) -> str:
+    return type(exc).__name__

@@ -1,0 +1,123 @@
+"""The I/O seam of the scheduler (STYLE rule 9): the few cluster writes and reads it makes outside the caches.
+
+:class:`ClusterClient` is the whole surface; :class:`KubeCluster` implements it over :class:`KubeClient`, and
+:class:`hami.k8s.memory.MemoryCluster` implements it in memory with the same semantics for unit tests and
+simulations. Semantics every implementation keeps:
+
+* every write bumps the object's ``resourceVersion``;
+* ``patch_node_annotations(..., resource_version=rv)`` is a compare-and-swap: if the node's current
+  resourceVersion is not ``rv`` → :class:`~hami.errors.Conflict`, nothing written;
+* in annotation/label maps a ``None`` value deletes the key (JSON merge patch ``null``);
+* a missing object → :class:`~hami.errors.NotFound`;
+* ``bind`` with a UID that is not the pod's, or of a pod that already has a node → :class:`~hami.errors.Conflict`.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Protocol
+
+import msgspec
+
+from hami.k8s.client import KubeClient
+from hami.k8s.records import ObjectRef, make_event
+from hami.k8s.resources import EVENTS, NODES, PODS
+from hami.protocol.objects import Node, Pod
+
+__all__ = ["ClusterClient", "KubeCluster", "WallClock", "utc_now"]
+
+WallClock = Callable[[], datetime]
+"""Returns the current time as an aware datetime (injected wherever a timestamp is written)."""
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class ClusterClient(Protocol):
+    """The cluster as the scheduler's request handlers see it (see the module docstring for semantics)."""
+
+    async def get_pod(self, namespace: str, name: str) -> Pod: ...
+
+    async def get_node(self, name: str) -> Node: ...
+
+    async def patch_pod_metadata(
+        self,
+        namespace: str,
+        name: str,
+        annotations: Mapping[str, str | None] | None = None,
+        labels: Mapping[str, str | None] | None = None,
+    ) -> Pod:
+        """Merge-patch the pod's annotations and labels (``None`` deletes a key); returns the patched pod."""
+        ...
+
+    async def patch_node_annotations(
+        self, name: str, annotations: Mapping[str, str | None], resource_version: str | None = None
+    ) -> Node:
+        """Merge-patch the node's annotations; with ``resource_version``, only if the node is still at it."""
+        ...
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Create the pod's Binding to ``node``; ``uid`` must be the pod's."""
+        ...
+
+    async def emit_event(self, involved: ObjectRef, type: str, reason: str, message: str, component: str) -> None:
+        """Create a core/v1 Event about ``involved`` (``type`` is ``Normal`` or ``Warning``)."""
+        ...
+
+
+def _metadata_patch(
+    annotations: Mapping[str, str | None] | None,
+    labels: Mapping[str, str | None] | None,
+    resource_version: str | None = None,
+) -> dict[str, object]:
+    meta: dict[str, object] = {}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    if labels:
+        meta["labels"] = dict(labels)
+    if resource_version is not None:
+        meta["resourceVersion"] = resource_version  # in a merge patch, a precondition: 409 if it moved on
+    return {"metadata": meta}
+
+
+class KubeCluster:
+    """:class:`ClusterClient` over the real API. ``instance`` names this replica in events (default: hostname)."""
+
+    def __init__(self, client: KubeClient, *, instance: str | None = None, clock: WallClock = utc_now) -> None:
+        self.client = client
+        self.instance = instance or socket.gethostname()
+        self._clock = clock
+
+    async def get_pod(self, namespace: str, name: str) -> Pod:
+        return await self.client.get(PODS, name, namespace=namespace, type=Pod)
+
+    async def get_node(self, name: str) -> Node:
+        return await self.client.get(NODES, name, type=Node)
+
+    async def patch_pod_metadata(
+        self,
+        namespace: str,
+        name: str,
+        annotations: Mapping[str, str | None] | None = None,
+        labels: Mapping[str, str | None] | None = None,
+    ) -> Pod:
+        body = _metadata_patch(annotations, labels)
+        return await self.client.patch(PODS, name, body, namespace=namespace, type=Pod)
+
+    async def patch_node_annotations(
+        self, name: str, annotations: Mapping[str, str | None], resource_version: str | None = None
+    ) -> Node:
+        body = _metadata_patch(annotations, None, resource_version)
+        return await self.client.patch(NODES, name, body, type=Node)
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        await self.client.create_binding(namespace, name, uid, node)
+
+    async def emit_event(self, involved: ObjectRef, type: str, reason: str, message: str, component: str) -> None:
+        event = make_event(
+            involved, type, reason, message, component=component, instance=self.instance, now=self._clock()
+        )
+        await self.client.create(EVENTS, event, namespace=event.metadata.namespace, type=msgspec.Raw)

@@ -1,0 +1,53 @@
+"""The Kubernetes calls of the scheduler extender, assembled from the seam, the node lock and the event recorder.
+
+:class:`ExtenderIO` has the shape of ``hami.server.extender.ExtenderCluster`` (structurally; ``hami.k8s`` does
+not import the server): pod patches, pod GET and Binding go to a :class:`ClusterClient`, ``lock_node`` /
+``unlock_node`` to a :class:`NodeLocker`, and ``event`` to an :class:`EventRecorder` (fire and forget). The same
+class serves the real cluster (``KubeCluster``) and unit tests or simulations (``MemoryCluster``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from hami.k8s.cluster import ClusterClient
+from hami.k8s.events import EventRecorder
+from hami.k8s.nodelock import NodeLocker
+from hami.k8s.records import ObjectRef
+from hami.protocol.objects import Pod
+
+__all__ = ["ExtenderIO"]
+
+
+class ExtenderIO:
+    """``ExtenderCluster`` over hami.k8s. Lock failures raise ``LockContention`` (a ``HamiError``), API ones
+    ``ApiError``; ``event`` never raises."""
+
+    def __init__(self, cluster: ClusterClient, locker: NodeLocker, recorder: EventRecorder) -> None:
+        self.cluster = cluster
+        self.locker = locker
+        self.recorder = recorder
+
+    async def patch_pod_metadata(
+        self,
+        namespace: str,
+        name: str,
+        annotations: Mapping[str, str | None],
+        labels: Mapping[str, str | None] | None = None,
+    ) -> None:
+        await self.cluster.patch_pod_metadata(namespace, name, annotations, labels)
+
+    async def get_pod(self, namespace: str, name: str) -> Pod:
+        return await self.cluster.get_pod(namespace, name)
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        await self.cluster.bind(namespace, name, uid, node)
+
+    async def lock_node(self, node: str, namespace: str, name: str) -> None:
+        await self.locker.acquire(node, namespace, name)
+
+    async def unlock_node(self, node: str, namespace: str, name: str) -> None:
+        await self.locker.release(node, namespace, name)
+
+    def event(self, pod: Pod, type: str, reason: str, message: str) -> None:
+        self.recorder.record(ObjectRef.for_pod(pod), type, reason, message)

@@ -1,0 +1,177 @@
+"""An in-memory cluster with the semantics of :class:`~hami.k8s.cluster.ClusterClient` (see that module).
+
+For unit tests of the server and for simulations: nodes and pods are put in directly, every write bumps a
+cluster-wide resourceVersion counter (as etcd does), stale resourceVersions get 409, missing objects 404.
+Objects are copied in and out, so callers never share state with the cluster. :meth:`MemoryCluster.fail` makes
+the next call(s) of one operation raise a chosen error, to test failure paths.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+from hami.errors import ApiError, Conflict, NotFound
+from hami.k8s.records import ObjectRef
+from hami.protocol.objects import Node, Pod
+
+__all__ = ["MemoryCluster", "RecordedEvent"]
+
+S = TypeVar("S", Pod, Node)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedEvent:
+    involved: ObjectRef
+    type: str
+    reason: str
+    message: str
+    component: str
+
+
+def _merge(target: dict[str, str], changes: Mapping[str, str | None] | None) -> None:
+    for key, value in (changes or {}).items():
+        if value is None:
+            target.pop(key, None)
+        else:
+            target[key] = value
+
+
+class MemoryCluster:
+    """Pods and nodes in dicts; implements ``ClusterClient``. Not thread-safe (one event loop)."""
+
+    def __init__(self, *, nodes: Iterable[Node] = (), pods: Iterable[Pod] = ()) -> None:
+        self._rv = 0
+        self._nodes: dict[str, Node] = {}
+        self._pods: dict[tuple[str, str], Pod] = {}
+        self._failures: dict[str, list[ApiError]] = {}
+        self.events: list[RecordedEvent] = []
+        self.calls: list[str] = []
+        """Names of the ``ClusterClient`` operations called, in order (``"get_node"``, ``"bind"``…)."""
+        for node in nodes:
+            self.put_node(node)
+        for pod in pods:
+            self.put_pod(pod)
+
+    # --- setting up and inspecting ---------------------------------------------------------------------------
+
+    def _stamp(self, obj: S) -> S:
+        self._rv += 1
+        obj.metadata.resource_version = str(self._rv)
+        return obj
+
+    def put_node(self, node: Node) -> Node:
+        """Create or replace a node (a copy is stored); returns the stored state."""
+        stored = self._stamp(copy.deepcopy(node))
+        self._nodes[stored.metadata.name] = stored
+        return copy.deepcopy(stored)
+
+    def put_pod(self, pod: Pod) -> Pod:
+        """Create or replace a pod (a copy is stored; a missing UID becomes ``uid-<ns>-<name>``)."""
+        stored = self._stamp(copy.deepcopy(pod))
+        meta = stored.metadata
+        meta.uid = meta.uid or f"uid-{meta.namespace}-{meta.name}"
+        self._pods[(meta.namespace, meta.name)] = stored
+        return copy.deepcopy(stored)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        self._pods.pop((namespace, name), None)
+
+    def delete_node(self, name: str) -> None:
+        self._nodes.pop(name, None)
+
+    def set_pod_phase(self, namespace: str, name: str, phase: str) -> Pod:
+        pod = self._pod(namespace, name)
+        pod.status.phase = phase
+        return copy.deepcopy(self._stamp(pod))
+
+    @property
+    def nodes(self) -> Mapping[str, Node]:
+        """Name → a copy of each node."""
+        return {name: copy.deepcopy(node) for name, node in self._nodes.items()}
+
+    @property
+    def pods(self) -> Mapping[tuple[str, str], Pod]:
+        """``(namespace, name)`` → a copy of each pod."""
+        return {key: copy.deepcopy(pod) for key, pod in self._pods.items()}
+
+    def fail(self, operation: str, error: ApiError, times: int = 1) -> None:
+        """Make the next ``times`` calls of ``operation`` (e.g. ``"bind"``) raise ``error`` instead."""
+        self._failures.setdefault(operation, []).extend([error] * times)
+
+    def _enter(self, operation: str) -> None:
+        self.calls.append(operation)
+        pending = self._failures.get(operation)
+        if pending:
+            raise pending.pop(0)
+
+    def _pod(self, namespace: str, name: str) -> Pod:
+        pod = self._pods.get((namespace, name))
+        if pod is None:
+            raise NotFound(f'pods "{name}" not found', 404)
+        return pod
+
+    def _node(self, name: str) -> Node:
+        node = self._nodes.get(name)
+        if node is None:
+            raise NotFound(f'nodes "{name}" not found', 404)
+        return node
+
+    # --- ClusterClient ------------------------------------------------------------------------------------
+
+    async def get_pod(self, namespace: str, name: str) -> Pod:
+        self._enter("get_pod")
+        return copy.deepcopy(self._pod(namespace, name))
+
+    async def get_node(self, name: str) -> Node:
+        self._enter("get_node")
+        return copy.deepcopy(self._node(name))
+
+    async def patch_pod_metadata(
+        self,
+        namespace: str,
+        name: str,
+        annotations: Mapping[str, str | None] | None = None,
+        labels: Mapping[str, str | None] | None = None,
+    ) -> Pod:
+        self._enter("patch_pod_metadata")
+        pod = self._pod(namespace, name)
+        _merge(pod.metadata.annotations, annotations)
+        _merge(pod.metadata.labels, labels)
+        return copy.deepcopy(self._stamp(pod))
+
+    async def patch_node_annotations(
+        self, name: str, annotations: Mapping[str, str | None], resource_version: str | None = None
+    ) -> Node:
+        self._enter("patch_node_annotations")
+        node = self._node(name)
+        if resource_version is not None and resource_version != node.metadata.resource_version:
+            raise Conflict(
+                f'Operation cannot be fulfilled on nodes "{name}": the object has been modified; '
+                "please apply your changes to the latest version and try again",
+                409,
+            )
+        _merge(node.metadata.annotations, annotations)
+        return copy.deepcopy(self._stamp(node))
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        self._enter("bind")
+        pod = self._pod(namespace, name)
+        if uid and uid != pod.metadata.uid:
+            raise Conflict(
+                f"Precondition failed: UID in precondition: {uid}, UID in object meta: {pod.metadata.uid}", 409
+            )
+        if pod.spec.node_name:
+            raise Conflict(
+                f'Operation cannot be fulfilled on pods/binding "{name}": '
+                f'pod {name} is already assigned to node "{pod.spec.node_name}"',
+                409,
+            )
+        pod.spec.node_name = node
+        self._stamp(pod)
+
+    async def emit_event(self, involved: ObjectRef, type: str, reason: str, message: str, component: str) -> None:
+        self._enter("emit_event")
+        self.events.append(RecordedEvent(involved, type, reason, message, component))

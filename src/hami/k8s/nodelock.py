@@ -1,0 +1,184 @@
+"""The node lock ``hami.io/mutex.lock`` (spec webhook §3.2), taken by Bind and released by the device plugin.
+
+Every write is a compare-and-swap: a merge patch carrying the resourceVersion of the node we just read, so of
+two writers racing for a node exactly one wins and the other gets 409, re-reads and decides again. That makes
+HAMi's in-process per-node mutex unnecessary.
+
+Acquire (:meth:`NodeLocker.acquire`) reads the node and:
+
+* no lock → write ours;
+* ours (the parsed namespace and name are equal to the pod's; not HAMi's suffix test on the raw text) and not
+  expired → re-entrant success, nothing written;
+* older than the timeout → take it over (overwrite, same CAS);
+* held by a pod that no longer exists (404) or has finished (phase Succeeded/Failed) → take it over (HAMi only
+  checks 404; a finished holder can never run Allocate, so its lock would otherwise block the node until expiry);
+* otherwise → :class:`~hami.errors.LockContention` naming the holder and the lock's time.
+
+A lock value that does not parse raises :class:`~hami.errors.AnnotationError` as in HAMi: we cannot tell whose it
+is or how old, so we never overwrite it. Release (:meth:`NodeLocker.release`) only removes a lock whose owner is
+exactly the given pod, or a legacy lock that names no owner; it never removes someone else's lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+
+from hami.errors import ApiError, Conflict, InvalidInput, LockContention, NotFound
+from hami.k8s.cluster import ClusterClient, WallClock, utc_now
+from hami.k8s.ratelimit import Sleep
+from hami.protocol.keys import NODE_LOCK
+from hami.protocol.nodelock import NodeLock, decode_node_lock, encode_node_lock, is_expired, is_owned_by
+from hami.protocol.objects import Node, Pod
+
+__all__ = ["FINISHED_PHASES", "NodeLocker", "PodLookup"]
+
+log = logging.getLogger(__name__)
+
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+
+PodLookup = Callable[[str, str], Awaitable[Pod | None]]
+"""``(namespace, name) → pod`` or ``None`` if it does not exist (e.g. the pod cache, or a GET)."""
+
+
+def _holder(lock: NodeLock) -> str:
+    return f"{lock.namespace}/{lock.name}" if lock.has_owner else ""
+
+
+class NodeLocker:
+    """Takes and releases node locks through a :class:`ClusterClient`.
+
+    ``timeout`` is ``--node-lock-timeout`` (HAMi's default 5 minutes). ``attempts`` bounds the read-decide-write
+    rounds of one call (each 409 costs one). ``clock`` gives the wall time written into locks and compared with
+    them; ``sleep`` spaces retries after transport errors.
+    """
+
+    def __init__(
+        self,
+        cluster: ClusterClient,
+        *,
+        timeout: timedelta = timedelta(minutes=5),
+        attempts: int = 5,
+        clock: WallClock = utc_now,
+        sleep: Sleep = asyncio.sleep,
+        retry_delay: float = 0.1,
+    ) -> None:
+        self.cluster = cluster
+        self.timeout = timeout
+        self.attempts = attempts
+        self._clock = clock
+        self._sleep = sleep
+        self._retry_delay = retry_delay
+
+    async def _pod_or_none(self, namespace: str, name: str) -> Pod | None:
+        try:
+            return await self.cluster.get_pod(namespace, name)
+        except NotFound:
+            return None
+
+    async def _retry_pause(self, attempt: int, exc: ApiError) -> None:
+        """Conflicts retry at once (the re-read is the wait); transport and server errors back off."""
+        if attempt + 1 >= self.attempts or not (exc.status == 0 or exc.status >= 500 or isinstance(exc, Conflict)):
+            raise exc
+        if not isinstance(exc, Conflict):
+            await self._sleep(self._retry_delay * 2**attempt)
+
+    async def _takeover_reason(self, lock: NodeLock, now: datetime, lookup: PodLookup) -> str | None:
+        """Why ``lock`` may be overwritten, or ``None`` if its holder still counts."""
+        if is_expired(lock, now, self.timeout):
+            return f"expired (taken at {lock.timestamp.isoformat()}, timeout {self.timeout})"
+        if not lock.has_owner:
+            return None
+        holder = await lookup(lock.namespace, lock.name)
+        if holder is None:
+            return f"holder {_holder(lock)} no longer exists"
+        if holder.status.phase in FINISHED_PHASES:
+            return f"holder {_holder(lock)} has {holder.status.phase.lower()}"
+        return None
+
+    async def acquire(self, node: str, namespace: str, name: str) -> NodeLock:
+        """Lock ``node`` for pod ``namespace/name``; returns the lock now on the node.
+
+        Raises :class:`LockContention` if another live pod holds it, :class:`AnnotationError` for an unparsable
+        lock, :class:`NotFound` if the node is gone, :class:`Conflict` if every attempt lost a race.
+        """
+        for attempt in range(self.attempts):
+            current = await self.cluster.get_node(node)
+            value = current.metadata.annotations.get(NODE_LOCK)
+            now = self._clock()
+            if value is not None:
+                lock = decode_node_lock(value)
+                if is_owned_by(lock, namespace, name) and not is_expired(lock, now, self.timeout):
+                    return lock  # re-entrant: one pod may lock through several vendors
+                reason = await self._takeover_reason(lock, now, self._pod_or_none)
+                if reason is None:
+                    raise LockContention(node, _holder(lock), lock.timestamp, self.timeout.total_seconds())
+                log.info("node %s: taking over lock %r for %s/%s: %s", node, value, namespace, name, reason)
+            value = encode_node_lock(NodeLock(now, namespace, name))
+            try:
+                await self.cluster.patch_node_annotations(
+                    node, {NODE_LOCK: value}, resource_version=current.metadata.resource_version
+                )
+                return decode_node_lock(value)  # as others will read it (RFC3339 keeps whole seconds)
+            except ApiError as exc:
+                await self._retry_pause(attempt, exc)
+        raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
+
+    async def release(self, node: str, namespace: str, name: str) -> bool:
+        """Remove the lock if ``namespace/name`` owns it (or it is a legacy lock with no owner).
+
+        Returns whether this call removed a lock. A missing node, no lock, a lock of another pod or an
+        unparsable lock → ``False`` (logged), nothing written.
+        """
+        return await self._release(node, lambda lock: not lock.has_owner or is_owned_by(lock, namespace, name))
+
+    async def release_if_stale(self, node: str, lookup: PodLookup | None = None) -> bool:
+        """Remove the lock if its holder pod was deleted or has finished (HAMi leaves these until expiry).
+
+        ``lookup`` finds the holder (default: a GET). Locks of live holders, expired locks (the next acquire
+        takes them over) and legacy locks are left alone. Returns whether a lock was removed.
+        """
+        find = lookup or self._pod_or_none
+        holders: dict[tuple[str, str], bool] = {}
+
+        async def holder_is_stale(lock: NodeLock) -> bool:
+            if not lock.has_owner:
+                return False
+            key = (lock.namespace, lock.name)
+            if key not in holders:
+                pod = await find(*key)
+                holders[key] = pod is None or pod.status.phase in FINISHED_PHASES
+            return holders[key]
+
+        return await self._release(node, holder_is_stale)
+
+    async def _release(self, node: str, may_release: Callable[[NodeLock], bool | Awaitable[bool]]) -> bool:
+        for attempt in range(self.attempts):
+            try:
+                current: Node = await self.cluster.get_node(node)
+            except NotFound:
+                return False
+            value = current.metadata.annotations.get(NODE_LOCK)
+            if value is None:
+                return False
+            try:
+                lock = decode_node_lock(value)
+            except InvalidInput as exc:
+                log.warning("node %s: not releasing unparsable lock %r: %s", node, value, exc)
+                return False
+            verdict = may_release(lock)
+            if not isinstance(verdict, bool):
+                verdict = await verdict
+            if not verdict:
+                log.debug("node %s: lock %r is not ours to release", node, value)
+                return False
+            try:
+                await self.cluster.patch_node_annotations(
+                    node, {NODE_LOCK: None}, resource_version=current.metadata.resource_version
+                )
+                return True
+            except ApiError as exc:
+                await self._retry_pause(attempt, exc)
+        raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover

@@ -1,0 +1,108 @@
+"""Kubernetes event reasons and messages, worded exactly as HAMi's (scheduler-core.md §4.1, §4.3, §4.8, §4.9).
+
+Users' alerts and the HAMi e2e tests match on these texts (``FilteringFailed`` + ``no available node``), so
+they are built here, in one place, from data: reason codes and node names, never parsed back.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterable, Mapping, Sequence
+
+from hami.protocol.reasons import Reason
+
+__all__ = [
+    "EventReason",
+    "EventType",
+    "binding_succeed_text",
+    "calc_score_failed_text",
+    "failed_to_get_node_text",
+    "filtering_failed_texts",
+    "filtering_succeed_text",
+    "no_available_node_text",
+    "nodes_failed_text",
+]
+
+
+class EventType(enum.StrEnum):
+    NORMAL = "Normal"
+    WARNING = "Warning"
+
+
+class EventReason(enum.StrEnum):
+    """The ``reason`` of an event on the pod; ``type`` says whether it is Normal or Warning."""
+
+    FILTERING_FAILED = "FilteringFailed"
+    FILTERING_SUCCEED = "FilteringSucceed"
+    BINDING_FAILED = "BindingFailed"
+    BINDING_SUCCEED = "BindingSucceed"
+
+    @property
+    def type(self) -> EventType:
+        failed = self in (EventReason.FILTERING_FAILED, EventReason.BINDING_FAILED)
+        return EventType.WARNING if failed else EventType.NORMAL
+
+
+def nodes_failed_text(reason: Reason, nodes: Iterable[str]) -> str:
+    """One per-reason ``FilteringFailed`` message: ``2 nodes CardInsufficientMemory(node1,node2)``.
+
+    Node names are sorted, as HAMi sorts them.
+    """
+    names = sorted(nodes)
+    return f"{len(names)} nodes {reason.value}({','.join(names)})"
+
+
+def filtering_failed_texts(nodes_by_reason: Mapping[Reason, Iterable[str]]) -> list[str]:
+    """All per-reason ``FilteringFailed`` messages when no node fits, one per reason with at least one node.
+
+    *Difference from HAMi:* HAMi emits them in Go map order (random); hami orders them by reason key. Which
+    reasons count is the caller's choice: HAMi emits none for reasons it writes without an ``n/m`` prefix
+    (``NodeInsufficientDevice``, ``node unregistered``; §4.8).
+    """
+    texts = []
+    for reason in sorted(nodes_by_reason, key=lambda r: r.value):
+        names = list(nodes_by_reason[reason])
+        if names:
+            texts.append(nodes_failed_text(reason, names))
+    return texts
+
+
+def no_available_node_text(node_count: int) -> str:
+    """The summary ``FilteringFailed`` message: ``no available node, <N> nodes do not meet``, where N is the
+    number of node names in the extender request."""
+    return f"no available node, {node_count} nodes do not meet"
+
+
+def filtering_succeed_text(chosen: str, node_count: int, fits: Sequence[tuple[str, float]]) -> str:
+    """``find fit node(<node>), <N - k> nodes not fit, <k> nodes fit(<n1>:<s1>,<n2>:<s2>)``.
+
+    ``node_count`` is N, the number of node names in the request; ``fits`` are the k fitting nodes with their
+    scores, in final sorted order; scores are printed as Go's ``%.2f``.
+    """
+    listed = ",".join(f"{name}:{_go_fixed2(score)}" for name, score in fits)
+    return f"find fit node({chosen}), {node_count - len(fits)} nodes not fit, {len(fits)} nodes fit({listed})"
+
+
+def _go_fixed2(number: float) -> str:
+    """Go ``%.2f``: correctly rounded, ties to even on the exact binary value (as Python), Go's NaN/Inf words."""
+    if math.isnan(number):
+        return "NaN"
+    if math.isinf(number):
+        return "+Inf" if number > 0 else "-Inf"
+    return f"{number:.2f}"
+
+
+def calc_score_failed_text(error: str, pod_name: str) -> str:
+    """``calcScore failed <err> for pod <name>``: the ``FilteringFailed`` message and the ``/filter`` error."""
+    return f"calcScore failed {error} for pod {pod_name}"
+
+
+def failed_to_get_node_text(node: str) -> str:
+    """``BindingFailed`` when the target node is not known: ``failed to get node <node>``."""
+    return f"failed to get node {node}"
+
+
+def binding_succeed_text(node: str, namespace: str, name: str) -> str:
+    """``Successfully binding node [<node>] to <ns>/<name>`` (Go prints the node list with ``%v``)."""
+    return f"Successfully binding node [{node}] to {namespace}/{name}"

@@ -1,0 +1,97 @@
+"""Every annotation and label key hami reads or writes, in one place (spec: scheduler-core.md §2.1, §2.10).
+
+No other module spells these strings; import the constants.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = [
+    "BIND_PHASE",
+    "BIND_TIME",
+    "DEVICE_CORDON",
+    "DEVICE_SCORING_WEIGHTS",
+    "GPU_SCHEDULER_POLICY",
+    "NODE_LOCK",
+    "NODE_SCHEDULER_POLICY",
+    "NVIDIA_HANDSHAKE",
+    "NVIDIA_MIG_ALLOCATIONS",
+    "NVIDIA_NOUSE_GPUTYPE",
+    "NVIDIA_NOUSE_GPUUUID",
+    "NVIDIA_NUMA_BIND",
+    "NVIDIA_REGISTER",
+    "NVIDIA_SCORE",
+    "NVIDIA_USE_GPUTYPE",
+    "NVIDIA_USE_GPUUUID",
+    "NVIDIA_VGPU_MODE",
+    "POD_GROUP_LABEL",
+    "SCHEDULER_ROLE_LABEL",
+    "VGPU_NODE",
+    "VGPU_TIME",
+    "WEBHOOK_IGNORE_LABEL",
+    "VendorKeys",
+]
+
+# --- pod annotations written by the scheduler -------------------------------------------------
+VGPU_NODE: Final = "hami.io/vgpu-node"  # annotation and label: the node chosen by Filter
+VGPU_TIME: Final = "hami.io/vgpu-time"  # Filter decision time, Unix seconds
+BIND_PHASE: Final = "hami.io/bind-phase"  # allocating | success | failed
+BIND_TIME: Final = "hami.io/bind-time"  # Bind time, Unix seconds
+NVIDIA_MIG_ALLOCATIONS: Final = "hami.io/vgpu-mig-allocations"
+
+# --- node annotations -------------------------------------------------------------------------
+NODE_LOCK: Final = "hami.io/mutex.lock"
+DEVICE_CORDON: Final = "hami.io/device-cordon"
+NVIDIA_REGISTER: Final = "hami.io/node-nvidia-register"
+NVIDIA_SCORE: Final = "hami.io/node-nvidia-score"
+NVIDIA_HANDSHAKE: Final = "hami.io/node-handshake"
+
+# --- pod annotations and labels set by users --------------------------------------------------
+NVIDIA_USE_GPUTYPE: Final = "nvidia.com/use-gputype"
+NVIDIA_NOUSE_GPUTYPE: Final = "nvidia.com/nouse-gputype"
+NVIDIA_USE_GPUUUID: Final = "nvidia.com/use-gpuuuid"
+NVIDIA_NOUSE_GPUUUID: Final = "nvidia.com/nouse-gpuuuid"
+NVIDIA_NUMA_BIND: Final = "nvidia.com/numa-bind"
+NVIDIA_VGPU_MODE: Final = "nvidia.com/vgpu-mode"
+GPU_SCHEDULER_POLICY: Final = "hami.io/gpu-scheduler-policy"
+NODE_SCHEDULER_POLICY: Final = "hami.io/node-scheduler-policy"
+DEVICE_SCORING_WEIGHTS: Final = "hami.io/device-scoring-weights"
+POD_GROUP_LABEL: Final = "scheduling.x-k8s.io/pod-group"
+WEBHOOK_IGNORE_LABEL: Final = "hami.io/webhook"  # value "ignore" excludes an object from the webhook
+SCHEDULER_ROLE_LABEL: Final = "hami.io/scheduler-role"
+
+
+class VendorKeys:
+    """The per-vendor annotation keys (scheduler-core.md §2.10). One instance per vendor."""
+
+    __slots__ = ("allocated", "handshake", "register", "to_allocate", "vendor")
+
+    def __init__(
+        self, vendor: str, register: str, handshake: str | None, to_allocate: str | None, allocated: str
+    ) -> None:
+        self.vendor = vendor
+        self.register = register
+        self.handshake = handshake
+        self.to_allocate = to_allocate
+        self.allocated = allocated
+
+    def __repr__(self) -> str:
+        return f"VendorKeys({self.vendor!r})"
+
+
+NVIDIA_KEYS: Final = VendorKeys(
+    "NVIDIA",
+    register=NVIDIA_REGISTER,
+    handshake=NVIDIA_HANDSHAKE,
+    to_allocate="hami.io/vgpu-devices-to-allocate",
+    allocated="hami.io/vgpu-devices-allocated",
+)
+HYGON_KEYS: Final = VendorKeys(
+    "DCU",
+    register="hami.io/node-dcu-register",
+    handshake="hami.io/node-handshake-dcu",
+    to_allocate="hami.io/dcu-devices-to-allocate",
+    allocated="hami.io/dcu-devices-allocated",
+)
+__all__ += ["HYGON_KEYS", "NVIDIA_KEYS"]

@@ -1,0 +1,114 @@
+"""Compact views of Kubernetes objects: only the fields hami reads (decode at the edge).
+
+These msgspec Structs decode straight from the API server's JSON (``msgspec.json.decode(raw, type=Pod)``) or
+from YAML-loaded dicts (``msgspec.convert(obj, type=Pod)``); unknown fields are ignored, so a 6 KB pod becomes
+a few hundred bytes of state. Quantities stay as the text the user wrote (``"3Gi"``); YAML files may also
+hold plain numbers, so ``int``/``float`` are accepted and parsed by ``hami.protocol.quantity``.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+__all__ = [
+    "Container",
+    "ContainerStatus",
+    "Node",
+    "NodeSpec",
+    "NodeStatus",
+    "ObjectMeta",
+    "Pod",
+    "PodSpec",
+    "PodStatus",
+    "QuantityValue",
+    "ResourceQuota",
+    "ResourceQuotaSpec",
+    "ResourceRequirements",
+    "SecurityContext",
+]
+
+QuantityValue = str | int | float
+
+
+class ObjectMeta(msgspec.Struct, rename="camel", omit_defaults=True):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    resource_version: str = ""
+    annotations: dict[str, str] = {}
+    labels: dict[str, str] = {}
+    deletion_timestamp: str | None = None
+    creation_timestamp: str | None = None
+
+
+class ResourceRequirements(msgspec.Struct, omit_defaults=True):
+    limits: dict[str, QuantityValue] = {}
+    requests: dict[str, QuantityValue] = {}
+
+
+class SecurityContext(msgspec.Struct, omit_defaults=True):
+    privileged: bool | None = None
+
+
+class Container(msgspec.Struct, rename="camel", omit_defaults=True):
+    name: str = ""
+    resources: ResourceRequirements = msgspec.field(default_factory=ResourceRequirements)
+    security_context: SecurityContext | None = None
+    restart_policy: str | None = None  # "Always" on an init container = a sidecar (runs beside the app)
+
+
+class PodSpec(msgspec.Struct, rename="camel", omit_defaults=True):
+    containers: list[Container] = []
+    init_containers: list[Container] = []
+    node_name: str = ""
+    scheduler_name: str = ""
+    node_selector: dict[str, str] = {}
+    priority: int | None = None
+
+
+class ContainerStatus(msgspec.Struct, omit_defaults=True):
+    name: str = ""
+    state: dict[str, dict[str, object]] = {}  # {"terminated": {"exitCode": 0, ...}} etc.
+
+
+class PodStatus(msgspec.Struct, rename="camel", omit_defaults=True):
+    phase: str = ""
+    init_container_statuses: list[ContainerStatus] = []
+
+
+class Pod(msgspec.Struct, omit_defaults=True):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: PodSpec = msgspec.field(default_factory=PodSpec)
+    status: PodStatus = msgspec.field(default_factory=PodStatus)
+    kind: str = "Pod"
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``, as kubectl prints it."""
+        return f"{self.metadata.namespace}/{self.metadata.name}"
+
+
+class NodeSpec(msgspec.Struct, omit_defaults=True):
+    unschedulable: bool = False
+
+
+class NodeStatus(msgspec.Struct, omit_defaults=True):
+    capacity: dict[str, QuantityValue] = {}
+    allocatable: dict[str, QuantityValue] = {}
+
+
+class Node(msgspec.Struct, omit_defaults=True):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: NodeSpec = msgspec.field(default_factory=NodeSpec)
+    status: NodeStatus = msgspec.field(default_factory=NodeStatus)
+    kind: str = "Node"
+
+
+class ResourceQuotaSpec(msgspec.Struct, omit_defaults=True):
+    hard: dict[str, QuantityValue] = {}
+
+
+class ResourceQuota(msgspec.Struct, omit_defaults=True):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: ResourceQuotaSpec = msgspec.field(default_factory=ResourceQuotaSpec)
+    kind: str = "ResourceQuota"

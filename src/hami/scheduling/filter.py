@@ -1,0 +1,139 @@
+"""``filter``: one node → the devices for every container of the pod, or every reason it does not fit.
+
+Containers are fitted as they run (scheduler-core.md §4.4, plus sidecars): sidecar and app containers
+accumulate on one scratch copy of the node's tables; each regular init container is tried on its own copy
+of what the sidecars before it hold (init containers run one at a time). Only the candidate node's tables
+are copied, never the node, another node or a pod.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from hami.devices.base import ContainerRequest, FitContext, Fitted, Placement, QuotaCheck, Unfit
+from hami.devices.table import DeviceTable
+from hami.protocol.allocation import ContainerDevice, PodDevices
+from hami.protocol.reasons import Reason, Rejection, summarize
+from hami.scheduling.request import PodRequest
+from hami.scheduling.state import ClusterState, NodeState
+from hami.scheduling.usage import Kind, effective_charges
+
+__all__ = ["NodeFit", "NodeRejection", "filter_node"]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFit:
+    """A node that can run the pod: per vendor, per container (init first), the placements chosen."""
+
+    node: str
+    placements: Mapping[str, tuple[tuple[Placement, ...], ...]]
+    score: float
+
+    def pod_devices(self) -> dict[str, PodDevices]:
+        return {v: tuple(tuple(p.device for p in c) for c in per) for v, per in self.placements.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRejection:
+    """Why a node cannot run the pod. ``counts`` are devices per reason out of ``total`` (HAMi's numbers);
+    ``unresolvable`` means it could not run the pod even if it were empty (preemption would not help)."""
+
+    node: str
+    counts: Mapping[Reason, int]
+    total: int
+    closest: tuple[Rejection, ...] = ()
+    unresolvable: bool = False
+    detail: str = ""
+
+    @property
+    def summary(self) -> str:
+        """HAMi's reason text (``"1/4 CardInsufficientMemory, 3/4 CardTypeMismatch"``), or the detail."""
+        text = summarize(self.counts, self.total)
+        if self.detail:
+            return f"{self.detail}; {text}" if text else self.detail
+        return text
+
+
+def _quota_check(
+    state: ClusterState,
+    req: PodRequest,
+    vendor: str,
+    done: Sequence[Sequence[Placement]],
+    kinds: Sequence[Kind],
+    pos: int,
+) -> QuotaCheck | None:
+    """A ``QuotaCheck`` for container ``pos`` of ``req``, or None when the namespace has no device limits."""
+    if not state.quotas.has_limits(req.namespace):
+        return None
+    names = state.vendors[vendor].resources
+
+    def check(accepted: Sequence[Placement], mem: int, cores: int) -> bool:
+        current = (*(p.device for p in accepted), ContainerDevice("\0candidate", vendor, mem, cores))
+        containers = [tuple(p.device for p in c) for c in done] + [current]
+        charges = effective_charges({vendor: tuple(containers)}, kinds[: pos + 1])
+        amounts: dict[str, int] = {}
+        if names.memory:
+            amounts[names.memory] = sum(c.mem for c in charges)
+        if names.core:
+            amounts[names.core] = sum(c.cores for c in charges)
+        return state.quotas.fits(req.namespace, amounts, state.quota_factors)
+
+    return check
+
+
+def filter_node(state: ClusterState, node: NodeState, req: PodRequest, empty: bool = False) -> NodeFit | NodeRejection:
+    """Fit every container of ``req`` on ``node``; pure (only scratch tables change).
+
+    With ``empty=True`` the node is judged without any usage — used to tell nodes that can never run the pod.
+    """
+    vendors = req.vendors
+    missing = [v for v in vendors if v not in node.tables]
+    if missing:
+        problems = [node.problems[v] for v in missing if v in node.problems]
+        detail = f"registration refused: {problems[0]}" if problems else f"node unregistered for {', '.join(missing)}"
+        return NodeRejection(node.name, {}, 0, unresolvable=True, detail=detail)
+    work: dict[str, DeviceTable] = {v: node.tables[v].empty() if empty else node.tables[v].scratch() for v in vendors}
+    placements: dict[str, list[tuple[Placement, ...]]] = {v: [] for v in vendors}
+    counts: dict[Reason, int] = {}
+    total = 0
+    closest: list[Rejection] = []
+    failed = False
+    for pos, creqs in enumerate(req.containers):
+        kind = req.kinds[pos] if pos < len(req.kinds) else Kind.APP
+        for vendor in vendors:
+            creq: ContainerRequest | None = creqs.get(vendor)
+            if creq is None:
+                placements[vendor].append(())
+                continue
+            table = work[vendor].scratch() if kind is Kind.INIT else work[vendor]
+            ctx = FitContext(
+                policy=req.gpu_policy,
+                weights=req.weights,
+                cordoned=node.cordoned,
+                pair_scores=node.pair_scores.get(vendor, {}),
+                quota=_quota_check(state, req, vendor, placements[vendor], req.kinds, pos),
+            )
+            outcome = state.vendors[vendor].fit(table, creq, ctx, req.selectors[vendor])
+            if isinstance(outcome, Unfit):
+                failed = True
+                for reason, n in outcome.counts.items():
+                    counts[reason] = counts.get(reason, 0) + n
+                total = max(total, outcome.total)
+                closest.extend(outcome.closest)
+                break
+            placements[vendor].append(outcome.placements)
+            if kind is not Kind.INIT:
+                _reserve_scratch(table, outcome)
+        if failed:
+            break
+    if failed:
+        closest.sort(key=lambda r: r.available, reverse=True)
+        return NodeRejection(node.name, counts, total, tuple(closest[:3]))
+    return NodeFit(node.name, {v: tuple(p) for v, p in placements.items()}, node.score())
+
+
+def _reserve_scratch(table: DeviceTable, fitted: Fitted) -> None:
+    for p in fitted.placements:
+        placements = (p.mig_placement,) if p.mig_placement is not None else ()
+        table.charge(p.index, 1, p.device.usedmem, p.device.usedcores, placements)

@@ -1,0 +1,103 @@
+"""From a pod's annotations to its ledger record (scheduler-core.md §7.1).
+
+Pods that carry ``hami.io/vgpu-node`` hold devices: each vendor's *allocated* annotation is decoded (the
+to-allocate annotation is consumed by device plugins and may be partly emptied) together with the MIG
+reservations. Legacy MIG UUIDs (``GPU-x[7-9]``, HAMi ≤ v2.9) are charged to their physical GPU.
+
+A pod whose annotation cannot be decoded is **not** dropped (HAMi drops it, spec §7.1 step 3): it gets a
+record with ``problem`` set, charged for what could be decoded, so callers can report it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from hami.devices.base import Vendor
+from hami.errors import InvalidInput
+from hami.protocol import keys
+from hami.protocol.allocation import (
+    ContainerDevice,
+    MigAllocation,
+    PodDevices,
+    decode_mig_allocations,
+    split_legacy_mig_uuid,
+)
+from hami.protocol.objects import Pod
+from hami.scheduling.state import PodRecord
+from hami.scheduling.usage import container_kinds, effective_charges
+
+__all__ = ["holds_devices", "init_containers_done", "is_terminal", "record_from_pod"]
+
+_TERMINAL = frozenset({"Succeeded", "Failed"})
+
+
+def is_terminal(pod: Pod) -> bool:
+    """A finished pod holds no devices any more."""
+    return pod.status.phase in _TERMINAL
+
+
+def holds_devices(pod: Pod) -> bool:
+    """Whether hami (or HAMi) placed this pod: it carries ``hami.io/vgpu-node``."""
+    return bool(pod.metadata.annotations.get(keys.VGPU_NODE))
+
+
+def init_containers_done(pod: Pod) -> bool:
+    """Every regular init container terminated with exit code 0 (HAMi's "released" condition)."""
+    regular = {c.name for c in pod.spec.init_containers if c.restart_policy != "Always"}
+    if not regular:
+        return False
+    done = set()
+    for status in pod.status.init_container_statuses:
+        terminated = status.state.get("terminated")
+        if terminated is not None and terminated.get("exitCode") == 0:
+            done.add(status.name)
+    return regular <= done
+
+
+def _strip_legacy(devices: PodDevices, field: str) -> PodDevices:
+    out = []
+    for container in devices:
+        fixed = []
+        for dev in container:
+            uuid, _ = split_legacy_mig_uuid(dev.uuid) if "[" in dev.uuid else (dev.uuid, None)
+            fixed.append(dev if uuid == dev.uuid else ContainerDevice(uuid, dev.type, dev.usedmem, dev.usedcores))
+        out.append(tuple(fixed))
+    return tuple(out)
+
+
+def record_from_pod(pod: Pod, vendors: Mapping[str, Vendor]) -> PodRecord | None:
+    """The ledger record for a placed, non-terminal pod; None when the pod holds no devices."""
+    annotations = pod.metadata.annotations
+    node = annotations.get(keys.VGPU_NODE)
+    if not node or is_terminal(pod):
+        return None
+    devices: dict[str, PodDevices] = {}
+    problems: list[str] = []
+    for name, vendor in vendors.items():
+        key = vendor.keys.allocated
+        value = annotations.get(key)
+        if value is None:
+            continue
+        try:
+            devices[name] = _strip_legacy(vendor.decode(value, key), key)
+        except InvalidInput as err:
+            problems.append(str(err))
+    mig: tuple[MigAllocation, ...] = ()
+    raw_mig = annotations.get(keys.NVIDIA_MIG_ALLOCATIONS)
+    if raw_mig:
+        try:
+            mig = tuple(decode_mig_allocations(raw_mig, keys.NVIDIA_MIG_ALLOCATIONS))
+        except InvalidInput as err:
+            problems.append(str(err))
+    charges = effective_charges(devices, container_kinds(pod), init_done=init_containers_done(pod))
+    return PodRecord(
+        uid=pod.metadata.uid,
+        namespace=pod.metadata.namespace,
+        name=pod.metadata.name,
+        node=node,
+        devices=devices,
+        charges=charges,
+        mig=tuple((m.gpu_uuid, m.placement) for m in mig),
+        mig_allocations=mig,
+        problem="; ".join(problems) or None,
+    )

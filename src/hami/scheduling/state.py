@@ -1,0 +1,309 @@
+"""Cluster state with an incremental usage ledger (issue: the scheduling decision, item 1).
+
+``ClusterState`` holds nodes (their device tables per vendor), pod records (keyed by pod UID) and namespace
+quotas. There is exactly one mutation path for usage: ``apply(record, add=…)``, used by reserve, unreserve and
+the watch handlers alike. It is idempotent — a second add or an absent remove returns False and changes
+nothing — and costs time proportional to the pod. Node updates re-charge only that node's pods.
+
+Records that name an unknown node are kept (``orphans``) and counted as soon as the node appears; charges that
+name a device the node does not have are kept and reported (``dangling``). ``verify()`` recounts everything
+from the records and returns the differences (an empty list when the ledger is right).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from hami.devices.base import NodeInventory, Vendor
+from hami.devices.table import DeviceTable
+from hami.errors import InvalidInput, LedgerError
+from hami.protocol import keys
+from hami.protocol.allocation import MigAllocation, PodDevices
+from hami.protocol.inventory import MigPlacement
+from hami.protocol.objects import Node, ResourceQuota
+from hami.scheduling.quota import QuotaBook
+from hami.scheduling.usage import Charge
+
+__all__ = ["ClusterState", "NodeState", "PodRecord"]
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    """What one pod holds: its node, its raw allocation per vendor, and the effective charges per device.
+
+    ``mig`` lists the MIG instances (GPU UUID and placement) the pod occupies. ``problem`` is set when the
+    pod's annotations could not be decoded and the charges are an estimate (its whole request).
+    """
+
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    devices: Mapping[str, PodDevices]
+    charges: tuple[Charge, ...]
+    mig: tuple[tuple[str, MigPlacement], ...] = ()
+    mig_allocations: tuple[MigAllocation, ...] = ()
+    problem: str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(slots=True)
+class NodeState:
+    """One node as hami sees it. ``tables`` maps vendor key → device table (usage included)."""
+
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+    unschedulable: bool = False
+    cordoned: frozenset[str] = frozenset()
+    tables: dict[str, DeviceTable] = field(default_factory=dict)
+    pair_scores: dict[str, Mapping[str, Mapping[str, int]]] = field(default_factory=dict)
+    problems: dict[str, str] = field(default_factory=dict)  # vendor -> why its registration was refused
+    generation: int = 0
+
+    def score(self) -> float:
+        """Spec §5.2: ``10 × (Σused/Σcount + Σcores/Σdevcore + Σmem/Σdevmem)`` over every device of the node."""
+        used = count = cores = devcore = mem = devmem = 0
+        for table in self.tables.values():
+            u, c, uc, dc, um, dm = table.totals()
+            used += u
+            count += c
+            cores += uc
+            devcore += dc
+            mem += um
+            devmem += dm
+        if count == 0 or devcore == 0 or devmem == 0:
+            return 0.0
+        return 10.0 * (used / count + cores / devcore + mem / devmem)
+
+
+def parse_cordon(value: str | None) -> frozenset[str]:
+    """``hami.io/device-cordon``: comma-separated UUIDs, trimmed, blanks skipped (spec §2.8)."""
+    if not value:
+        return frozenset()
+    return frozenset(item.strip() for item in value.split(",") if item.strip())
+
+
+class ClusterState:
+    """Nodes, pod records and quotas, with per-device usage kept current incrementally."""
+
+    def __init__(self, vendors: Mapping[str, Vendor]) -> None:
+        self.vendors = dict(vendors)
+        self.nodes: dict[str, NodeState] = {}
+        self.pods: dict[str, PodRecord] = {}
+        self.pods_by_node: dict[str, set[str]] = {}
+        self.dangling: dict[str, set[tuple[str, str]]] = {}  # pod uid -> {(vendor, uuid)} not on its node
+        tracked: list[str] = []
+        for v in self.vendors.values():
+            tracked += [r for r in (v.resources.memory, v.resources.core) if r]
+        self.quota_factors = {
+            v.resources.memory: v.resources.memory_factor for v in self.vendors.values() if v.resources.memory
+        }
+        self.quotas = QuotaBook(tracked)
+        self.verdicts: dict[str, dict[tuple[object, ...], tuple[int, object]]] = {}
+        """Memo for ``decide``: node → request signature → (node generation, verdict). Never authoritative: an
+        entry is used only while the node's generation is unchanged (every charge and update bumps it)."""
+
+    # --- nodes ----------------------------------------------------------------------------------------
+    def upsert_node(self, node: Node) -> NodeState:
+        """Decode a Node's registrations and (re)build its tables; its pods are charged again.
+
+        A vendor whose registration cannot be decoded is left out of the node and reported in ``problems``
+        (the node is quarantined for that vendor); the other vendors and nodes keep working.
+        """
+        name = node.metadata.name
+        inventories: dict[str, NodeInventory] = {}
+        problems: dict[str, str] = {}
+        for vendor_name, vendor in self.vendors.items():
+            try:
+                inv = vendor.decode_inventory(node)
+            except InvalidInput as err:
+                problems[vendor_name] = str(err)
+                continue
+            if inv is not None and inv.devices:
+                inventories[vendor_name] = inv
+        return self.set_node(
+            name,
+            inventories,
+            labels=dict(node.metadata.labels),
+            unschedulable=node.spec.unschedulable,
+            cordoned=parse_cordon(node.metadata.annotations.get(keys.DEVICE_CORDON)),
+            problems=problems,
+        )
+
+    def set_node(
+        self,
+        name: str,
+        inventories: Mapping[str, NodeInventory],
+        labels: Mapping[str, str] | None = None,
+        unschedulable: bool = False,
+        cordoned: frozenset[str] = frozenset(),
+        problems: Mapping[str, str] | None = None,
+    ) -> NodeState:
+        old = self.nodes.get(name)
+        state = NodeState(
+            name=name,
+            labels=dict(labels or {}),
+            unschedulable=unschedulable,
+            cordoned=cordoned,
+            tables={v: DeviceTable(v, inv.devices) for v, inv in inventories.items()},
+            pair_scores={v: inv.pair_scores for v, inv in inventories.items() if inv.pair_scores},
+            problems=dict(problems or {}),
+            generation=(old.generation + 1) if old else 1,
+        )
+        self.nodes[name] = state
+        for uid in self.pods_by_node.get(name, ()):
+            self.dangling.pop(uid, None)
+            self._charge(state, self.pods[uid], 1)
+        return state
+
+    def remove_node(self, name: str) -> None:
+        """Forget a node; its pods' records are kept and count again if the node comes back."""
+        self.nodes.pop(name, None)
+        self.verdicts.pop(name, None)
+        for uid in self.pods_by_node.get(name, ()):
+            self.dangling.pop(uid, None)
+
+    # --- pods ------------------------------------------------------------------------------------------
+    def apply(self, record: PodRecord, add: bool) -> bool:
+        """Add or remove a pod's usage. Idempotent: returns False (and changes nothing) for a second add of
+        the same UID or the removal of an absent one. To change a pod's allocation, remove it and add again.
+        """
+        uid = record.uid
+        if add:
+            if uid in self.pods:
+                return False
+            self.pods[uid] = record
+            self.pods_by_node.setdefault(record.node, set()).add(uid)
+            node = self.nodes.get(record.node)
+            if node is not None:
+                self._charge(node, record, 1)
+            self.quotas.add_usage(record.namespace, self._quota_amounts(record))
+            return True
+        current = self.pods.pop(uid, None)
+        if current is None:
+            return False
+        on_node = self.pods_by_node.get(current.node)
+        if on_node is not None:
+            on_node.discard(uid)
+            if not on_node:
+                del self.pods_by_node[current.node]
+        node = self.nodes.get(current.node)
+        if node is not None:
+            self._charge(node, current, -1)
+            if any(b is not None for t in node.tables.values() for b in t.broken):
+                self._recharge(node)  # a MIG inconsistency may have left with this pod
+        self.dangling.pop(uid, None)
+        self.quotas.add_usage(current.namespace, self._quota_amounts(current), sign=-1)
+        return True
+
+    def remove_pod(self, uid: str) -> PodRecord | None:
+        record = self.pods.get(uid)
+        if record is not None:
+            self.apply(record, add=False)
+        return record
+
+    def _charge(self, node: NodeState, record: PodRecord, sign: int) -> None:
+        missing: set[tuple[str, str]] = set()
+        mig_by_uuid: dict[str, list[MigPlacement]] = {}
+        for uuid, placement in record.mig:
+            mig_by_uuid.setdefault(uuid, []).append(placement)
+        for ch in record.charges:
+            table = node.tables.get(ch.vendor)
+            i = table.index_of.get(ch.uuid) if table is not None else None
+            if table is None or i is None:
+                missing.add((ch.vendor, ch.uuid))
+                continue
+            placements = mig_by_uuid.pop(ch.uuid, [])
+            table.charge(i, ch.slots, ch.mem, ch.cores, placements, sign)
+            if sign > 0:
+                mode = table.infos[i].mode
+                if mode == "mig" and not placements and record.mig_allocations:
+                    table.broken[i] = f"MIG task of {record.key} has no placement on this GPU"
+                elif mode != "mig" and placements:
+                    table.broken[i] = f"MIG task of {record.key} on a GPU in {mode or 'hami-core'} mode"
+        node.generation += 1
+        if sign > 0 and missing:
+            self.dangling[record.uid] = missing
+
+    def _recharge(self, node: NodeState) -> None:
+        node.tables = {v: t.empty() for v, t in node.tables.items()}
+        for uid in self.pods_by_node.get(node.name, ()):
+            self.dangling.pop(uid, None)
+            self._charge(node, self.pods[uid], 1)
+
+    def _quota_amounts(self, record: PodRecord) -> dict[str, int]:
+        amounts: dict[str, int] = {}
+        for ch in record.charges:
+            vendor = self.vendors.get(ch.vendor)
+            if vendor is None:
+                continue
+            names = vendor.resources
+            if names.memory:
+                amounts[names.memory] = amounts.get(names.memory, 0) + ch.mem
+            if names.core:
+                amounts[names.core] = amounts.get(names.core, 0) + ch.cores
+        return amounts
+
+    # --- quotas ----------------------------------------------------------------------------------------
+    def upsert_quota(self, quota: ResourceQuota) -> list[InvalidInput]:
+        return self.quotas.upsert(quota)
+
+    def remove_quota(self, namespace: str, name: str) -> None:
+        self.quotas.remove(namespace, name)
+
+    # --- checking --------------------------------------------------------------------------------------
+    def orphans(self) -> list[PodRecord]:
+        """Records whose node is not (yet) known."""
+        return [self.pods[uid] for node, uids in self.pods_by_node.items() if node not in self.nodes for uid in uids]
+
+    def verify(self) -> list[str]:
+        """Recount every device's usage and every namespace's quota usage from the records.
+
+        Returns one line per difference; an empty list means the incremental ledger equals a full recount.
+        """
+        diffs: list[str] = []
+        for node in self.nodes.values():
+            fresh = {v: t.empty() for v, t in node.tables.items()}
+            for uid in self.pods_by_node.get(node.name, ()):
+                record = self.pods[uid]
+                mig_by_uuid: dict[str, list[MigPlacement]] = {}
+                for uuid, placement in record.mig:
+                    mig_by_uuid.setdefault(uuid, []).append(placement)
+                for ch in record.charges:
+                    table = fresh.get(ch.vendor)
+                    i = table.index_of.get(ch.uuid) if table is not None else None
+                    if table is not None and i is not None:
+                        table.charge(i, ch.slots, ch.mem, ch.cores, mig_by_uuid.pop(ch.uuid, []))
+            for vendor, table in node.tables.items():
+                ref = fresh[vendor]
+                for i, info in enumerate(table.infos):
+                    have = table.usage_of(i)
+                    want = ref.usage_of(i)
+                    if have[:3] != want[:3] or sorted(have[3], key=_pkey) != sorted(want[3], key=_pkey):
+                        diffs.append(f"{node.name}/{vendor}/{info.id}: ledger {have} != recount {want}")
+        recount = QuotaBook()
+        for record in self.pods.values():
+            recount.add_usage(record.namespace, self._quota_amounts(record))
+        if recount.used != self.quotas.used:
+            diffs.append(f"quota usage: ledger {self.quotas.used} != recount {recount.used}")
+        for uid, record in self.pods.items():
+            if uid not in self.pods_by_node.get(record.node, ()):
+                diffs.append(f"pod {record.key} missing from its node index")
+        return diffs
+
+    def check(self) -> None:
+        """Raise ``LedgerError`` if ``verify()`` finds differences (for tests and self-checks)."""
+        diffs = self.verify()
+        if diffs:
+            raise LedgerError("; ".join(diffs[:10]))
+
+    def records_on(self, node: str) -> Iterable[PodRecord]:
+        return (self.pods[uid] for uid in self.pods_by_node.get(node, ()))
+
+
+def _pkey(p: MigPlacement) -> tuple[int, int]:
+    return (p.start, p.size)

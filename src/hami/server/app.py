@@ -1,0 +1,127 @@
+"""The HTTP surface (starlette): ``/filter``, ``/bind``, ``/healthz``, ``/readyz``; ``/metrics`` separately.
+
+Malformed bodies get HTTP 200 with a JSON ``{"Error": "..."}`` naming what is wrong (kube-scheduler reads
+the error from the body, as with HAMi); bodies over the size limit are refused with 413 before decoding. No
+request can crash or block the server: every handler catches hami's own errors and answers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from hami.errors import HamiError
+from hami.protocol.extender import (
+    BindingResult,
+    FilterResult,
+    decode_binding_args,
+    decode_filter_args,
+    encode_binding_result,
+    encode_filter_result,
+)
+from hami.server.extender import Extender
+from hami.server.metrics import Metrics
+
+__all__ = ["EXTENDER_BODY_LIMIT", "BodyTooLarge", "build_app", "build_metrics_app", "read_body"]
+
+log = logging.getLogger("hami.server")
+
+EXTENDER_BODY_LIMIT = 1 << 20  # 1 MiB, as HAMi's extender routes
+_JSON = "application/json"
+
+
+class BodyTooLarge(HamiError):
+    """A request body over the route's limit."""
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refusing (``BodyTooLarge``) as soon as it passes ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(f"request body of {declared} bytes exceeds the limit of {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"request body exceeds the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(err: BodyTooLarge) -> Response:
+    return JSONResponse({"Error": str(err)}, status_code=413)
+
+
+def build_app(
+    extender: Extender,
+    extra_routes: list[Route] | None = None,
+) -> Starlette:
+    """The main listener's application (extender, health; the webhook adds its route via ``extra_routes``)."""
+
+    async def filter_route(request: Request) -> Response:
+        try:
+            body = await read_body(request, EXTENDER_BODY_LIMIT)
+        except BodyTooLarge as err:
+            return _too_large(err)
+        if not body:
+            return PlainTextResponse("Please send a request body", status_code=400)
+        try:
+            args = decode_filter_args(body)
+            result = await extender.filter(args)
+        except HamiError as err:
+            result = FilterResult(error=str(err))
+        except Exception as err:  # a bug: answer, log, keep serving
+            log.exception("filter failed")
+            result = FilterResult(error=f"internal error: {type(err).__name__}: {err}")
+        return Response(encode_filter_result(result), media_type=_JSON)
+
+    async def bind_route(request: Request) -> Response:
+        try:
+            body = await read_body(request, EXTENDER_BODY_LIMIT)
+        except BodyTooLarge as err:
+            return _too_large(err)
+        if not body:
+            return PlainTextResponse("Please send a request body", status_code=400)
+        try:
+            result = await extender.bind(decode_binding_args(body))
+        except HamiError as err:
+            result = BindingResult(error=str(err))
+        except Exception as err:
+            log.exception("bind failed")
+            result = BindingResult(error=f"internal error: {type(err).__name__}: {err}")
+        return Response(encode_binding_result(result), media_type=_JSON)
+
+    async def healthz(_: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    async def readyz(_: Request) -> Response:
+        problem = extender.readiness.problem()
+        if problem is None:
+            return PlainTextResponse("ok")
+        return PlainTextResponse(problem, status_code=503)
+
+    routes = [
+        Route("/filter", filter_route, methods=["POST"]),
+        Route("/bind", bind_route, methods=["POST"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        *(extra_routes or []),
+    ]
+    return Starlette(routes=routes)
+
+
+def build_metrics_app(metrics: Metrics) -> Starlette:
+    async def metrics_route(_: Request) -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return Starlette(routes=[Route("/metrics", metrics_route, methods=["GET"])])
+
+
+Handler = Callable[[Request], Awaitable[Response]]

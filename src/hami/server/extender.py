@@ -1,0 +1,314 @@
+"""The scheduler extender: ``/filter`` and ``/bind`` as named stages around the pure core.
+
+``filter`` = prefilter → (evict the pod's stale reservation) → decide → reserve → commit (annotation patch)
+→ answer; a failed commit runs ``unreserve``. ``bind`` = node lock → bind phase → Binding; any failure releases
+the lock and the reservation. Watch handlers keep ``ClusterState`` current, one event at a time.
+
+Concurrency: ``decide`` and ``reserve`` run back to back without an ``await`` between them, so two concurrent
+``/filter`` calls can never be handed the same capacity: the second one sees the first one's reservation.
+A reservation whose annotations have not yet come back through the pod watch is *pending*; a watch event that
+does not carry them yet (an older version of the pod) does not drop it.
+
+Deliberate differences from HAMi (webhook-bind-plugin-vendors.md §11): answers list every other candidate in
+``FailedNodes`` (with its reasons, also when some node fits) and nodes that could not run the pod even empty in
+``FailedAndUnresolvableNodes``; a pod whose only GPU user is an init container still takes the node lock; a
+follower answers at once instead of blocking; a failed bind releases the reservation and the annotations.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from hami.devices.base import Vendor
+from hami.errors import ApiError, HamiError, InvalidInput, NotFound
+from hami.protocol import keys
+from hami.protocol.events import binding_succeed_text, filtering_failed_texts, no_available_node_text
+from hami.protocol.extender import BindingArgs, BindingResult, FilterArgs, FilterResult
+from hami.protocol.objects import Node, Pod, ResourceQuota
+from hami.protocol.reasons import Reason
+from hami.scheduling.cycle import Decision, decide, reserve, unreserve
+from hami.scheduling.records import holds_devices, is_terminal, record_from_pod
+from hami.scheduling.request import PodRequest, SchedulingDefaults, prefilter
+from hami.scheduling.state import ClusterState, PodRecord
+from hami.server.metrics import Metrics
+
+__all__ = ["Extender", "ExtenderCluster", "Readiness"]
+
+log = logging.getLogger("hami.extender")
+
+WARNING = "Warning"
+NORMAL = "Normal"
+
+
+class ExtenderCluster(Protocol):
+    """The Kubernetes calls the extender makes (implemented by ``hami.k8s``)."""
+
+    async def patch_pod_metadata(
+        self,
+        namespace: str,
+        name: str,
+        annotations: Mapping[str, str | None],
+        labels: Mapping[str, str | None] | None = None,
+    ) -> None: ...
+
+    async def get_pod(self, namespace: str, name: str) -> Pod: ...
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
+
+    async def lock_node(self, node: str, namespace: str, name: str) -> None:
+        """Take the node lock for a pod (re-entrant for the same pod); raises ``ApiError`` on contention."""
+
+    async def unlock_node(self, node: str, namespace: str, name: str) -> None:
+        """Release the node lock if (and only if) this pod holds it."""
+
+    def event(self, pod: Pod, type: str, reason: str, message: str) -> None:
+        """Record an event on the pod (fire and forget; never raises)."""
+
+
+@dataclass(slots=True)
+class Readiness:
+    """What ``/readyz`` and ``/filter`` check: caches synced, and leadership when HA is on."""
+
+    synced: Callable[[], bool] = lambda: True
+    leader: Callable[[], bool] = lambda: True
+
+    def problem(self) -> str | None:
+        if not self.leader():
+            return "this hami replica is not the leader; kube-scheduler must call the leader (check the Service)"
+        if not self.synced():
+            return "hami is starting: its node and pod caches are not synced yet"
+        return None
+
+
+@dataclass(slots=True)
+class Extender:
+    """State plus the stages; one instance per process."""
+
+    state: ClusterState
+    vendors: Mapping[str, Vendor]
+    defaults: SchedulingDefaults
+    cluster: ExtenderCluster
+    metrics: Metrics
+    readiness: Readiness = field(default_factory=Readiness)
+    clock: Callable[[], float] = time.time
+    pending: set[str] = field(default_factory=set)
+
+    # --- /filter -------------------------------------------------------------------------------------
+    async def filter(self, args: FilterArgs) -> FilterResult:
+        started = time.perf_counter()
+        try:
+            return await self._filter(args)
+        finally:
+            self.metrics.latency.labels("filter").observe(time.perf_counter() - started)
+
+    async def _filter(self, args: FilterArgs) -> FilterResult:
+        pod = args.pod
+        candidates = args.candidate_names()
+        try:
+            req = prefilter(pod, self.vendors, self.defaults)
+        except InvalidInput as err:
+            self.metrics.decisions.labels("invalid").inc()
+            self.cluster.event(pod, WARNING, "FilteringFailed", str(err))
+            return FilterResult(error=str(err))
+        if not req.wants_devices:
+            self.metrics.decisions.labels("passthrough").inc()
+            return FilterResult(
+                node_names=candidates, nodes=args.nodes_raw(candidates) if args.nodes is not None else None
+            )
+        problem = self.readiness.problem()
+        if problem is not None:
+            self.metrics.decisions.labels("not-ready").inc()
+            return FilterResult(error=problem)
+        # A pod filtered again (bind failed, or kube-scheduler retried) must not count its old reservation.
+        self._forget(req.uid)
+        t0 = time.perf_counter()
+        decision = decide(self.state, req, candidates, int(self.clock()))
+        self.metrics.stage_latency.labels("decide").observe(time.perf_counter() - t0)
+        if decision.node is None:
+            self.metrics.decisions.labels("unschedulable").inc()
+            self._failed_events(pod, decision, len(candidates))
+            return self._failure_result(decision)
+        reserve(self.state, req, decision)
+        self.pending.add(req.uid)
+        t1 = time.perf_counter()
+        try:
+            await self.cluster.patch_pod_metadata(
+                pod.metadata.namespace, pod.metadata.name, dict(decision.annotations), {keys.VGPU_NODE: decision.node}
+            )
+        except ApiError as err:
+            self._forget(req.uid)
+            self.metrics.api_errors.labels("patch_pod").inc()
+            self.metrics.decisions.labels("commit-failed").inc()
+            message = f"writing the allocation annotations failed: {err}"
+            self.cluster.event(pod, WARNING, "FilteringFailed", message)
+            return FilterResult(error=message)
+        finally:
+            self.metrics.stage_latency.labels("commit").observe(time.perf_counter() - t1)
+        self.metrics.decisions.labels("scheduled").inc()
+        self.cluster.event(pod, NORMAL, "FilteringSucceed", decision.message)
+        if decision.rejected:
+            self.cluster.event(pod, NORMAL, "FilteredNodes", _rejection_text(decision))
+        return self._success_result(decision, candidates, args)
+
+    def _forget(self, uid: str) -> None:
+        self.pending.discard(uid)
+        unreserve(self.state, uid)
+
+    def _failure_result(self, decision: Decision) -> FilterResult:
+        failed = {n: r.summary for n, r in decision.rejected.items() if not r.unresolvable}
+        never = {n: r.summary for n, r in decision.rejected.items() if r.unresolvable}
+        return FilterResult(failed_nodes=failed or None, failed_and_unresolvable_nodes=never or None)
+
+    def _success_result(self, decision: Decision, candidates: Sequence[str], args: FilterArgs) -> FilterResult:
+        chosen = decision.node
+        assert chosen is not None
+        failed = {n: r.summary for n, r in decision.rejected.items() if not r.unresolvable}
+        for name, score in decision.scores.items():
+            if name != chosen:
+                failed[name] = (
+                    f"fits, but hami chose {chosen} (node score {score:.2f} vs {decision.scores[chosen]:.2f})"
+                )
+        never = {n: r.summary for n, r in decision.rejected.items() if r.unresolvable}
+        return FilterResult(
+            node_names=[chosen],
+            nodes=args.nodes_raw([chosen]) if args.nodes is not None else None,
+            failed_nodes=failed or None,
+            failed_and_unresolvable_nodes=never or None,
+        )
+
+    def _failed_events(self, pod: Pod, decision: Decision, total: int) -> None:
+        by_reason: dict[Reason, list[str]] = {}
+        for node, rejection in decision.rejected.items():
+            # Beyond HAMi: bare reasons (NodeInsufficientDevice, unregistered nodes) get their event too.
+            for reason in rejection.counts or (Reason.NODE_UNREGISTERED,):
+                by_reason.setdefault(reason, []).append(node)
+        for text in filtering_failed_texts(by_reason):
+            self.cluster.event(pod, WARNING, "FilteringFailed", text)
+        self.cluster.event(pod, WARNING, "FilteringFailed", no_available_node_text(total))
+        if decision.rejected:
+            self.cluster.event(pod, WARNING, "FilteringFailed", _rejection_text(decision))
+
+    # --- /bind ---------------------------------------------------------------------------------------
+    async def bind(self, args: BindingArgs) -> BindingResult:
+        started = time.perf_counter()
+        try:
+            return await self._bind(args)
+        finally:
+            self.metrics.latency.labels("bind").observe(time.perf_counter() - started)
+
+    async def _bind(self, args: BindingArgs) -> BindingResult:
+        ns, name, node = args.podnamespace, args.podname, args.node
+        try:
+            pod = await self.cluster.get_pod(ns, name)
+        except NotFound as err:
+            if args.poduid:
+                self._forget(args.poduid)
+            self.metrics.binds.labels("pod-missing").inc()
+            return BindingResult(error=str(err))
+        except ApiError as err:
+            self.metrics.api_errors.labels("get_pod").inc()
+            self.metrics.binds.labels("error").inc()
+            return BindingResult(error=str(err))
+        uid = args.poduid or pod.metadata.uid
+        try:
+            req = prefilter(pod, self.vendors, self.defaults)
+        except InvalidInput as err:
+            self.metrics.binds.labels("invalid").inc()
+            self.cluster.event(pod, WARNING, "BindingFailed", str(err))
+            return BindingResult(error=str(err))
+        locked = False
+        try:
+            if req.wants_devices:
+                await self.cluster.lock_node(node, ns, name)
+                locked = True
+                now = str(int(self.clock()))
+                await self.cluster.patch_pod_metadata(ns, name, {keys.BIND_PHASE: "allocating", keys.BIND_TIME: now})
+            await self.cluster.bind(ns, name, uid, node)
+        except HamiError as err:
+            message = f"binding {ns}/{name} to {node} failed: {err}"
+            if locked:
+                try:
+                    await self.cluster.unlock_node(node, ns, name)
+                except ApiError as unlock_err:
+                    self.metrics.api_errors.labels("unlock_node").inc()
+                    log.warning("releasing the lock on %s after a failed bind failed: %s", node, unlock_err)
+            await self._release_allocation(pod, uid)
+            self.metrics.binds.labels("failed").inc()
+            self.cluster.event(pod, WARNING, "BindingFailed", message)
+            return BindingResult(error=message)
+        self.metrics.binds.labels("bound").inc()
+        self.cluster.event(pod, NORMAL, "BindingSucceed", binding_succeed_text(node, ns, name))
+        return BindingResult()
+
+    async def _release_allocation(self, pod: Pod, uid: str) -> None:
+        """After a failed bind: drop the reservation and the annotations that would re-create it."""
+        self._forget(uid)
+        removals: dict[str, str | None] = {keys.VGPU_NODE: None, keys.VGPU_TIME: None, keys.BIND_PHASE: None}
+        for vendor in self.vendors.values():
+            removals[vendor.keys.allocated] = None
+            if vendor.keys.to_allocate:
+                removals[vendor.keys.to_allocate] = None
+        removals[keys.NVIDIA_MIG_ALLOCATIONS] = None
+        try:
+            await self.cluster.patch_pod_metadata(
+                pod.metadata.namespace, pod.metadata.name, removals, {keys.VGPU_NODE: None}
+            )
+        except ApiError as err:
+            self.metrics.api_errors.labels("patch_pod").inc()
+            log.warning("clearing the allocation of %s after a failed bind failed: %s", pod.key, err)
+
+    # --- watch handlers ------------------------------------------------------------------------------
+    def on_pod(self, pod: Pod, deleted: bool = False) -> None:
+        """Apply one pod event to the ledger (O(pod))."""
+        uid = pod.metadata.uid
+        if deleted or is_terminal(pod):
+            self.pending.discard(uid)
+            unreserve(self.state, uid)
+            return
+        if not holds_devices(pod):
+            if uid not in self.pending:
+                unreserve(self.state, uid)
+            return
+        record = record_from_pod(pod, self.vendors)
+        if record is None:
+            return
+        if record.problem:
+            log.warning("pod %s: allocation annotations not fully decodable: %s", record.key, record.problem)
+        current = self.state.pods.get(uid)
+        if current is not None and _same(current, record):
+            self.pending.discard(uid)
+            return
+        if current is not None and uid in self.pending and current.node != record.node:
+            return  # an older version of the pod; our newer reservation stays
+        self.pending.discard(uid)
+        unreserve(self.state, uid)
+        self.state.apply(record, add=True)
+
+    def on_node(self, node: Node, deleted: bool = False) -> None:
+        if deleted:
+            self.state.remove_node(node.metadata.name)
+            return
+        self.state.upsert_node(node)
+
+    def on_quota(self, quota: ResourceQuota, deleted: bool = False) -> None:
+        if deleted:
+            self.state.remove_quota(quota.metadata.namespace, quota.metadata.name)
+            return
+        for problem in self.state.upsert_quota(quota):
+            log.warning("%s", problem)
+
+    def request_of(self, pod: Pod) -> PodRequest:
+        return prefilter(pod, self.vendors, self.defaults)
+
+
+def _same(a: PodRecord, b: PodRecord) -> bool:
+    return a.node == b.node and a.charges == b.charges and a.mig == b.mig
+
+
+def _rejection_text(decision: Decision) -> str:
+    parts = [f"{node}: {r.summary}" for node, r in sorted(decision.rejected.items())]
+    return "nodes not chosen: " + "; ".join(parts)

@@ -1,0 +1,174 @@
+"""Prometheus metrics: HAMi's names and labels (webhook-bind-plugin-vendors.md §5) plus hami's own.
+
+Cluster gauges are computed at scrape time from the live ``ClusterState`` (no copy, no background loop), so
+HAMi's Grafana dashboards work unchanged: same metric names, same labels, the constant label ``zone="vGPU"``,
+memory in bytes (MiB × 1048576). Pod-level gauges use hami's per-device effective charges, so like HAMi's they
+carry ``container_index="0"``.
+
+hami adds latency histograms per stage and endpoint, decisions by result, Kubernetes API errors, ledger
+drift (differences found by the periodic self-check) and quarantined nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from hami import __version__
+from hami.scheduling.state import ClusterState
+
+__all__ = ["Metrics"]
+
+_MIB = 1048576
+_ZONE = "vGPU"
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class _StateCollector(Collector):
+    def __init__(self, state: Callable[[], ClusterState]) -> None:
+        self._state = state
+
+    def collect(self) -> Iterator[Metric]:
+        state = self._state()
+        dev_labels = ["node", "device_uuid", "device_index", "device_type", "zone"]
+        mem_limit = GaugeMetricFamily("hami_gpu_memory_limit_bytes", "Device memory limit", labels=dev_labels)
+        core_limit = GaugeMetricFamily(
+            "hami_gpu_core_limit_ratio", "Device core limit (percent units)", labels=dev_labels
+        )
+        mem_alloc = GaugeMetricFamily(
+            "hami_gpu_memory_allocated_bytes",
+            "Device memory allocated",
+            labels=["node", "device_uuid", "device_index", "device_cores", "device_type", "zone"],
+        )
+        shared = GaugeMetricFamily("hami_gpu_shared_count", "Number of tasks sharing the device", labels=dev_labels)
+        core_alloc = GaugeMetricFamily("hami_gpu_core_allocated_ratio", "Device cores allocated", labels=dev_labels)
+        overview = GaugeMetricFamily(
+            "hami_node_gpu_overview",
+            "GPU overview on a node (allocated memory)",
+            labels=[
+                "node",
+                "device_uuid",
+                "device_index",
+                "device_cores",
+                "device_memory_limit",
+                "device_type",
+                "zone",
+            ],
+        )
+        mem_ratio = GaugeMetricFamily(
+            "hami_node_gpu_memory_allocated_ratio", "Allocated / total device memory", labels=dev_labels
+        )
+        for node in state.nodes.values():
+            for table in node.tables.values():
+                for i, info in enumerate(table.infos):
+                    base = [node.name, info.id, str(info.index), info.type]
+                    mem_limit.add_metric([*base, _ZONE], info.devmem * _MIB)
+                    core_limit.add_metric([*base, _ZONE], info.devcore)
+                    mem_alloc.add_metric(
+                        [node.name, info.id, str(info.index), str(info.devcore), info.type, _ZONE],
+                        table.usedmem[i] * _MIB,
+                    )
+                    shared.add_metric([*base, _ZONE], table.used[i])
+                    core_alloc.add_metric([*base, _ZONE], table.usedcores[i])
+                    overview.add_metric(
+                        [
+                            node.name,
+                            info.id,
+                            str(info.index),
+                            str(info.devcore),
+                            str(info.devmem * _MIB),
+                            info.type,
+                            _ZONE,
+                        ],
+                        table.usedmem[i] * _MIB,
+                    )
+                    if info.devmem > 0:
+                        mem_ratio.add_metric([*base, _ZONE], table.usedmem[i] / info.devmem)
+        yield from (mem_limit, core_limit, mem_alloc, shared, core_alloc, overview, mem_ratio)
+
+        pod_labels = ["namespace", "node", "pod", "container_index", "device_uuid", "zone"]
+        vmem = GaugeMetricFamily(
+            "hami_vgpu_memory_allocated_bytes", "Memory allocated to a pod on a device", labels=pod_labels
+        )
+        vcore = GaugeMetricFamily(
+            "hami_vgpu_core_allocated_ratio", "Cores allocated to a pod on a device", labels=pod_labels
+        )
+        for record in state.pods.values():
+            for ch in record.charges:
+                if not ch.uuid:
+                    continue
+                labels = [record.namespace, record.node, record.name, "0", ch.uuid, _ZONE]
+                vmem.add_metric(labels, ch.mem * _MIB)
+                vcore.add_metric(labels, ch.cores)
+        yield from (vmem, vcore)
+
+        used = GaugeMetricFamily(
+            "hami_resource_quota_used", "Quota used", labels=["namespace", "quota_name", "limit", "zone"]
+        )
+        limit = GaugeMetricFamily(
+            "hami_resource_quota_limit", "Quota limit", labels=["namespace", "quota_name", "zone"]
+        )
+        for ns in sorted(state.quotas.used):
+            for resource, amount in sorted(state.quotas.used.get(ns, {}).items()):
+                lim = state.quotas.limit(ns, resource)
+                used.add_metric([ns, resource, "" if lim is None else str(lim), _ZONE], amount)
+                if lim is not None:
+                    limit.add_metric([ns, resource, _ZONE], lim)
+        yield from (used, limit)
+
+        quarantined = GaugeMetricFamily(
+            "hami_quarantined_nodes", "Nodes whose device registration could not be decoded", labels=["vendor"]
+        )
+        counts: dict[str, int] = {}
+        for node in state.nodes.values():
+            for vendor in node.problems:
+                counts[vendor] = counts.get(vendor, 0) + 1
+        for vendor, n in sorted(counts.items()):
+            quarantined.add_metric([vendor], n)
+        yield quarantined
+        undecodable = GaugeMetricFamily(
+            "hami_pods_undecodable", "Pods whose allocation annotations could not be decoded (charged as far as known)"
+        )
+        undecodable.add_metric([], sum(1 for r in state.pods.values() if r.problem))
+        yield undecodable
+
+
+class Metrics:
+    """All of hami's metrics on one registry (served on ``--metrics-bind-address``)."""
+
+    def __init__(self, state: Callable[[], ClusterState]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        Gauge(
+            "hami_build_info",
+            "hami build information",
+            ["version", "revision", "build_date", "go_version", "compiler", "platform"],
+            registry=self.registry,
+        ).labels(__version__, "", "", "", "cpython", "linux").set(1)
+        self.registry.register(_StateCollector(state))
+        self.latency = Histogram(
+            "hami_request_duration_seconds",
+            "Extender/webhook request latency by endpoint",
+            ["endpoint"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.stage_latency = Histogram(
+            "hami_stage_duration_seconds",
+            "Time spent in each scheduling stage",
+            ["stage"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.decisions = Counter(
+            "hami_filter_decisions", "Filter decisions by result", ["result"], registry=self.registry
+        )
+        self.binds = Counter("hami_bind_results", "Bind results", ["result"], registry=self.registry)
+        self.api_errors = Counter(
+            "hami_kube_api_errors", "Kubernetes API calls that failed", ["operation"], registry=self.registry
+        )
+        self.ledger_drift = Gauge(
+            "hami_ledger_drift", "Differences between the usage ledger and a full recount", registry=self.registry
+        )

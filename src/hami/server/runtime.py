@@ -1,0 +1,305 @@
+"""``hami scheduler``: assemble the watches, the state, the extender and the HTTP servers, and run them.
+
+One asyncio loop runs everything: one reflector task per resource kind (nodes, pods, resource quotas and, with
+leader election, the Lease), the main HTTP server (extender, webhook, health), the metrics server, and two
+housekeeping loops (the ledger self-check and the release of node locks whose holder is gone). SIGTERM and
+SIGINT stop accepting connections, let in-flight requests finish (uvicorn's graceful shutdown), then cancel the
+tasks. Every task is started through one ``Supervisor`` that logs failures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.routing import Route
+
+from hami.config import DeviceConfig, SchedulerSettings
+from hami.devices import vendors_from_config
+from hami.errors import ApiError
+from hami.k8s.client import ClientSettings, KubeClient
+from hami.k8s.cluster import KubeCluster
+from hami.k8s.config import KubeConfig
+from hami.k8s.events import EventRecorder
+from hami.k8s.extender_io import ExtenderIO
+from hami.k8s.nodelock import NodeLocker
+from hami.k8s.records import Lease
+from hami.k8s.resources import LEASES, NODES, PODS, RESOURCE_QUOTAS
+from hami.k8s.tasks import Supervisor
+from hami.k8s.watch import Callbacks, Reflector
+from hami.protocol import keys
+from hami.protocol.handshake import decode_handshake, encode_requesting
+from hami.protocol.nodelock import decode_node_lock
+from hami.protocol.objects import Node, Pod, ResourceQuota
+from hami.scheduling.records import is_terminal
+from hami.scheduling.request import SchedulingDefaults
+from hami.scheduling.state import ClusterState
+from hami.server.app import build_app, build_metrics_app
+from hami.server.extender import Extender, Readiness
+from hami.server.metrics import Metrics
+
+__all__ = ["Runtime", "parse_bind", "run_scheduler"]
+
+log = logging.getLogger("hami.scheduler")
+
+SELF_CHECK_SECONDS = 60.0
+"""How often the ledger is compared with a full recount (drift is exported as ``hami_ledger_drift``)."""
+LOCK_SWEEP_SECONDS = 30.0
+"""How often nodes holding a lock are checked for a finished or deleted holder (HAMi never does this)."""
+
+
+def parse_bind(value: str, default_host: str = "0.0.0.0") -> tuple[str, int]:
+    """``host:port`` or ``:port`` → (host, port)."""
+    host, _, port = value.rpartition(":")
+    return (host.strip("[]") or default_host), int(port)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: the runtime stops both servers together."""
+
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+@dataclass
+class Runtime:
+    """Everything ``hami scheduler`` runs, built from settings; ``run()`` serves until stopped."""
+
+    settings: SchedulerSettings
+    device_config: DeviceConfig
+    kubeconfig: KubeConfig
+    identity: str = field(default_factory=socket.gethostname)
+    extra_routes: list[Route] = field(default_factory=list)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    state: ClusterState = field(init=False)
+    metrics: Metrics = field(init=False)
+    locks: dict[str, str] = field(default_factory=dict)  # node -> lock annotation value
+    lease_holder: str = ""
+    lease_expiry: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.vendors = vendors_from_config(self.device_config)
+        self.state = ClusterState(self.vendors)
+        self.metrics = Metrics(lambda: self.state)
+
+    # --- leadership -----------------------------------------------------------------------------------
+    def is_leader(self) -> bool:
+        """Without leader election, always. With it: the Lease's holder is this host (exact name before the
+        ``_`` kube-scheduler appends; HAMi compares a prefix, so ``sched-1`` would match ``sched-10``) and the
+        lease has not expired."""
+        if not self.settings.leader_elect:
+            return True
+        holder = self.lease_holder.split("_", 1)[0]
+        return holder == self.identity and time.time() < self.lease_expiry
+
+    def _on_lease(self, obj: Lease, deleted: bool) -> None:
+        if deleted:
+            self.lease_holder, self.lease_expiry = "", 0.0
+            return
+        spec = obj.spec
+        self.lease_holder = spec.holder_identity or ""
+        renew = _parse_time(spec.renew_time) if spec.renew_time else None
+        duration = spec.lease_duration_seconds or 15
+        self.lease_expiry = (renew.timestamp() if renew else time.time()) + duration
+
+    # --- handlers -------------------------------------------------------------------------------------
+    def _on_node(
+        self, extender: Extender, cluster: KubeCluster, supervisor: Supervisor
+    ) -> Callable[[Node, bool], None]:
+        def apply(obj: Node, deleted: bool) -> None:
+            name = obj.metadata.name
+            if deleted:
+                self.locks.pop(name, None)
+                extender.on_node(obj, deleted=True)
+                return
+            lock = obj.metadata.annotations.get(keys.NODE_LOCK)
+            if lock:
+                self.locks[name] = lock
+            else:
+                self.locks.pop(name, None)
+            extender.on_node(obj)
+            node = self.state.nodes.get(name)
+            for vendor, problem in node.problems.items() if node else ():
+                log.warning("node %s: %s registration refused: %s", name, vendor, problem)
+            self._handshake(obj, cluster, supervisor)
+
+        return apply
+
+    def _handshake(self, node: Node, cluster: KubeCluster, supervisor: Supervisor) -> None:
+        """Stamp ``Requesting_<now>`` for each vendor the node registers whose handshake is not requesting yet,
+        as HAMi's scheduler does — but only on nodes that have that vendor (HAMi stamps every node, §11)."""
+        annotations = node.metadata.annotations
+        stamps: dict[str, str | None] = {}
+        for vendor in self.vendors.values():
+            key = vendor.keys.handshake
+            if key is None or vendor.keys.register not in annotations:
+                continue
+            if not decode_handshake(annotations.get(key)).requested:
+                stamps[key] = encode_requesting(datetime.now().replace(microsecond=0))
+        if stamps:
+            name = node.metadata.name
+
+            async def write() -> None:
+                try:
+                    await cluster.patch_node_annotations(name, stamps)
+                except ApiError as err:
+                    self.metrics.api_errors.labels("patch_node").inc()
+                    log.warning("writing the handshake of node %s failed: %s", name, err)
+
+            supervisor.start(write(), name=f"handshake-{name}")
+
+    def _on_pod(self, extender: Extender, locker: NodeLocker, supervisor: Supervisor) -> Callable[[Pod, bool], None]:
+        def apply(obj: Pod, deleted: bool) -> None:
+            extender.on_pod(obj, deleted)
+            if (deleted or is_terminal(obj)) and obj.spec.node_name in self.locks:
+                self._release_if_holder(obj, locker, supervisor)
+
+        return apply
+
+    def _release_if_holder(self, pod: Pod, locker: NodeLocker, supervisor: Supervisor) -> None:
+        node = pod.spec.node_name
+        try:
+            lock = decode_node_lock(self.locks[node])
+        except Exception:  # a malformed lock is handled by the next acquire; nothing to release here
+            return
+        if lock.namespace == pod.metadata.namespace and lock.name == pod.metadata.name:
+
+            async def release() -> None:
+                try:
+                    await locker.release(node, pod.metadata.namespace, pod.metadata.name)
+                except ApiError as err:
+                    log.warning("releasing the lock on %s held by finished pod %s failed: %s", node, pod.key, err)
+
+            supervisor.start(release(), name=f"unlock-{node}")
+
+    # --- loops ----------------------------------------------------------------------------------------
+    async def _self_check(self) -> None:
+        while True:
+            await asyncio.sleep(SELF_CHECK_SECONDS)
+            diffs = self.state.verify()
+            self.metrics.ledger_drift.set(len(diffs))
+            for line in diffs[:20]:
+                log.error("ledger drift: %s", line)
+
+    async def _lock_sweep(self, locker: NodeLocker) -> None:
+        while True:
+            await asyncio.sleep(LOCK_SWEEP_SECONDS)
+            for node in list(self.locks):
+                try:
+                    await locker.release_if_stale(node)
+                except ApiError as err:
+                    log.warning("checking the lock on %s failed: %s", node, err)
+
+    # --- run ------------------------------------------------------------------------------------------
+    async def run(self) -> None:
+        s = self.settings
+        client_settings = ClientSettings(qps=s.kube_qps, burst=s.kube_burst)
+        async with KubeClient(self.kubeconfig, client_settings) as client, Supervisor(log) as supervisor:
+            cluster = KubeCluster(client, instance=self.identity)
+            locker = NodeLocker(cluster, timeout=timedelta(seconds=s.node_lock_timeout))
+            events = EventRecorder(cluster, s.scheduler_name)
+            synced: dict[str, bool] = {"nodes": False, "pods": False, "quotas": False}
+            readiness = Readiness(synced=lambda: all(synced.values()), leader=self.is_leader)
+            extender = Extender(
+                state=self.state,
+                vendors=self.vendors,
+                defaults=SchedulingDefaults(s.node_scheduler_policy, s.gpu_scheduler_policy),
+                cluster=ExtenderIO(cluster, locker, events),
+                metrics=self.metrics,
+                readiness=readiness,
+            )
+            self.extender = extender
+
+            def mark(kind: str) -> Callable[[], None]:
+                return lambda: synced.__setitem__(kind, True)
+
+            selector = ",".join(f"{k}={v}" for k, v in sorted(s.node_label_selector.items())) or None
+            nodes = Reflector(
+                client,
+                NODES,
+                Node,
+                Callbacks(self._on_node(extender, cluster, supervisor), mark("nodes")),
+                label_selector=selector,
+            )
+            pods = Reflector(client, PODS, Pod, Callbacks(self._on_pod(extender, locker, supervisor), mark("pods")))
+            quotas = Reflector(client, RESOURCE_QUOTAS, ResourceQuota, Callbacks(extender.on_quota, mark("quotas")))
+            supervisor.start(nodes.run(), name="watch-nodes")
+            supervisor.start(pods.run(), name="watch-pods")
+            supervisor.start(quotas.run(), name="watch-quotas")
+            if s.leader_elect:
+                synced["lease"] = False
+                lease = Reflector(
+                    client,
+                    LEASES,
+                    Lease,
+                    Callbacks(self._on_lease, mark("lease")),
+                    namespace=s.leader_elect_resource_namespace or None,
+                    field_selector=f"metadata.name={s.leader_elect_resource_name}",
+                )
+                supervisor.start(lease.run(), name="watch-lease")
+            supervisor.start(self._self_check(), name="self-check")
+            supervisor.start(self._lock_sweep(locker), name="lock-sweep")
+            main = self._server(build_app(extender, self.extra_routes), s.http_bind, tls=True)
+            metrics = self._server(build_metrics_app(self.metrics), s.metrics_bind_address, tls=False)
+            self._install_signals(main, metrics)
+            log.info(
+                "hami scheduler %s serving on %s (metrics %s)", s.scheduler_name, s.http_bind, s.metrics_bind_address
+            )
+            servers = [asyncio.create_task(main.serve()), asyncio.create_task(metrics.serve())]
+            stopper = asyncio.create_task(self.stop.wait())
+            await asyncio.wait([*servers, stopper], return_when=asyncio.FIRST_COMPLETED)
+            main.should_exit = metrics.should_exit = True
+            await asyncio.gather(*servers, return_exceptions=True)
+            stopper.cancel()
+            await events.aclose()
+
+    def _server(self, app: Starlette, bind: str, tls: bool) -> _Server:
+        host, port = parse_bind(bind)
+        kwargs: dict[str, object] = {}
+        if tls and self.settings.cert_file and self.settings.key_file:
+            kwargs = {"ssl_certfile": self.settings.cert_file, "ssl_keyfile": self.settings.key_file}
+        config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            lifespan="off",
+            access_log=False,
+            **kwargs,  # type: ignore[arg-type]
+        )
+        return _Server(config)
+
+    def _install_signals(self, *servers: _Server) -> None:
+        loop = asyncio.get_running_loop()
+
+        def shutdown() -> None:
+            log.info("stopping: finishing in-flight requests")
+            for server in servers:
+                server.should_exit = True
+            self.stop.set()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread (tests)
+                loop.add_signal_handler(sig, shutdown)
+
+
+def _parse_time(text: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+    except ValueError:
+        return None
+
+
+async def run_scheduler(settings: SchedulerSettings, device_config: DeviceConfig, kubeconfig: KubeConfig) -> None:
+    await Runtime(settings, device_config, kubeconfig).run()

@@ -1,0 +1,221 @@
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from hami.config import SchedulerSettings, load_settings, parse_go_duration
+from hami.errors import ConfigError
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings read HAMI_* variables: start every test without any."""
+    for name in list(os.environ):
+        if name.upper().startswith("HAMI_"):
+            monkeypatch.delenv(name)
+
+
+def test_defaults() -> None:
+    settings = load_settings()
+    assert settings == SchedulerSettings(
+        scheduler_name="hami-scheduler",
+        node_scheduler_policy="binpack",
+        gpu_scheduler_policy="spread",
+        http_bind="127.0.0.1:8080",
+        metrics_bind_address=":9395",
+        kube_qps=100.0,
+        kube_burst=200,
+        kube_timeout=0.0,
+        node_lock_timeout=300.0,
+        node_lock_retry_timeout=28.0,
+        force_overwrite_default_scheduler=True,
+        leader_elect=False,
+        device_config_file=None,
+        node_label_selector={},
+    )
+    assert settings.lease_name == "hami-scheduler"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "attribute", "value"),
+    [
+        pytest.param({"node_lock_timeout": "5m"}, "node_lock_timeout", 300.0, id="go-duration-minutes"),
+        pytest.param({"node_lock_timeout": "1m30s"}, "node_lock_timeout", 90.0, id="go-duration-compound"),
+        pytest.param({"node_lock_timeout": 45}, "node_lock_timeout", 45.0, id="seconds-as-number"),
+        pytest.param({"node_lock_timeout": "2.5"}, "node_lock_timeout", 2.5, id="seconds-as-text"),
+        pytest.param({"node_lock_retry_timeout": "0"}, "node_lock_retry_timeout", 0.0, id="retry-zero-fails-fast"),
+        pytest.param({"kube_timeout": "300ms"}, "kube_timeout", 0.3, id="milliseconds"),
+        pytest.param({"gpu_scheduler_policy": "binpack"}, "gpu_scheduler_policy", "binpack", id="binpack"),
+        pytest.param({"gpu_scheduler_policy": "topology-aware"}, "gpu_scheduler_policy", "topology-aware", id="topo"),
+        pytest.param({"gpu_scheduler_policy": "mutex"}, "gpu_scheduler_policy", "mutex", id="mutex"),
+        pytest.param({"gpu_scheduler_policy": "numa"}, "gpu_scheduler_policy", "numa", id="numa"),
+        pytest.param(
+            {"gpu_scheduler_policy": " numa , binpack"}, "gpu_scheduler_policy", "numa,binpack", id="chain-trimmed"
+        ),
+        pytest.param({"node_scheduler_policy": "spread"}, "node_scheduler_policy", "spread", id="node-spread"),
+        pytest.param(
+            {"node_label_selector": "gpu=on, zone = a"},
+            "node_label_selector",
+            {"gpu": "on", "zone": "a"},
+            id="selector-text",
+        ),
+        pytest.param({"node_label_selector": {"gpu": "on"}}, "node_label_selector", {"gpu": "on"}, id="selector-map"),
+        pytest.param({"http_bind": "0.0.0.0:443"}, "http_bind", "0.0.0.0:443", id="bind-all"),
+        pytest.param({"http_bind": "[::]:80"}, "http_bind", "[::]:80", id="bind-ipv6"),
+        pytest.param({"metrics_bind_address": ":9000"}, "metrics_bind_address", ":9000", id="bind-any-host"),
+        pytest.param({"leader_elect_resource_name": "lease"}, "lease_name", "lease", id="explicit-lease"),
+    ],
+)
+def test_overrides(overrides: dict[str, object], attribute: str, value: object) -> None:
+    assert getattr(load_settings(overrides), attribute) == value
+
+
+def test_environment_variables_use_the_hami_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HAMI_SCHEDULER_NAME", "my-scheduler")
+    monkeypatch.setenv("HAMI_LEADER_ELECT", "true")
+    monkeypatch.setenv("HAMI_KUBE_QPS", "50")
+    monkeypatch.setenv("HAMI_NODE_LABEL_SELECTOR", "gpu=on")
+    monkeypatch.setenv("HAMI_NODE_LOCK_TIMEOUT", "2m")
+    settings = load_settings()
+    assert (settings.scheduler_name, settings.leader_elect, settings.kube_qps) == ("my-scheduler", True, 50.0)
+    assert settings.node_label_selector == {"gpu": "on"}
+    assert settings.node_lock_timeout == 120.0
+
+
+def test_arguments_beat_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HAMI_SCHEDULER_NAME", "from-env")
+    assert load_settings({"scheduler_name": "from-flag"}).scheduler_name == "from-flag"
+
+
+def test_hami_nodelock_expire_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
+    # HAMi reads HAMI_NODELOCK_EXPIRE and then overwrites it with the flag default (spec §11 item 4).
+    monkeypatch.setenv("HAMI_NODELOCK_EXPIRE", "10m")
+    assert load_settings().node_lock_timeout == 600.0
+    monkeypatch.setenv("HAMI_NODE_LOCK_TIMEOUT", "1m")
+    assert load_settings().node_lock_timeout == 60.0
+    assert load_settings({"node_lock_timeout": "30s"}).node_lock_timeout == 30.0
+
+
+def test_unprefixed_variables_are_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NODE_LOCK_TIMEOUT", "1s")
+    monkeypatch.setenv("SCHEDULER_NAME", "other")
+    settings = load_settings()
+    assert (settings.node_lock_timeout, settings.scheduler_name) == (300.0, "hami-scheduler")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        pytest.param(
+            {"node_scheduler_policy": "pack"},
+            "node_scheduler_policy: must be one of 'binpack' or 'spread' (got 'pack')",
+            id="unknown-node-policy",
+        ),
+        pytest.param(
+            {"gpu_scheduler_policy": "numa,tight"},
+            "gpu_scheduler_policy: unknown policy 'tight'; use binpack, mutex, numa, spread, topology-aware "
+            "(got 'numa,tight')",
+            id="unknown-gpu-policy-token",
+        ),
+        pytest.param(
+            {"gpu_scheduler_policy": "spread,"},
+            "gpu_scheduler_policy: unknown policy ''; use binpack, mutex, numa, spread, topology-aware (got 'spread,')",
+            id="empty-chain-token",
+        ),
+        pytest.param(
+            {"node_lock_timeout": "5 minutes"},
+            "node_lock_timeout: has an invalid part '5 minutes': expected a number and a unit (ns, us, ms, s, m, h) "
+            "(got '5 minutes')",
+            id="not-a-duration",
+        ),
+        pytest.param({"node_lock_timeout": 0}, "node_lock_timeout: must be > 0 (got 0)", id="zero-lock-timeout"),
+        pytest.param(
+            {"node_lock_retry_timeout": "-1s"},
+            "node_lock_retry_timeout: must be >= 0 (got -1.0)",
+            id="negative-retry",
+        ),
+        pytest.param({"kube_qps": 0}, "kube_qps: must be > 0 (got 0)", id="zero-qps"),
+        pytest.param({"kube_burst": 0}, "kube_burst: must be >= 1 (got 0)", id="zero-burst"),
+        pytest.param({"scheduler_name": ""}, "scheduler_name: must not be empty (got '')", id="no-name"),
+        pytest.param(
+            {"http_bind": "8080"},
+            "http_bind: must be host:port (for example 0.0.0.0:443, :9395 or [::]:80) (got '8080')",
+            id="bind-without-colon",
+        ),
+        pytest.param(
+            {"metrics_bind_address": ":70000"},
+            "metrics_bind_address: must be host:port (for example 0.0.0.0:443, :9395 or [::]:80) (got ':70000')",
+            id="port-out-of-range",
+        ),
+        pytest.param(
+            {"node_label_selector": "gpu"},
+            "node_label_selector: expected key=value pairs separated by commas, not 'gpu' (got 'gpu')",
+            id="selector-without-value",
+        ),
+        pytest.param(
+            {"cert_file": "/tls/cert.pem"},
+            "key_file: cert_file and key_file must be given together (got '')",
+            id="cert-without-key",
+        ),
+        pytest.param({"leader_elect": "maybe"}, "leader_elect: must be true or false (got 'maybe')", id="bad-bool"),
+        pytest.param({"node_lock_timout": "5m"}, "node_lock_timout: unknown setting (got '5m')", id="misspelt-setting"),
+    ],
+)
+def test_invalid_settings_name_the_setting_and_value(overrides: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(overrides)
+    assert str(caught.value) == message
+
+
+def test_invalid_environment_variable_names_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HAMI_NODELOCK_EXPIRE", "-5m")
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert str(caught.value) == "node_lock_timeout: must be > 0 (got -300.0)"
+
+
+# --- Go durations ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("0", 0.0),
+        ("300ms", 0.3),
+        ("1.5s", 1.5),
+        ("5m", 300.0),
+        ("1m30s", 90.0),
+        ("1h", 3600.0),
+        ("2h45m", 9900.0),
+        ("1h0m0.5s", 3600.5),
+        ("100us", 0.0001),
+        ("100µs", 0.0001),
+        ("100μs", 0.0001),
+        ("5ns", 5e-9),
+        (".5m", 30.0),
+        ("-1.5h", -5400.0),
+        ("+5s", 5.0),
+    ],
+)
+def test_parse_go_duration(text: str, seconds: float) -> None:
+    assert parse_go_duration(text, "flag") == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        pytest.param("", "is not a duration: expected a number and a unit, such as 300ms, 5m or 1h30m", id="empty"),
+        pytest.param("-", "is not a duration: expected a number and a unit, such as 300ms, 5m or 1h30m", id="sign"),
+        pytest.param("5", "is missing a unit (ns, us, ms, s, m or h)", id="no-unit"),
+        pytest.param("1m30", "is missing a unit (ns, us, ms, s, m or h)", id="trailing-number"),
+        pytest.param("5d", "has an invalid part '5d': expected a number and a unit (ns, us, ms, s, m, h)", id="days"),
+        pytest.param("m", "has an invalid part 'm': expected a number and a unit (ns, us, ms, s, m, h)", id="unit"),
+        pytest.param(".s", "has an invalid part '.s': expected a number and a unit (ns, us, ms, s, m, h)", id="dot"),
+        pytest.param("3000000h", "is out of range (more than about 292 years)", id="overflow"),
+    ],
+)
+def test_parse_go_duration_rejects(text: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_go_duration(text, "--node-lock-timeout")
+    assert str(caught.value) == f"--node-lock-timeout: {reason} (got {text!r})"

@@ -1,0 +1,219 @@
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from hami.errors import ApiError, Conflict, Gone, InvalidInput, NotFound
+from hami.k8s.client import ClientSettings, KubeClient, PatchType, api_error
+from hami.k8s.config import KubeConfig
+from hami.k8s.records import EventType
+from hami.k8s.resources import LEASES, NODES, PODS
+from hami.protocol.objects import Node, Pod
+from tests.unit.k8s.conftest import FakeClock, FakeSleep
+from tests.unit.k8s.fakeapi import FakeApi, Reply, Stream, event_line, obj, status_body
+
+PODS_ALL = "/api/v1/pods"
+
+
+async def test_get_decodes_into_the_view_and_sends_the_token(api: FakeApi, client: KubeClient) -> None:
+    body = obj("p", "7", spec={"nodeName": "n1", "containers": [{"name": "c", "image": "x"}]}, extra={"big": 1})
+    api.script("GET", "/api/v1/namespaces/default/pods/p", Reply(body=body))
+    pod = await client.get(PODS, "p", namespace="default", type=Pod)
+    assert pod.metadata.resource_version == "7"
+    assert pod.spec.node_name == "n1"
+    (request,) = api.calls("GET")
+    assert request.headers["authorization"] == "Bearer t0ken"
+    assert request.headers["accept"] == "application/json"
+    assert request.headers["user-agent"].startswith("hami/")
+
+
+@pytest.mark.parametrize(
+    ("status", "cls"),
+    [(404, NotFound), (409, Conflict), (410, Gone), (403, ApiError), (500, ApiError), (422, ApiError)],
+    ids=["404-not-found", "409-conflict", "410-gone", "403-plain", "500-plain", "422-plain"],
+)
+async def test_failed_requests_map_to_the_error_tree_with_the_status_message(
+    api: FakeApi, client: KubeClient, status: int, cls: type[ApiError]
+) -> None:
+    api.script("GET", "/api/v1/nodes/n1", Reply(status, status_body(status, f'nodes "n1" said {status}')))
+    with pytest.raises(ApiError) as caught:
+        await client.get(NODES, "n1", type=Node)
+    assert type(caught.value) is cls
+    assert caught.value.status == status
+    assert str(caught.value) == f'nodes "n1" said {status}'
+
+
+def test_a_body_that_is_not_a_status_still_gives_a_message() -> None:
+    assert str(api_error(502, b"<html>bad gateway</html>", "GET /x")) == "<html>bad gateway</html>"
+    assert str(api_error(503, b"", "GET /x")) == "GET /x: HTTP 503"
+
+
+async def test_an_unreachable_server_is_an_api_error_with_status_0(clock: FakeClock, sleep: FakeSleep) -> None:
+    config = KubeConfig(server="http://127.0.0.1:9")  # discard port: nothing listens
+    async with KubeClient(config, ClientSettings(connect_timeout=1), clock=clock, sleep=sleep) as kube:
+        with pytest.raises(ApiError) as caught:
+            await kube.get(NODES, "n1", type=Node)
+    assert caught.value.status == 0
+    assert "GET /api/v1/nodes/n1: ConnectError" in str(caught.value)
+
+
+async def test_a_response_that_does_not_fit_the_view_is_invalid_input(api: FakeApi, client: KubeClient) -> None:
+    api.script("GET", "/api/v1/nodes/n1", Reply(body={"metadata": {"name": 5}}))
+    with pytest.raises(InvalidInput, match=r"GET /api/v1/nodes/n1: undecodable response"):
+        await client.get(NODES, "n1", type=Node)
+
+
+async def test_list_follows_continue_tokens_and_returns_the_snapshot_version(api: FakeApi, client: KubeClient) -> None:
+    api.script(
+        "GET",
+        PODS_ALL,
+        Reply(
+            body={"metadata": {"resourceVersion": "10", "continue": "tok1"}, "items": [obj("a", "1"), obj("b", "2")]}
+        ),
+        Reply(body={"metadata": {"resourceVersion": "10", "continue": "tok2"}, "items": [obj("c", "3")]}),
+        Reply(body={"metadata": {"resourceVersion": "10"}, "items": None}),
+    )
+    result = await client.list(PODS, type=Pod, label_selector="app=x", limit=2)
+    assert [p.metadata.name for p in result.items] == ["a", "b", "c"]
+    assert result.resource_version == "10"
+    queries = [r.query for r in api.calls("GET", PODS_ALL)]
+    assert queries == [
+        {"labelSelector": "app=x", "limit": "2"},
+        {"labelSelector": "app=x", "limit": "2", "continue": "tok1"},
+        {"labelSelector": "app=x", "limit": "2", "continue": "tok2"},
+    ]
+
+
+async def test_an_expired_continue_token_restarts_the_list_unpaginated(api: FakeApi, client: KubeClient) -> None:
+    api.script(
+        "GET",
+        PODS_ALL,
+        Reply(body={"metadata": {"resourceVersion": "10", "continue": "tok1"}, "items": [obj("a", "1")]}),
+        Reply(410, status_body(410, "The provided continue parameter is too old", "Expired")),
+        Reply(body={"metadata": {"resourceVersion": "20"}, "items": [obj("a", "1"), obj("b", "15")]}),
+    )
+    result = await client.list(PODS, type=Pod, limit=1)
+    assert [p.metadata.name for p in result.items] == ["a", "b"]
+    assert result.resource_version == "20"
+    assert [r.query for r in api.calls("GET", PODS_ALL)][-1] == {}
+
+
+@pytest.mark.parametrize("patch_type", list(PatchType), ids=[p.name.lower() for p in PatchType])
+async def test_patch_sends_the_content_type_of_its_kind(
+    api: FakeApi, client: KubeClient, patch_type: PatchType
+) -> None:
+    api.script("PATCH", "/api/v1/nodes/n1", Reply(body={"metadata": {"name": "n1", "resourceVersion": "9"}}))
+    body: object = [{"op": "remove", "path": "/x"}] if patch_type is PatchType.JSON else {"metadata": {"labels": None}}
+    node = await client.patch(NODES, "n1", body, type=Node, patch_type=patch_type)
+    assert node.metadata.resource_version == "9"
+    (request,) = api.calls("PATCH")
+    assert request.headers["content-type"] == patch_type.value
+    assert msgspec.json.decode(request.body) == body
+
+
+async def test_create_delete_and_binding_use_the_right_paths_and_bodies(api: FakeApi, client: KubeClient) -> None:
+    lease = {"metadata": {"name": "l", "namespace": "kube-system"}, "spec": {"holderIdentity": "me"}}
+    api.script("POST", "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases", Reply(201, lease))
+    api.script("DELETE", "/api/v1/namespaces/ns/pods/p", Reply(body=status_body(200, "ok")))
+    api.script("POST", "/api/v1/namespaces/ns/pods/p/binding", Reply(201, status_body(201, "")))
+    created = await client.create(LEASES, lease, namespace="kube-system", type=msgspec.Raw)
+    assert msgspec.json.decode(created) == lease
+    await client.delete(PODS, "p", namespace="ns", grace_period_seconds=0)
+    await client.create_binding("ns", "p", "uid-1", "node-7")
+    delete, binding = api.calls("DELETE")[0], api.calls("POST")[1]
+    assert msgspec.json.decode(delete.body) == {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
+    assert msgspec.json.decode(binding.body) == {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "uid-1"},
+        "target": {"kind": "Node", "name": "node-7", "namespace": "", "uid": "", "apiVersion": "v1"},
+        "kind": "Binding",
+        "apiVersion": "v1",
+    }
+
+
+async def test_watch_streams_typed_events_and_asks_for_bookmarks(api: FakeApi, client: KubeClient) -> None:
+    added = event_line("ADDED", obj("a", "11"))
+    api.script(
+        "WATCH",
+        PODS_ALL,
+        Stream(
+            [
+                added[:20],  # one event split across chunks
+                added[20:] + b"\n" + event_line("MODIFIED", obj("a", "12")) + b"\n",
+                event_line("WEIRD", obj("a", "13")) + b"\n",  # unknown types are skipped
+                event_line("BOOKMARK", {"kind": "Pod", "metadata": {"resourceVersion": "14"}}) + b"\n",
+                event_line("DELETED", obj("a", "15")),  # the last line may lack its newline
+            ]
+        ),
+    )
+    async with client.watch(PODS, type=Pod, resource_version="10", timeout_seconds=60) as events:
+        seen = [(e.type, e.object.metadata.name, e.object.metadata.resource_version) async for e in events]
+    assert seen == [
+        (EventType.ADDED, "a", "11"),
+        (EventType.MODIFIED, "a", "12"),
+        (EventType.BOOKMARK, "", "14"),
+        (EventType.DELETED, "a", "15"),
+    ]
+    (request,) = api.calls("WATCH")
+    assert request.query == {
+        "watch": "1",
+        "resourceVersion": "10",
+        "timeoutSeconds": "60",
+        "allowWatchBookmarks": "true",
+    }
+
+
+async def test_a_watch_error_event_raises_the_status_it_carries(api: FakeApi, client: KubeClient) -> None:
+    error = event_line("ERROR", status_body(410, "too old resource version: 10 (20)", "Expired"))
+    api.script("WATCH", PODS_ALL, Stream([event_line("ADDED", obj("a", "11")) + b"\n", error + b"\n"]))
+    seen = []
+    with pytest.raises(Gone, match="too old resource version"):
+        async with client.watch(PODS, type=Pod, resource_version="10") as events:
+            seen = [e async for e in events]
+    assert seen == []  # the exception interrupted the comprehension
+
+
+async def test_a_watch_refused_at_start_raises_before_any_event(api: FakeApi, client: KubeClient) -> None:
+    api.script("WATCH", PODS_ALL, Reply(410, status_body(410, "gone at start")))
+    with pytest.raises(Gone, match="gone at start"):
+        async with client.watch(PODS, type=Pod, resource_version="10"):
+            pytest.fail("the context must not be entered")
+
+
+async def test_a_broken_stream_is_an_api_error_with_status_0(api: FakeApi, client: KubeClient) -> None:
+    api.script("WATCH", PODS_ALL, Stream([event_line("ADDED", obj("a", "11")) + b"\n"], end="break"))
+    seen: list[str] = []
+
+    async def consume() -> None:
+        async with client.watch(PODS, type=Pod, resource_version="10") as events:
+            async for event in events:
+                seen.append(event.object.metadata.name)
+
+    with pytest.raises(ApiError, match="stream broken") as caught:
+        await consume()
+    assert caught.value.status == 0
+    assert seen == ["a"]
+
+
+async def test_requests_beyond_the_burst_wait_for_tokens(api: FakeApi, clock: FakeClock, sleep: FakeSleep) -> None:
+    for _ in range(4):
+        api.script("GET", "/api/v1/nodes/n1", Reply(body={"metadata": {"name": "n1"}}))
+    async with KubeClient(KubeConfig(server=api.url), ClientSettings(qps=10, burst=2), clock=clock, sleep=sleep) as k:
+        for _ in range(4):
+            await k.get(NODES, "n1", type=Node)
+    # two from the burst; the third waits a tenth of a second (FakeSleep advances the clock); so does the fourth
+    assert sleep.delays == pytest.approx([0.1, 0.1])
+
+
+async def test_a_token_file_is_reread_every_minute(api: FakeApi, clock: FakeClock, sleep: FakeSleep, tmp_path) -> None:
+    token = tmp_path / "token"
+    token.write_text("one\n")
+    for _ in range(3):
+        api.script("GET", "/api/v1/nodes/n1", Reply(body={}))
+    async with KubeClient(KubeConfig(server=api.url, token_file=token), clock=clock, sleep=sleep) as kube:
+        await kube.get(NODES, "n1", type=Node)
+        token.write_text("two")
+        clock.advance(30)
+        await kube.get(NODES, "n1", type=Node)
+        clock.advance(31)
+        await kube.get(NODES, "n1", type=Node)
+    assert [r.headers["authorization"] for r in api.calls("GET")] == ["Bearer one", "Bearer one", "Bearer two"]

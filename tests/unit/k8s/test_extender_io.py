@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from hami.errors import LockContention
+from hami.k8s.events import EventRecorder
+from hami.k8s.extender_io import ExtenderIO
+from hami.k8s.memory import MemoryCluster, RecordedEvent
+from hami.k8s.nodelock import NodeLocker
+from hami.k8s.records import ObjectRef
+from hami.protocol.keys import NODE_LOCK
+from hami.protocol.objects import Node, ObjectMeta, Pod
+from hami.server.extender import ExtenderCluster
+from tests.unit.k8s.conftest import NOW
+
+
+def test_it_has_the_shape_the_extender_expects() -> None:
+    members = [(n, m) for n, m in inspect.getmembers(ExtenderCluster, inspect.isfunction) if not n.startswith("_")]
+    assert {n for n, _ in members} >= {"bind", "event", "get_pod", "lock_node", "patch_pod_metadata", "unlock_node"}
+    for name, member in members:
+        ours = getattr(ExtenderIO, name)
+        assert list(inspect.signature(ours).parameters) == list(inspect.signature(member).parameters), name
+        assert inspect.iscoroutinefunction(ours) == inspect.iscoroutinefunction(member), name
+
+
+async def test_calls_reach_the_cluster_the_lock_and_the_recorder() -> None:
+    pod = Pod(metadata=ObjectMeta(name="p", namespace="ns", uid="u1"))
+    memory = MemoryCluster(nodes=[Node(metadata=ObjectMeta(name="n1"))], pods=[pod])
+    recorder = EventRecorder(memory, "hami-scheduler")
+    io = ExtenderIO(memory, NodeLocker(memory, clock=lambda: NOW), recorder)
+
+    await io.patch_pod_metadata("ns", "p", {"hami.io/bind-phase": "allocating"})
+    await io.lock_node("n1", "ns", "p")
+    await io.lock_node("n1", "ns", "p")  # re-entrant
+    with pytest.raises(LockContention):
+        await io.lock_node("n1", "ns", "other")
+    await io.bind("ns", "p", "u1", "n1")
+    got = await io.get_pod("ns", "p")
+    io.event(got, "Normal", "BindingSucceed", "Successfully binding node [n1] to ns/p")
+    await io.unlock_node("n1", "ns", "p")
+    await recorder.flush()
+
+    assert got.metadata.annotations == {"hami.io/bind-phase": "allocating"}
+    assert got.spec.node_name == "n1"
+    assert NODE_LOCK not in memory.nodes["n1"].metadata.annotations
+    assert memory.events == [
+        RecordedEvent(
+            ObjectRef("Pod", "p", "ns", "u1"),
+            "Normal",
+            "BindingSucceed",
+            "Successfully binding node [n1] to ns/p",
+            "hami-scheduler",
+        )
+    ]
