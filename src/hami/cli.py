@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import time
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
 from hami import __version__
@@ -13,6 +18,102 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help="hami: GPU-sh
 def version() -> None:
     """Print hami's version."""
     typer.echo(__version__)
+
+
+class OutputFormat(StrEnum):
+    table = "table"
+    json = "json"
+
+
+def _node_policy(value: str) -> str:
+    from hami.devices.policy import parse_node_policy
+    from hami.errors import InvalidInput
+
+    try:
+        return parse_node_policy(value, "--node-policy")
+    except InvalidInput as err:
+        raise typer.BadParameter(err.reason) from None
+
+
+def _gpu_policy(value: str) -> str:
+    from hami.devices.policy import parse_gpu_policy
+    from hami.errors import InvalidInput
+
+    try:
+        parse_gpu_policy(value, numa_bind=False, field="--gpu-policy")
+    except InvalidInput as err:
+        raise typer.BadParameter(err.reason) from None
+    return value
+
+
+_SIMULATE_HELP = "\n\n".join(
+    [
+        "Place pods on a cluster snapshot offline, with the scheduler's own decision code.",
+        "Each pod is placed in the order given and its devices are reserved before the next one, so later pods "
+        "see earlier placements. Pods of the snapshot that carry hami.io/vgpu-node hold devices and are charged.",
+        "Candidate nodes are the snapshot's nodes whose labels match the pod's nodeSelector and that are not "
+        "unschedulable. Other kube-scheduler predicates (taints and tolerations, affinity, CPU, memory and other "
+        "non-device resources) are out of scope.",
+        "Exit status: 0 when every file was read (pending pods included), 1 when a file is unreadable or invalid, "
+        "2 for bad arguments. Warnings go to standard error.",
+    ]
+)
+
+
+@app.command(help=_SIMULATE_HELP)
+def simulate(
+    pods: Annotated[
+        list[Path] | None,
+        typer.Argument(help="Pod files (YAML or JSON; multi-document or a List), placed in the order given."),
+    ] = None,
+    snapshot: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--snapshot",
+            "-s",
+            help="Cluster snapshot: what `kubectl get nodes,pods,resourcequotas -A -o json` (or -o yaml) prints, "
+            "or any mix of Node/Pod/ResourceQuota/List documents. Repeat for several files.",
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", help="HAMi device-config.yaml (resource names, memory factor).")
+    ] = None,
+    node_policy: Annotated[
+        str, typer.Option("--node-policy", callback=_node_policy, help="Default node policy: binpack or spread.")
+    ] = "binpack",
+    gpu_policy: Annotated[
+        str,
+        typer.Option(
+            "--gpu-policy",
+            callback=_gpu_policy,
+            help="Default GPU policy: binpack, spread, topology-aware, mutex, numa, or a comma chain.",
+        ),
+    ] = "spread",
+    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table, or json (one document).")] = (
+        OutputFormat.table
+    ),
+    now: Annotated[
+        int | None, typer.Option("--now", help="Unix seconds written into hami.io/vgpu-time (default: now).")
+    ] = None,
+    demo: Annotated[bool, typer.Option("--demo", help="Run the built-in example cluster and workload.")] = False,
+) -> None:
+    """Place pods on a cluster snapshot offline (help text: ``_SIMULATE_HELP``)."""
+    from hami.simulate import SimulateOptions, run_simulate
+
+    if not demo and (not snapshot or not pods):
+        raise typer.BadParameter("give --snapshot FILE and at least one PODS file, or --demo")
+    opts = SimulateOptions(
+        snapshots=tuple(snapshot or ()),
+        pods=tuple(pods or ()),
+        config=config,
+        node_policy=node_policy,
+        gpu_policy=gpu_policy,
+        output="json" if output is OutputFormat.json else "table",
+        now=int(time.time()) if now is None else now,
+        demo=demo,
+    )
+    code = run_simulate(opts, typer.echo, lambda line: typer.echo(line, err=True))
+    raise typer.Exit(code)
 
 
 def main() -> None:
