@@ -32,7 +32,7 @@ $(STAMP): pyproject.toml constraints.txt
 setup: $(STAMP)
 
 demo: setup
-	$(BIN)/hami demo
+	$(BIN)/hami simulate --demo
 
 lint: setup
 	$(BIN)/ruff check $(LINT_PATHS)

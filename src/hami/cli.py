@@ -7,6 +7,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
+import click
 import typer
 
 from hami import __version__
@@ -101,7 +102,7 @@ def simulate(
     from hami.simulate import SimulateOptions, run_simulate
 
     if not demo and (not snapshot or not pods):
-        raise typer.BadParameter("give --snapshot FILE and at least one PODS file, or --demo")
+        raise click.UsageError("give --snapshot FILE and at least one PODS file, or --demo")
     opts = SimulateOptions(
         snapshots=tuple(snapshot or ()),
         pods=tuple(pods or ()),

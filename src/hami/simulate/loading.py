@@ -15,6 +15,7 @@ server would reject it.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,7 +69,7 @@ def _read_text(path: Path, label: str) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
-        raise InvalidInput(label, str(path), f"cannot read the file: {err}") from None
+        raise InvalidInput(label, str(path), f"cannot read the file: {getattr(err, 'strerror', None) or err}") from None
 
 
 def _json_documents(text: str, label: str) -> Iterator[object]:
@@ -94,7 +95,11 @@ def read_documents(text: str, label: str) -> list[object]:
     try:
         docs = list(yaml.load_all(text, Loader=_Loader))  # a SafeLoader subclass
     except yaml.YAMLError as err:
-        raise InvalidInput(label, "", f"not valid YAML: {err}") from None
+        mark = getattr(err, "problem_mark", None)
+        line = text.splitlines()[mark.line] if mark is not None and mark.line < len(text.splitlines()) else ""
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise InvalidInput(label, line, f"not valid YAML{where}: {problem}") from None
     return [d for d in docs if d is not None]
 
 
@@ -150,30 +155,45 @@ def _decode(raw: dict[str, Any], kind_type: type[T], where: str, label: str) -> 
         obj = msgspec.convert(raw, type=kind_type)
     except msgspec.ValidationError as err:
         path, reason = _decode_error_field(err)
-        value: object = _lookup(raw, path)
+        path, value = _locate(raw, path, reason)
         raise InvalidInput(f"{origin}: {path or '(object)'}", value, reason) from None
     return Sourced(obj, label, origin)
 
 
-def _lookup(raw: object, path: str) -> object:
-    """Best effort: the value at a msgspec path like ``spec.containers[0].name`` (for error messages)."""
+def _json_type(value: object) -> str:
+    """The type name msgspec uses in its messages (``got `bool```)."""
+    if value is None:
+        return "null"
+    for kind, name in ((bool, "bool"), (int, "int"), (float, "float"), (str, "str"), (list, "array"), (dict, "object")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
+
+
+def _locate(raw: object, path: str, reason: str) -> tuple[str, object]:
+    """The value at a msgspec path like ``spec.containers[0].resources.limits[...]``, and the path with
+    ``[...]`` (msgspec's "some key of this map") replaced by the first key whose value has the type the
+    message complains about (``got `bool```). Best effort, for error messages only."""
+    got = reason.rpartition("got `")[2].rstrip("`")
     value = raw
-    for part in path.replace("[", ".[").split("."):
-        if not part:
-            continue
-        if part.startswith("[") and part.endswith("]"):
-            key = part[1:-1]
-            if isinstance(value, list) and key.isdigit() and int(key) < len(value):
-                value = value[int(key)]
-            elif isinstance(value, dict):
-                value = value.get(key.strip("'\""))
-            else:
-                return None
-        elif isinstance(value, dict):
+    shown: list[str] = []
+    for part in re.findall(r"\[[^\]]*\]|[^.\[]+", path):
+        index = part[1:-1]
+        if part == "[...]" and isinstance(value, dict) and shown:
+            key = next((k for k, v in value.items() if _json_type(v) == got), None)
+            if key is None:
+                return path, None
+            shown[-1] += f"[{key}]"
+            value = value[key]
+        elif part.startswith("[") and index.isdigit() and isinstance(value, list) and int(index) < len(value) and shown:
+            shown[-1] += part
+            value = value[int(index)]
+        elif isinstance(value, dict) and not part.startswith("["):
+            shown.append(part)
             value = value.get(part)
         else:
-            return None
-    return value
+            return path, None
+    return ".".join(shown), value
 
 
 def _load(text: str, label: str, allowed: frozenset[str], what: str) -> Iterator[tuple[str, Sourced[Any]]]:
