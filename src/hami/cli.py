@@ -7,7 +7,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
 
 from hami import __version__
@@ -65,7 +64,9 @@ _SIMULATE_HELP = "\n\n".join(
 def simulate(
     pods: Annotated[
         list[Path] | None,
-        typer.Argument(help="Pod files (YAML or JSON; multi-document or a List), placed in the order given."),
+        typer.Argument(
+            metavar="PODS", help="Pod files (YAML or JSON; multi-document or a List), placed in the order given."
+        ),
     ] = None,
     snapshot: Annotated[
         list[Path] | None,
@@ -102,7 +103,7 @@ def simulate(
     from hami.simulate import SimulateOptions, run_simulate
 
     if not demo and (not snapshot or not pods):
-        raise click.UsageError("give --snapshot FILE and at least one PODS file, or --demo")
+        raise typer.BadParameter("give --snapshot FILE and at least one PODS file, or --demo", param_hint="arguments")
     opts = SimulateOptions(
         snapshots=tuple(snapshot or ()),
         pods=tuple(pods or ()),
