@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from importlib import resources
+from pathlib import Path
 
 from hami.config import default_device_config
 from hami.protocol.inventory import decode_inventory_json, encode_inventory_json
@@ -159,3 +160,9 @@ def test_demo_json_output() -> None:
     decisions = json.loads(result.stdout)["decisions"]
     assert {d["pod"]: d["node"] for d in decisions} == {pod: node for pod, (node, _) in EXPECTED.items()}
     assert {d["annotations"].get("hami.io/vgpu-time") for d in decisions} == {"7", None}
+
+
+def test_the_readme_shows_the_demos_real_output() -> None:
+    readme = (Path(__file__).parents[3] / "README.md").read_text(encoding="utf-8")
+    shown = readme.split("$ hami simulate --demo\n", 1)[1].split("\n```", 1)[0]
+    assert shown == run_cli("--demo").stdout.rstrip("\n")
