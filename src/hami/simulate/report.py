@@ -42,8 +42,8 @@ def decisions_document(outcomes: Iterable[Outcome]) -> dict[str, object]:
     """The JSON document as Python objects (field order as documented, maps sorted)."""
     decisions = []
     for o in outcomes:
-        placed = o.decision is not None and o.decision.node is not None
-        annotations = dict(sorted(o.decision.annotations.items())) if placed and o.decision else {}
+        d = o.decision
+        annotations = dict(sorted(d.annotations.items())) if d is not None and d.node is not None else {}
         decisions.append(
             {
                 "pod": o.pod,

@@ -122,10 +122,12 @@ class Simulator:
             except ValueError as err:  # TODO(lead): the TEMP quantity stand-in raises bare ValueError
                 problems = [err]
             self.warnings += [f"{quota.origin}: {p}; that limit is ignored" for p in problems]
-        for pod in snap.pods:
-            self._add_existing_pod(pod)
+        added = {uid for uid in (self._add_existing_pod(pod) for pod in snap.pods) if uid is not None}
         for record in self.state.orphans():
-            self.warnings.append(f"pod {record.key} holds devices on node {record.node}, which is not in the snapshot")
+            if record.uid in added:
+                self.warnings.append(
+                    f"pod {record.key} holds devices on node {record.node}, which is not in the snapshot"
+                )
 
     def _add_node(self, item: Sourced[Node]) -> None:
         node = item.obj
@@ -147,28 +149,31 @@ class Simulator:
         for vendor, problem in sorted(state.problems.items()):
             self.warnings.append(f"{item.origin}: {problem}; its {vendor} devices are skipped")
 
-    def _add_existing_pod(self, item: Sourced[Pod]) -> None:
+    def _add_existing_pod(self, item: Sourced[Pod]) -> str | None:
+        """Charge a pod that already holds devices; returns its uid, or None when nothing was charged."""
         pod = item.obj
         if not holds_devices(pod):
-            return
-        pod = _with_identity(pod, pod.metadata.uid or f"snapshot-{pod.metadata.namespace}-{pod.metadata.name}")
+            return None
+        ns = pod.metadata.namespace or DEFAULT_NAMESPACE
+        pod = _with_identity(pod, pod.metadata.uid or f"snapshot-{ns}-{pod.metadata.name}")
         try:
             record = record_from_pod(pod, self.vendors)
         except (InvalidInput, ValueError) as err:  # TODO(lead): the TEMP codecs raise bare ValueError
             self.warnings.append(f"{item.origin}: allocation does not decode, pod not charged: {err}")
-            return
+            return None
         if record is None:  # finished: holds nothing
-            return
+            return None
         if record.problem:
             self.warnings.append(f"{item.origin}: {record.problem}; charged for what decoded")
         if not self.state.apply(record, add=True):
             self.warnings.append(f"{item.origin}: uid {record.uid} already charged by another pod; skipped")
-            return
+            return None
         self._uids.add(record.uid)
         missing = self.state.dangling.get(record.uid)
         if missing:
             uuids = ", ".join(sorted(uuid for _, uuid in missing))
             self.warnings.append(f"{item.origin}: node {record.node} does not register device(s) {uuids}")
+        return record.uid
 
     # --- placing pods ----------------------------------------------------------------------------------
     def _unique_uid(self, pod: Pod) -> str:
