@@ -117,10 +117,7 @@ class Simulator:
         for node in snap.nodes:
             self._add_node(node)
         for quota in snap.quotas:
-            try:
-                problems: list[InvalidInput | ValueError] = list(self.state.upsert_quota(quota.obj))
-            except ValueError as err:  # TODO(lead): the TEMP quantity stand-in raises bare ValueError
-                problems = [err]
+            problems = self.state.upsert_quota(quota.obj)
             self.warnings += [f"{quota.origin}: {p}; that limit is ignored" for p in problems]
         added = {uid for uid in (self._add_existing_pod(pod) for pod in snap.pods) if uid is not None}
         for record in self.state.orphans():
@@ -137,14 +134,7 @@ class Simulator:
             return
         if name in self._node_origin:
             self.warnings.append(f"{item.origin}: node {name} also in {self._node_origin[name]}; the later one is used")
-        try:
-            state = self.state.upsert_node(node)
-        except (InvalidInput, ValueError) as err:
-            # The codecs raise AnnotationError, which upsert_node records per vendor (below). A decoder raising
-            # anything else (the TEMP stand-ins do) must still not stop the run. TODO(lead): drop at merge.
-            present = sorted(k for k in node.metadata.annotations if k.startswith("hami.io/node-"))
-            self.warnings.append(f"{item.origin}: node skipped: {', '.join(present)} does not decode: {err}")
-            return
+        state = self.state.upsert_node(node)  # a registration that does not decode is recorded in problems
         self._node_origin[name] = item.origin
         for vendor, problem in sorted(state.problems.items()):
             self.warnings.append(f"{item.origin}: {problem}; its {vendor} devices are skipped")
@@ -158,7 +148,7 @@ class Simulator:
         pod = _with_identity(pod, pod.metadata.uid or f"snapshot-{ns}-{pod.metadata.name}")
         try:
             record = record_from_pod(pod, self.vendors)
-        except (InvalidInput, ValueError) as err:  # TODO(lead): the TEMP codecs raise bare ValueError
+        except InvalidInput as err:
             self.warnings.append(f"{item.origin}: allocation does not decode, pod not charged: {err}")
             return None
         if record is None:  # finished: holds nothing
@@ -204,7 +194,7 @@ class Simulator:
         )
         try:
             req = prefilter(pod, self.vendors, self.defaults)
-        except (InvalidInput, ValueError) as err:  # TODO(lead): drop ValueError (TEMP request parsing raises it)
+        except InvalidInput as err:
             return Outcome(pod.key, item.origin, f"{item.origin}: {err}", containers=containers)
         names, excluded = self.candidates(pod)
         decision = decide(self.state, req, names, now)

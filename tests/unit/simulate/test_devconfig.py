@@ -5,9 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
-
-import hami.config
 from hami.config import DeviceConfig, default_device_config
 from hami.simulate.devconfig import device_config_from_text
 from tests.unit.simulate.helpers import DATA, run_cli
@@ -23,32 +20,14 @@ class _Loaded:
     warnings: list[str] = field(default_factory=list)
 
 
-def test_parse_device_config_is_used_when_it_exists(monkeypatch: pytest.MonkeyPatch) -> None:
-    custom = default_device_config()
-    custom.nvidia.resource_memory_name = "example.com/vram"
-    seen: list[tuple[str, str]] = []
-
-    def parse(text: str, source: str) -> _Loaded:
-        seen.append((text, source))
-        return _Loaded(custom, ["unknown key nvidia.foo ignored"])
-
-    monkeypatch.setattr(hami.config, "parse_device_config", parse, raising=False)
-    assert device_config_from_text("nvidia: {}\n", "dc.yaml") == (custom, ["unknown key nvidia.foo ignored"])
-    assert seen == [("nvidia: {}\n", "dc.yaml")]
+def test_the_device_config_text_is_parsed_and_its_warnings_returned() -> None:
+    config, warnings = device_config_from_text("nvidia:\n  resourceMemoryName: example.com/vram\n  foo: 1\n", "dc.yaml")
+    assert config.nvidia.resource_memory_name == "example.com/vram"
+    assert len(warnings) == 1
+    assert "nvidia.foo" in warnings[0]
 
 
-def test_without_parse_device_config_the_defaults_are_used_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delattr(hami.config, "parse_device_config", raising=False)
-    assert device_config_from_text("nvidia: {}\n", "dc.yaml") == (
-        default_device_config(),
-        ["dc.yaml: device-config parsing is not available yet; using the defaults"],
-    )
-
-
-def test_config_resource_names_reach_the_vendors(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    custom = default_device_config()
-    custom.nvidia.resource_memory_name = "example.com/vram"
-    monkeypatch.setattr(hami.config, "parse_device_config", lambda text, source: _Loaded(custom), raising=False)
+def test_config_resource_names_reach_the_vendors(tmp_path: Path) -> None:
     config = tmp_path / "device-config.yaml"
     config.write_text("nvidia:\n  resourceMemoryName: example.com/vram\n")
     pods = tmp_path / "pods.yaml"

@@ -42,7 +42,7 @@ def test_json_document_for_pending_and_invalid_pods() -> None:
         "devices": [],
         "annotations": {},
         "reasons": {"gpu-node-1": {"CardInsufficientMemory": 2}, "gpu-node-2": {"CardInsufficientMemory": 2}},
-        "message": "no available node, 2 nodes do not meet (2 more excluded by nodeSelector or unschedulable)",
+        "message": "no available node, 2 nodes do not meet (3 more excluded by nodeSelector or unschedulable)",
     }
     assert list(invalid) == ["pod", "node", "devices", "annotations", "reasons", "message"]
     assert (invalid["pod"], invalid["node"], invalid["devices"], invalid["annotations"], invalid["reasons"]) == (

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from hami.config import default_device_config
 from hami.devices.base import NodeInventory
 from hami.protocol.allocation import ContainerDevice
@@ -196,8 +194,6 @@ def test_an_invalid_request_gives_no_node_and_the_error_then_the_next_pod_is_pla
     assert bad.message.startswith(f"{DATA / 'pods-bad-quantity.yaml'}: document 1 (Pod default/bad): ")
     assert "'lots'" in bad.message
     assert (good.status, good.node) == ("placed", "healthy")
-    if "invalid literal for int()" in bad.message:
-        pytest.xfail("TEMP NVIDIA request parsing raises a bare ValueError without the field; passes once it lands")
     assert "nvidia.com/gpumem" in bad.message
 
 
@@ -239,9 +235,11 @@ def test_snapshot_problems_become_warnings() -> None:
 def test_an_undecodable_allocation_on_a_snapshot_pod_is_a_warning() -> None:
     sim = Simulator(default_device_config(), SchedulingDefaults())
     sim.add_snapshot(load_snapshot([("s.yaml", _placed_pod_yaml("odd", "n1", "GPU-a,NVIDIA,lots,0:;"))]))
-    assert len(sim.warnings) == 1
-    assert sim.warnings[0].startswith("s.yaml: document 1 (Pod x/odd): ")
+    # The pod is kept (charged for what decoded) and reported; its node is not in the snapshot either.
+    assert len(sim.warnings) == 2
+    assert sim.warnings[0].startswith("s.yaml: document 1 (Pod x/odd): hami.io/vgpu-devices-allocated: invalid memory")
     assert "lots" in sim.warnings[0]
+    assert sim.warnings[1] == "pod x/odd holds devices on node n1, which is not in the snapshot"
 
 
 def test_devices_of_several_vendors_are_concatenated_per_container() -> None:
