@@ -1,0 +1,46 @@
+"""GPU health: critical XID events from NVML mark GPUs unhealthy (pushed to kubelet and the scheduler at once)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+from hami.deviceplugin.discovery import GpuSource
+from hami.deviceplugin.nvml import APPLICATION_XIDS, NvmlError
+from hami.deviceplugin.state import DeviceState
+
+__all__ = ["HEALTH_POLL_MS", "watch_health"]
+
+log = logging.getLogger(__name__)
+
+HEALTH_POLL_MS: Final = 1000
+"""How long one NVML event wait blocks; bounds how long a stop request waits for the health thread."""
+
+
+async def watch_health(
+    source: GpuSource, state: DeviceState, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+) -> None:
+    """Mark GPUs unhealthy on critical XIDs (application XIDs excepted) until cancelled.
+
+    Like NVIDIA's plugin, a GPU stays unhealthy until the plugin restarts. If NVML cannot deliver events
+    (e.g. on some MIG or virtualised GPUs), this logs once per attempt and tries again after 30 s.
+    """
+    await state.discovered.wait()
+    while True:
+        try:
+            gpus = state.snapshot().gpus
+            await asyncio.to_thread(source.watch_xids, gpus)
+            while True:
+                event = await asyncio.to_thread(source.next_xid, HEALTH_POLL_MS)
+                if event is None:
+                    continue
+                if event.xid in APPLICATION_XIDS:
+                    log.info("GPU %s: XID %d (application error), health unchanged", event.uuid, event.xid)
+                    continue
+                if await state.set_health(event.uuid, healthy=False):
+                    log.error("GPU %s: critical XID %d, marking it unhealthy", event.uuid, event.xid)
+        except NvmlError as exc:
+            log.warning("GPU health events unavailable, retrying in 30s: %s", exc)
+            await sleep(30.0)
