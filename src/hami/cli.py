@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from hami import __version__
+from hami.deviceplugin.command import device_plugin
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="hami: GPU-sharing scheduler for Kubernetes.")
 
@@ -116,6 +117,9 @@ def simulate(
     )
     code = run_simulate(opts, typer.echo, lambda line: typer.echo(line, err=True))
     raise typer.Exit(code)
+
+
+app.command("device-plugin")(device_plugin)
 
 
 def main() -> None:

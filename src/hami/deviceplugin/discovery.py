@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,41 +81,61 @@ _HINTS = {
 class GpuSource:
     """Owns the NVML session: initialises it on first use and again after a failure.
 
-    ``discover`` and ``next_xid`` block (NVML is a C library); callers run them in a worker thread.
+    Every method blocks (NVML is a C library); callers run them in worker threads. ``discover`` may run while
+    another thread waits in ``next_xid``; ``close`` waits for that wait (at most its timeout) before shutting
+    NVML down, so the event set is never freed under a waiter.
     """
 
     def __init__(self, lib: NvmlLib, discover: Callable[[NvmlLib], tuple[GpuInfo, ...]]) -> None:
         self._lib = lib
         self._discover = discover
+        self._session = threading.Lock()  # guards init, shutdown and the event set
         self._ready = False
         self._watching = False
 
+    @property
+    def watching(self) -> bool:
+        return self._watching
+
     def _ensure_init(self) -> None:
-        if not self._ready:
-            self._lib.init()
-            self._ready = True
-            log.info("NVML initialised (driver %s)", self._lib.driver_version())
+        with self._session:
+            if not self._ready:
+                self._lib.init()
+                self._ready = True
+                log.info("NVML initialised (driver %s)", self._lib.driver_version())
 
     def discover(self) -> tuple[GpuInfo, ...]:
+        """The GPUs now. Raises ``DiscoveryError`` (and starts a fresh NVML session next time)."""
         try:
             self._ensure_init()
             return self._discover(self._lib)
         except NvmlError as exc:
             self.close()
             raise DiscoveryError(explain_nvml_failure(exc)) from exc
+        except DiscoveryError:
+            self.close()
+            raise
 
     def watch_xids(self, gpus: Sequence[GpuInfo]) -> None:
+        """Start collecting critical XIDs of these GPUs. Raises ``NvmlError``."""
         self._ensure_init()
-        self._lib.watch_xids([self._lib.handle(gpu.index) for gpu in gpus])
-        self._watching = True
+        with self._session:
+            self._lib.watch_xids([self._lib.handle(gpu.index) for gpu in gpus])
+            self._watching = True
 
     def next_xid(self, timeout_ms: int) -> XidEvent | None:
-        return self._lib.next_xid(timeout_ms) if self._watching else None
+        """The next critical XID, waiting up to ``timeout_ms``; ``None`` at once when not watching."""
+        with self._session:
+            if not self._watching:
+                return None
+            return self._lib.next_xid(timeout_ms)
 
     def close(self) -> None:
-        if self._ready:
+        self._watching = False
+        with self._session:
+            if not self._ready:
+                return
             self._ready = False
-            self._watching = False
             try:
                 self._lib.shutdown()
             except NvmlError as exc:

@@ -17,15 +17,19 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from hami.errors import ConfigError
+
+if TYPE_CHECKING:
+    from hami.config import NvidiaConfig
 
 __all__ = [
     "OPERATING_MODES",
     "MigAllowEntry",
     "NodeSettings",
     "apply_node_config",
+    "settings_from_device_config",
 ]
 
 log = logging.getLogger(__name__)
@@ -176,3 +180,21 @@ def _lower_keys(value: Any, where: str) -> dict[str, Any]:
     for key, item in value.items():
         lowered.setdefault(str(key).lower(), item)
     return lowered
+
+
+def settings_from_device_config(nvidia: NvidiaConfig, base: NodeSettings = NodeSettings()) -> NodeSettings:
+    """Overlay the plugin's keys of the scheduler's ``nvidia:`` device-config section (scheduler-core.md §8.2)."""
+    return replace(
+        base,
+        resource_name=nvidia.resource_count_name,
+        split_count=nvidia.device_split_count,
+        memory_scaling=nvidia.device_memory_scaling,
+        core_scaling=nvidia.device_core_scaling,
+        preconfigured_memory_mib=nvidia.pre_configured_device_memory,
+        lib_cuda_log_level=nvidia.lib_cuda_log_level,
+        enable_numa_topology=nvidia.enable_numa_topology,
+        disable_core_limit=nvidia.disable_core_limit,
+        mig_allowlist=tuple(
+            MigAllowEntry(models=tuple(e.models), profiles=tuple(e.profiles)) for e in nvidia.mig_profile_allowlist
+        ),
+    )
