@@ -56,7 +56,7 @@ _STATUS = {
 
 def kubelet_devices(snapshot: Snapshot, settings: NodeSettings) -> list[api.Device]:
     """The devices kubelet sees: ``count`` fake IDs per registered GPU."""
-    devices = []
+    devices: list[api.Device] = []
     for device in node_devices(snapshot.gpus, settings, snapshot.unhealthy):
         health = api.HEALTHY if device.health else api.UNHEALTHY
         topology = api.TopologyInfo(nodes=[api.NUMANode(id=device.numa)]) if settings.enable_numa_topology else None
