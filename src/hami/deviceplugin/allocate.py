@@ -40,6 +40,7 @@ from hami.k8s.cluster import ClusterClient
 from hami.k8s.nodelock import NodeLocker
 from hami.protocol import keys
 from hami.protocol.allocation import ContainerDevices, PodDevices, decode_pod_devices, encode_pod_devices
+from hami.protocol.bindphase import BindPhase
 from hami.protocol.nodelock import decode_node_lock
 from hami.protocol.objects import Container, Pod
 
@@ -55,10 +56,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-ALLOCATING = "allocating"
-SUCCESS = "success"
-FAILED = "failed"
 
 ALL_VENDOR_KEYS = tuple(v for v in vars(keys).values() if isinstance(v, keys.VendorKeys))
 """Every vendor whose to-allocate annotation can hold work for a device plugin."""
@@ -127,11 +124,12 @@ def vendor_work_left(annotations: dict[str, str], overrides: dict[str, str] | No
     values = {**annotations, **(overrides or {})}
     left = []
     for vendor in ALL_VENDOR_KEYS:
-        value = values.get(vendor.to_allocate) if vendor.to_allocate else None
-        if not value:
+        field = vendor.to_allocate
+        value = values.get(field) if field else None
+        if not field or not value:
             continue
         try:
-            if any(decode_pod_devices(value, vendor.to_allocate)):
+            if any(decode_pod_devices(value, field)):
                 left.append(vendor.vendor)
         except AnnotationError:
             left.append(vendor.vendor)
@@ -172,7 +170,7 @@ class Allocator:
             return "not assigned to this node"
         if pod.status.phase != "Pending":
             return f"phase is {pod.status.phase or 'unknown'}"
-        if notes.get(keys.BIND_PHASE) != ALLOCATING:
+        if notes.get(keys.BIND_PHASE) != BindPhase.ALLOCATING:
             return f"bind-phase is {notes.get(keys.BIND_PHASE) or 'absent'}"
         if nvidia.to_allocate not in notes and nvidia.allocated not in notes:
             return "it has no NVIDIA allocation"
@@ -197,7 +195,7 @@ class Allocator:
                     "node %s: unreadable node lock, looking for the pod by its annotations: %s", self._node, exc
                 )
             else:
-                if lock.name:
+                if lock.has_owner:
                     try:
                         holder = await self._cluster.get_pod(lock.namespace, lock.name)
                     except NotFound:
@@ -268,10 +266,12 @@ class Allocator:
         update = {field: encode_pod_devices(remaining)}
         waiting_for = vendor_work_left(pod.metadata.annotations, update)
         done = not waiting_for
-        patch: dict[str, str | None] = {**update, keys.BIND_PHASE: SUCCESS} if done else dict(update)
+        patch: dict[str, str | None] = {**update, keys.BIND_PHASE: BindPhase.SUCCESS.value} if done else dict(update)
         await self._cluster.patch_pod_metadata(pod.metadata.namespace, pod.metadata.name, annotations=patch)
         if not done:
-            log.info("pod %s: keeping bind-phase %s, waiting for %s", pod.key, ALLOCATING, ", ".join(waiting_for))
+            log.info(
+                "pod %s: keeping bind-phase %s, waiting for %s", pod.key, BindPhase.ALLOCATING, ", ".join(waiting_for)
+            )
             return
         await self._release(pod)
 
@@ -279,10 +279,10 @@ class Allocator:
         log.error("allocation for pod %s failed: %s", pod.key, cause)
         try:
             await self._cluster.patch_pod_metadata(
-                pod.metadata.namespace, pod.metadata.name, annotations={keys.BIND_PHASE: FAILED}
+                pod.metadata.namespace, pod.metadata.name, annotations={keys.BIND_PHASE: BindPhase.FAILED.value}
             )
         except HamiError as exc:
-            log.error("pod %s: cannot set bind-phase %s: %s", pod.key, FAILED, exc)
+            log.error("pod %s: cannot set bind-phase %s: %s", pod.key, BindPhase.FAILED, exc)
         await self._release(pod)
 
     async def _release(self, pod: Pod) -> None:
