@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from hami.deviceplugin.allocate import Allocator, PodsOnNode
 from hami.deviceplugin.discovery import GpuSource, discover
-from hami.deviceplugin.health import watch_health
+from hami.deviceplugin.health import HEALTH_POLL_MS, watch_health
 from hami.deviceplugin.nvml import NvmlLib
 from hami.deviceplugin.register import RegisterTiming, Registrar
 from hami.deviceplugin.response import HostFiles
@@ -43,6 +43,7 @@ class PluginOptions:
     register_timing: RegisterTiming = field(default_factory=RegisterTiming)
     kubelet_timing: KubeletTiming = field(default_factory=KubeletTiming)
     numa: Callable[[str], int] | None = None  # bus id -> NUMA node; default: sysfs
+    health_poll_ms: int = HEALTH_POLL_MS
     on_session: Callable[[], None] | None = field(default=None, compare=False)  # called per kubelet registration
 
 
@@ -89,7 +90,7 @@ async def run_plugin(
     try:
         async with asyncio.TaskGroup() as group:
             group.create_task(registrar.run(), name="register")
-            group.create_task(watch_health(source, state, sleep), name="health")
+            group.create_task(watch_health(source, state, sleep, options.health_poll_ms), name="health")
             group.create_task(
                 serve_kubelet(
                     service,

@@ -22,7 +22,10 @@ RETRY_S: Final = 30.0
 
 
 async def watch_health(
-    source: GpuSource, state: DeviceState, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    source: GpuSource,
+    state: DeviceState,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    poll_ms: int = HEALTH_POLL_MS,
 ) -> None:
     """Mark GPUs unhealthy on critical XIDs (application XIDs excepted) until cancelled.
 
@@ -34,7 +37,7 @@ async def watch_health(
         try:
             if not source.watching:
                 await asyncio.to_thread(source.watch_xids, state.snapshot().gpus)
-            event = await asyncio.to_thread(source.next_xid, HEALTH_POLL_MS)
+            event = await asyncio.to_thread(source.next_xid, poll_ms)
         except NvmlError as exc:
             log.warning("GPU health events unavailable, retrying in %gs: %s", RETRY_S, exc)
             await sleep(RETRY_S)

@@ -3,13 +3,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hami.k8s.memory import MemoryCluster
+from hami.k8s.nodelock import NodeLocker
 
 from hami.deviceplugin.allocate import AllocationError, Allocator, Failure, take_slots, vendor_work_left
 from hami.deviceplugin.response import HostFiles
 from hami.deviceplugin.settings import NodeSettings
 from hami.errors import ApiError
-from hami.k8s.memory import MemoryCluster
-from hami.k8s.nodelock import NodeLocker
 from hami.protocol import keys
 from hami.protocol.allocation import ContainerDevice
 from hami.protocol.objects import Pod
