@@ -50,7 +50,9 @@ def load_settings(
 ) -> NodeSettings:
     """The effective settings: defaults, then the device config, then this node's node-config entry."""
     settings = NodeSettings(hook_path=hook_path, topology_score=topology_score)
-    if device_config_file is not None:
+    if device_config_file is not None and not device_config_file.exists():
+        log.warning("no device config at %s; using the built-in defaults", device_config_file)
+    elif device_config_file is not None:
         loaded = parse_device_config(_read(device_config_file), str(device_config_file))
         for warning in loaded.warnings:
             log.warning("%s", warning)
