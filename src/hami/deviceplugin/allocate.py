@@ -218,6 +218,8 @@ class Allocator:
         async with self._mutex:
             try:
                 pod = await self.pending_pod()
+            except AllocationError:
+                raise
             except HamiError as exc:
                 raise _as_allocation_error(exc, "finding the pod to allocate for") from exc
             try:
@@ -226,7 +228,7 @@ class Allocator:
                 await self._commit(pod, remaining)
             except Exception as exc:
                 await self._fail(pod, exc)
-                raise _as_allocation_error(exc, f"allocating GPUs for pod {pod.key}") from exc
+                raise _as_allocation_error(exc, f"pod {pod.key}") from exc
             log.info(
                 "allocated %s to pod %s",
                 "; ".join(f"{g.container.name if g.container else g.slot}={_uuids(g.devices)}" for g in grants),
@@ -333,10 +335,13 @@ def _uuids(devices: ContainerDevices) -> str:
 
 
 def _as_allocation_error(exc: BaseException, doing: str) -> AllocationError:
+    """``exc`` as an ``AllocationError`` whose message says what was being done (and for which pod)."""
     if isinstance(exc, AllocationError):
-        return exc
-    if isinstance(exc, AnnotationError):
-        return AllocationError(Failure.BAD_REQUEST, f"{doing}: {exc}")
-    if isinstance(exc, ApiError):
-        return AllocationError(Failure.API, f"{doing}: {exc}")
-    return AllocationError(Failure.INTERNAL, f"{doing}: {type(exc).__name__}: {exc}")
+        failure, text = exc.failure, str(exc)
+    elif isinstance(exc, AnnotationError):
+        failure, text = Failure.BAD_REQUEST, str(exc)
+    elif isinstance(exc, ApiError):
+        failure, text = Failure.API, str(exc)
+    else:
+        failure, text = Failure.INTERNAL, f"{type(exc).__name__}: {exc}"
+    return AllocationError(failure, f"{doing}: {text}")
