@@ -4,7 +4,6 @@ import asyncio
 import functools
 
 import pytest
-from hami.k8s.memory import MemoryCluster
 
 from hami.deviceplugin.discovery import GpuSource, discover
 from hami.deviceplugin.fakenvml import FakeNvmlLib
@@ -12,6 +11,7 @@ from hami.deviceplugin.register import RegisterTiming, Registrar
 from hami.deviceplugin.settings import NodeSettings
 from hami.deviceplugin.state import DeviceState
 from hami.errors import ApiError
+from hami.k8s.memory import MemoryCluster
 from hami.protocol import keys
 
 from .builders import NODE, node

@@ -12,7 +12,6 @@ from typing import Any
 
 import grpc
 import pytest
-from hami.k8s.memory import MemoryCluster
 
 from hami.deviceplugin import kubeletapi as api
 from hami.deviceplugin.agent import PluginOptions, run_plugin
@@ -21,6 +20,7 @@ from hami.deviceplugin.register import RegisterTiming
 from hami.deviceplugin.response import HostFiles
 from hami.deviceplugin.server import KubeletPaths, KubeletTiming
 from hami.deviceplugin.settings import NodeSettings
+from hami.k8s.memory import MemoryCluster
 from hami.protocol import keys
 from hami.protocol.objects import Pod
 
