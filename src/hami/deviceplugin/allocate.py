@@ -19,7 +19,9 @@ Differences from HAMi (spec §11 items 13–14), each deliberate:
 * "all allocated" is decided by decoding every vendor's to-allocate annotation, not by searching for ``NVIDIA``;
   a pod that still waits for another vendor's plugin keeps ``allocating`` and its lock;
 * the lock holder is verified before use, so another vendor's pod holding the shared lock is never failed;
-* a pod with nothing left for NVIDIA is never chosen, so a retried or late call cannot fail a bound pod.
+* a pod with nothing left for NVIDIA is never chosen, so a retried or late call cannot fail a bound pod;
+* not implemented: dynamic MIG (creating the reserved GPU/compute instances at Allocate). A node in ``mig``
+  operating mode registers its profiles, but Allocate fails such pods with a clear error.
 """
 
 from __future__ import annotations
@@ -243,6 +245,12 @@ class Allocator:
         if value is None:
             raise AllocationError(Failure.BAD_REQUEST, f"device request not found: pod has no {field} annotation")
         devices = decode_pod_devices(value, field)
+        if self._settings.operating_mode == "mig" or keys.NVIDIA_MIG_ALLOCATIONS in pod.metadata.annotations:
+            # Difference from HAMi: creating MIG instances at Allocate (dynamic MIG) is not implemented; fail
+            # clearly rather than hand out a whole MIG-mode GPU without its instance.
+            raise AllocationError(
+                Failure.BAD_REQUEST, "dynamic MIG allocation is not implemented by hami's device plugin"
+            )
         taken, remaining = take_slots(devices, wanted)
         containers = containers_in_slot_order(pod)
         grants = [Grant(slot, containers[slot] if slot < len(containers) else None, ctr) for slot, ctr in taken]
