@@ -13,17 +13,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Final
 
-from hami.deviceplugin.discovery import GpuInfo, GpuSource
+from hami.deviceplugin.discovery import GpuInfo, GpuSource, Links
 from hami.deviceplugin.inventory import Asymmetry, node_devices, pair_scores, registered_gpus
 from hami.deviceplugin.settings import NodeSettings
 from hami.deviceplugin.state import DeviceState, sleep_or_change
 from hami.errors import HamiError
 from hami.k8s.cluster import ClusterClient
+from hami.k8s.records import ObjectRef
 from hami.protocol import keys
 from hami.protocol.inventory import encode_inventory_json
+from hami.protocol.objects import Node
 from hami.protocol.scores import encode_pair_scores
 
 __all__ = ["RegisterTiming", "Registrar", "desired_annotations"]
@@ -31,6 +35,15 @@ __all__ = ["RegisterTiming", "Registrar", "desired_annotations"]
 log = logging.getLogger(__name__)
 
 Sleep = Callable[[float], Awaitable[None]]
+
+ASYMMETRY_EVENT_INTERVAL: Final = 3600.0
+"""Seconds between two AsymmetricGPUP2PLink events for one GPU pair: the links do not change by themselves."""
+EVENT_COMPONENT: Final = "hami-device-plugin"
+
+
+def _links(links: Links) -> str:
+    pcie = links.pcie.name if links.pcie is not None else "unknown PCIe path"
+    return f"{pcie}, {links.nvlinks} NVLink(s)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,17 +80,19 @@ class Registrar:
         state: DeviceState,
         settings: NodeSettings,
         *,
-        timing: RegisterTiming = RegisterTiming(),
+        timing: RegisterTiming | None = None,
         sleep: Sleep = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._cluster = cluster
         self._node = node_name
         self._source = source
         self._state = state
         self._settings = settings
-        self._timing = timing
+        self._timing = timing or RegisterTiming()
         self._sleep = sleep
-        self._reported_asymmetry: frozenset[tuple[str, str]] = frozenset()
+        self._clock = clock
+        self._asymmetry_reported_at: dict[tuple[str, str], float] = {}
 
     async def sync_once(self) -> bool:
         """One round: discover, compare, patch if needed. Returns whether the node was patched."""
@@ -85,8 +100,8 @@ class Registrar:
         await self._state.set_gpus(gpus)
         snapshot = self._state.snapshot()
         desired, asymmetric = desired_annotations(snapshot.gpus, self._settings, snapshot.unhealthy)
-        self._report_asymmetry(asymmetric)
         node = await self._cluster.get_node(self._node)
+        await self._report_asymmetry(node, asymmetric)
         current = node.metadata.annotations
         changes: dict[str, str | None] = {k: v for k, v in desired.items() if current.get(k) != v}
         if not changes:
@@ -95,18 +110,26 @@ class Registrar:
         log.info("node %s: registered %s", self._node, desired[keys.NVIDIA_REGISTER])
         return True
 
-    def _report_asymmetry(self, asymmetric: list[Asymmetry]) -> None:
-        pairs = frozenset((a.a, a.b) for a in asymmetric)
+    async def _report_asymmetry(self, node: Node, asymmetric: list[Asymmetry]) -> None:
+        """A Warning event ``AsymmetricGPUP2PLink`` on the node per asymmetric pair, at most once an hour (as HAMi)."""
+        now = self._clock()
         for item in asymmetric:
-            if (item.a, item.b) not in self._reported_asymmetry:
-                log.warning(
-                    "AsymmetricGPUP2PLink: GPUs %s and %s report different links (%s vs %s); their pair scores 0",
-                    item.a,
-                    item.b,
-                    item.a_to_b,
-                    item.b_to_a,
+            pair = (item.a, item.b)
+            last = self._asymmetry_reported_at.get(pair)
+            if last is not None and now - last < ASYMMETRY_EVENT_INTERVAL:
+                continue
+            self._asymmetry_reported_at[pair] = now
+            message = (
+                f"GPUs {item.a} and {item.b} report different P2P links to each other "
+                f"({_links(item.a_to_b)} vs {_links(item.b_to_a)}); their topology score is 0"
+            )
+            log.warning("node %s: %s", self._node, message)
+            try:
+                await self._cluster.emit_event(
+                    ObjectRef.for_node(node), "Warning", "AsymmetricGPUP2PLink", message, EVENT_COMPONENT
                 )
-        self._reported_asymmetry = pairs
+            except HamiError as exc:
+                log.warning("node %s: cannot record event AsymmetricGPUP2PLink: %s", self._node, exc)
 
     async def run(self) -> None:
         """Register forever (until cancelled). Errors are logged and retried; they never end the loop."""

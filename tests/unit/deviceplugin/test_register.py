@@ -132,3 +132,25 @@ async def test_a_health_change_is_registered_without_waiting_30s() -> None:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+async def test_asymmetric_links_raise_one_node_event_an_hour() -> None:
+    cluster = MemoryCluster(nodes=[node()])
+    now = [0.0]
+    lib = fake_lib("dgx4")
+    source = GpuSource(lib, functools.partial(discover, numa=lib.numa_of))
+    settings = NodeSettings(topology_score=True)
+    plugin = Registrar(cluster, NODE, source, DeviceState(), settings, clock=lambda: now[0])
+    await plugin.sync_once()
+    now[0] = 3599.0
+    await plugin.sync_once()
+    assert [(e.involved.kind, e.involved.name, e.type, e.reason) for e in cluster.events] == [
+        ("Node", NODE, "Warning", "AsymmetricGPUP2PLink")
+    ]
+    assert cluster.events[0].message == (
+        "GPUs GPU-b and GPU-d report different P2P links to each other (INTERNAL, 0 NVLink(s) vs INTERNAL, "
+        "1 NVLink(s)); their topology score is 0"
+    )
+    now[0] = 3601.0
+    await plugin.sync_once()
+    assert len(cluster.events) == 2
