@@ -44,7 +44,6 @@ class PluginOptions:
     kubelet_timing: KubeletTiming = field(default_factory=KubeletTiming)
     numa: Callable[[str], int] | None = None  # bus id -> NUMA node; default: sysfs
     health_poll_ms: int = HEALTH_POLL_MS
-    on_session: Callable[[], None] | None = field(default=None, compare=False)  # called per kubelet registration
 
 
 async def run_plugin(
@@ -99,7 +98,6 @@ async def run_plugin(
                     settings,
                     timing=options.kubelet_timing,
                     sleep=sleep,
-                    sessions=options.on_session,
                 ),
                 name="kubelet",
             )

@@ -218,12 +218,8 @@ async def serve_kubelet(
     *,
     timing: KubeletTiming = KubeletTiming(),
     sleep: Sleep = asyncio.sleep,
-    sessions: Callable[[], None] | None = None,
 ) -> None:
-    """Serve kubelet until cancelled, re-registering whenever kubelet restarts (module docstring).
-
-    ``sessions`` is called after each successful registration (tests count them).
-    """
+    """Serve kubelet until cancelled, re-registering whenever kubelet restarts (module docstring)."""
     await state.discovered.wait()
     while True:
         try:
@@ -233,8 +229,6 @@ async def serve_kubelet(
                 kubelet_id = _identity(paths.kubelet_socket)
                 await register_with_kubelet(paths, settings, timing.register_timeout)
                 log.info("registered %s with kubelet (endpoint %s)", settings.resource_name, paths.plugin_socket)
-                if sessions is not None:
-                    sessions()
                 reason = await _until_restart(paths, kubelet_id, timing, sleep)
                 log.warning("%s; serving kubelet again", reason)
         except (grpc.aio.AioRpcError, OSError, HamiError) as exc:
