@@ -17,6 +17,7 @@ follower answers at once instead of blocking; a failed bind releases the reserva
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -28,7 +29,7 @@ from hami.errors import ApiError, HamiError, InvalidInput, NotFound
 from hami.protocol import keys
 from hami.protocol.events import binding_succeed_text, filtering_failed_texts, no_available_node_text
 from hami.protocol.extender import BindingArgs, BindingResult, FilterArgs, FilterResult
-from hami.protocol.objects import Node, Pod, ResourceQuota
+from hami.protocol.objects import Node, ObjectMeta, Pod, ResourceQuota
 from hami.protocol.reasons import Reason
 from hami.scheduling.cycle import Decision, decide, reserve, unreserve
 from hami.scheduling.records import holds_devices, is_terminal, record_from_pod
@@ -96,6 +97,8 @@ class Extender:
     readiness: Readiness = field(default_factory=Readiness)
     clock: Callable[[], float] = time.time
     pending: set[str] = field(default_factory=set)
+    background_commit: bool = True
+    commits: dict[str, asyncio.Task[str | None]] = field(default_factory=dict)
 
     # --- /filter -------------------------------------------------------------------------------------
     async def filter(self, args: FilterArgs) -> FilterResult:
@@ -123,7 +126,9 @@ class Extender:
         if problem is not None:
             self.metrics.decisions.labels("not-ready").inc()
             return FilterResult(error=problem)
-        # A pod filtered again (bind failed, or kube-scheduler retried) must not count its old reservation.
+        # A pod filtered again (bind failed, or kube-scheduler retried) must not count its old reservation;
+        # an earlier commit still in flight finishes first, so patches of one pod never overtake each other.
+        await self._settle(req.uid)
         self._forget(req.uid)
         t0 = time.perf_counter()
         decision = decide(self.state, req, candidates, int(self.clock()))
@@ -134,25 +139,52 @@ class Extender:
             return self._failure_result(decision)
         reserve(self.state, req, decision)
         self.pending.add(req.uid)
+        if self.background_commit:
+            # kube-scheduler's scheduling cycle is serial and waits for this answer, so the annotation PATCH
+            # runs beside it; /bind waits for it before binding (the device plugin reads the annotations only
+            # after the pod is bound). A failed commit rolls the reservation back and fails that bind.
+            task = asyncio.get_running_loop().create_task(self._commit(pod, req.uid, decision))
+            self.commits[req.uid] = task
+        else:
+            message = await self._commit(pod, req.uid, decision)
+            if message is not None:
+                return FilterResult(error=message)
+        self.metrics.decisions.labels("scheduled").inc()
+        self.cluster.event(pod, NORMAL, "FilteringSucceed", decision.message)
+        if decision.rejected:
+            self.cluster.event(pod, NORMAL, "FilteredNodes", _rejection_text(decision))
+        return self._success_result(decision, candidates, args)
+
+    async def _commit(self, pod: Pod, uid: str, decision: Decision) -> str | None:
+        """Write the allocation annotations; on failure undo the reservation. Returns the error text or None."""
         t1 = time.perf_counter()
         try:
             await self.cluster.patch_pod_metadata(
                 pod.metadata.namespace, pod.metadata.name, dict(decision.annotations), {keys.VGPU_NODE: decision.node}
             )
         except ApiError as err:
-            self._forget(req.uid)
+            if self.state.pods.get(uid) is not None and self.state.pods[uid].node == decision.node:
+                self._forget(uid)
             self.metrics.api_errors.labels("patch_pod").inc()
             self.metrics.decisions.labels("commit-failed").inc()
             message = f"writing the allocation annotations failed: {err}"
             self.cluster.event(pod, WARNING, "FilteringFailed", message)
-            return FilterResult(error=message)
+            return message
         finally:
             self.metrics.stage_latency.labels("commit").observe(time.perf_counter() - t1)
-        self.metrics.decisions.labels("scheduled").inc()
-        self.cluster.event(pod, NORMAL, "FilteringSucceed", decision.message)
-        if decision.rejected:
-            self.cluster.event(pod, NORMAL, "FilteredNodes", _rejection_text(decision))
-        return self._success_result(decision, candidates, args)
+        return None
+
+    async def _settle(self, uid: str) -> str | None:
+        """Wait for the pod's commit still in flight, if any; returns its error text or None."""
+        task = self.commits.pop(uid, None)
+        if task is None:
+            return None
+        return await task
+
+    async def settle_all(self) -> None:
+        """Wait for every commit in flight (shutdown, tests)."""
+        while self.commits:
+            await self._settle(next(iter(self.commits)))
 
     def _forget(self, uid: str) -> None:
         self.pending.discard(uid)
@@ -202,27 +234,44 @@ class Extender:
 
     async def _bind(self, args: BindingArgs) -> BindingResult:
         ns, name, node = args.podnamespace, args.podname, args.node
-        try:
-            pod = await self.cluster.get_pod(ns, name)
-        except NotFound as err:
-            if args.poduid:
-                self._forget(args.poduid)
-            self.metrics.binds.labels("pod-missing").inc()
-            return BindingResult(error=str(err))
-        except ApiError as err:
-            self.metrics.api_errors.labels("get_pod").inc()
-            self.metrics.binds.labels("error").inc()
-            return BindingResult(error=str(err))
+        failed_commit = await self._settle(args.poduid) if args.poduid else None
+        record = self.state.pods.get(args.poduid) if args.poduid else None
+        if record is not None and record.namespace == ns and record.name == name:
+            # Reserved by our own /filter: no need to read the pod back (one API call less per bind).
+            pod = Pod(metadata=ObjectMeta(name=name, namespace=ns, uid=args.poduid))
+            wants_devices = True
+        else:
+            try:
+                pod = await self.cluster.get_pod(ns, name)
+            except NotFound as err:
+                if args.poduid:
+                    self._forget(args.poduid)
+                self.metrics.binds.labels("pod-missing").inc()
+                return BindingResult(error=str(err))
+            except ApiError as err:
+                self.metrics.api_errors.labels("get_pod").inc()
+                self.metrics.binds.labels("error").inc()
+                return BindingResult(error=str(err))
+            try:
+                wants_devices = prefilter(pod, self.vendors, self.defaults).wants_devices
+            except InvalidInput as err:
+                self.metrics.binds.labels("invalid").inc()
+                self.cluster.event(pod, WARNING, "BindingFailed", str(err))
+                return BindingResult(error=str(err))
         uid = args.poduid or pod.metadata.uid
-        try:
-            req = prefilter(pod, self.vendors, self.defaults)
-        except InvalidInput as err:
-            self.metrics.binds.labels("invalid").inc()
-            self.cluster.event(pod, WARNING, "BindingFailed", str(err))
-            return BindingResult(error=str(err))
+        if failed_commit is not None:
+            self.metrics.binds.labels("failed").inc()
+            message = f"binding {ns}/{name} to {node} failed: {failed_commit}"
+            self.cluster.event(pod, WARNING, "BindingFailed", message)
+            return BindingResult(error=message)
+        if record is not None and record.node != node:
+            message = f"binding {ns}/{name} to {node} refused: hami reserved its devices on {record.node}"
+            self.metrics.binds.labels("failed").inc()
+            self.cluster.event(pod, WARNING, "BindingFailed", message)
+            return BindingResult(error=message)
         locked = False
         try:
-            if req.wants_devices:
+            if wants_devices:
                 await self.cluster.lock_node(node, ns, name)
                 locked = True
                 now = str(int(self.clock()))

@@ -261,6 +261,7 @@ class Runtime:
             await asyncio.wait([*servers, stopper], return_when=asyncio.FIRST_COMPLETED)
             main.should_exit = metrics.should_exit = True
             await asyncio.gather(*servers, return_exceptions=True)
+            await extender.settle_all()
             stopper.cancel()
             await events.aclose()
 
