@@ -78,11 +78,14 @@ test-fast: setup lint typecheck imports
 test-e2e: setup testenv
 	$(BIN)/pytest -m e2e
 
-bench: setup
+bench: setup testenv
+	PYTHONPATH=. $(BIN)/python -m bench.run
 
 bench-quick: setup
+	PYTHONPATH=. $(BIN)/python -m bench.run --quick --iterations 300
 
 bench-profile: setup
+	PYTHONPATH=. $(BIN)/python -m bench.run profile
 
 clean:
 	rm -rf $(VENV) $(GENDIR) .mypy_cache .ruff_cache .pytest_cache .hypothesis
