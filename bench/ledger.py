@@ -123,7 +123,6 @@ def cold_start(s: Scenario) -> dict[str, float]:
     nodes_raw = msgspec.json.encode({"kind": "NodeList", "items": [_node_json(n, s.gpus) for n in range(s.nodes)]})
     pods_raw = msgspec.json.encode({"kind": "PodList", "items": [_pod_json(p, s) for p in range(s.pods)]})
 
-
     def build() -> ClusterState:
         vs = vendors()
         state = ClusterState(vs)
