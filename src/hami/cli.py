@@ -120,6 +120,69 @@ def simulate(
 
 
 app.command("device-plugin")(device_plugin)
+@app.command()
+def certs(
+    dns: Annotated[list[str], typer.Option("--dns", help="DNS name for the serving certificate (repeatable)")] = [],  # noqa: B006
+    ip: Annotated[list[str], typer.Option("--ip", help="IP address for the serving certificate (repeatable)")] = [],  # noqa: B006
+    out: Annotated[Path | None, typer.Option("--out", help="write ca.crt, tls.crt and tls.key here")] = None,
+    days: Annotated[int, typer.Option("--days", min=1, help="validity of the CA and the certificate")] = 3650,
+    secret: Annotated[
+        str | None,
+        typer.Option("--secret", metavar="NAMESPACE/NAME", help="keep the pair in this Secret (in-cluster)"),
+    ] = None,
+    patch_webhook: Annotated[
+        str | None,
+        typer.Option("--patch-webhook", metavar="NAME", help="set caBundle on this MutatingWebhookConfiguration"),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="with --secret: replace a pair that is still good")] = False,
+) -> None:
+    """Make a CA and a serving certificate for the webhook; print the caBundle (base64 of ca.crt).
+
+    With --out the files are written to a directory. With --secret the pair lives in a Kubernetes Secret
+    (kept while it is still valid for the names, else replaced); with --patch-webhook as well, the CA is
+    published as the webhook configuration's caBundle. The chart's Jobs run the --secret forms.
+    """
+    import asyncio
+    from datetime import UTC, datetime
+
+    from hami.errors import HamiError
+    from hami.server.certs import ensure_secret, generate, inject_ca_bundle, write_files
+    from hami.server.certstore import HttpCertStore, in_cluster_client
+
+    if out is None and secret is None:
+        raise typer.BadParameter("give --out DIR, --secret NAMESPACE/NAME, or both", param_hint="--out/--secret")
+    if patch_webhook and secret is None:
+        raise typer.BadParameter("--patch-webhook needs --secret (the CA is read from it)", param_hint="--secret")
+    now = datetime.now(UTC)
+
+    async def in_cluster(namespace: str, name: str) -> str:
+        async with in_cluster_client() as client:
+            store = HttpCertStore(client)
+            bundle, created = await ensure_secret(store, namespace, name, dns, ip, now=now, days=days, force=force)
+            typer.echo(f"secret {namespace}/{name}: {'new pair written' if created else 'kept'}", err=True)
+            if patch_webhook:
+                count = await inject_ca_bundle(store, patch_webhook, bundle)
+                typer.echo(f"caBundle set on {count} webhook(s) of {patch_webhook}", err=True)
+        if out is not None:
+            write_files(bundle, out)
+        return bundle.ca_bundle
+
+    try:
+        if secret is not None:
+            namespace, _, name = secret.partition("/")
+            if not namespace or not name:
+                raise typer.BadParameter("expected NAMESPACE/NAME", param_hint="--secret")
+            ca_bundle = asyncio.run(in_cluster(namespace, name))
+        else:
+            bundle = generate(dns, ip, now=now, days=days)
+            assert out is not None
+            for path in write_files(bundle, out).values():
+                typer.echo(f"wrote {path}", err=True)
+            ca_bundle = bundle.ca_bundle
+    except HamiError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(ca_bundle)
 
 
 def main() -> None:
