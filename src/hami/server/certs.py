@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Final, Protocol
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -193,7 +194,7 @@ def still_good(
         key = serialization.load_pem_private_key(data[KEY_FILE], password=None)
         cert.verify_directly_issued_by(ca)
         sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except (KeyError, ValueError, TypeError, x509.ExtensionNotFound, x509.InvalidSignature):
+    except (KeyError, ValueError, TypeError, x509.ExtensionNotFound, InvalidSignature):
         return False
     if key.public_key().public_bytes(
         serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
