@@ -24,7 +24,7 @@ import asyncio
 import logging
 import os
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,10 +80,10 @@ class CertificateReloader:
         log.info("TLS certificate reloaded from %s", self.cert_file)
         return True
 
-    async def watch(self, interval: float = 10.0) -> None:
-        """Check the files every ``interval`` seconds until cancelled."""
+    async def watch(self, interval: float = 10.0, sleep: Callable[[float], Awaitable[object]] = asyncio.sleep) -> None:
+        """Check the files every ``interval`` seconds until cancelled (``sleep`` is injectable for tests)."""
         while True:
-            await asyncio.sleep(interval)
+            await sleep(interval)
             self.reload_if_changed()
 
     def context_factory(self, config: Any, default: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
