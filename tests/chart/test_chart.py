@@ -433,7 +433,7 @@ def test_several_replicas_spread_over_nodes_and_need_leader_election() -> None:
 
 def test_not_taking_over_default_scheduler_is_passed_to_hami() -> None:
     hami = container(render("scheduler.forceOverwriteDefaultScheduler=false"), "hami")
-    assert "--force-overwrite-default-scheduler=false" in hami["args"]
+    assert "--no-force-overwrite-default-scheduler" in hami["args"]
 
 
 def test_old_clusters_are_refused() -> None:
