@@ -1,56 +1,21 @@
 """The Helm chart: ``helm lint`` and ``helm template`` with default values, with cert-manager, and with the
-values that change its shape; the rendered objects are checked field by field.
-
-helm comes from the control-plane build (``scripts/k8s-testenv helm``, i.e. ``make helm``) in
-``<cache>/helm-vX.Y.Z/helm`` (cache: ``$HAMI_TESTENV_CACHE``, else ``$XDG_CACHE_HOME/hami`` or ``~/.cache/hami``),
-or from ``$HAMI_HELM``. Without it these tests fail with that instruction; they are never skipped.
+values that change its shape; the rendered objects are checked field by field. (helm: see ``tests/helm.py``;
+the server-side dry-run of every object is in ``tests/e2e/test_chart.py``.)
 """
 
 from __future__ import annotations
 
-import os
-import re
 import subprocess
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-CHART = Path(__file__).resolve().parents[2] / "charts" / "hami"
+from tests.helm import CHART, helm, template
+
 KUBE_VERSION = "1.36.3"
 NAMESPACE = "hami-system"
-_SEMVER = re.compile(r"^helm-v(\d+)\.(\d+)\.(\d+)$")
-
-
-def _cache_root() -> Path:
-    if os.environ.get("HAMI_TESTENV_CACHE"):
-        return Path(os.environ["HAMI_TESTENV_CACHE"]).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "hami"
-
-
-@cache
-def helm() -> str:
-    explicit = os.environ.get("HAMI_HELM")
-    if explicit:
-        if not os.access(explicit, os.X_OK):
-            pytest.fail(f"HAMI_HELM={explicit} is not an executable helm")
-        return explicit
-    root = _cache_root()
-    builds = []
-    if root.is_dir():
-        for entry in root.iterdir():
-            match = _SEMVER.match(entry.name)
-            if match and (entry / "manifest.json").is_file() and os.access(entry / "helm", os.X_OK):
-                builds.append((tuple(int(g) for g in match.groups()), entry / "helm"))
-    if not builds:
-        pytest.fail(
-            f"helm not found: no complete {root}/helm-vX.Y.Z/ build. Run `make helm` "
-            "(scripts/k8s-testenv helm) or point HAMI_HELM at a helm binary."
-        )
-    return str(max(builds)[1])
 
 
 def run_helm(*args: str) -> subprocess.CompletedProcess[str]:
@@ -59,12 +24,7 @@ def run_helm(*args: str) -> subprocess.CompletedProcess[str]:
 
 @cache
 def _render(*sets: str) -> tuple[dict[str, Any], ...]:
-    args = ["template", "hami", str(CHART), "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION]
-    for s in sets:
-        args += ["--set", s]
-    result = run_helm(*args)
-    assert result.returncode == 0, result.stderr
-    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
+    return tuple(template(NAMESPACE, KUBE_VERSION, *sets))
 
 
 def render(*sets: str) -> list[dict[str, Any]]:
