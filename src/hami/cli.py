@@ -120,6 +120,8 @@ def simulate(
 
 
 app.command("device-plugin")(device_plugin)
+
+
 @app.command()
 def certs(
     dns: Annotated[list[str], typer.Option("--dns", help="DNS name for the serving certificate (repeatable)")] = [],  # noqa: B006

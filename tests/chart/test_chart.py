@@ -77,13 +77,17 @@ def test_helm_lint(sets: list[str]) -> None:
 def test_default_objects() -> None:
     assert kinds(render()) == [
         ("ClusterRole", "hami-certs"),
+        ("ClusterRole", "hami-device-plugin"),
         ("ClusterRole", "hami-scheduler"),
         ("ClusterRoleBinding", "hami-certs"),
+        ("ClusterRoleBinding", "hami-device-plugin"),
         ("ClusterRoleBinding", "hami-scheduler"),
         ("ClusterRoleBinding", "hami-scheduler-kube-scheduler"),
         ("ClusterRoleBinding", "hami-scheduler-volume-scheduler"),
+        ("ConfigMap", "hami-device-plugin"),
         ("ConfigMap", "hami-scheduler"),
         ("ConfigMap", "hami-scheduler-device"),
+        ("DaemonSet", "hami-device-plugin"),
         ("Deployment", "hami-scheduler"),
         ("Job", "hami-certs-post"),
         ("Job", "hami-certs-pre"),
@@ -94,6 +98,7 @@ def test_default_objects() -> None:
         ("RoleBinding", "hami-scheduler-leases"),
         ("Service", "hami-scheduler"),
         ("ServiceAccount", "hami-certs"),
+        ("ServiceAccount", "hami-device-plugin"),
         ("ServiceAccount", "hami-scheduler"),
     ]
 

@@ -16,6 +16,7 @@ PATHS = {
     "ConfigMap": ("/api/v1", "configmaps", True),
     "Service": ("/api/v1", "services", True),
     "Deployment": ("/apis/apps/v1", "deployments", True),
+    "DaemonSet": ("/apis/apps/v1", "daemonsets", True),
     "Job": ("/apis/batch/v1", "jobs", True),
     "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),
     "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings", True),

@@ -41,12 +41,15 @@ from hami.protocol import keys
 from hami.protocol.handshake import decode_handshake, encode_requesting
 from hami.protocol.nodelock import decode_node_lock
 from hami.protocol.objects import Node, Pod, ResourceQuota
+from hami.scheduling.admission import AdmissionSettings
 from hami.scheduling.records import is_terminal
 from hami.scheduling.request import SchedulingDefaults
 from hami.scheduling.state import ClusterState
 from hami.server.app import build_app, build_metrics_app
 from hami.server.extender import Extender, Readiness
 from hami.server.metrics import Metrics
+from hami.server.tls import CertificateReloader
+from hami.server.webhook import admission_for, webhook_route
 
 __all__ = ["Runtime", "parse_bind", "run_scheduler"]
 
@@ -55,6 +58,8 @@ log = logging.getLogger("hami.scheduler")
 SELF_CHECK_SECONDS = 60.0
 """How often the ledger is compared with a full recount (drift is exported as ``hami_ledger_drift``)."""
 LOCK_SWEEP_SECONDS = 30.0
+TLS_RELOAD_SECONDS = 10.0
+"""How often the certificate files are checked for a change (cert-manager renews days before expiry)."""
 """How often nodes holding a lock are checked for a finished or deleted holder (HAMi never does this)."""
 
 
@@ -250,8 +255,15 @@ class Runtime:
                 supervisor.start(lease.run(), name="watch-lease")
             supervisor.start(self._self_check(), name="self-check")
             supervisor.start(self._lock_sweep(locker), name="lock-sweep")
-            main = self._server(build_app(extender, self.extra_routes), s.http_bind, tls=True)
-            metrics = self._server(build_metrics_app(self.metrics), s.metrics_bind_address, tls=False)
+            admission = admission_for(
+                extender, AdmissionSettings(s.scheduler_name, s.force_overwrite_default_scheduler)
+            )
+            routes = [webhook_route(admission, self.metrics), *self.extra_routes]
+            tls = CertificateReloader(s.cert_file, s.key_file) if s.cert_file and s.key_file else None
+            if tls is not None:  # certificates rotated on disk are picked up without a restart
+                supervisor.start(tls.watch(TLS_RELOAD_SECONDS), name="tls-reload")
+            main = self._server(build_app(extender, routes), s.http_bind, tls)
+            metrics = self._server(build_metrics_app(self.metrics), s.metrics_bind_address, None)
             self._install_signals(main, metrics)
             log.info(
                 "hami scheduler %s serving on %s (metrics %s)", s.scheduler_name, s.http_bind, s.metrics_bind_address
@@ -265,11 +277,16 @@ class Runtime:
             stopper.cancel()
             await events.aclose()
 
-    def _server(self, app: Starlette, bind: str, tls: bool) -> _Server:
+    def _server(self, app: Starlette, bind: str, tls: CertificateReloader | None) -> _Server:
         host, port = parse_bind(bind)
         kwargs: dict[str, object] = {}
-        if tls and self.settings.cert_file and self.settings.key_file:
-            kwargs = {"ssl_certfile": self.settings.cert_file, "ssl_keyfile": self.settings.key_file}
+        if tls is not None:
+            # uvicorn still needs the file names to switch TLS on; the context it uses is the reloader's.
+            kwargs = {
+                "ssl_certfile": self.settings.cert_file,
+                "ssl_keyfile": self.settings.key_file,
+                "ssl_context_factory": tls.context_factory,
+            }
         config = uvicorn.Config(
             app,
             host=host,

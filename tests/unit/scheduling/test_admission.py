@@ -13,7 +13,6 @@ import pytest
 
 from hami.config import default_device_config
 from hami.devices import vendors_from_config
-from hami.devices.nvidia import request as nvidia_request
 from hami.devices.nvidia.admission import NvidiaAdmission, NvidiaAdmitter
 from hami.errors import InvalidInput
 from hami.protocol.objects import ObjectMeta, ResourceQuota, ResourceQuotaSpec
@@ -402,17 +401,6 @@ def test_decision(case: Case) -> None:
         assert patched == case.pod
 
 
-# With the TEMP stand-in NVIDIA parser these are not refused; the real parser (hami.devices.nvidia.request with
-# ``parse_pod_nvidia_requests``, on main) raises QuantityError naming the container and the resource.
-# TODO(lead): drop this mark after the merge (the condition is then False and the tests simply run).
-NEEDS_REAL_PARSER = pytest.mark.xfail(
-    not hasattr(nvidia_request, "parse_pod_nvidia_requests"),
-    strict=True,
-    reason="TEMP stand-in hami.devices.nvidia.request does not validate quantities",
-)
-
-
-@NEEDS_REAL_PARSER
 @pytest.mark.parametrize(
     ("limits", "resource"),
     [

@@ -66,18 +66,16 @@ class NvidiaAdmission:
     @classmethod
     def from_config(cls, cfg: NvidiaConfig) -> NvidiaAdmission:
         """The one place admission reads the NVIDIA config."""
-        # TODO(lead): config — the real NvidiaConfig has these fields; drop the getattr defaults then.
-        defaults = cls()
         return cls(
             count=cfg.resource_count_name,
             memory=cfg.resource_memory_name,
             percentage=cfg.resource_memory_percentage_name,
             cores=cfg.resource_core_name,
-            priority=str(getattr(cfg, "resource_priority_name", defaults.priority)),
-            default_gpu_num=int(getattr(cfg, "default_gpu_num", defaults.default_gpu_num)),
-            overwrite_env=bool(getattr(cfg, "overwrite_env", defaults.overwrite_env)),
-            gpu_core_policy=str(getattr(cfg, "gpu_core_policy", defaults.gpu_core_policy) or "default"),
-            runtime_class_name=str(getattr(cfg, "runtime_class_name", defaults.runtime_class_name) or ""),
+            priority=cfg.resource_priority_name,
+            default_gpu_num=cfg.default_gpu_num,
+            overwrite_env=cfg.overwrite_env,
+            gpu_core_policy=cfg.gpu_core_policy or "default",
+            runtime_class_name=cfg.runtime_class_name,
         )
 
 
