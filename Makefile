@@ -69,13 +69,13 @@ testenv:
 helm:
 	$(PYTHON) scripts/k8s-testenv helm
 
-test: setup testenv lint typecheck imports
+test: setup testenv helm lint typecheck imports
 	$(BIN)/pytest
 
 test-fast: setup lint typecheck imports
-	$(BIN)/pytest -m "not e2e"
+	$(BIN)/pytest -m "not e2e and not helm"
 
-test-e2e: setup testenv
+test-e2e: setup testenv helm
 	$(BIN)/pytest -m e2e
 
 bench: setup testenv
