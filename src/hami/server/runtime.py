@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
@@ -93,6 +94,8 @@ class Runtime:
     lease_holder: str = ""
     lease_expiry: float = 0.0
 
+    _writes: set[asyncio.Task[None]] = field(default_factory=set)
+
     def __post_init__(self) -> None:
         self.vendors = vendors_from_config(self.device_config)
         self.state = ClusterState(self.vendors)
@@ -162,7 +165,7 @@ class Runtime:
                     self.metrics.api_errors.labels("patch_node").inc()
                     log.warning("writing the handshake of node %s failed: %s", name, err)
 
-            supervisor.start(write(), name=f"handshake-{name}")
+            self._once(write(), f"handshake-{name}")
 
     def _on_pod(self, extender: Extender, locker: NodeLocker, supervisor: Supervisor) -> Callable[[Pod, bool], None]:
         def apply(obj: Pod, deleted: bool) -> None:
@@ -186,7 +189,18 @@ class Runtime:
                 except ApiError as err:
                     log.warning("releasing the lock on %s held by finished pod %s failed: %s", node, pod.key, err)
 
-            supervisor.start(release(), name=f"unlock-{node}")
+            self._once(release(), f"unlock-{node}")
+
+    def _once(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        """Run a one-shot API write in the background (the supervisor is for loops that must not end)."""
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._writes.add(task)
+        task.add_done_callback(self._write_done)
+
+    def _write_done(self, task: asyncio.Task[None]) -> None:
+        self._writes.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background write %s failed: %r", task.get_name(), task.exception())
 
     # --- loops ----------------------------------------------------------------------------------------
     async def _self_check(self) -> None:
