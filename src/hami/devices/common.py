@@ -92,7 +92,9 @@ def fit_shared(
     order = policy.order(n, lambda i: device_score(table, i, req, weights), [info.numa for info in infos], used)
     topology = policy.topology
     numa_bind = policy.numa_bind
-    cores = req.coresreq
+    # Spec §6.2 step 8 / §6.7: a request for more than 100 cores is clamped to 100 (a whole card), so it is
+    # judged, and recorded in the allocation, as 100 — not refused as CardInsufficientCore on an idle card.
+    cores = min(req.coresreq, 100)
     accepted: list[Placement] = []
     groups: list[list[Placement]] = []  # topology + NUMA: candidates per NUMA group
     prev_numa: int | None = None
