@@ -1,0 +1,289 @@
+"""Ledger and decision invariants over random clusters and pod sequences (hypothesis).
+
+* no device ever holds more than its slots, memory or cores;
+* a decision does not depend on the order of the candidate list;
+* reserve then unreserve is the identity on usage and quota usage;
+* the incremental ledger always equals a full recount (``verify() == []``), whatever mix of reserve,
+  unreserve and node updates (refresh, removal, a device disappearing and coming back) happened.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hami.devices.base import MEM_PERCENTAGE_UNSET, ContainerRequest, NodeInventory
+from hami.protocol.inventory import DeviceInfo
+from hami.scheduling.cycle import Decision, decide, reserve, unreserve
+from hami.scheduling.request import PodRequest
+from hami.scheduling.state import ClusterState
+from hami.scheduling.usage import Kind
+from tests.unit.scheduling.builders import NVIDIA, gpu, mig_gpu, pod_request, resource_quota, usage, vendors
+
+PROPS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+NOW = 1_700_000_000
+NAMESPACES = ("ns-a", "ns-b")
+INIT_MIXES = [
+    (Kind.INIT, Kind.SIDECAR),
+    (Kind.SIDECAR, Kind.INIT),
+    (Kind.INIT, Kind.INIT),
+    (Kind.INIT, Kind.SIDECAR, Kind.INIT),
+]
+
+
+# --- strategies ----------------------------------------------------------------------------------------------
+
+
+@st.composite
+def devices(draw: st.DrawFn, node: int) -> tuple[DeviceInfo, ...]:
+    out = []
+    for i in range(draw(st.integers(1, 8))):
+        uuid = f"n{node}-gpu{i}"
+        numa = draw(st.integers(0, 1))
+        if draw(st.integers(0, 9)) == 0:
+            out.append(mig_gpu(uuid, index=i, numa=numa))
+            continue
+        out.append(
+            gpu(
+                uuid,
+                index=i,
+                count=draw(st.integers(1, 10)),
+                devmem=draw(st.sampled_from([1000, 8192, 8192, 16384, 40960])),
+                devcore=draw(st.sampled_from([100, 100, 100, 200])),
+                numa=numa,
+            )
+        )
+    return tuple(out)
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> dict[str, NodeInventory]:
+    nodes: dict[str, NodeInventory] = {}
+    for k in range(draw(st.integers(1, 6))):
+        devs = draw(devices(k))
+        scores: dict[str, dict[str, int]] = {}
+        if draw(st.booleans()):
+            for a in devs:
+                for b in devs:
+                    if a.id < b.id:
+                        s = draw(st.integers(0, 100))
+                        scores.setdefault(a.id, {})[b.id] = s
+                        scores.setdefault(b.id, {})[a.id] = s
+        nodes[f"node-{k}"] = NodeInventory(devs, scores)
+    return nodes
+
+
+def container_requests() -> st.SearchStrategy[ContainerRequest | None]:
+    request = st.builds(
+        ContainerRequest,
+        vendor=st.just(NVIDIA),
+        nums=st.integers(1, 3),
+        memreq=st.one_of(st.just(0), st.sampled_from([500, 2500, 5000, 7000]), st.integers(100, 9000)),
+        mem_percentage=st.one_of(st.just(MEM_PERCENTAGE_UNSET), st.sampled_from([25, 50, 100]), st.integers(1, 100)),
+        coresreq=st.one_of(st.just(0), st.sampled_from([30, 60, 100]), st.integers(1, 100)),
+    )
+    return st.one_of(st.none(), request, request)
+
+
+@st.composite
+def pods(draw: st.DrawFn, uid: str) -> PodRequest:
+    init_kinds = draw(st.sampled_from([(), (Kind.INIT,), (Kind.SIDECAR,), *INIT_MIXES]))
+    n_apps = draw(st.integers(1, 2))
+    kinds = (*init_kinds, *([Kind.APP] * n_apps))
+    containers = [draw(container_requests()) for _ in kinds]
+    if not any(containers):
+        containers[-1] = ContainerRequest(NVIDIA, 1, draw(st.integers(0, 4000)))
+    return pod_request(
+        *containers,
+        kinds=kinds,
+        gpu_policy=draw(
+            st.sampled_from(["binpack", "spread", "mutex", "topology-aware", "numa", "binpack,numa", "spread,mutex"])
+        ),
+        numa_bind=draw(st.booleans()),
+        node_policy=draw(st.sampled_from(["binpack", "spread"])),
+        weights=draw(st.sampled_from([(1, 1, 1), (2, 0, 1), (0, 0, 1), (1, 3, 0)])),
+        uid=uid,
+        namespace=draw(st.sampled_from(NAMESPACES)),
+        name=uid,
+    )
+
+
+@st.composite
+def operations(draw: st.DrawFn, n_nodes: int) -> list[tuple[str, Any]]:
+    ops: list[tuple[str, Any]] = []
+    for k in range(draw(st.integers(1, 12))):
+        op = draw(st.sampled_from(["place", "place", "place", "unplace", "refresh", "drop", "restore", "shrink"]))
+        if op == "place":
+            ops.append((op, draw(pods(f"pod-{k}"))))
+        elif op == "unplace":
+            ops.append((op, draw(st.integers(0, 20))))
+        else:
+            ops.append((op, f"node-{draw(st.integers(0, n_nodes - 1))}"))
+    return ops
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[dict[str, NodeInventory], dict[str, tuple[int | None, int | None]], Any]:
+    nodes = draw(clusters())
+    quotas = {
+        ns: (draw(st.none() | st.integers(0, 60000)), draw(st.none() | st.integers(0, 400)))
+        for ns in NAMESPACES
+        if draw(st.booleans())
+    }
+    return nodes, quotas, draw(operations(len(nodes)))
+
+
+# --- helpers ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class World:
+    state: ClusterState
+    inventories: dict[str, NodeInventory]
+    placed: list[str] = field(default_factory=list)
+    requests: dict[str, PodRequest] = field(default_factory=dict)
+
+
+def build(nodes: dict[str, NodeInventory], quotas: dict[str, tuple[int | None, int | None]]) -> World:
+    s = ClusterState(vendors())
+    for name, inv in nodes.items():
+        s.set_node(name, {NVIDIA: inv})
+    for ns, (mem, cores) in quotas.items():
+        hard: dict[str, int] = {}
+        if mem is not None:
+            hard["limits.nvidia.com/gpumem"] = mem
+        if cores is not None:
+            hard["limits.nvidia.com/gpucores"] = cores
+        s.upsert_quota(resource_quota(ns, "q", hard))
+    return World(s, dict(nodes))
+
+
+def over_capacity(s: ClusterState) -> list[str]:
+    out = []
+    for node in s.nodes.values():
+        for table in node.tables.values():
+            for i, info in enumerate(table.infos):
+                used, mem, cores, _ = table.usage_of(i)
+                if used > info.count or mem > info.devmem or cores > info.devcore:
+                    out.append(
+                        f"{node.name}/{info.id}: {used}/{info.count} slots, "
+                        f"{mem}/{info.devmem} MiB, {cores}/{info.devcore} cores"
+                    )
+    return out
+
+
+def snapshot(s: ClusterState) -> tuple[Any, ...]:
+    return (
+        usage(s),
+        {ns: dict(v) for ns, v in s.quotas.used.items()},
+        dict(s.pods),
+        {n: set(u) for n, u in s.pods_by_node.items()},
+        {u: set(m) for u, m in s.dangling.items()},
+    )
+
+
+def run(world: World, op: str, arg: Any) -> Decision | None:
+    s = world.state
+    if op == "place":
+        req: PodRequest = arg
+        decision = decide(s, req, [*world.inventories, "ghost-node"], NOW)
+        if decision.node is not None:
+            reserve(s, req, decision)
+            world.placed.append(req.uid)
+            world.requests[req.uid] = req
+        return decision
+    if op == "unplace" and world.placed:
+        unreserve(s, world.placed.pop(arg % len(world.placed)))
+    elif op == "refresh" and arg in s.nodes:
+        s.set_node(
+            arg,
+            {v: NodeInventory(t.infos, s.nodes[arg].pair_scores.get(v, {})) for v, t in s.nodes[arg].tables.items()},
+        )
+    elif op == "drop":
+        s.remove_node(arg)
+    elif op == "restore":
+        s.set_node(arg, {NVIDIA: world.inventories[arg]})
+    elif op == "shrink" and len(world.inventories[arg].devices) > 1:
+        inv = world.inventories[arg]
+        s.set_node(arg, {NVIDIA: NodeInventory(inv.devices[:-1], inv.pair_scores)})
+    return None
+
+
+# --- properties ------------------------------------------------------------------------------------------------
+
+
+@PROPS
+@given(scenarios())
+def test_no_device_is_ever_over_allocated(scenario: Any) -> None:
+    nodes, quotas, ops = scenario
+    world = build(nodes, quotas)
+    for op, arg in ops:
+        run(world, op, arg)
+        assert over_capacity(world.state) == [], (op, arg)
+
+
+@PROPS
+@given(scenarios(), st.randoms(use_true_random=False))
+def test_decision_does_not_depend_on_candidate_order(scenario: Any, rnd: random.Random) -> None:
+    nodes, quotas, ops = scenario
+    world = build(nodes, quotas)
+    for op, arg in ops:
+        if op == "place":
+            candidates = [*world.inventories, "ghost-node"]
+            first = decide(world.state, arg, candidates, NOW)
+            rnd.shuffle(candidates)
+            assert decide(world.state, arg, candidates, NOW) == first
+        run(world, op, arg)
+
+
+@PROPS
+@given(scenarios())
+def test_reserve_then_unreserve_is_the_identity(scenario: Any) -> None:
+    nodes, quotas, ops = scenario
+    world = build(nodes, quotas)
+    for op, arg in ops:
+        if op == "place":
+            before = snapshot(world.state)
+            decision = decide(world.state, arg, list(world.inventories), NOW)
+            if decision.node is not None:
+                assert reserve(world.state, arg, decision) is not None
+                assert unreserve(world.state, arg.uid) is not None
+                assert snapshot(world.state) == before
+        run(world, op, arg)
+
+
+@PROPS
+@given(scenarios())
+def test_ledger_always_equals_a_full_recount(scenario: Any) -> None:
+    nodes, quotas, ops = scenario
+    world = build(nodes, quotas)
+    for op, arg in ops:
+        run(world, op, arg)
+        assert world.state.verify() == [], (op, arg)
+
+
+@PROPS
+@given(scenarios())
+def test_decisions_are_complete_and_annotated(scenario: Any) -> None:
+    nodes, quotas, ops = scenario
+    world = build(nodes, quotas)
+    for op, arg in ops:
+        decision = run(world, op, arg)
+        if decision is None or decision.node is None:
+            continue
+        req: PodRequest = arg
+        per = decision.devices[NVIDIA]
+        assert len(per) == len(req.containers)
+        for creq, devs in zip(req.containers, per, strict=True):
+            want = creq[NVIDIA].nums if NVIDIA in creq else 0
+            assert len(devs) == want
+            if not any(d.uuid.startswith(decision.node.replace("node-", "n") + "-") for d in devs) and devs:
+                raise AssertionError(f"devices {devs} are not on {decision.node}")
+        ann = decision.annotations
+        assert ann["hami.io/vgpu-node"] == decision.node
+        assert ann["hami.io/vgpu-time"] == str(NOW)
+        assert ann["hami.io/vgpu-devices-to-allocate"] == ann["hami.io/vgpu-devices-allocated"]
