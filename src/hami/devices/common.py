@@ -134,7 +134,7 @@ def fit_shared(
             miss(Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT, uuid)
             continue
         memreq = req.memory_on(info.devmem)
-        if ctx.quota is not None and not ctx.quota(accepted, memreq, cores):
+        if ctx.quota is not None and not ctx.quota(accepted, memreq, cores, uuid):
             miss(Reason.RESOURCE_QUOTA_NOT_FIT, uuid, memreq)
             continue
         free_mem = info.devmem - usedmem[i]

@@ -68,8 +68,10 @@ def _quota_check(
         return None
     names = state.vendors[vendor].resources
 
-    def check(accepted: Sequence[Placement], mem: int, cores: int) -> bool:
-        current = (*(p.device for p in accepted), ContainerDevice("\0candidate", vendor, mem, cores))
+    def check(accepted: Sequence[Placement], mem: int, cores: int, uuid: str) -> bool:
+        # The candidate carries its real UUID: collapsed per device, an app container on the GPU an earlier init
+        # container used counts max(init, app) there, as the ledger will charge it — not init + app.
+        current = (*(p.device for p in accepted), ContainerDevice(uuid, vendor, mem, cores))
         containers = [tuple(p.device for p in c) for c in done] + [current]
         charges = effective_charges({vendor: tuple(containers)}, kinds[: pos + 1])
         amounts: dict[str, int] = {}

@@ -56,7 +56,7 @@ def fit(
 
 # --- the checks of spec §6.2, each with its reason and numbers -------------------------------------------
 
-REFUSE = lambda accepted, mem, cores: False  # noqa: E731 - a quota that never fits
+REFUSE = lambda accepted, mem, cores, uuid: False  # noqa: E731 - a quota that never fits
 
 
 def fit_one(
@@ -533,10 +533,10 @@ def test_mig_and_shared_gpus_together() -> None:
 
 
 def test_quota_sees_the_devices_already_accepted_for_this_container() -> None:
-    calls: list[tuple[list[str], int, int]] = []
+    calls: list[tuple[list[str], int, int, str]] = []
 
-    def quota(accepted: Sequence[Placement], mem: int, cores: int) -> bool:
-        calls.append(([p.device.uuid for p in accepted], mem, cores))
+    def quota(accepted: Sequence[Placement], mem: int, cores: int, uuid: str) -> bool:
+        calls.append(([p.device.uuid for p in accepted], mem, cores, uuid))
         return not accepted  # room for one device only
 
     t = table(*gpus(2))
@@ -545,7 +545,7 @@ def test_quota_sees_the_devices_already_accepted_for_this_container() -> None:
         2,
         (Rejection(R.RESOURCE_QUOTA_NOT_FIT, "GPU-1", 1000, 0),),
     )
-    assert calls == [([], 1000, 10), (["GPU-0"], 1000, 10)]
+    assert calls == [([], 1000, 10, "GPU-0"), (["GPU-0"], 1000, 10, "GPU-1")]
 
 
 def test_fit_never_writes_the_table() -> None:
