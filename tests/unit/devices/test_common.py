@@ -548,6 +548,25 @@ def test_quota_sees_the_devices_already_accepted_for_this_container() -> None:
     assert calls == [([], 1000, 10, "GPU-0"), (["GPU-0"], 1000, 10, "GPU-1")]
 
 
+def test_mig_instance_is_judged_by_the_quota_at_its_profile_size() -> None:
+    seen: list[tuple[int, int]] = []
+
+    def quota(accepted: Sequence[Placement], mem: int, cores: int, uuid: str) -> bool:
+        seen.append((mem, cores))
+        return sum(p.device.usedmem for p in accepted) + mem <= 5000
+
+    # The request (1000 MiB) passes; the 1g.5gb instance it becomes (4864 MiB) passes; a second one does not.
+    assert fit(table(mig_gpu("GPU-M")), req(nums=2, memreq=1000), quota=quota) == Unfit(
+        {R.RESOURCE_QUOTA_NOT_FIT: 1, R.ALLOCATED_CARDS_INSUFFICIENT_REQUEST: 1},
+        1,
+        (Rejection(R.RESOURCE_QUOTA_NOT_FIT, "GPU-M", 4864, 0),),
+    )
+    assert seen == [(1000, 0), (4864, 14), (4864, 14)]
+    assert fit(table(mig_gpu("GPU-M")), req(nums=1, memreq=1000), quota=quota) == mig_placed(
+        (0, "GPU-M", 4864, 14, "1g.5gb", P(6, 1))
+    )
+
+
 def test_fit_never_writes_the_table() -> None:
     t = table(*gpus(2), mig_gpu("GPU-M", index=2), usage={0: (1, 100, 10)})
     before = [t.usage_of(i) for i in range(3)]

@@ -10,7 +10,7 @@ from hami.protocol.reasons import Reason, Rejection
 from hami.scheduling.filter import NodeFit, NodeRejection, filter_node
 from hami.scheduling.state import ClusterState
 from hami.scheduling.usage import Kind
-from tests.unit.scheduling.builders import DCU, NVIDIA, gpu, gpus, pod_request, req, resource_quota, state
+from tests.unit.scheduling.builders import DCU, NVIDIA, gpu, gpus, mig_gpu, pod_request, req, resource_quota, state
 
 R = Reason
 INIT, SIDE, APP = Kind.INIT, Kind.SIDECAR, Kind.APP
@@ -194,6 +194,17 @@ def test_quota_of_init_and_app_on_different_gpus_adds_up() -> None:
         (ContainerDevice("GPU-1", NVIDIA, 6000, 0),),
         (ContainerDevice("GPU-1", NVIDIA, 3000, 0), ContainerDevice("GPU-0", NVIDIA, 3000, 0)),
     )
+
+
+def test_quota_counts_mig_instances_at_their_profile_size() -> None:
+    # Three 1 MiB requests become three 1g.5gb instances (4864 MiB each): only one fits a 5000 MiB quota.
+    s = with_quota(state({"node-1": [mig_gpu("GPU-M")]}), 5000)
+    verdict = run(s, req(nums=3, memreq=1))
+    assert isinstance(verdict, NodeRejection)
+    assert verdict.counts == {R.RESOURCE_QUOTA_NOT_FIT: 1, R.ALLOCATED_CARDS_INSUFFICIENT_REQUEST: 1}
+    fit = run(s, req(nums=1, memreq=1))
+    assert isinstance(fit, NodeFit)
+    assert fit.pod_devices() == {NVIDIA: ((ContainerDevice("GPU-M", NVIDIA, 4864, 14),),)}
 
 
 # --- the reason text ------------------------------------------------------------------------------------
