@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hami.devices.base import MEM_PERCENTAGE_UNSET, ContainerRequest, NodeInventory
+from hami.devices.mig import overlaps
 from hami.protocol.inventory import DeviceInfo
 from hami.scheduling.cycle import Decision, decide, reserve, unreserve
 from hami.scheduling.request import PodRequest
@@ -176,6 +177,16 @@ def over_capacity(s: ClusterState) -> list[str]:
     return out
 
 
+def over_quota(s: ClusterState, quotas: dict[str, tuple[int | None, int | None]]) -> list[str]:
+    out = []
+    for ns, (mem, cores) in quotas.items():
+        used = s.quotas.used.get(ns, {})
+        for resource, limit in (("nvidia.com/gpumem", mem), ("nvidia.com/gpucores", cores)):
+            if limit is not None and used.get(resource, 0) > limit:
+                out.append(f"{ns}: {resource} {used[resource]} > {limit}")
+    return out
+
+
 def snapshot(s: ClusterState) -> tuple[Any, ...]:
     return (
         usage(s),
@@ -224,6 +235,47 @@ def test_no_device_is_ever_over_allocated(scenario: Any) -> None:
     for op, arg in ops:
         run(world, op, arg)
         assert over_capacity(world.state) == [], (op, arg)
+
+
+@PROPS
+@given(scenarios())
+def test_no_namespace_ever_exceeds_its_quota(scenario: Any) -> None:
+    nodes, quotas, ops = scenario
+    world = build(nodes, quotas)
+    for op, arg in ops:
+        run(world, op, arg)
+        assert over_quota(world.state, quotas) == [], (op, arg)
+
+
+@PROPS
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 3), st.sampled_from([0, 4864, 5000, 9984, 15000, 19968, 30000])),
+        min_size=1,
+        max_size=10,
+    ),
+    st.lists(st.integers(0, 9), max_size=4),
+)
+def test_mig_instances_never_overlap(pods: list[tuple[int, int]], removals: list[int]) -> None:
+    s = ClusterState(vendors())
+    s.set_node("node-1", {NVIDIA: NodeInventory((mig_gpu("GPU-M"), mig_gpu("GPU-N", index=1)))})
+    placed: list[str] = []
+    for k, (nums, memory) in enumerate(pods):
+        if k in removals and placed:
+            unreserve(s, placed.pop(0))
+        request = pod_request(ContainerRequest(NVIDIA, nums, memory), uid=f"pod-{k}", gpu_policy="binpack")
+        decision = decide(s, request, ["node-1"], NOW)
+        if decision.node is not None:
+            reserve(s, request, decision)
+            placed.append(request.uid)
+        table = s.nodes["node-1"].tables[NVIDIA]
+        for i in range(len(table)):
+            taken = table.mig[i]
+            for a in range(len(taken)):
+                for b in range(a + 1, len(taken)):
+                    assert not overlaps(taken[a], taken[b]), (table.infos[i].id, taken)
+        assert over_capacity(s) == []
+        assert s.verify() == []
 
 
 @PROPS
