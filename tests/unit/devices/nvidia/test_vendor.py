@@ -49,7 +49,8 @@ def test_identity(nvidia: NvidiaVendor) -> None:
             Selector(modes=frozenset({"hami-core", "mig"})),
             id="vgpu-mode-as-a-set",
         ),
-        pytest.param({keys.NVIDIA_VGPU_MODE: ""}, Selector(), id="blank-vgpu-mode-unrestricted"),
+        pytest.param({keys.NVIDIA_VGPU_MODE: ""}, Selector(), id="empty-vgpu-mode-unrestricted"),
+        pytest.param({keys.NVIDIA_VGPU_MODE: " , "}, Selector(), id="blank-vgpu-mode-unrestricted-like-empty"),
     ],
 )
 def test_selector(nvidia: NvidiaVendor, annotations: dict[str, str], expected: Selector) -> None:
