@@ -333,6 +333,21 @@ def test_own_request_changes_the_spread_choice() -> None:
     assert uuids(fit(t, req(memreq=900), "binpack")) == ["GPU-0"]
 
 
+@pytest.mark.parametrize(
+    ("weights", "chosen"),
+    [
+        pytest.param((1, 1, 1), "GPU-1", id="equal-weights-memory-and-cores-outweigh-slots"),
+        pytest.param((1, 0, 0), "GPU-0", id="slots-only-most-tasks"),
+        pytest.param((0, 0, 1), "GPU-1", id="memory-only-most-memory"),
+        pytest.param((0, 1, 0), "GPU-1", id="cores-only-most-cores"),
+    ],
+)
+def test_scoring_weights_change_the_binpack_choice(weights: tuple[int, int, int], chosen: str) -> None:
+    # GPU-0 runs many small tasks, GPU-1 one big task.
+    t = table(*gpus(2), usage={0: (8, 800, 8), 1: (1, 6000, 60)})
+    assert uuids(fit(t, req(memreq=100), "binpack", weights=weights)) == [chosen]
+
+
 # --- policies ---------------------------------------------------------------------------------------------
 
 

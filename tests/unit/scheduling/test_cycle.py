@@ -271,3 +271,27 @@ def test_reserved_init_and_sidecar_never_exceed_what_fit_checked() -> None:
     reserve(s, request, decision)
     assert s.nodes["node-1"].tables[NVIDIA].usage_of(0) == (1, 6000, 0, ())
     assert s.verify() == []
+
+
+def test_a100_mig_sequence_through_the_ledger() -> None:
+    """Spec §6.8 from empty, one pod at a time: 3g.20gb → 4, 2g.10gb → 0, 1g.5gb → 3, 1g.5gb → 2; then full."""
+    s = state({"node-1": [mig_gpu("GPU-M")]})
+    chosen = []
+    for k, memory in enumerate((19968, 9984, 4864, 4864)):
+        request = pod_request(req(memreq=memory), uid=f"uid-{k}")
+        decision = decide(s, request, ["node-1"], NOW)
+        reserve(s, request, decision)
+        chosen.append((decision.mig[0].profile, decision.mig[0].placement))
+    assert chosen == [("3g.20gb", P(4, 4)), ("2g.10gb", P(0, 2)), ("1g.5gb", P(3, 1)), ("1g.5gb", P(2, 1))]
+    assert s.nodes["node-1"].tables[NVIDIA].usage_of(0) == (
+        4,
+        19968 + 9984 + 4864 + 4864,
+        42 + 28 + 14 + 14,
+        (P(4, 4), P(0, 2), P(3, 1), P(2, 1)),
+    )
+    full = decide(s, pod_request(req(memreq=1), uid="uid-9"), ["node-1"], NOW)
+    assert full.rejected["node-1"].counts == {Reason.CARD_MIG_TOPOLOGY_INFEASIBLE: 1}
+    # The second 2g.10gb pod leaving frees slices 0–1 for the next one.
+    unreserve(s, "uid-1")
+    again = decide(s, pod_request(req(memreq=9000), uid="uid-10"), ["node-1"], NOW)
+    assert again.mig == (MigAllocation(0, 0, "GPU-M", "2g.10gb", P(0, 2)),)
