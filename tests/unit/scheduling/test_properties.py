@@ -23,7 +23,7 @@ from hami.scheduling.cycle import Decision, decide, reserve, unreserve
 from hami.scheduling.request import PodRequest
 from hami.scheduling.state import ClusterState
 from hami.scheduling.usage import Kind
-from tests.unit.scheduling.builders import NVIDIA, gpu, mig_gpu, pod_request, resource_quota, usage, vendors
+from tests.unit.scheduling.builders import DCU, NVIDIA, gpu, mig_gpu, pod_request, resource_quota, usage, vendors
 
 PROPS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NOW = 1_700_000_000
@@ -62,8 +62,9 @@ def devices(draw: st.DrawFn, node: int) -> tuple[DeviceInfo, ...]:
 
 
 @st.composite
-def clusters(draw: st.DrawFn) -> dict[str, NodeInventory]:
-    nodes: dict[str, NodeInventory] = {}
+def clusters(draw: st.DrawFn) -> dict[str, dict[str, NodeInventory]]:
+    """Nodes with NVIDIA devices (maybe pair scores, maybe a MIG GPU) and, on some, Hygon DCUs."""
+    nodes: dict[str, dict[str, NodeInventory]] = {}
     for k in range(draw(st.integers(1, 6))):
         devs = draw(devices(k))
         scores: dict[str, dict[str, int]] = {}
@@ -74,39 +75,54 @@ def clusters(draw: st.DrawFn) -> dict[str, NodeInventory]:
                         s = draw(st.integers(0, 100))
                         scores.setdefault(a.id, {})[b.id] = s
                         scores.setdefault(b.id, {})[a.id] = s
-        nodes[f"node-{k}"] = NodeInventory(devs, scores)
+        nodes[f"node-{k}"] = {NVIDIA: NodeInventory(devs, scores)}
+        if draw(st.integers(0, 2)) == 0:
+            dcus = tuple(
+                gpu(f"n{k}-dcu{i}", index=i, count=draw(st.integers(1, 4)), devmem=16384, type="DCU-Z100")
+                for i in range(draw(st.integers(1, 4)))
+            )
+            nodes[f"node-{k}"][DCU] = NodeInventory(dcus)
     return nodes
 
 
-def container_requests() -> st.SearchStrategy[ContainerRequest | None]:
-    request = st.builds(
+def _request(vendor: str) -> st.SearchStrategy[ContainerRequest]:
+    return st.builds(
         ContainerRequest,
-        vendor=st.just(NVIDIA),
+        vendor=st.just(vendor),
         nums=st.integers(1, 3),
         memreq=st.one_of(st.just(0), st.sampled_from([500, 2500, 5000, 7000]), st.integers(100, 9000)),
         mem_percentage=st.one_of(st.just(MEM_PERCENTAGE_UNSET), st.sampled_from([25, 50, 100]), st.integers(1, 100)),
         coresreq=st.one_of(st.just(0), st.sampled_from([30, 60, 100]), st.integers(1, 100)),
     )
-    return st.one_of(st.none(), request, request)
+
+
+_NVIDIA_ONLY = _request(NVIDIA).map(lambda r: {NVIDIA: r})
+_DCU_ONLY = _request(DCU).map(lambda r: {DCU: r})
+_BOTH = st.tuples(_request(NVIDIA), _request(DCU)).map(lambda rs: {NVIDIA: rs[0], DCU: rs[1]})
+# Built once: hypothesis validates a strategy the first time it draws from it.
+CONTAINER_REQUESTS: st.SearchStrategy[dict[str, ContainerRequest] | None] = st.one_of(
+    st.none(), _NVIDIA_ONLY, _NVIDIA_ONLY, _NVIDIA_ONLY, _DCU_ONLY, _BOTH
+)
+GPU_POLICIES = st.sampled_from(["binpack", "spread", "mutex", "topology-aware", "numa", "binpack,numa", "spread,mutex"])
+KIND_PREFIXES = st.sampled_from([(), (Kind.INIT,), (Kind.SIDECAR,), *INIT_MIXES])
+WEIGHTS = st.sampled_from([(1, 1, 1), (2, 0, 1), (0, 0, 1), (1, 3, 0)])
 
 
 @st.composite
 def pods(draw: st.DrawFn, uid: str) -> PodRequest:
-    init_kinds = draw(st.sampled_from([(), (Kind.INIT,), (Kind.SIDECAR,), *INIT_MIXES]))
+    init_kinds = draw(KIND_PREFIXES)
     n_apps = draw(st.integers(1, 2))
     kinds = (*init_kinds, *([Kind.APP] * n_apps))
-    containers = [draw(container_requests()) for _ in kinds]
+    containers = [draw(CONTAINER_REQUESTS) for _ in kinds]
     if not any(containers):
-        containers[-1] = ContainerRequest(NVIDIA, 1, draw(st.integers(0, 4000)))
+        containers[-1] = {NVIDIA: ContainerRequest(NVIDIA, 1, draw(st.integers(0, 4000)))}
     return pod_request(
         *containers,
         kinds=kinds,
-        gpu_policy=draw(
-            st.sampled_from(["binpack", "spread", "mutex", "topology-aware", "numa", "binpack,numa", "spread,mutex"])
-        ),
+        gpu_policy=draw(GPU_POLICIES),
         numa_bind=draw(st.booleans()),
         node_policy=draw(st.sampled_from(["binpack", "spread"])),
-        weights=draw(st.sampled_from([(1, 1, 1), (2, 0, 1), (0, 0, 1), (1, 3, 0)])),
+        weights=draw(WEIGHTS),
         uid=uid,
         namespace=draw(st.sampled_from(NAMESPACES)),
         name=uid,
@@ -128,7 +144,9 @@ def operations(draw: st.DrawFn, n_nodes: int) -> list[tuple[str, Any]]:
 
 
 @st.composite
-def scenarios(draw: st.DrawFn) -> tuple[dict[str, NodeInventory], dict[str, tuple[int | None, int | None]], Any]:
+def scenarios(
+    draw: st.DrawFn,
+) -> tuple[dict[str, dict[str, NodeInventory]], dict[str, tuple[int | None, int | None]], Any]:
     nodes = draw(clusters())
     quotas = {
         ns: (draw(st.none() | st.integers(0, 60000)), draw(st.none() | st.integers(0, 400)))
@@ -144,15 +162,15 @@ def scenarios(draw: st.DrawFn) -> tuple[dict[str, NodeInventory], dict[str, tupl
 @dataclass
 class World:
     state: ClusterState
-    inventories: dict[str, NodeInventory]
+    inventories: dict[str, dict[str, NodeInventory]]
     placed: list[str] = field(default_factory=list)
     requests: dict[str, PodRequest] = field(default_factory=dict)
 
 
-def build(nodes: dict[str, NodeInventory], quotas: dict[str, tuple[int | None, int | None]]) -> World:
+def build(nodes: dict[str, dict[str, NodeInventory]], quotas: dict[str, tuple[int | None, int | None]]) -> World:
     s = ClusterState(vendors())
     for name, inv in nodes.items():
-        s.set_node(name, {NVIDIA: inv})
+        s.set_node(name, inv)
     for ns, (mem, cores) in quotas.items():
         hard: dict[str, int] = {}
         if mem is not None:
@@ -217,10 +235,10 @@ def run(world: World, op: str, arg: Any) -> Decision | None:
     elif op == "drop":
         s.remove_node(arg)
     elif op == "restore":
-        s.set_node(arg, {NVIDIA: world.inventories[arg]})
-    elif op == "shrink" and len(world.inventories[arg].devices) > 1:
-        inv = world.inventories[arg]
-        s.set_node(arg, {NVIDIA: NodeInventory(inv.devices[:-1], inv.pair_scores)})
+        s.set_node(arg, world.inventories[arg])
+    elif op == "shrink" and len(world.inventories[arg][NVIDIA].devices) > 1:
+        inv = world.inventories[arg][NVIDIA]
+        s.set_node(arg, {**world.inventories[arg], NVIDIA: NodeInventory(inv.devices[:-1], inv.pair_scores)})
     return None
 
 
@@ -328,14 +346,17 @@ def test_decisions_are_complete_and_annotated(scenario: Any) -> None:
         if decision is None or decision.node is None:
             continue
         req: PodRequest = arg
-        per = decision.devices[NVIDIA]
-        assert len(per) == len(req.containers)
-        for creq, devs in zip(req.containers, per, strict=True):
-            want = creq[NVIDIA].nums if NVIDIA in creq else 0
-            assert len(devs) == want
-            if not any(d.uuid.startswith(decision.node.replace("node-", "n") + "-") for d in devs) and devs:
-                raise AssertionError(f"devices {devs} are not on {decision.node}")
+        assert sorted(decision.devices) == list(req.vendors)
+        for vendor, per in decision.devices.items():
+            assert len(per) == len(req.containers)
+            for creq, devs in zip(req.containers, per, strict=True):
+                assert len(devs) == (creq[vendor].nums if vendor in creq else 0)
+                prefix = decision.node.replace("node-", "n") + "-"
+                assert all(d.uuid.startswith(prefix) and d.type == vendor for d in devs), (decision.node, devs)
         ann = decision.annotations
         assert ann["hami.io/vgpu-node"] == decision.node
         assert ann["hami.io/vgpu-time"] == str(NOW)
-        assert ann["hami.io/vgpu-devices-to-allocate"] == ann["hami.io/vgpu-devices-allocated"]
+        for vendor in req.vendors:
+            vk = world.state.vendors[vendor].keys
+            assert vk.to_allocate is not None
+            assert ann[vk.to_allocate] == ann[vk.allocated]
