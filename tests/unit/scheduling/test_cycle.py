@@ -58,6 +58,7 @@ def test_decision_and_annotations_are_exact() -> None:
         },
         scores={"node-1": 0.0},
         message="find fit node(node-1), 0 nodes not fit, 1 nodes fit(node-1:0.00)",
+        node_policy="binpack",
     )
 
 

@@ -8,7 +8,16 @@ from hami.devices.base import ContainerRequest, Selector
 from hami.devices.policy import parse_gpu_policy
 from hami.errors import InvalidInput
 from hami.protocol import keys
-from hami.scheduling.request import SchedulingDefaults, parse_weights, prefilter
+from hami.protocol.weights import decode_scoring_weights
+from hami.scheduling.request import SchedulingDefaults, prefilter
+
+
+def parse_weights(value: str | None) -> tuple[int, int, int]:
+    """The weights prefilter puts into the request (parsed by the protocol's HAMi-exact codec)."""
+    w = decode_scoring_weights(value)
+    return (w.slot, w.core, w.memory)
+
+
 from hami.scheduling.usage import Kind
 from tests.unit.scheduling.builders import DCU, NVIDIA, container, pod, vendors
 
