@@ -10,6 +10,8 @@ from hami.errors import InvalidInput
 from hami.protocol import keys
 from hami.protocol.weights import decode_scoring_weights
 from hami.scheduling.request import SchedulingDefaults, prefilter
+from hami.scheduling.usage import Kind
+from tests.unit.scheduling.builders import DCU, NVIDIA, container, pod, vendors
 
 
 def parse_weights(value: str | None) -> tuple[int, int, int]:
@@ -17,9 +19,6 @@ def parse_weights(value: str | None) -> tuple[int, int, int]:
     w = decode_scoring_weights(value)
     return (w.slot, w.core, w.memory)
 
-
-from hami.scheduling.usage import Kind
-from tests.unit.scheduling.builders import DCU, NVIDIA, container, pod, vendors
 
 GPU, GPUMEM, GPUCORES = "nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores"
 DCUNUM, DCUMEM = "hygon.com/dcunum", "hygon.com/dcumem"
