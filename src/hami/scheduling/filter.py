@@ -87,7 +87,8 @@ def _quota_check(
 def filter_node(state: ClusterState, node: NodeState, req: PodRequest, empty: bool = False) -> NodeFit | NodeRejection:
     """Fit every container of ``req`` on ``node``; pure (only scratch tables change).
 
-    With ``empty=True`` the node is judged without any usage — used to tell nodes that can never run the pod.
+    With ``empty=True`` the node is judged without any usage and without the namespace quota — used to tell
+    nodes that can never run the pod.
     """
     vendors = req.vendors
     missing = [v for v in vendors if v not in node.tables]
@@ -114,7 +115,9 @@ def filter_node(state: ClusterState, node: NodeState, req: PodRequest, empty: bo
                 weights=req.weights,
                 cordoned=node.cordoned,
                 pair_scores=node.pair_scores.get(vendor, {}),
-                quota=_quota_check(state, req, vendor, placements[vendor], req.kinds, pos),
+                # The never-fits judgement ignores the namespace quota: freeing quota (deleting or preempting
+                # pods of the namespace) can make the pod fit, so such a node is not unresolvable.
+                quota=None if empty else _quota_check(state, req, vendor, placements[vendor], req.kinds, pos),
             )
             outcome = state.vendors[vendor].fit(table, creq, ctx, req.selectors[vendor])
             if isinstance(outcome, Unfit):

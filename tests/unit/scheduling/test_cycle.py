@@ -20,6 +20,7 @@ from tests.unit.scheduling.builders import (
     mig_gpu,
     pod_request,
     req,
+    resource_quota,
     state,
     usage,
 )
@@ -296,3 +297,16 @@ def test_a100_mig_sequence_through_the_ledger() -> None:
     unreserve(s, "uid-1")
     again = decide(s, pod_request(req(memreq=9000), uid="uid-10"), ["node-1"], NOW)
     assert again.mig == (MigAllocation(0, 0, "GPU-M", "2g.10gb", P(0, 2)),)
+
+
+def test_a_node_refused_only_by_the_namespace_quota_is_not_unresolvable() -> None:
+    # Freeing quota in the namespace can make the pod fit, so kube-scheduler may still preempt for it.
+    s = state({"node-1": gpus(1)})
+    s.upsert_quota(resource_quota("default", "gpu", {"limits.nvidia.com/gpumem": 1000}))
+    decision = decide(s, pod_request(req(memreq=3000, cores=30)), ["node-1"], NOW)
+    rejection = decision.rejected["node-1"]
+    assert (decision.node, rejection.counts, rejection.unresolvable) == (
+        None,
+        {Reason.RESOURCE_QUOTA_NOT_FIT: 1},
+        False,
+    )
