@@ -160,7 +160,7 @@ class Extender:
         t1 = time.perf_counter()
         try:
             await self.cluster.patch_pod_metadata(
-                pod.metadata.namespace, pod.metadata.name, dict(decision.annotations), {keys.VGPU_NODE: decision.node}
+                pod.metadata.namespace, pod.metadata.name, _with_bind_phase(decision), {keys.VGPU_NODE: decision.node}
             )
         except ApiError as err:
             if self.state.pods.get(uid) is not None and self.state.pods[uid].node == decision.node:
@@ -274,8 +274,11 @@ class Extender:
             if wants_devices:
                 await self.cluster.lock_node(node, ns, name)
                 locked = True
-                now = str(int(self.clock()))
-                await self.cluster.patch_pod_metadata(ns, name, {keys.BIND_PHASE: "allocating", keys.BIND_TIME: now})
+                if record is None:  # not committed by this process: mark the bind phase now, as HAMi does
+                    now = str(int(self.clock()))
+                    await self.cluster.patch_pod_metadata(
+                        ns, name, {keys.BIND_PHASE: "allocating", keys.BIND_TIME: now}
+                    )
             await self.cluster.bind(ns, name, uid, node)
         except HamiError as err:
             message = f"binding {ns}/{name} to {node} failed: {err}"
@@ -296,7 +299,12 @@ class Extender:
     async def _release_allocation(self, pod: Pod, uid: str) -> None:
         """After a failed bind: drop the reservation and the annotations that would re-create it."""
         self._forget(uid)
-        removals: dict[str, str | None] = {keys.VGPU_NODE: None, keys.VGPU_TIME: None, keys.BIND_PHASE: None}
+        removals: dict[str, str | None] = {
+            keys.VGPU_NODE: None,
+            keys.VGPU_TIME: None,
+            keys.BIND_PHASE: None,
+            keys.BIND_TIME: None,
+        }
         for vendor in self.vendors.values():
             removals[vendor.keys.allocated] = None
             if vendor.keys.to_allocate:
@@ -356,6 +364,19 @@ class Extender:
 
 def decision_policy(decision: Decision) -> str:
     return decision.node_policy or "configured"
+
+
+def _with_bind_phase(decision: Decision) -> dict[str, str]:
+    """The allocation annotations plus ``hami.io/bind-phase: allocating`` and ``hami.io/bind-time``.
+
+    Deliberate difference: HAMi writes the bind phase in a second PATCH from Bind, after taking the node lock;
+    hami writes it with the allocation (one API call less per pod). Device plugins only look at pods bound to
+    their node, so the phase is not seen before the bind, and a failed bind clears it with the allocation.
+    """
+    annotations = dict(decision.annotations)
+    annotations[keys.BIND_PHASE] = "allocating"
+    annotations[keys.BIND_TIME] = annotations.get(keys.VGPU_TIME, "0")
+    return annotations
 
 
 def _same(a: PodRecord, b: PodRecord) -> bool:

@@ -15,7 +15,7 @@ import logging
 import signal
 import socket
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -229,12 +229,14 @@ class Runtime:
             locker = NodeLocker(cluster, timeout=timedelta(seconds=s.node_lock_timeout))
             events = EventRecorder(cluster, s.scheduler_name)
             synced: dict[str, bool] = {"nodes": False, "pods": False, "quotas": False}
+            watched_nodes: Mapping[str, Node] = {}  # the node reflector's store, once it exists
             readiness = Readiness(synced=lambda: all(synced.values()), leader=self.is_leader)
             extender = Extender(
                 state=self.state,
                 vendors=self.vendors,
                 defaults=SchedulingDefaults(s.node_scheduler_policy, s.gpu_scheduler_policy),
-                cluster=ExtenderIO(cluster, locker, events),
+                # late binding: the node reflector (and its store) is created below
+                cluster=ExtenderIO(cluster, locker, events, node_hint=lambda name: watched_nodes.get(name)),  # noqa: PLW0108
                 metrics=self.metrics,
                 readiness=readiness,
             )
@@ -253,6 +255,7 @@ class Runtime:
             )
             pods = Reflector(client, PODS, Pod, Callbacks(self._on_pod(extender, locker, supervisor), mark("pods")))
             quotas = Reflector(client, RESOURCE_QUOTAS, ResourceQuota, Callbacks(extender.on_quota, mark("quotas")))
+            watched_nodes = nodes.store
             supervisor.start(nodes.run(), name="watch-nodes")
             supervisor.start(pods.run(), name="watch-pods")
             supervisor.start(quotas.run(), name="watch-quotas")
