@@ -203,8 +203,8 @@ def scheduler(
     key_file: str | None = typer.Option(None, "--key_file", help="TLS key."),
     metrics_bind_address: str | None = typer.Option(None, "--metrics-bind-address", help="Prometheus listener."),
     node_label_selector: str | None = typer.Option(None, "--node-label-selector", help="k=v,k2=v2: nodes to read."),
-    kube_qps: float | None = typer.Option(None, "--kube-qps", help="API requests per second (default 100)."),
-    kube_burst: int | None = typer.Option(None, "--kube-burst", help="API burst (default 200)."),
+    kube_qps: float | None = typer.Option(None, "--kube-qps", help="API requests per second (default 300)."),
+    kube_burst: int | None = typer.Option(None, "--kube-burst", help="API burst (default 600)."),
     node_lock_timeout: str | None = typer.Option(None, "--node-lock-timeout", help="Node lock expiry, e.g. 5m."),
     force_overwrite_default_scheduler: bool | None = typer.Option(
         None, "--force-overwrite-default-scheduler/--no-force-overwrite-default-scheduler"

@@ -10,8 +10,9 @@ Deliberate differences from HAMi:
 
 * ``HAMI_NODELOCK_EXPIRE`` (which HAMi's chart sets on the scheduler) is honoured as a fallback for
   ``node_lock_timeout``. HAMi reads it and then overwrites it with the flag's default (spec §11 item 4).
-* ``kube_qps``/``kube_burst`` default to 100/200 instead of client-go's 5/10: every bind costs several API
-  calls (lock, annotation patch, binding, unlock), so 5 QPS caps HAMi at roughly one bind per second.
+* ``kube_qps``/``kube_burst`` default to 300/600 instead of client-go's 5/10: every scheduled pod costs about
+  five API calls (annotation patch, lock, binding, two events), so 5 QPS caps HAMi at roughly one pod per
+  second; 300 QPS leaves room for 60 pods/s (a burst of 600 absorbs a deployment scaling up).
 * ``scheduler_name`` defaults to ``hami-scheduler`` (the chart's value) instead of ``""``.
 * ``gpu_scheduler_policy`` must name known policies; HAMi treats an unknown value as ``spread``.
 * The device-config file is optional: without one, :func:`~hami.config.default_device_config` applies.
@@ -88,8 +89,8 @@ class SchedulerSettings(BaseSettings):
     metrics_bind_address: str = ":9395"
     node_label_selector: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
     """Only nodes with all these labels are registered (``gpu=on,zone=a``)."""
-    kube_qps: Annotated[float, Field(gt=0)] = 100.0
-    kube_burst: Annotated[int, Field(ge=1)] = 200
+    kube_qps: Annotated[float, Field(gt=0)] = 300.0
+    kube_burst: Annotated[int, Field(ge=1)] = 600
     kube_timeout: Annotated[float, Field(ge=0)] = 0.0
     """API request timeout in seconds; 0 = the client's default."""
     node_lock_timeout: Annotated[
