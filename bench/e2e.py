@@ -8,6 +8,7 @@ releases it after kubelet's Allocate). Without it each node would bind one pod p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -45,7 +46,10 @@ def _release_locks(cp: ControlPlane, namespace: str, stop: threading.Event) -> N
     """The device plugin's part: release the node lock of every pod as soon as it is bound (watching pods)."""
     kube = cp.client()
     headers = {"Authorization": f"Bearer {cp.token}"}
-    with httpx.Client(base_url=cp.server, verify=str(cp.ca_file), headers=headers, timeout=None) as http:
+    with (
+        contextlib.suppress(httpx.HTTPError),
+        httpx.Client(base_url=cp.server, verify=str(cp.ca_file), headers=headers, timeout=None) as http,
+    ):  # the stream ends with an error when the control plane stops
         url = f"/api/v1/namespaces/{namespace}/pods"
         with http.stream("GET", url, params={"watch": "1"}) as stream:
             for line in stream.iter_lines():
