@@ -17,6 +17,7 @@ from hami.protocol.objects import Pod
 from hami.scheduling.request import PodRequest, SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState, PodRecord
 from hami.scheduling.usage import Charge
+from hami.server.runtime import settle_heap
 
 __all__ = ["SCENARIOS", "Scenario", "build_state", "make_pod", "make_request"]
 
@@ -95,6 +96,7 @@ def build_state(s: Scenario) -> ClusterState:
             charges=(Charge("NVIDIA", uuid, 1, 1024, 10),),
         )
         state.apply(record, add=True)
+    settle_heap()  # as hami scheduler does once its caches are synced
     return state
 
 

@@ -24,12 +24,18 @@ class DeviceTable:
     example an inconsistent MIG state, spec §6.8 fail-closed); ``None`` otherwise.
     """
 
-    __slots__ = ("broken", "index_of", "infos", "mig", "used", "usedcores", "usedmem", "vendor")
+    __slots__ = ("broken", "capacity", "index_of", "infos", "mig", "used", "usedcores", "usedmem", "vendor")
 
     def __init__(self, vendor: str, infos: Sequence[DeviceInfo]) -> None:
         self.vendor = vendor
         self.infos: tuple[DeviceInfo, ...] = tuple(infos)
         self.index_of: dict[str, int] = {info.id: i for i, info in enumerate(self.infos)}
+        self.capacity: tuple[int, int, int] = (
+            sum(info.count for info in self.infos),
+            sum(info.devcore for info in self.infos),
+            sum(info.devmem for info in self.infos),
+        )
+        """(Σcount, Σdevcore, Σdevmem): static, computed once."""
         n = len(self.infos)
         self.used: list[int] = [0] * n
         self.usedmem: list[int] = [0] * n
@@ -46,6 +52,7 @@ class DeviceTable:
         copy.vendor = self.vendor
         copy.infos = self.infos
         copy.index_of = self.index_of
+        copy.capacity = self.capacity
         copy.used = self.used.copy()
         copy.usedmem = self.usedmem.copy()
         copy.usedcores = self.usedcores.copy()
@@ -80,11 +87,5 @@ class DeviceTable:
 
     def totals(self) -> tuple[int, int, int, int, int, int]:
         """(Σused, Σcount, Σusedcores, Σdevcore, Σusedmem, Σdevmem) for the node score (spec §5.2)."""
-        return (
-            sum(self.used),
-            sum(info.count for info in self.infos),
-            sum(self.usedcores),
-            sum(info.devcore for info in self.infos),
-            sum(self.usedmem),
-            sum(info.devmem for info in self.infos),
-        )
+        count, devcore, devmem = self.capacity
+        return (sum(self.used), count, sum(self.usedcores), devcore, sum(self.usedmem), devmem)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import socket
@@ -243,7 +244,13 @@ class Runtime:
             self.extender = extender
 
             def mark(kind: str) -> Callable[[], None]:
-                return lambda: synced.__setitem__(kind, True)
+                def done() -> None:
+                    first = not all(synced.values())
+                    synced[kind] = True
+                    if first and all(synced.values()):
+                        settle_heap()
+
+                return done
 
             selector = ",".join(f"{k}={v}" for k, v in sorted(s.node_label_selector.items())) or None
             nodes = Reflector(
@@ -327,6 +334,17 @@ class Runtime:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread (tests)
                 loop.add_signal_handler(sig, shutdown)
+
+
+def settle_heap() -> None:
+    """After the first full sync, move the (long-lived) cached state out of the garbage collector's sight.
+
+    The ledger holds one record per placed pod; scanning them in every full collection costs tens of
+    milliseconds per Filter at 100,000 pods. ``gc.freeze`` keeps them alive and unscanned (objects created
+    later are collected as usual).
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def _parse_time(text: str) -> datetime | None:
