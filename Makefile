@@ -7,15 +7,19 @@ PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+# Lint only the source folders that exist (bench/ arrives with the benchmarks).
+LINT_PATHS := $(wildcard src tests bench scripts)
 
-.PHONY: help setup demo test test-fast lint fmt typecheck imports testenv bench bench-quick bench-profile clean
+.PHONY: help setup demo test test-fast test-e2e lint fmt typecheck imports testenv helm bench bench-quick bench-profile clean
 
 help:
 	@echo "make demo        run hami's main job on a built-in example cluster (no cluster needed)"
 	@echo "make test        set up everything and run lint, type checks, import contracts and all tests"
 	@echo "make test-fast   the same without the end-to-end tests (no control plane needed)"
 	@echo "make setup       create $(VENV) and install hami with its dev tools"
+	@echo "make test-e2e    only the end-to-end tests (builds the control plane first if needed)"
 	@echo "make testenv     build the local Kubernetes control plane used by end-to-end tests"
+	@echo "make helm        build helm into the same cache (not needed by make test)"
 	@echo "make bench       run the benchmarks (bench-quick: small scenarios only)"
 
 $(STAMP): pyproject.toml constraints.txt
@@ -31,12 +35,12 @@ demo: setup
 	$(BIN)/hami demo
 
 lint: setup
-	$(BIN)/ruff check src tests bench scripts
-	$(BIN)/ruff format --check src tests bench scripts
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
 
 fmt: setup
-	$(BIN)/ruff format src tests bench scripts
-	$(BIN)/ruff check --fix src tests bench scripts
+	$(BIN)/ruff format $(LINT_PATHS)
+	$(BIN)/ruff check --fix $(LINT_PATHS)
 
 typecheck: setup
 	$(BIN)/mypy
@@ -44,13 +48,23 @@ typecheck: setup
 imports: setup
 	$(BIN)/lint-imports
 
-testenv: setup
+# etcd, kube-apiserver and kube-scheduler built from the Go module proxy into ~/.cache/hami/k8s-v1.Y.Z/;
+# a no-op when that directory is complete. The script needs only the standard library and Go.
+testenv:
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; hami needs Python 3.11" >&2; exit 1; }
+	$(PYTHON) scripts/k8s-testenv build
+
+helm:
+	$(PYTHON) scripts/k8s-testenv helm
 
 test: setup testenv lint typecheck imports
 	$(BIN)/pytest
 
 test-fast: setup lint typecheck imports
 	$(BIN)/pytest -m "not e2e"
+
+test-e2e: setup testenv
+	$(BIN)/pytest -m e2e
 
 bench: setup
 

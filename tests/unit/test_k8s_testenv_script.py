@@ -1,0 +1,104 @@
+"""Fast checks of scripts/k8s-testenv's pure parts (no Go, no network): the wrapper module it writes,
+version parsing and how the e2e fixtures find a finished build."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "k8s-testenv"
+
+
+def _load() -> ModuleType:
+    loader = importlib.machinery.SourceFileLoader("k8s_testenv", str(SCRIPT))
+    spec = importlib.util.spec_from_loader("k8s_testenv", loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+testenv = _load()
+
+UPSTREAM = {
+    "Module": {"Path": "k8s.io/kubernetes"},
+    "Go": "1.26.0",
+    "GoDebug": [{"Key": "default", "Value": "go1.26"}],
+    "Require": [
+        {"Path": "github.com/spf13/cobra", "Version": "v1.10.0"},
+        {"Path": "k8s.io/api", "Version": "v0.0.0"},
+        {"Path": "k8s.io/streaming", "Version": "v0.0.0"},
+        {"Path": "k8s.io/klog/v2", "Version": "v2.130.1"},
+        {"Path": "k8s.io/apimachinery", "Version": "v0.0.0"},
+    ],
+}
+
+
+def test_staging_modules_are_the_k8s_requirements_at_v0_0_0() -> None:
+    assert testenv.staging_modules(UPSTREAM) == ["k8s.io/api", "k8s.io/apimachinery", "k8s.io/streaming"]
+
+
+def test_wrapper_go_mod_pins_staging_modules_and_copies_go_and_godebug(tmp_path: Path) -> None:
+    testenv.write_k8s_wrapper(tmp_path, "v1.36.3", UPSTREAM)
+    go_mod = (tmp_path / "go.mod").read_text()
+    assert "\ngo 1.26.0\n" in go_mod
+    assert "\ngodebug default=go1.26\n" in go_mod
+    assert "require k8s.io/kubernetes v1.36.3" in go_mod
+    assert "\tk8s.io/kubernetes => k8s.io/kubernetes v1.36.3\n" in go_mod
+    assert "\tk8s.io/streaming => k8s.io/streaming v0.36.3\n" in go_mod
+    assert "klog" not in go_mod  # only staging modules are replaced
+    assert '_ "k8s.io/kubernetes/cmd/kube-apiserver"' in (tmp_path / "tools.go").read_text()
+
+
+def test_ldflags_set_the_reported_version() -> None:
+    flags = testenv.k8s_ldflags("v1.36.3")
+    assert "-X k8s.io/component-base/version.gitVersion=v1.36.3" in flags
+    assert "-X k8s.io/client-go/pkg/version.gitMinor=36" in flags
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("go1.26.8", (1, 26, 8)), ("1.26.0", (1, 26, 0)), ("1.26", (1, 26, 0)), ("go1.27rc1", (1, 27, 0))],
+)
+def test_parse_go_version(text: str, expected: tuple[int, ...]) -> None:
+    assert testenv.parse_go_version(text) == expected
+
+
+def _fake_build(root: Path, version: str, *, complete: bool = True) -> Path:
+    directory = root / f"k8s-{version}"
+    directory.mkdir(parents=True)
+    for name in testenv.CONTROL_PLANE_BINARIES:
+        binary = directory / name
+        binary.write_text("#!/bin/sh\n")
+        binary.chmod(0o755)
+    if complete:
+        (directory / "manifest.json").write_text(json.dumps({"kubernetes": version}))
+    return directory
+
+
+def test_locate_prints_the_newest_complete_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("HAMI_TESTENV_CACHE", str(tmp_path))
+    monkeypatch.delenv("HAMI_K8S_VERSION", raising=False)
+    _fake_build(tmp_path, "v1.35.4")
+    expected = _fake_build(tmp_path, "v1.36.1")
+    _fake_build(tmp_path, "v1.36.3", complete=False)  # no manifest: an interrupted build
+    (tmp_path / "k8s-v1.36.9.partial").mkdir()
+
+    assert testenv.main(["locate"]) == 0
+    assert capsys.readouterr().out.strip() == str(expected)
+
+
+def test_locate_without_a_build_says_to_run_make_testenv(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("HAMI_TESTENV_CACHE", str(tmp_path))
+    monkeypatch.delenv("HAMI_K8S_VERSION", raising=False)
+    assert testenv.main(["locate"]) == 1
+    assert "make testenv" in capsys.readouterr().err
