@@ -184,7 +184,11 @@ class Extender:
         by_reason: dict[Reason, list[str]] = {}
         for node, rejection in decision.rejected.items():
             # Beyond HAMi: bare reasons (NodeInsufficientDevice, unregistered nodes) get their event too.
-            for reason in rejection.counts or (Reason.NODE_UNREGISTERED,):
+            # A node whose registration was refused (quarantined) is not "unregistered": its device plugin did
+            # register, with something hami cannot decode; say so (found by the extender tests).
+            state = self.state.nodes.get(node)
+            bare = Reason.NODE_QUARANTINED if state is not None and state.problems else Reason.NODE_UNREGISTERED
+            for reason in rejection.counts or (bare,):
                 by_reason.setdefault(reason, []).append(node)
         for text in filtering_failed_texts(by_reason):
             self.cluster.event(pod, WARNING, "FilteringFailed", text)
