@@ -24,7 +24,16 @@ from hami.k8s.nodelock import NodeLocker
 from hami.protocol import keys
 from hami.protocol.extender import FilterArgs, FilterResult
 from hami.protocol.inventory import DeviceInfo, encode_inventory_json
-from hami.protocol.objects import Container, Node, ObjectMeta, Pod, PodSpec, PodStatus, ResourceRequirements
+from hami.protocol.objects import (
+    Container,
+    Node,
+    ObjectMeta,
+    Pod,
+    PodSpec,
+    PodStatus,
+    QuantityValue,
+    ResourceRequirements,
+)
 from hami.scheduling.request import SchedulingDefaults
 from hami.scheduling.state import ClusterState
 from hami.server.extender import Extender, Readiness
@@ -84,7 +93,7 @@ def gpu_pod(
     phase: str = "Pending",
 ) -> Pod:
     """A one-container pod asking for NVIDIA resources in its limits (``None`` leaves a resource out)."""
-    limits: dict[str, str | int] = {"nvidia.com/gpu": gpu}
+    limits: dict[str, QuantityValue] = {"nvidia.com/gpu": gpu}
     if mem is not None:
         limits["nvidia.com/gpumem"] = mem
     if cores is not None:

@@ -35,7 +35,7 @@ from tests.unit.server.support import (
 
 NVIDIA = keys.NVIDIA_KEYS
 SERVER_ERROR = ApiError("etcdserver: request timed out", 500)
-ALLOCATION_KEYS = {keys.VGPU_NODE, keys.VGPU_TIME, NVIDIA.to_allocate, NVIDIA.allocated}
+ALLOCATION_KEYS = {keys.VGPU_NODE, keys.VGPU_TIME, "hami.io/vgpu-devices-to-allocate", NVIDIA.allocated}
 
 
 def allocation_of(pod: Pod) -> dict[str, str]:
@@ -343,7 +343,9 @@ async def busy_world(request: pytest.FixtureRequest) -> AsyncIterator[World]:
     async with serve(api.app) as url:
         settings = ClientSettings(qps=10_000, burst=10_000, request_timeout=10)
         async with KubeClient(KubeConfig(server=url, token="t0ken"), settings) as client:
-            yield make_world(backing=api.memory, seam=KubeCluster(client, instance="sched-0", clock=lambda: NOW_DT))
+            world = make_world(backing=api.memory, seam=KubeCluster(client, instance="sched-0", clock=lambda: NOW_DT))
+            yield world
+            await world.recorder.flush()  # event writes still in flight would outlive the client
 
 
 async def test_concurrent_filters_never_hand_out_the_same_capacity(busy_world: World) -> None:
