@@ -111,9 +111,7 @@ def locate_binaries() -> Binaries:
                 'tests: `make test-fast` or `pytest -m "not e2e"`.'
             )
         directory = Path(proc.stdout.strip())
-    missing = [
-        name for name in ("etcd", "kube-apiserver", "kube-scheduler") if not (directory / name).is_file()
-    ]
+    missing = [name for name in ("etcd", "kube-apiserver", "kube-scheduler") if not (directory / name).is_file()]
     if missing:
         raise ControlPlaneError(f"{directory} lacks {', '.join(missing)}; run `make testenv`")
     manifest_file = directory / "manifest.json"
@@ -131,9 +129,7 @@ def locate_binaries() -> Binaries:
 
 def _write_private_key(path: Path, key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> None:
     path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     )
     path.chmod(0o600)
 
@@ -216,9 +212,7 @@ class CertificateAuthority:
                 x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
                 critical=False,
             )
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), critical=False
-            )
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), critical=False)
             .sign(self.key, hashes.SHA256())
         )
         directory.mkdir(parents=True, exist_ok=True)
@@ -554,9 +548,7 @@ class KubeClient:
 
     def set_node_annotations(self, name: str, annotations: Mapping[str, str | None]) -> dict[str, Any]:
         """Merge-patch node annotations (a ``None`` value removes the key)."""
-        patched: dict[str, Any] = self.patch(
-            f"/api/v1/nodes/{name}", {"metadata": {"annotations": annotations}}
-        )
+        patched: dict[str, Any] = self.patch(f"/api/v1/nodes/{name}", {"metadata": {"annotations": annotations}})
         return patched
 
     def delete_node(self, name: str, *, missing_ok: bool = True) -> None:
@@ -615,9 +607,7 @@ class KubeClient:
         pod: dict[str, Any] = self.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
         return pod
 
-    def list_pods(
-        self, namespace: str | None = None, label_selector: str | None = None
-    ) -> list[dict[str, Any]]:
+    def list_pods(self, namespace: str | None = None, label_selector: str | None = None) -> list[dict[str, Any]]:
         """Pods in ``namespace`` (all namespaces when None), optionally filtered by a label selector."""
         path = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
         params = {"labelSelector": label_selector} if label_selector else {}
@@ -652,9 +642,7 @@ class KubeClient:
 
         return wait_until(probe, timeout=timeout, description=description or f"pod {namespace}/{name}")
 
-    def wait_for_pod_scheduled(
-        self, namespace: str, name: str, *, timeout: float = WAIT_TIMEOUT_S
-    ) -> dict[str, Any]:
+    def wait_for_pod_scheduled(self, namespace: str, name: str, *, timeout: float = WAIT_TIMEOUT_S) -> dict[str, Any]:
         """Wait until the pod has ``spec.nodeName`` (bound); return the pod."""
         return self.wait_for_pod(
             namespace,
@@ -803,9 +791,7 @@ class ControlPlane:
                     raise
                 if attempt < _PORT_ATTEMPTS and _port_clash(process):
                     continue
-                raise ControlPlaneError(
-                    _failure_message(f"{name} did not become healthy: {err}", [process])
-                ) from err
+                raise ControlPlaneError(_failure_message(f"{name} did not become healthy: {err}", [process])) from err
             return scheduler
         raise AssertionError("unreachable")
 
@@ -835,8 +821,7 @@ _PORT_ATTEMPTS = 3
 def _port_clash(*processes: ManagedProcess) -> bool:
     """Whether a process died because its port was taken between ``free_port()`` and its bind."""
     return any(
-        process.exited() is not None and "address already in use" in process.log_tail(60)
-        for process in processes
+        process.exited() is not None and "address already in use" in process.log_tail(60) for process in processes
     )
 
 
@@ -882,9 +867,7 @@ def start_control_plane(
     workdir.mkdir(parents=True, exist_ok=True)
     pki = workdir / "pki"
     ca = CertificateAuthority.create(pki)
-    serving_cert, serving_key = ca.issue_serving_cert(
-        pki, "kube-apiserver", dns_names=("localhost", "kubernetes")
-    )
+    serving_cert, serving_key = ca.issue_serving_cert(pki, "kube-apiserver", dns_names=("localhost", "kubernetes"))
     sa_key_file = pki / "service-account.key"
     _write_private_key(sa_key_file, rsa.generate_private_key(public_exponent=65537, key_size=2048))
     token = secrets.token_urlsafe(32)

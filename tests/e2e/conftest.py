@@ -104,9 +104,7 @@ def pytest_runtest_makereport(
         lines = [plane.describe_logs() for plane in _PLANES]
         running = cluster.running_log_files()
         if running:
-            lines.append(
-                "running components: " + ", ".join(f"{n} -> {p}" for n, p in sorted(running.items()))
-            )
+            lines.append("running components: " + ", ".join(f"{n} -> {p}" for n, p in sorted(running.items())))
         if lines:
             report.sections.append(("control plane logs", "\n".join(lines)))
     return report

@@ -178,7 +178,8 @@ class Runtime:
                     self.metrics.api_errors.labels("patch_node").inc()
                     log.warning("writing the handshake of node %s failed: %s", name, err)
 
-            supervisor.start(write(), name=f"handshake-{name}")
+            # oneshot: a single write; the e2e tests found each one logged as a loop that "ended on its own".
+            supervisor.start(write(), name=f"handshake-{name}", oneshot=True)
 
     def _on_pod(self, extender: Extender, locker: NodeLocker, supervisor: Supervisor) -> Callable[[Pod, bool], None]:
         def apply(obj: Pod, deleted: bool) -> None:
@@ -202,7 +203,7 @@ class Runtime:
                 except ApiError as err:
                     log.warning("releasing the lock on %s held by finished pod %s failed: %s", node, pod.key, err)
 
-            supervisor.start(release(), name=f"unlock-{node}")
+            supervisor.start(release(), name=f"unlock-{node}", oneshot=True)
 
     # --- loops ----------------------------------------------------------------------------------------
     async def _self_check(self) -> None:
