@@ -286,8 +286,13 @@ class Extender:
         if current is not None and _same(current, record):
             self.pending.discard(uid)
             return
-        if current is not None and uid in self.pending and current.node != record.node:
-            return  # an older version of the pod; our newer reservation stays
+        if current is not None and uid in self.pending:
+            # An older version of the pod (the watch lags behind our patch); our newer reservation stays until
+            # the version carrying it arrives. This used to be done only when the node differed: a late
+            # version on the same node with other devices replaced the reservation, freed its devices for the
+            # next pod, and the reservation came back on top of that pod — two pods on one card's memory
+            # (found by test_a_late_watch_event_never_frees_a_pending_reservation).
+            return
         self.pending.discard(uid)
         unreserve(self.state, uid)
         self.state.apply(record, add=True)

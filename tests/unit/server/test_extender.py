@@ -563,6 +563,32 @@ async def test_pending_reservation_survives_an_older_pod_event_without_annotatio
     assert world.usage() == {"GPU-n1-0": (1, 3000, 30)}
 
 
+async def test_a_late_watch_event_never_frees_a_pending_reservation(world: World) -> None:
+    world.add_node(gpu_node("n1", gpus=2, mem=8000))
+    x = world.add_pod(gpu_pod("x", mem=5000, cores=10))
+    await world.filter(x, ["n1"])
+    first = world.pod("x")  # x on GPU-n1-0; the watch has not delivered this version yet
+    world.cluster.fail("bind", SERVER_ERROR)
+    await world.extender.bind(BindingArgs("x", NS, "uid-x", "n1"))
+    released = world.pod("x")  # the failed bind removed the allocation
+    on_card0 = {keys.VGPU_NODE: "n1", NVIDIA.allocated: "GPU-n1-0,NVIDIA,2000,10:;"}
+    world.add_pod(gpu_pod("z", mem=2000, cores=10, annotations=on_card0))
+    await world.filter(released, ["n1"])  # kube-scheduler retries x: now GPU-n1-1, the less used card
+    second = world.pod("x")
+
+    world.extender.on_pod(first)  # the watch catches up late, in order
+    y = world.add_pod(gpu_pod("y", mem=5000, cores=10))
+    await world.filter(y, ["n1"])
+    world.extender.on_pod(released)
+    world.extender.on_pod(second)
+    world.deliver(NS, "y")
+
+    assert allocation_of(second)[NVIDIA.allocated] == "GPU-n1-1,NVIDIA,5000,10:;"
+    assert allocation_of(world.pod("y"))[NVIDIA.allocated] == "GPU-n1-0,NVIDIA,5000,10:;"  # beside z, not x
+    assert world.usage() == {"GPU-n1-0": (2, 7000, 20), "GPU-n1-1": (1, 5000, 10)}  # within 8000 MiB each
+    assert world.usage() == usage_from_annotations(world.cluster.pods.values())
+
+
 async def test_a_pod_that_lost_its_annotations_is_released_once_not_pending(world: World) -> None:
     cluster_of_three(world)
     await filtered(world)
