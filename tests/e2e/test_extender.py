@@ -1,7 +1,7 @@
 """hami's scheduler extender against the real control plane: etcd, kube-apiserver and kube-scheduler calling
 ``hami scheduler`` (a subprocess, as users run it) for filter and bind; fake nodes registering GPUs in HAMi's
-format. There is no kubelet and no device plugin; ``FakeDevicePlugin`` (tests/e2e/hami.py) releases node locks
-as HAMi's plugin does after Allocate, where a test needs several binds per node.
+format. There is no kubelet and no device plugin; ``FakeDevicePlugin`` (``tests/e2e/hami_stack.py``) releases
+node locks as HAMi's plugin does after Allocate, where a test needs several binds per node.
 
 Waits poll with bounded deadlines and return as soon as their condition holds; nothing asserts on speed.
 """
@@ -20,7 +20,7 @@ from hami.protocol import keys
 from hami.protocol.allocation import ContainerDevice, decode_pod_devices
 from hami.protocol.nodelock import NodeLock, decode_node_lock, encode_node_lock
 from tests.e2e.cluster import ControlPlane, KubeClient, Scheduler, wait_until
-from tests.e2e.hami import (
+from tests.e2e.hami_stack import (
     GPU,
     SCHEDULER_NAME,
     FakeDevicePlugin,
@@ -164,6 +164,7 @@ def stack(
     for s in made:
         assert s.plugin is None or s.plugin.error is None, f"the fake device plugin failed: {s.plugin.error!r}"
         assert s.hami.problems() == [], "hami logged errors"
+        assert set(s.hami.exit_codes) == {0}, "hami did not shut down cleanly on SIGTERM"
 
 
 # --- one pod ----------------------------------------------------------------------------------------------

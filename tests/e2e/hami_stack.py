@@ -48,6 +48,7 @@ class HamiScheduler:
         self.metrics_port = free_port()
         self.args = list(args)
         self.process: ManagedProcess | None = None
+        self.exit_codes: list[int] = []
         self.log_file = plane.log_dir / "hami-scheduler.log"
         self.log_start = self.log_file.stat().st_size if self.log_file.exists() else 0
         """Where this instance's part of the (session-wide) log starts."""
@@ -85,8 +86,11 @@ class HamiScheduler:
         return httpx.get(f"{self.url}/readyz", timeout=5.0).status_code == 200
 
     def stop(self) -> None:
-        if self.process is not None:
+        """SIGTERM (SIGKILL after 10 s); the exit status goes to ``exit_codes`` (0: a graceful shutdown)."""
+        if self.process is not None and self.process.exited() is None:
             self.process.stop()
+            code = self.process.exited()
+            self.exit_codes.append(-1 if code is None else code)
 
     def restart(self) -> None:
         self.stop()
