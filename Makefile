@@ -9,6 +9,10 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 # Lint only the source folders that exist (bench/ arrives with the benchmarks).
 LINT_PATHS := $(wildcard src tests bench scripts)
+# kubelet device-plugin API stubs, generated from our own .proto into a git-ignored folder
+PROTO  := src/hami/deviceplugin/api.proto
+GENDIR := src/hami/deviceplugin/_generated
+GEN    := $(GENDIR)/api_pb2.py
 
 .PHONY: help setup demo test test-fast test-e2e lint fmt typecheck imports testenv helm bench bench-quick bench-profile clean
 
@@ -29,10 +33,18 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
 	@touch $@
 
-setup: $(STAMP)
+# The virtual proto path makes the generated modules import each other as hami.deviceplugin._generated.*
+$(GEN): $(PROTO) $(STAMP)
+	@mkdir -p $(GENDIR)
+	$(BIN)/python -m grpc_tools.protoc -Ihami/deviceplugin/_generated=src/hami/deviceplugin \
+		--python_out=src --grpc_python_out=src --pyi_out=src hami/deviceplugin/_generated/api.proto
+	@echo '"""Generated kubelet device-plugin API stubs; import hami.deviceplugin.kubeletapi instead."""' \
+		> $(GENDIR)/__init__.py
+
+setup: $(STAMP) $(GEN)
 
 demo: setup
-	$(BIN)/hami demo
+	$(BIN)/hami simulate --demo
 
 lint: setup
 	$(BIN)/ruff check $(LINT_PATHS)
@@ -57,20 +69,23 @@ testenv:
 helm:
 	$(PYTHON) scripts/k8s-testenv helm
 
-test: setup testenv lint typecheck imports
+test: setup testenv helm lint typecheck imports
 	$(BIN)/pytest
 
 test-fast: setup lint typecheck imports
-	$(BIN)/pytest -m "not e2e"
+	$(BIN)/pytest -m "not e2e and not helm"
 
-test-e2e: setup testenv
+test-e2e: setup testenv helm
 	$(BIN)/pytest -m e2e
 
-bench: setup
+bench: setup testenv
+	PYTHONPATH=. $(BIN)/python -m bench.run
 
 bench-quick: setup
+	PYTHONPATH=. $(BIN)/python -m bench.run --quick --iterations 300
 
 bench-profile: setup
+	PYTHONPATH=. $(BIN)/python -m bench.run profile
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) $(GENDIR) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -19,7 +19,11 @@ def percentiles(samples: list[float]) -> dict[str, float]:
     return {"p50_ms": q(0.50) * 1e3, "p95_ms": q(0.95) * 1e3, "p99_ms": q(0.99) * 1e3, "n": len(xs)}
 
 
-def bench_decide(s: Scenario, iterations: int, with_reserve: bool, warmup: int = 50) -> dict[str, float]:
+def bench_decide(
+    s: Scenario, iterations: int, with_reserve: bool, warmup: int = 50, memo: bool = True
+) -> dict[str, float]:
+    """Latency of ``decide`` (and ``reserve``) over ``iterations`` pods after ``warmup``; ``memo=False`` clears
+    the verdict memo before every decision (every candidate judged afresh: the worst case)."""
     state = build_state(s)
     vs = vendors()
     rng = random.Random(7)
@@ -27,6 +31,8 @@ def bench_decide(s: Scenario, iterations: int, with_reserve: bool, warmup: int =
     for k in range(warmup + iterations):
         cands = candidates(s, rng)
         req = make_request(s, f"bench-{k}", vs)
+        if not memo:
+            state.verdicts.clear()
         t0 = time.perf_counter()
         d = decide(state, req, cands, 1_700_000_000)
         if with_reserve:

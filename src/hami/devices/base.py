@@ -147,9 +147,10 @@ def parse_uuid_list(value: str | None) -> frozenset[str]:
     return frozenset(item.strip() for item in value.split(",") if item.strip())
 
 
-QuotaCheck = Callable[[Sequence["Placement"], int, int], bool]
-"""``quota(accepted, mem, cores)``: would the pod still fit its namespace quota if this container also took
-``mem``/``cores`` on one more device, given the devices it already ``accepted``?"""
+QuotaCheck = Callable[[Sequence["Placement"], int, int, str], bool]
+"""``quota(accepted, mem, cores, uuid)``: would the pod still fit its namespace quota if this container also took
+``mem``/``cores`` on device ``uuid``, given the devices it already ``accepted``? (The device matters: the pod's
+usage is collapsed per device, so an app container on the GPU an init container used adds only the excess.)"""
 
 
 @dataclass(slots=True)

@@ -8,6 +8,9 @@ Deliberate differences from HAMi, each kept in one place here:
 * exclusive rule: a request of 100 or more cores needs an idle device whatever the device's core total
   (HAMi applies it only when ``devcore == 100``, spec §11 item 12);
 * the device score used for ordering includes the pod's own request (HAMi's never matches, §11 item 2);
+* a MIG instance is checked against the namespace quota with its profile's memory and cores — what the ledger
+  will charge — as well as with the request's (HAMi checks only the request, so 1 MiB requests could take
+  whole 1g.5gb instances past a quota);
 * ``topology-aware`` together with NUMA binding picks the best group across all NUMA nodes (HAMi keeps only
   the last group visited, §11 item 11) and counts ``NumaNotFit`` for groups that were too small.
 """
@@ -92,7 +95,9 @@ def fit_shared(
     order = policy.order(n, lambda i: device_score(table, i, req, weights), [info.numa for info in infos], used)
     topology = policy.topology
     numa_bind = policy.numa_bind
-    cores = req.coresreq
+    # Spec §6.2 step 8 / §6.7: a request for more than 100 cores is clamped to 100 (a whole card), so it is
+    # judged, and recorded in the allocation, as 100 — not refused as CardInsufficientCore on an idle card.
+    cores = min(req.coresreq, 100)
     accepted: list[Placement] = []
     groups: list[list[Placement]] = []  # topology + NUMA: candidates per NUMA group
     prev_numa: int | None = None
@@ -132,7 +137,7 @@ def fit_shared(
             miss(Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT, uuid)
             continue
         memreq = req.memory_on(info.devmem)
-        if ctx.quota is not None and not ctx.quota(accepted, memreq, cores):
+        if ctx.quota is not None and not ctx.quota(accepted, memreq, cores, uuid):
             miss(Reason.RESOURCE_QUOTA_NOT_FIT, uuid, memreq)
             continue
         free_mem = info.devmem - usedmem[i]
@@ -159,6 +164,11 @@ def fit_shared(
                         miss(Reason.CARD_MIG_TOPOLOGY_INFEASIBLE, uuid, memreq, free_mem)
                     break
                 profile, placement = plan[-1]
+                # The instance holds its profile's memory and cores, not the request's (a profile rounds the
+                # request up): judge the quota on that too, or small requests would slip whole instances past it.
+                if ctx.quota is not None and not ctx.quota(accepted, profile.memory_mb, profile.core, uuid):
+                    miss(Reason.RESOURCE_QUOTA_NOT_FIT, uuid, profile.memory_mb)
+                    break
                 # Earlier instances keep their planned placement; re-planning from the same state is stable.
                 placed = Placement(
                     i, ContainerDevice(uuid, vendor, profile.memory_mb, profile.core), profile.name, placement

@@ -8,13 +8,13 @@ class serves the real cluster (``KubeCluster``) and unit tests or simulations (`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from hami.k8s.cluster import ClusterClient
 from hami.k8s.events import EventRecorder
 from hami.k8s.nodelock import NodeLocker
 from hami.k8s.records import ObjectRef
-from hami.protocol.objects import Pod
+from hami.protocol.objects import Node, Pod
 
 __all__ = ["ExtenderIO"]
 
@@ -23,10 +23,18 @@ class ExtenderIO:
     """``ExtenderCluster`` over hami.k8s. Lock failures raise ``LockContention`` (a ``HamiError``), API ones
     ``ApiError``; ``event`` never raises."""
 
-    def __init__(self, cluster: ClusterClient, locker: NodeLocker, recorder: EventRecorder) -> None:
+    def __init__(
+        self,
+        cluster: ClusterClient,
+        locker: NodeLocker,
+        recorder: EventRecorder,
+        node_hint: Callable[[str], Node | None] | None = None,
+    ) -> None:
         self.cluster = cluster
         self.locker = locker
         self.recorder = recorder
+        self.node_hint = node_hint
+        """The node as the watch last saw it (saves the lock's first GET when it shows no lock)."""
 
     async def patch_pod_metadata(
         self,
@@ -44,7 +52,8 @@ class ExtenderIO:
         await self.cluster.bind(namespace, name, uid, node)
 
     async def lock_node(self, node: str, namespace: str, name: str) -> None:
-        await self.locker.acquire(node, namespace, name)
+        hint = self.node_hint(node) if self.node_hint is not None else None
+        await self.locker.acquire(node, namespace, name, hint=hint)
 
     async def unlock_node(self, node: str, namespace: str, name: str) -> None:
         await self.locker.release(node, namespace, name)

@@ -98,14 +98,21 @@ class NodeLocker:
             return f"holder {_holder(lock)} has {holder.status.phase.lower()}"
         return None
 
-    async def acquire(self, node: str, namespace: str, name: str) -> NodeLock:
+    async def acquire(self, node: str, namespace: str, name: str, hint: Node | None = None) -> NodeLock:
         """Lock ``node`` for pod ``namespace/name``; returns the lock now on the node.
+
+        ``hint`` is the node as a watch last saw it: when it shows no lock, the first write uses its
+        resourceVersion instead of a fresh GET (one API call less per bind). A stale hint costs nothing but
+        a 409 and a normal retry; a hint that shows a lock is ignored (a fresh read decides).
 
         Raises :class:`LockContention` if another live pod holds it, :class:`AnnotationError` for an unparsable
         lock, :class:`NotFound` if the node is gone, :class:`Conflict` if every attempt lost a race.
         """
         for attempt in range(self.attempts):
-            current = await self.cluster.get_node(node)
+            if attempt == 0 and hint is not None and NODE_LOCK not in hint.metadata.annotations:
+                current = hint
+            else:
+                current = await self.cluster.get_node(node)
             value = current.metadata.annotations.get(NODE_LOCK)
             now = self._clock()
             if value is not None:

@@ -24,38 +24,29 @@ class Supervisor:
     def __init__(self, logger: logging.Logger | None = None) -> None:
         self._log = logger or logging.getLogger(__name__)
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._oneshot: set[asyncio.Task[Any]] = set()
         self._stopping = False
         self.failures: dict[str, BaseException] = {}
         """Name → exception of every task that failed (for tests and health reporting)."""
 
-    def start(self, coro: Coroutine[Any, Any, T], *, name: str, oneshot: bool = False) -> asyncio.Task[T]:
-        """Run ``coro`` as a task named ``name``; the supervisor keeps a reference until it ends.
-
-        ``oneshot`` marks a task that is meant to finish (a single API write started from a watch handler):
-        its normal end is not reported. Without it, the end of a loop is logged as a warning.
-        """
+    def start(self, coro: Coroutine[Any, Any, T], *, name: str) -> asyncio.Task[T]:
+        """Run ``coro`` as a task named ``name``; the supervisor keeps a reference until it ends."""
         if self._stopping:
             coro.close()
             raise RuntimeError(f"cannot start task {name!r}: the supervisor is stopping")
         task = asyncio.get_running_loop().create_task(coro, name=name)
         self._tasks.add(task)
-        if oneshot:
-            self._oneshot.add(task)
         task.add_done_callback(self._done)
         return task
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
-        oneshot = task in self._oneshot
-        self._oneshot.discard(task)
         if task.cancelled():
             return
         exc = task.exception()
         if exc is not None:
             self.failures[task.get_name()] = exc
             self._log.error("task %s failed", task.get_name(), exc_info=exc)
-        elif not self._stopping and not oneshot:
+        elif not self._stopping:
             self._log.warning("task %s ended on its own", task.get_name())
 
     @property

@@ -13,6 +13,7 @@ import msgspec
 __all__ = [
     "Container",
     "ContainerStatus",
+    "EnvVar",
     "Node",
     "NodeSpec",
     "NodeStatus",
@@ -50,8 +51,16 @@ class SecurityContext(msgspec.Struct, omit_defaults=True):
     privileged: bool | None = None
 
 
+class EnvVar(msgspec.Struct, rename="camel", omit_defaults=True):
+    """A literal container environment variable (``valueFrom`` references are not resolved)."""
+
+    name: str = ""
+    value: str = ""
+
+
 class Container(msgspec.Struct, rename="camel", omit_defaults=True):
     name: str = ""
+    env: list[EnvVar] = []  # the device plugin reads CUDA_DISABLE_CONTROL from it
     resources: ResourceRequirements = msgspec.field(default_factory=ResourceRequirements)
     security_context: SecurityContext | None = None
     restart_policy: str | None = None  # "Always" on an init container = a sidecar (runs beside the app)

@@ -45,6 +45,7 @@ class Decision:
     rejected: Mapping[str, NodeRejection] = field(default_factory=dict)
     scores: Mapping[str, float] = field(default_factory=dict)
     message: str = ""
+    node_policy: str = ""
 
 
 def select(fits: Iterable[NodeFit], node_policy: str) -> list[NodeFit]:
@@ -65,12 +66,19 @@ def decide(state: ClusterState, req: PodRequest, candidates: Iterable[str], now:
         return Decision(req.uid, req.key, None, message="pod requests no managed device")
     fits: list[NodeFit] = []
     rejected: dict[str, NodeRejection] = {}
+    key = 0
+    if req.signature:
+        signature = req.signature
+        if state.quotas.has_limits(req.namespace):  # the verdict then also depends on the namespace's usage
+            signature = (*signature, req.namespace, state.quotas.generation)
+        key = state.signature_id(signature)
+    nodes = state.nodes
     for name in names:
-        node = state.nodes.get(name)
+        node = nodes.get(name)
         if node is None:
             rejected[name] = NodeRejection(name, {}, 0, unresolvable=True, detail="node unregistered")
             continue
-        verdict = _judge(state, node, req)
+        verdict = _judge(state, node, req, key)
         if isinstance(verdict, NodeFit):
             fits.append(verdict)
         else:
@@ -97,16 +105,20 @@ def decide(state: ClusterState, req: PodRequest, candidates: Iterable[str], now:
     if mig:
         annotations[keys.NVIDIA_MIG_ALLOCATIONS] = encode_mig_allocations(list(mig))
     scores = {f.node: f.score for f in ranked}
-    # HAMi lists fitting nodes in its final sort order, the chosen one last.
-    message = filtering_succeed_text(best.node, len(names), [(f.node, f.score) for f in reversed(ranked)])
-    return Decision(req.uid, req.key, best.node, devices, mig, annotations, rejected, scores, message)
+    # HAMi lists every fitting node in its final sort order, the chosen one last. Deliberate difference: with
+    # more than _LISTED fitting nodes only the best _LISTED are listed (an event message is not a node list).
+    shown = ranked[:_LISTED]
+    message = filtering_succeed_text(best.node, len(names), [(f.node, f.score) for f in reversed(shown)])
+    if len(ranked) > _LISTED:
+        message = message.replace(
+            f"{len(ranked)} nodes fit(", f"{len(ranked)} nodes fit(… {len(ranked) - _LISTED} more,", 1
+        )
+    return Decision(req.uid, req.key, best.node, devices, mig, annotations, rejected, scores, message, req.node_policy)
 
 
-def _judge(state: ClusterState, node: NodeState, req: PodRequest) -> NodeFit | NodeRejection:
-    """``filter`` for one node, plus the never-fits check for rejections; memoised per node generation."""
-    key = req.signature
-    if key and state.quotas.has_limits(req.namespace):
-        key = (*key, req.namespace, state.quotas.generation)
+def _judge(state: ClusterState, node: NodeState, req: PodRequest, key: int) -> NodeFit | NodeRejection:
+    """``filter`` for one node, plus the never-fits check for rejections; memoised per node generation
+    under ``key`` (the request's signature id; 0 = do not memoise)."""
     memo = state.verdicts.get(node.name)
     if key and memo is not None:
         hit = memo.get(key)
@@ -127,6 +139,7 @@ def _judge(state: ClusterState, node: NodeState, req: PodRequest) -> NodeFit | N
 
 
 _MEMO_PER_NODE = 8
+_LISTED = 10
 
 
 def _mig_allocations(fit: NodeFit) -> tuple[MigAllocation, ...]:

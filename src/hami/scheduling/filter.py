@@ -68,8 +68,10 @@ def _quota_check(
         return None
     names = state.vendors[vendor].resources
 
-    def check(accepted: Sequence[Placement], mem: int, cores: int) -> bool:
-        current = (*(p.device for p in accepted), ContainerDevice("\0candidate", vendor, mem, cores))
+    def check(accepted: Sequence[Placement], mem: int, cores: int, uuid: str) -> bool:
+        # The candidate carries its real UUID: collapsed per device, an app container on the GPU an earlier init
+        # container used counts max(init, app) there, as the ledger will charge it — not init + app.
+        current = (*(p.device for p in accepted), ContainerDevice(uuid, vendor, mem, cores))
         containers = [tuple(p.device for p in c) for c in done] + [current]
         charges = effective_charges({vendor: tuple(containers)}, kinds[: pos + 1])
         amounts: dict[str, int] = {}
@@ -85,7 +87,8 @@ def _quota_check(
 def filter_node(state: ClusterState, node: NodeState, req: PodRequest, empty: bool = False) -> NodeFit | NodeRejection:
     """Fit every container of ``req`` on ``node``; pure (only scratch tables change).
 
-    With ``empty=True`` the node is judged without any usage — used to tell nodes that can never run the pod.
+    With ``empty=True`` the node is judged without any usage and without the namespace quota — used to tell
+    nodes that can never run the pod.
     """
     vendors = req.vendors
     missing = [v for v in vendors if v not in node.tables]
@@ -112,7 +115,9 @@ def filter_node(state: ClusterState, node: NodeState, req: PodRequest, empty: bo
                 weights=req.weights,
                 cordoned=node.cordoned,
                 pair_scores=node.pair_scores.get(vendor, {}),
-                quota=_quota_check(state, req, vendor, placements[vendor], req.kinds, pos),
+                # The never-fits judgement ignores the namespace quota: freeing quota (deleting or preempting
+                # pods of the namespace) can make the pod fit, so such a node is not unresolvable.
+                quota=None if empty else _quota_check(state, req, vendor, placements[vendor], req.kinds, pos),
             )
             outcome = state.vendors[vendor].fit(table, creq, ctx, req.selectors[vendor])
             if isinstance(outcome, Unfit):

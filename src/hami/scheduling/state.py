@@ -103,9 +103,21 @@ class ClusterState:
             v.resources.memory: v.resources.memory_factor for v in self.vendors.values() if v.resources.memory
         }
         self.quotas = QuotaBook(tracked)
-        self.verdicts: dict[str, dict[tuple[object, ...], tuple[int, object]]] = {}
-        """Memo for ``decide``: node → request signature → (node generation, verdict). Never authoritative: an
-        entry is used only while the node's generation is unchanged (every charge and update bumps it)."""
+        self.verdicts: dict[str, dict[int, tuple[int, object]]] = {}
+        """Memo for ``decide``: node → request signature id → (node generation, verdict). Never authoritative:
+        an entry is used only while the node's generation is unchanged (every charge and update bumps it)."""
+        self._signatures: dict[tuple[object, ...], int] = {}
+
+    def signature_id(self, signature: tuple[object, ...]) -> int:
+        """A small int standing for a request signature (hashing the full signature once per decision, not
+        once per node). The table is bounded: when it grows past 4096 shapes it starts over with the memo."""
+        sid = self._signatures.get(signature)
+        if sid is None:
+            if len(self._signatures) >= 4096:
+                self._signatures.clear()
+                self.verdicts.clear()
+            sid = self._signatures[signature] = len(self._signatures) + 1
+        return sid
 
     # --- nodes ----------------------------------------------------------------------------------------
     def upsert_node(self, node: Node) -> NodeState:

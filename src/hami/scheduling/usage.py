@@ -6,8 +6,15 @@ Containers run in three ways, and their devices are charged accordingly, per dev
 * **sidecar** init containers (``restartPolicy: Always``) keep running beside everything after them → summed;
 * **app** containers run together → summed, one slot each.
 
-Effective usage = sidecars + max(init, app). HAMi has no sidecars (it treats them as init containers, which
-under-counts a GPU sidecar); for pods without sidecars the result equals HAMi's ``CollapseInitContainerUsage``.
+Effective usage = the peak over the pod's phases, per device and per dimension: each regular init container
+together with the sidecars started *before* it, and finally all sidecars together with the app containers. (A
+sidecar declared after an init container starts only once that init container has finished, so the two never
+hold the device at the same time; charging ``sidecars + max(init, app)`` would over-count, and more than the
+fit — which tries each init container beside the earlier sidecars only — ever checked.) A container holding
+several instances of one MIG GPU holds them all at once, so its own entries on a device are summed first.
+HAMi has no sidecars (it treats them as init containers, which under-counts a GPU sidecar); for pods without
+sidecars and without several MIG instances in one init container the result equals HAMi's
+``CollapseInitContainerUsage``.
 """
 
 from __future__ import annotations
@@ -56,37 +63,45 @@ def effective_charges(
     """
     out: list[Charge] = []
     for vendor in sorted(devices):
-        # uuid -> [init_mem, init_cores, side_mem, side_cores, side_slots, app_mem, app_cores, app_slots, has_init]
+        # uuid -> [peak_mem, peak_cores, peak_slots,   (regular init containers, each beside earlier sidecars)
+        #          side_mem, side_cores, side_slots,   (sidecars started so far)
+        #          app_mem, app_cores, app_slots]
         acc: dict[str, list[int]] = {}
         for pos, container in enumerate(devices[vendor]):
             kind = kinds[pos] if pos < len(kinds) else Kind.APP
             if kind is Kind.INIT and init_done:
                 continue
+            own: dict[str, list[int]] = {}  # this container's usage per device: MiB, cores, slots
             for dev in container:
-                a = acc.get(dev.uuid)
+                o = own.setdefault(dev.uuid, [0, 0, 0])
+                o[0] += dev.usedmem
+                o[1] += dev.usedcores
+                o[2] += 1
+            for uuid, (mem, cores, slots) in own.items():
+                a = acc.get(uuid)
                 if a is None:
-                    a = acc[dev.uuid] = [0] * 9
+                    a = acc[uuid] = [0] * 9
                 if kind is Kind.INIT:
-                    a[0] = max(a[0], dev.usedmem)
-                    a[1] = max(a[1], dev.usedcores)
-                    a[8] = 1
+                    a[0] = max(a[0], a[3] + mem)
+                    a[1] = max(a[1], a[4] + cores)
+                    a[2] = max(a[2], a[5] + slots)
                 elif kind is Kind.SIDECAR:
-                    a[2] += dev.usedmem
-                    a[3] += dev.usedcores
-                    a[4] += 1
+                    a[3] += mem
+                    a[4] += cores
+                    a[5] += slots
                 else:
-                    a[5] += dev.usedmem
-                    a[6] += dev.usedcores
-                    a[7] += 1
+                    a[6] += mem
+                    a[7] += cores
+                    a[8] += slots
         for uuid in sorted(acc):
             a = acc[uuid]
             out.append(
                 Charge(
                     vendor,
                     uuid,
-                    slots=max(a[4] + max(a[8], a[7]), 1),
-                    mem=a[2] + max(a[0], a[5]),
-                    cores=a[3] + max(a[1], a[6]),
+                    slots=max(a[2], a[5] + a[8], 1),
+                    mem=max(a[0], a[3] + a[6]),
+                    cores=max(a[1], a[4] + a[7]),
                 )
             )
     return tuple(out)

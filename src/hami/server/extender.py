@@ -17,6 +17,7 @@ follower answers at once instead of blocking; a failed bind releases the reserva
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -28,7 +29,7 @@ from hami.errors import ApiError, HamiError, InvalidInput, NotFound
 from hami.protocol import keys
 from hami.protocol.events import binding_succeed_text, filtering_failed_texts, no_available_node_text
 from hami.protocol.extender import BindingArgs, BindingResult, FilterArgs, FilterResult
-from hami.protocol.objects import Node, Pod, ResourceQuota
+from hami.protocol.objects import Node, ObjectMeta, Pod, ResourceQuota
 from hami.protocol.reasons import Reason
 from hami.scheduling.cycle import Decision, decide, reserve, unreserve
 from hami.scheduling.records import holds_devices, is_terminal, record_from_pod
@@ -96,6 +97,8 @@ class Extender:
     readiness: Readiness = field(default_factory=Readiness)
     clock: Callable[[], float] = time.time
     pending: set[str] = field(default_factory=set)
+    background_commit: bool = True
+    commits: dict[str, asyncio.Task[str | None]] = field(default_factory=dict)
 
     # --- /filter -------------------------------------------------------------------------------------
     async def filter(self, args: FilterArgs) -> FilterResult:
@@ -123,7 +126,9 @@ class Extender:
         if problem is not None:
             self.metrics.decisions.labels("not-ready").inc()
             return FilterResult(error=problem)
-        # A pod filtered again (bind failed, or kube-scheduler retried) must not count its old reservation.
+        # A pod filtered again (bind failed, or kube-scheduler retried) must not count its old reservation;
+        # an earlier commit still in flight finishes first, so patches of one pod never overtake each other.
+        await self._settle(req.uid)
         self._forget(req.uid)
         t0 = time.perf_counter()
         decision = decide(self.state, req, candidates, int(self.clock()))
@@ -134,25 +139,52 @@ class Extender:
             return self._failure_result(decision)
         reserve(self.state, req, decision)
         self.pending.add(req.uid)
-        t1 = time.perf_counter()
-        try:
-            await self.cluster.patch_pod_metadata(
-                pod.metadata.namespace, pod.metadata.name, dict(decision.annotations), {keys.VGPU_NODE: decision.node}
-            )
-        except ApiError as err:
-            self._forget(req.uid)
-            self.metrics.api_errors.labels("patch_pod").inc()
-            self.metrics.decisions.labels("commit-failed").inc()
-            message = f"writing the allocation annotations failed: {err}"
-            self.cluster.event(pod, WARNING, "FilteringFailed", message)
-            return FilterResult(error=message)
-        finally:
-            self.metrics.stage_latency.labels("commit").observe(time.perf_counter() - t1)
+        if self.background_commit:
+            # kube-scheduler's scheduling cycle is serial and waits for this answer, so the annotation PATCH
+            # runs beside it; /bind waits for it before binding (the device plugin reads the annotations only
+            # after the pod is bound). A failed commit rolls the reservation back and fails that bind.
+            task = asyncio.get_running_loop().create_task(self._commit(pod, req.uid, decision))
+            self.commits[req.uid] = task
+        else:
+            message = await self._commit(pod, req.uid, decision)
+            if message is not None:
+                return FilterResult(error=message)
         self.metrics.decisions.labels("scheduled").inc()
         self.cluster.event(pod, NORMAL, "FilteringSucceed", decision.message)
         if decision.rejected:
             self.cluster.event(pod, NORMAL, "FilteredNodes", _rejection_text(decision))
         return self._success_result(decision, candidates, args)
+
+    async def _commit(self, pod: Pod, uid: str, decision: Decision) -> str | None:
+        """Write the allocation annotations; on failure undo the reservation. Returns the error text or None."""
+        t1 = time.perf_counter()
+        try:
+            await self.cluster.patch_pod_metadata(
+                pod.metadata.namespace, pod.metadata.name, _with_bind_phase(decision), {keys.VGPU_NODE: decision.node}
+            )
+        except ApiError as err:
+            if self.state.pods.get(uid) is not None and self.state.pods[uid].node == decision.node:
+                self._forget(uid)
+            self.metrics.api_errors.labels("patch_pod").inc()
+            self.metrics.decisions.labels("commit-failed").inc()
+            message = f"writing the allocation annotations failed: {err}"
+            self.cluster.event(pod, WARNING, "FilteringFailed", message)
+            return message
+        finally:
+            self.metrics.stage_latency.labels("commit").observe(time.perf_counter() - t1)
+        return None
+
+    async def _settle(self, uid: str) -> str | None:
+        """Wait for the pod's commit still in flight, if any; returns its error text or None."""
+        task = self.commits.pop(uid, None)
+        if task is None:
+            return None
+        return await task
+
+    async def settle_all(self) -> None:
+        """Wait for every commit in flight (shutdown, tests)."""
+        while self.commits:
+            await self._settle(next(iter(self.commits)))
 
     def _forget(self, uid: str) -> None:
         self.pending.discard(uid)
@@ -167,11 +199,11 @@ class Extender:
         chosen = decision.node
         assert chosen is not None
         failed = {n: r.summary for n, r in decision.rejected.items() if not r.unresolvable}
-        for name, score in decision.scores.items():
+        # One shared text for every node that fits but was not chosen (the scores are in the FilteringSucceed event).
+        not_chosen = f"fits, but hami chose {chosen} under the {decision_policy(decision)} node policy"
+        for name in decision.scores:
             if name != chosen:
-                failed[name] = (
-                    f"fits, but hami chose {chosen} (node score {score:.2f} vs {decision.scores[chosen]:.2f})"
-                )
+                failed[name] = not_chosen
         never = {n: r.summary for n, r in decision.rejected.items() if r.unresolvable}
         return FilterResult(
             node_names=[chosen],
@@ -206,31 +238,51 @@ class Extender:
 
     async def _bind(self, args: BindingArgs) -> BindingResult:
         ns, name, node = args.podnamespace, args.podname, args.node
-        try:
-            pod = await self.cluster.get_pod(ns, name)
-        except NotFound as err:
-            if args.poduid:
-                self._forget(args.poduid)
-            self.metrics.binds.labels("pod-missing").inc()
-            return BindingResult(error=str(err))
-        except ApiError as err:
-            self.metrics.api_errors.labels("get_pod").inc()
-            self.metrics.binds.labels("error").inc()
-            return BindingResult(error=str(err))
+        failed_commit = await self._settle(args.poduid) if args.poduid else None
+        record = self.state.pods.get(args.poduid) if args.poduid else None
+        if record is not None and record.namespace == ns and record.name == name:
+            # Reserved by our own /filter: no need to read the pod back (one API call less per bind).
+            pod = Pod(metadata=ObjectMeta(name=name, namespace=ns, uid=args.poduid))
+            wants_devices = True
+        else:
+            try:
+                pod = await self.cluster.get_pod(ns, name)
+            except NotFound as err:
+                if args.poduid:
+                    self._forget(args.poduid)
+                self.metrics.binds.labels("pod-missing").inc()
+                return BindingResult(error=str(err))
+            except ApiError as err:
+                self.metrics.api_errors.labels("get_pod").inc()
+                self.metrics.binds.labels("error").inc()
+                return BindingResult(error=str(err))
+            try:
+                wants_devices = prefilter(pod, self.vendors, self.defaults).wants_devices
+            except InvalidInput as err:
+                self.metrics.binds.labels("invalid").inc()
+                self.cluster.event(pod, WARNING, "BindingFailed", str(err))
+                return BindingResult(error=str(err))
         uid = args.poduid or pod.metadata.uid
-        try:
-            req = prefilter(pod, self.vendors, self.defaults)
-        except InvalidInput as err:
-            self.metrics.binds.labels("invalid").inc()
-            self.cluster.event(pod, WARNING, "BindingFailed", str(err))
-            return BindingResult(error=str(err))
+        if failed_commit is not None:
+            self.metrics.binds.labels("failed").inc()
+            message = f"binding {ns}/{name} to {node} failed: {failed_commit}"
+            self.cluster.event(pod, WARNING, "BindingFailed", message)
+            return BindingResult(error=message)
+        if record is not None and record.node != node:
+            message = f"binding {ns}/{name} to {node} refused: hami reserved its devices on {record.node}"
+            self.metrics.binds.labels("failed").inc()
+            self.cluster.event(pod, WARNING, "BindingFailed", message)
+            return BindingResult(error=message)
         locked = False
         try:
-            if req.wants_devices:
+            if wants_devices:
                 await self.cluster.lock_node(node, ns, name)
                 locked = True
-                now = str(int(self.clock()))
-                await self.cluster.patch_pod_metadata(ns, name, {keys.BIND_PHASE: "allocating", keys.BIND_TIME: now})
+                if record is None:  # not committed by this process: mark the bind phase now, as HAMi does
+                    now = str(int(self.clock()))
+                    await self.cluster.patch_pod_metadata(
+                        ns, name, {keys.BIND_PHASE: "allocating", keys.BIND_TIME: now}
+                    )
             await self.cluster.bind(ns, name, uid, node)
         except HamiError as err:
             message = f"binding {ns}/{name} to {node} failed: {err}"
@@ -251,7 +303,12 @@ class Extender:
     async def _release_allocation(self, pod: Pod, uid: str) -> None:
         """After a failed bind: drop the reservation and the annotations that would re-create it."""
         self._forget(uid)
-        removals: dict[str, str | None] = {keys.VGPU_NODE: None, keys.VGPU_TIME: None, keys.BIND_PHASE: None}
+        removals: dict[str, str | None] = {
+            keys.VGPU_NODE: None,
+            keys.VGPU_TIME: None,
+            keys.BIND_PHASE: None,
+            keys.BIND_TIME: None,
+        }
         for vendor in self.vendors.values():
             removals[vendor.keys.allocated] = None
             if vendor.keys.to_allocate:
@@ -312,6 +369,23 @@ class Extender:
 
     def request_of(self, pod: Pod) -> PodRequest:
         return prefilter(pod, self.vendors, self.defaults)
+
+
+def decision_policy(decision: Decision) -> str:
+    return decision.node_policy or "configured"
+
+
+def _with_bind_phase(decision: Decision) -> dict[str, str]:
+    """The allocation annotations plus ``hami.io/bind-phase: allocating`` and ``hami.io/bind-time``.
+
+    Deliberate difference: HAMi writes the bind phase in a second PATCH from Bind, after taking the node lock;
+    hami writes it with the allocation (one API call less per pod). Device plugins only look at pods bound to
+    their node, so the phase is not seen before the bind, and a failed bind clears it with the allocation.
+    """
+    annotations = dict(decision.annotations)
+    annotations[keys.BIND_PHASE] = "allocating"
+    annotations[keys.BIND_TIME] = annotations.get(keys.VGPU_TIME, "0")
+    return annotations
 
 
 def _same(a: PodRecord, b: PodRecord) -> bool:

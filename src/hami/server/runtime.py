@@ -15,10 +15,11 @@ import logging
 import signal
 import socket
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
@@ -41,12 +42,15 @@ from hami.protocol import keys
 from hami.protocol.handshake import decode_handshake, encode_requesting
 from hami.protocol.nodelock import decode_node_lock
 from hami.protocol.objects import Node, Pod, ResourceQuota
+from hami.scheduling.admission import AdmissionSettings
 from hami.scheduling.records import is_terminal
 from hami.scheduling.request import SchedulingDefaults
 from hami.scheduling.state import ClusterState
 from hami.server.app import build_app, build_metrics_app
 from hami.server.extender import Extender, Readiness
 from hami.server.metrics import Metrics
+from hami.server.tls import CertificateReloader
+from hami.server.webhook import admission_for, webhook_route
 
 __all__ = ["Runtime", "parse_bind", "run_scheduler"]
 
@@ -58,6 +62,8 @@ REGISTRATION_REFUSED = "RegistrationRefused"
 """Reason of the Warning event on a node whose device registration cannot be decoded (hami's own; HAMi has none)."""
 LOCK_SWEEP_SECONDS = 30.0
 """How often nodes holding a lock are checked for a finished or deleted holder (HAMi never does this)."""
+TLS_RELOAD_SECONDS = 10.0
+"""How often the certificate files are checked for a change (cert-manager renews days before expiry)."""
 
 
 def parse_bind(value: str, default_host: str = "0.0.0.0") -> tuple[str, int]:
@@ -90,6 +96,8 @@ class Runtime:
     quarantined: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> vendor -> refused registration
     lease_holder: str = ""
     lease_expiry: float = 0.0
+
+    _writes: set[asyncio.Task[None]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.vendors = vendors_from_config(self.device_config)
@@ -178,8 +186,7 @@ class Runtime:
                     self.metrics.api_errors.labels("patch_node").inc()
                     log.warning("writing the handshake of node %s failed: %s", name, err)
 
-            # oneshot: a single write; the e2e tests found each one logged as a loop that "ended on its own".
-            supervisor.start(write(), name=f"handshake-{name}", oneshot=True)
+            self._once(write(), f"handshake-{name}")
 
     def _on_pod(self, extender: Extender, locker: NodeLocker, supervisor: Supervisor) -> Callable[[Pod, bool], None]:
         def apply(obj: Pod, deleted: bool) -> None:
@@ -203,7 +210,18 @@ class Runtime:
                 except ApiError as err:
                     log.warning("releasing the lock on %s held by finished pod %s failed: %s", node, pod.key, err)
 
-            supervisor.start(release(), name=f"unlock-{node}", oneshot=True)
+            self._once(release(), f"unlock-{node}")
+
+    def _once(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        """Run a one-shot API write in the background (the supervisor is for loops that must not end)."""
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._writes.add(task)
+        task.add_done_callback(self._write_done)
+
+    def _write_done(self, task: asyncio.Task[None]) -> None:
+        self._writes.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background write %s failed: %r", task.get_name(), task.exception())
 
     # --- loops ----------------------------------------------------------------------------------------
     async def _self_check(self) -> None:
@@ -239,12 +257,14 @@ class Runtime:
             locker = NodeLocker(cluster, timeout=timedelta(seconds=s.node_lock_timeout))
             events = EventRecorder(KubeCluster(event_client, instance=self.identity), s.scheduler_name)
             synced: dict[str, bool] = {"nodes": False, "pods": False, "quotas": False}
+            watched_nodes: Mapping[str, Node] = {}  # the node reflector's store, once it exists
             readiness = Readiness(synced=lambda: all(synced.values()), leader=self.is_leader)
             extender = Extender(
                 state=self.state,
                 vendors=self.vendors,
                 defaults=SchedulingDefaults(s.node_scheduler_policy, s.gpu_scheduler_policy),
-                cluster=ExtenderIO(cluster, locker, events),
+                # late binding: the node reflector (and its store) is created below
+                cluster=ExtenderIO(cluster, locker, events, node_hint=lambda name: watched_nodes.get(name)),  # noqa: PLW0108
                 metrics=self.metrics,
                 readiness=readiness,
             )
@@ -263,6 +283,7 @@ class Runtime:
             )
             pods = Reflector(client, PODS, Pod, Callbacks(self._on_pod(extender, locker, supervisor), mark("pods")))
             quotas = Reflector(client, RESOURCE_QUOTAS, ResourceQuota, Callbacks(extender.on_quota, mark("quotas")))
+            watched_nodes = nodes.store
             supervisor.start(nodes.run(), name="watch-nodes")
             supervisor.start(pods.run(), name="watch-pods")
             supervisor.start(quotas.run(), name="watch-quotas")
@@ -279,8 +300,15 @@ class Runtime:
                 supervisor.start(lease.run(), name="watch-lease")
             supervisor.start(self._self_check(), name="self-check")
             supervisor.start(self._lock_sweep(locker), name="lock-sweep")
-            main = self._server(build_app(extender, self.extra_routes), s.http_bind, tls=True)
-            metrics = self._server(build_metrics_app(self.metrics), s.metrics_bind_address, tls=False)
+            admission = admission_for(
+                extender, AdmissionSettings(s.scheduler_name, s.force_overwrite_default_scheduler)
+            )
+            routes = [webhook_route(admission, self.metrics), *self.extra_routes]
+            tls = CertificateReloader(s.cert_file, s.key_file) if s.cert_file and s.key_file else None
+            if tls is not None:  # certificates rotated on disk are picked up without a restart
+                supervisor.start(tls.watch(TLS_RELOAD_SECONDS), name="tls-reload")
+            main = self._server(build_app(extender, routes), s.http_bind, tls)
+            metrics = self._server(build_metrics_app(self.metrics), s.metrics_bind_address, None)
             self._install_signals(main, metrics)
             log.info(
                 "hami scheduler %s serving on %s (metrics %s)", s.scheduler_name, s.http_bind, s.metrics_bind_address
@@ -290,14 +318,20 @@ class Runtime:
             await asyncio.wait([*servers, stopper], return_when=asyncio.FIRST_COMPLETED)
             main.should_exit = metrics.should_exit = True
             await asyncio.gather(*servers, return_exceptions=True)
+            await extender.settle_all()
             stopper.cancel()
             await events.aclose()
 
-    def _server(self, app: Starlette, bind: str, tls: bool) -> _Server:
+    def _server(self, app: Starlette, bind: str, tls: CertificateReloader | None) -> _Server:
         host, port = parse_bind(bind)
         kwargs: dict[str, object] = {}
-        if tls and self.settings.cert_file and self.settings.key_file:
-            kwargs = {"ssl_certfile": self.settings.cert_file, "ssl_keyfile": self.settings.key_file}
+        if tls is not None:
+            # uvicorn still needs the file names to switch TLS on; the context it uses is the reloader's.
+            kwargs = {
+                "ssl_certfile": self.settings.cert_file,
+                "ssl_keyfile": self.settings.key_file,
+                "ssl_context_factory": tls.context_factory,
+            }
         config = uvicorn.Config(
             app,
             host=host,

@@ -50,22 +50,6 @@ async def test_a_loop_that_returns_early_is_reported(caplog: pytest.LogCaptureFi
     assert any("task quitter ended on its own" in r.getMessage() for r in caplog.records)
 
 
-async def test_a_oneshot_task_ends_quietly_but_its_failure_is_still_reported(caplog: pytest.LogCaptureFixture) -> None:
-    async def write() -> None:
-        return
-
-    async def broken_write() -> None:
-        raise RuntimeError("the API said no")
-
-    async with Supervisor() as tasks:
-        await tasks.start(write(), name="handshake-n1", oneshot=True)
-        with pytest.raises(RuntimeError):
-            await tasks.start(broken_write(), name="unlock-n1", oneshot=True)
-        await asyncio.sleep(0)
-    assert [r.getMessage() for r in caplog.records] == ["task unlock-n1 failed"]
-    assert list(tasks.failures) == ["unlock-n1"]
-
-
 async def test_no_task_starts_once_stopping() -> None:
     tasks = Supervisor()
     await tasks.stop()

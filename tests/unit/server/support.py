@@ -149,8 +149,13 @@ class World:
     def pod(self, name: str, namespace: str = NS) -> Pod:
         return self.cluster.pods[(namespace, name)]
 
-    async def filter(self, pod: Pod, nodes: Iterable[str]) -> FilterResult:
-        return await self.extender.filter(FilterArgs(pod, nodenames=list(nodes)))
+    async def filter(self, pod: Pod, nodes: Iterable[str], *, settle: bool = True) -> FilterResult:
+        """``/filter`` with ``nodenames``; with ``settle``, also wait until its annotation commit (which runs
+        beside the answer) has finished."""
+        result = await self.extender.filter(FilterArgs(pod, nodenames=list(nodes)))
+        if settle:
+            await self.extender.settle_all()
+        return result
 
     async def events(self) -> list[tuple[str, str, str]]:
         """Every event written so far as (type, reason, message), after the recorder's writes finished."""
@@ -179,6 +184,7 @@ def make_world(
     *,
     backing: MemoryCluster | None = None,
     seam: ClusterClient | None = None,
+    background_commit: bool = True,
 ) -> World:
     """A world over ``backing`` (a new ``MemoryCluster`` by default). ``seam`` is what the extender talks to:
     ``backing`` itself by default, or a ``KubeCluster`` over HTTP to a fake API server backed by it."""
@@ -197,5 +203,6 @@ def make_world(
         metrics=Metrics(lambda: state),
         readiness=Readiness(synced=lambda: flags["synced"], leader=lambda: flags["leader"]),
         clock=lambda: float(NOW),
+        background_commit=background_commit,
     )
     return World(memory, extender, recorder, locker, flags)

@@ -37,10 +37,8 @@ class Wired:
 
     async def settle(self) -> None:
         """Let the handlers' background writes finish."""
-        for _ in range(100):
-            if self.supervisor.running == 0:
-                break
-            await asyncio.sleep(0)
+        while self.runtime._writes:
+            await asyncio.gather(*list(self.runtime._writes))
         await self.world.recorder.flush()
 
 

@@ -68,7 +68,10 @@ class NvidiaVendor:
 
     def selector(self, annotations: Mapping[str, str]) -> Selector:
         modes_raw = annotations.get(keys.NVIDIA_VGPU_MODE)
+        # A blank value (only spaces or commas) restricts nothing, like an empty one and like the other filters;
+        # an empty set here would refuse every device.
         modes = frozenset(m.strip() for m in modes_raw.split(",") if m.strip()) if modes_raw else None
+        modes = modes or None
         return Selector(
             use_types=parse_type_list(annotations.get(keys.NVIDIA_USE_GPUTYPE)),
             nouse_types=parse_type_list(annotations.get(keys.NVIDIA_NOUSE_GPUTYPE)),

@@ -1,0 +1,187 @@
+"""Benchmark runner: ``python -m bench.run [--quick] [--only NAME…] [--e2e-pods N]``.
+
+Prints one table per measurement and writes every raw figure to ``bench/results/<UTC time>.json`` (that folder
+is git-ignored; copy a file next to it under a name of your own to keep a baseline). Timings are measured here,
+never asserted: tests do not depend on how fast the machine is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench.core import bench_decide
+from bench.http import bench_http_filter
+from bench.ledger import cold_start, ledger_ops
+from bench.scenarios import SCENARIOS
+
+QUICK = ["S", "M"]
+FULL = ["S", "M", "M-50x8", "M-100x16", "M-topo4", "L-420", "L-1000", "L-1000-init3", "XL-500", "XL-5000"]
+HTTP = ["M", "L-1000", "XL-500"]
+TARGETS = {"S": 0.5, "M": 2.0, "L-1000": 10.0, "XL-500": 10.0}  # in-process decide p99, ms
+
+
+def machine() -> dict[str, Any]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = (0.0, 0.0, 0.0)
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "load_avg_1m_at_start": round(load[0], 2),
+    }
+
+
+def table(title: str, header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
+    print(f"\n{title}")
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
+    for row in rows:
+        print("  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)))
+
+
+def fmt(x: float) -> str:
+    return f"{x:.3f}" if x < 10 else f"{x:.1f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small scenarios only (S, M), no end-to-end run")
+    parser.add_argument("--only", nargs="*", help="scenario names to run")
+    parser.add_argument("--iterations", type=int, default=1000, help="decisions per scenario (after warm-up)")
+    parser.add_argument("--e2e-pods", type=int, default=200, help="pods for the end-to-end rate (0: skip)")
+    args = parser.parse_args(argv)
+    names = args.only or (QUICK if args.quick else FULL)
+    results: dict[str, Any] = {"machine": machine(), "started": datetime.datetime.now(datetime.UTC).isoformat()}
+    print(f"machine: {results['machine']}")
+
+    rows = []
+    decide_results: dict[str, Any] = {}
+    for name in names:
+        s = SCENARIOS[name]
+        d = bench_decide(s, args.iterations, with_reserve=False)
+        dr = bench_decide(s, args.iterations, with_reserve=True)
+        cold = bench_decide(s, min(args.iterations, 200), with_reserve=False, memo=False)
+        decide_results[name] = {"decide": d, "decide_reserve": dr, "decide_cold": cold}
+        target = TARGETS.get(name)
+        rows.append(
+            [
+                name,
+                f"{s.nodes}x{s.gpus}",
+                str(s.pods),
+                str(s.candidates),
+                fmt(d["p50_ms"]),
+                fmt(d["p95_ms"]),
+                fmt(d["p99_ms"]),
+                fmt(dr["p99_ms"]),
+                fmt(cold["p99_ms"]),
+                "-" if target is None else (f"< {target}" + (" ok" if d["p99_ms"] < target else " MISSED")),
+            ]
+        )
+    results["decide"] = decide_results
+    table(
+        "In-process decision (ms; 'cold' = verdict memo off, every node judged afresh)",
+        ["scenario", "cluster", "pods", "cands", "p50", "p95", "p99", "+reserve p99", "cold p99", "target p99"],
+        rows,
+    )
+
+    rows = []
+    ledger_results: dict[str, Any] = {}
+    for name in [n for n in names if n in ("M", "L-1000", "XL-500")] or names[:1]:
+        s = SCENARIOS[name]
+        ops = ledger_ops(s)
+        ledger_results[name] = ops
+        rows.append([name, f"{ops['adds_per_s']:,.0f}", f"{ops['removes_per_s']:,.0f}", fmt(ops["recount_ms"])])
+    results["ledger"] = ledger_results
+    table("Ledger updates (pod records) and full recount", ["scenario", "adds/s", "removes/s", "recount ms"], rows)
+
+    cold_name = "M" if args.quick else "XL-500"
+    cs = cold_start(SCENARIOS[cold_name])
+    results["cold_start"] = {cold_name: cs}
+    table(
+        f"Cold start from a full list response ({cold_name}: {cs['pods']:,} pods, {cs['list_json_mb']:.0f} MB of JSON)",
+        ["build s", "state MB", "peak MB during build"],
+        [[fmt(cs["cold_start_s"]), fmt(cs["state_mb"]), fmt(cs["peak_mb"])]],
+    )
+
+    rows = []
+    http_results: dict[str, Any] = {}
+    for name in [n for n in HTTP if n in names] or ["M"]:
+        h = bench_http_filter(SCENARIOS[name], iterations=min(args.iterations, 1000))
+        http_results[name] = h
+        rows.append([name, f"{h['request_kb']:.1f}", fmt(h["p50_ms"]), fmt(h["p95_ms"]), fmt(h["p99_ms"])])
+    results["http_filter"] = http_results
+    table("HTTP /filter on a running server (stub API server)", ["scenario", "req KB", "p50", "p95", "p99"], rows)
+
+    if not args.quick and args.e2e_pods > 0:
+        from bench.e2e import bench_e2e
+
+        e2e = bench_e2e(nodes=100, gpus=8, pods=args.e2e_pods)
+        results["e2e"] = e2e
+        table(
+            "End to end (M: 100 nodes x 8 GPUs): real kube-apiserver + kube-scheduler + hami",
+            ["pods", "bound", "seconds", "pods/s", "hami filter ms", "hami bind ms"],
+            [
+                [
+                    str(e2e["pods"]),
+                    str(e2e["bound"]),
+                    fmt(e2e["seconds"]),
+                    fmt(e2e["pods_per_s"]),
+                    fmt(e2e.get("hami_filter_mean_ms", 0)),
+                    fmt(e2e.get("hami_bind_mean_ms", 0)),
+                ]
+            ],
+        )
+
+    out = Path(__file__).parent / "results"
+    out.mkdir(exist_ok=True)
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = out / f"{stamp}{'-quick' if args.quick else ''}.json"
+    path.write_text(json.dumps(results, indent=2))
+    print(f"\nraw results: {path}")
+    return 0
+
+
+def profile() -> int:
+    """``make bench-profile``: pyinstrument over scenario L (1,000 candidates): decide+reserve and HTTP /filter."""
+    from pyinstrument import Profiler
+
+    out = Path(__file__).parent / "results"
+    out.mkdir(exist_ok=True)
+    s = SCENARIOS["L-1000"]
+    profiler = Profiler(interval=0.0005)
+    profiler.start()
+    bench_decide(s, 300, with_reserve=True, memo=False)
+    bench_decide(s, 300, with_reserve=True)
+    bench_http_filter(s, iterations=200)
+    profiler.stop()
+    text = out / "profile-L.txt"
+    html = out / "profile-L.html"
+    text.write_text(profiler.output_text(unicode=True, color=False))
+    html.write_text(profiler.output_html())
+    print(profiler.output_text(unicode=True, color=False)[:4000])
+    print(f"profile written to {text} and {html}")
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["profile"]:
+        raise SystemExit(profile())
+    raise SystemExit(main())

@@ -1,0 +1,355 @@
+"""kubelet's ``Allocate``: hand a container the GPUs the scheduler chose for it (webhook §6.2).
+
+One call, under one process-wide lock:
+
+1. **find** the pod being bound here (:meth:`Allocator.pending_pod`): the node lock's holder if it checks out
+   — on this node, ``Pending``, ``hami.io/bind-phase=allocating``, carrying NVIDIA allocation annotations with a
+   container left to serve — else the oldest pod on this node that checks out the same way;
+2. **take** the next non-empty container slot of ``hami.io/vgpu-devices-to-allocate`` per container request
+   (slots are positional: init containers first), checking the device count kubelet asks for;
+3. **answer** with the scheduler's UUIDs and HAMi-core's env and mounts (:mod:`.response`);
+4. **commit**: write the annotation back with the taken slots emptied, and when no vendor has a slot left set
+   ``bind-phase=success`` in the same patch and release the node lock (owner-checked);
+5. on any error after the pod is found: ``bind-phase=failed``, release the lock (owner-checked), and fail the
+   call with a message naming the pod.
+
+Differences from HAMi (spec §11 items 13–14), each deliberate:
+
+* the rewritten annotation keeps its length: ``A:;B:;`` → ``;B:;`` → ``;;`` (HAMi adds one ``;`` per rewrite);
+* "all allocated" is decided by decoding every vendor's to-allocate annotation, not by searching for ``NVIDIA``;
+  a pod that still waits for another vendor's plugin keeps ``allocating`` and its lock;
+* the lock holder is verified before use, so another vendor's pod holding the shared lock is never failed;
+* a pod with nothing left for NVIDIA is never chosen, so a retried or late call cannot fail a bound pod;
+* not implemented: dynamic MIG (creating the reserved GPU/compute instances at Allocate). A node in ``mig``
+  operating mode registers its profiles, but Allocate fails such pods with a clear error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import shutil
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from hami.deviceplugin import kubeletapi as api
+from hami.deviceplugin.response import HostFiles, container_response
+from hami.deviceplugin.settings import NodeSettings
+from hami.errors import AnnotationError, ApiError, HamiError, NotFound
+from hami.k8s.cluster import ClusterClient
+from hami.k8s.nodelock import NodeLocker
+from hami.protocol import keys
+from hami.protocol.allocation import ContainerDevices, PodDevices, decode_pod_devices, encode_pod_devices
+from hami.protocol.bindphase import BindPhase
+from hami.protocol.nodelock import decode_node_lock
+from hami.protocol.objects import Container, Pod
+
+__all__ = [
+    "ALL_VENDOR_KEYS",
+    "AllocationError",
+    "Allocator",
+    "Failure",
+    "PodsOnNode",
+    "containers_in_slot_order",
+    "take_slots",
+    "vendor_work_left",
+]
+
+log = logging.getLogger(__name__)
+
+ALL_VENDOR_KEYS = tuple(v for v in vars(keys).values() if isinstance(v, keys.VendorKeys))
+"""Every vendor whose to-allocate annotation can hold work for a device plugin."""
+
+PodsOnNode = Callable[[str], Awaitable[Sequence[Pod]]]
+"""``node name → pods whose spec.nodeName is that node`` (a field-selector list, or the memory cluster)."""
+
+
+class Failure(enum.Enum):
+    """Why Allocate failed; the gRPC layer maps each to a status code."""
+
+    NO_POD = "no pod is being bound on this node"
+    BAD_REQUEST = "the pod's allocation does not fit kubelet's request"
+    API = "the Kubernetes API failed"
+    INTERNAL = "internal error"
+
+
+class AllocationError(HamiError):
+    """Allocate cannot be served; ``failure`` classifies it, the message says what and for which pod."""
+
+    def __init__(self, failure: Failure, message: str) -> None:
+        self.failure = failure
+        super().__init__(message)
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """The devices of one container slot, handed to one kubelet container request."""
+
+    slot: int
+    container: Container | None
+    devices: ContainerDevices
+
+
+def containers_in_slot_order(pod: Pod) -> list[Container]:
+    """The pod's containers in allocation-annotation order: init containers first, then app containers."""
+    return [*pod.spec.init_containers, *pod.spec.containers]
+
+
+def take_slots(devices: PodDevices, wanted: Sequence[int]) -> tuple[list[tuple[int, ContainerDevices]], PodDevices]:
+    """For each request (the number of devices kubelet allocates to one container), take the next non-empty
+    slot. Returns the taken ``(slot index, devices)`` and the slots with those emptied (same length).
+
+    Raises ``AllocationError`` when no slot is left or the device count differs from the slot's.
+    """
+    remaining = list(devices)
+    taken = []
+    for position, count in enumerate(wanted):
+        slot = next((i for i, slot in enumerate(remaining) if slot), None)
+        if slot is None:
+            raise AllocationError(Failure.BAD_REQUEST, f"container request {position}: no container slot left")
+        if len(remaining[slot]) != count:
+            raise AllocationError(
+                Failure.BAD_REQUEST,
+                f"device number not matched: container slot {slot} has {len(remaining[slot])} GPU(s), "
+                f"kubelet asks for {count}",
+            )
+        taken.append((slot, remaining[slot]))
+        remaining[slot] = ()
+    return taken, tuple(remaining)
+
+
+def vendor_work_left(annotations: dict[str, str], overrides: dict[str, str] | None = None) -> list[str]:
+    """The vendors whose to-allocate annotation still has a non-empty slot (``overrides`` replaces values about
+    to be written). An undecodable value counts as work left: another plugin owns it and will fail it."""
+    values = {**annotations, **(overrides or {})}
+    left = []
+    for vendor in ALL_VENDOR_KEYS:
+        field = vendor.to_allocate
+        value = values.get(field) if field else None
+        if not field or not value:
+            continue
+        try:
+            if any(decode_pod_devices(value, field)):
+                left.append(vendor.vendor)
+        except AnnotationError:
+            left.append(vendor.vendor)
+    return left
+
+
+class Allocator:
+    """Serves Allocate and GetPreferredAllocation for one node (see the module docstring)."""
+
+    def __init__(
+        self,
+        cluster: ClusterClient,
+        pods_on_node: PodsOnNode,
+        locker: NodeLocker,
+        *,
+        node_name: str,
+        settings: NodeSettings,
+        host: HostFiles,
+        new_cache_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+    ) -> None:
+        self._cluster = cluster
+        self._pods_on_node = pods_on_node
+        self._locker = locker
+        self._node = node_name
+        self._settings = settings
+        self._host = host
+        self._new_cache_id = new_cache_id
+        self._mutex = asyncio.Lock()
+
+    # --- finding the pod ----------------------------------------------------------------------------------
+
+    def _why_not_ours(self, pod: Pod) -> str | None:
+        """Why ``pod`` is not an NVIDIA pod being bound on this node, or ``None`` if it is."""
+        notes = pod.metadata.annotations
+        nvidia = keys.NVIDIA_KEYS
+        assert nvidia.to_allocate is not None
+        if pod.spec.node_name != self._node or notes.get(keys.VGPU_NODE) != self._node:
+            return "not assigned to this node"
+        if pod.status.phase != "Pending":
+            return f"phase is {pod.status.phase or 'unknown'}"
+        if notes.get(keys.BIND_PHASE) != BindPhase.ALLOCATING:
+            return f"bind-phase is {notes.get(keys.BIND_PHASE) or 'absent'}"
+        if nvidia.to_allocate not in notes and nvidia.allocated not in notes:
+            return "it has no NVIDIA allocation"
+        value = notes.get(nvidia.to_allocate)
+        if value is not None:
+            try:
+                if not any(decode_pod_devices(value, nvidia.to_allocate)):
+                    return "every NVIDIA container slot is already allocated"
+            except AnnotationError:
+                return None  # ours, and broken: Allocate fails it
+        return None
+
+    async def pending_pod(self) -> Pod:
+        """The pod being bound on this node (module docstring, step 1). Raises ``AllocationError(NO_POD)``."""
+        node = await self._cluster.get_node(self._node)
+        value = node.metadata.annotations.get(keys.NODE_LOCK)
+        if value:
+            try:
+                lock = decode_node_lock(value)
+            except AnnotationError as exc:
+                log.warning(
+                    "node %s: unreadable node lock, looking for the pod by its annotations: %s", self._node, exc
+                )
+            else:
+                if lock.has_owner:
+                    try:
+                        holder = await self._cluster.get_pod(lock.namespace, lock.name)
+                    except NotFound:
+                        log.info("node lock holder %s/%s no longer exists", lock.namespace, lock.name)
+                    else:
+                        why = self._why_not_ours(holder)
+                        if why is None:
+                            return holder
+                        log.info("node lock holder %s is not an NVIDIA pod being bound here: %s", holder.key, why)
+        candidates = [pod for pod in await self._pods_on_node(self._node) if self._why_not_ours(pod) is None]
+        if not candidates:
+            raise AllocationError(Failure.NO_POD, f"no binding pod found on node {self._node}")
+        candidates.sort(key=lambda pod: (_bind_time(pod), pod.key))
+        return candidates[0]
+
+    # --- Allocate -----------------------------------------------------------------------------------------
+
+    async def allocate(self, requests: Sequence[Sequence[str]]) -> list[api.ContainerAllocateResponse]:
+        """Answer kubelet's container requests (each a list of fake device IDs), in order."""
+        async with self._mutex:
+            try:
+                pod = await self.pending_pod()
+            except AllocationError:
+                raise
+            except HamiError as exc:
+                raise _as_allocation_error(exc, "finding the pod to allocate for") from exc
+            try:
+                grants, remaining = self._plan(pod, [len(ids) for ids in requests])
+                responses = [self._respond(pod, grant) for grant in grants]
+                await self._commit(pod, remaining)
+            except Exception as exc:
+                await self._fail(pod, exc)
+                raise _as_allocation_error(exc, f"pod {pod.key}") from exc
+            log.info(
+                "allocated %s to pod %s",
+                "; ".join(f"{g.container.name if g.container else g.slot}={_uuids(g.devices)}" for g in grants),
+                pod.key,
+            )
+            return responses
+
+    def _plan(self, pod: Pod, wanted: list[int]) -> tuple[list[Grant], PodDevices]:
+        field = keys.NVIDIA_KEYS.to_allocate
+        assert field is not None
+        value = pod.metadata.annotations.get(field)
+        if value is None:
+            raise AllocationError(Failure.BAD_REQUEST, f"device request not found: pod has no {field} annotation")
+        devices = decode_pod_devices(value, field)
+        if self._settings.operating_mode == "mig" or keys.NVIDIA_MIG_ALLOCATIONS in pod.metadata.annotations:
+            # Difference from HAMi: creating MIG instances at Allocate (dynamic MIG) is not implemented; fail
+            # clearly rather than hand out a whole MIG-mode GPU without its instance.
+            raise AllocationError(
+                Failure.BAD_REQUEST, "dynamic MIG allocation is not implemented by hami's device plugin"
+            )
+        taken, remaining = take_slots(devices, wanted)
+        containers = containers_in_slot_order(pod)
+        grants = [Grant(slot, containers[slot] if slot < len(containers) else None, ctr) for slot, ctr in taken]
+        return grants, remaining
+
+    def _respond(self, pod: Pod, grant: Grant) -> api.ContainerAllocateResponse:
+        name = grant.container.name if grant.container is not None else str(grant.slot)
+        directory = self._host.on_host(self._host.container_dir(pod.metadata.uid, name))
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir(parents=True, mode=0o777)
+        return container_response(
+            grant.devices,
+            pod_uid=pod.metadata.uid,
+            container=grant.container,
+            settings=self._settings,
+            host=self._host,
+            new_cache_id=self._new_cache_id,
+        )
+
+    async def _commit(self, pod: Pod, remaining: PodDevices) -> None:
+        field = keys.NVIDIA_KEYS.to_allocate
+        assert field is not None
+        update = {field: encode_pod_devices(remaining)}
+        waiting_for = vendor_work_left(pod.metadata.annotations, update)
+        done = not waiting_for
+        patch: dict[str, str | None] = {**update, keys.BIND_PHASE: BindPhase.SUCCESS.value} if done else dict(update)
+        await self._cluster.patch_pod_metadata(pod.metadata.namespace, pod.metadata.name, annotations=patch)
+        if not done:
+            log.info(
+                "pod %s: keeping bind-phase %s, waiting for %s", pod.key, BindPhase.ALLOCATING, ", ".join(waiting_for)
+            )
+            return
+        await self._release(pod)
+
+    async def _fail(self, pod: Pod, cause: BaseException) -> None:
+        log.error("allocation for pod %s failed: %s", pod.key, cause)
+        try:
+            await self._cluster.patch_pod_metadata(
+                pod.metadata.namespace, pod.metadata.name, annotations={keys.BIND_PHASE: BindPhase.FAILED.value}
+            )
+        except HamiError as exc:
+            log.error("pod %s: cannot set bind-phase %s: %s", pod.key, BindPhase.FAILED, exc)
+        await self._release(pod)
+
+    async def _release(self, pod: Pod) -> None:
+        """Release the node lock if this pod owns it. A failure is logged: the lock then expires on its own."""
+        try:
+            released = await self._locker.release(self._node, pod.metadata.namespace, pod.metadata.name)
+        except HamiError as exc:
+            log.error("node %s: cannot release the node lock of pod %s: %s", self._node, pod.key, exc)
+            return
+        if released:
+            log.info("node %s: released the node lock of pod %s", self._node, pod.key)
+
+    # --- GetPreferredAllocation ---------------------------------------------------------------------------
+
+    async def preferred(self, available: Sequence[str], must_include: Sequence[str], size: int) -> list[str]:
+        """Fake device IDs for one container that name the GPUs the scheduler chose, so kubelet's own
+        bookkeeping matches reality. Falls back to kubelet's order when the pod or its slot cannot be read."""
+        chosen = [*must_include]
+        try:
+            async with self._mutex:
+                pod = await self.pending_pod()
+            field = keys.NVIDIA_KEYS.to_allocate
+            assert field is not None
+            slots = decode_pod_devices(pod.metadata.annotations.get(field, ""), field)
+            wanted = next((slot for slot in slots if slot), ())
+        except HamiError as exc:
+            log.info("GetPreferredAllocation: using kubelet's order (%s)", exc)
+            wanted = ()
+        for device in wanted:
+            if len(chosen) >= size:
+                break
+            match = next((d for d in available if d.startswith(f"{device.uuid}-") and d not in chosen), None)
+            if match is not None:
+                chosen.append(match)
+        chosen.extend(d for d in available if d not in chosen)
+        return chosen[:size]
+
+
+def _bind_time(pod: Pod) -> int:
+    try:
+        return int(pod.metadata.annotations.get(keys.BIND_TIME, ""))
+    except ValueError:
+        return 0
+
+
+def _uuids(devices: ContainerDevices) -> str:
+    return ",".join(d.uuid for d in devices)
+
+
+def _as_allocation_error(exc: BaseException, doing: str) -> AllocationError:
+    """``exc`` as an ``AllocationError`` whose message says what was being done (and for which pod)."""
+    if isinstance(exc, AllocationError):
+        failure, text = exc.failure, str(exc)
+    elif isinstance(exc, AnnotationError):
+        failure, text = Failure.BAD_REQUEST, str(exc)
+    elif isinstance(exc, ApiError):
+        failure, text = Failure.API, str(exc)
+    else:
+        failure, text = Failure.INTERNAL, f"{type(exc).__name__}: {exc}"
+    return AllocationError(failure, f"{doing}: {text}")

@@ -1,0 +1,152 @@
+"""What ``hami device-plugin`` does once its arguments are parsed (kept apart from ``command`` so that the
+``hami`` command line imports gRPC, NVML and the Kubernetes client only when this command runs).
+
+Settings come from the scheduler's device config (``--device-config-file``, HAMi's ``--config-file``), the node
+config file (``--node-config-file``, default ``/config/config.json``) and the environment HAMi's chart sets
+(``NODE_NAME``, ``HOOK_PATH``, ``ENABLE_TOPOLOGY_SCORE``). ``--dry-run`` discovers the GPUs once, prints the
+annotations the plugin would write and exits, without a cluster or kubelet. ``--fake-nvml`` replaces NVML with a
+YAML fixture (``hami.deviceplugin.fakenvml``), for clusters and tests without GPUs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import typer
+
+from hami.config import parse_device_config
+from hami.deviceplugin.agent import PluginOptions, run_plugin
+from hami.deviceplugin.discovery import GpuSource, discover
+from hami.deviceplugin.fakenvml import load_fake_nvml
+from hami.deviceplugin.nvml import NvmlLib, PynvmlLib
+from hami.deviceplugin.register import desired_annotations
+from hami.deviceplugin.response import HostFiles
+from hami.deviceplugin.server import KubeletPaths
+from hami.deviceplugin.settings import NodeSettings, apply_node_config, settings_from_device_config
+from hami.errors import HamiError
+from hami.k8s.client import KubeClient
+from hami.k8s.cluster import KubeCluster
+from hami.k8s.config import load_config
+from hami.k8s.resources import PODS
+from hami.protocol.objects import Pod
+
+__all__ = ["launch", "load_settings"]
+
+log = logging.getLogger("hami.deviceplugin")
+
+
+def load_settings(
+    *,
+    node_name: str,
+    device_config_file: Path | None,
+    node_config_file: Path | None,
+    hook_path: str,
+    topology_score: bool,
+) -> NodeSettings:
+    """The effective settings: defaults, then the device config, then this node's node-config entry."""
+    settings = NodeSettings(hook_path=hook_path, topology_score=topology_score)
+    if device_config_file is not None and not device_config_file.exists():
+        log.warning("no device config at %s; using the built-in defaults", device_config_file)
+    elif device_config_file is not None:
+        loaded = parse_device_config(_read(device_config_file), str(device_config_file))
+        for warning in loaded.warnings:
+            log.warning("%s", warning)
+        settings = settings_from_device_config(loaded.config.nvidia, settings)
+    if node_config_file is not None:
+        if node_config_file.exists():
+            settings = apply_node_config(settings, _read(node_config_file), node_name, str(node_config_file))
+        else:
+            log.info("no node config file at %s; using the device config only", node_config_file)
+    return settings.validate(str(node_config_file or device_config_file or "settings"))
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise HamiError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def launch(
+    *,
+    node_name: str,
+    device_config_file: Path | None,
+    node_config_file: Path,
+    plugin_dir: Path,
+    socket_name: str,
+    hook_path: str,
+    libvgpu_version: str,
+    topology_score: bool,
+    fake_nvml: Path | None,
+    kubeconfig: Path | None,
+    dry_run: bool,
+    log_level: str,
+) -> None:
+    """Run the plugin (or, with ``dry_run``, print the inventory). Errors hami expects end the process with
+    one line on stderr and exit status 1, never a traceback."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        if not node_name and not dry_run:
+            raise HamiError("the node name is required: pass --node-name or set NODE_NAME")
+        settings = load_settings(
+            node_name=node_name,
+            device_config_file=device_config_file,
+            node_config_file=node_config_file,
+            hook_path=hook_path,
+            topology_score=topology_score,
+        )
+        fake = load_fake_nvml(fake_nvml) if fake_nvml is not None else None
+        lib: NvmlLib = fake if fake is not None else PynvmlLib()
+        numa = fake.numa_of if fake is not None else None
+        if dry_run:
+            _print_inventory(lib, settings, numa)
+            return
+        options = PluginOptions(
+            node_name=node_name,
+            settings=settings,
+            paths=KubeletPaths(directory=plugin_dir, endpoint=socket_name),
+            host=HostFiles(hook_path=hook_path, libvgpu_version=libvgpu_version),
+            numa=numa,
+        )
+        asyncio.run(_serve(lib, options, kubeconfig))
+    except HamiError as exc:
+        typer.echo(f"hami device-plugin: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
+def _print_inventory(lib: NvmlLib, settings: NodeSettings, numa: Callable[[str], int] | None) -> None:
+    source = GpuSource(lib, functools.partial(discover, numa=numa))
+    try:
+        gpus = source.discover()
+    finally:
+        source.close()
+    for gpu in gpus:
+        memory = f"{gpu.memory_mib} MiB" if gpu.memory_mib is not None else "memory not reported"
+        mig = f", MIG with {len(gpu.mig_profiles)} profiles" if gpu.mig_enabled else ""
+        typer.echo(f"# GPU {gpu.index} {gpu.uuid} {gpu.name}, {memory}, bus {gpu.bus_id}, NUMA {gpu.numa}{mig}")
+    values, _ = desired_annotations(gpus, settings, frozenset())
+    for key, value in values.items():
+        typer.echo(f"{key}={value}")
+
+
+async def _serve(lib: NvmlLib, options: PluginOptions, kubeconfig: Path | None) -> None:
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, task.cancel)
+    async with KubeClient(load_config(kubeconfig)) as client:
+        cluster = KubeCluster(client)
+
+        async def pods_on_node(node: str) -> list[Pod]:
+            return (await client.list(PODS, type=Pod, field_selector=f"spec.nodeName={node}")).items
+
+        try:
+            await run_plugin(lib, cluster, pods_on_node, options)
+        except asyncio.CancelledError:
+            log.info("stopping on signal")

@@ -1,0 +1,120 @@
+"""``POST /webhook``: the mutating admission webhook over HTTP (webhook-bind-plugin-vendors.md §1.1).
+
+Transport rules, as controller-runtime's: the body is read up to 7 MiB (code 413 beyond), an empty body is
+code 400, the ``Content-Type`` must be ``application/json`` (code 400). hami also accepts media-type
+parameters such as ``; charset=utf-8``. The HTTP status is always 200 and the verdict travels in the
+AdmissionReview ``response``, whose ``apiVersion`` and ``uid`` echo the request. A review hami cannot read
+gets ``allowed: false`` with code 400 and a message; a bug gets code 500. Nothing a client sends can crash or
+block the server.
+
+Plug in with ``build_app(extender, extra_routes=[webhook_route(admission)])``; ``admission_for(extender, …)``
+builds the decision from the extender's vendors, defaults and quota book.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Final
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from hami.errors import InvalidInput
+from hami.protocol.admission import (
+    ADMISSION_V1,
+    AdmissionResponse,
+    MalformedReview,
+    decode_review,
+    encode_review,
+)
+from hami.scheduling.admission import Admission, AdmissionSettings, admitters_for
+from hami.server.app import BodyTooLarge, read_body
+from hami.server.extender import Extender
+from hami.server.metrics import Metrics
+
+__all__ = ["WEBHOOK_BODY_LIMIT", "WEBHOOK_PATH", "admission_for", "handle_review", "webhook_route"]
+
+log = logging.getLogger("hami.webhook")
+
+WEBHOOK_PATH: Final = "/webhook"
+WEBHOOK_BODY_LIMIT: Final = 7 * 1024 * 1024  # controller-runtime's limit, 7340032 bytes
+_JSON: Final = "application/json"
+
+
+def admission_for(extender: Extender, settings: AdmissionSettings) -> Admission:
+    """The webhook's decision over the extender's vendors, scheduling defaults and quota book."""
+    return Admission(
+        vendors=extender.vendors,
+        admitters=admitters_for(extender.vendors),
+        defaults=extender.defaults,
+        settings=settings,
+        quotas=extender.state.quotas,
+        quota_factors=extender.state.quota_factors,
+    )
+
+
+def _answer(api_version: str, response: AdmissionResponse) -> Response:
+    return Response(encode_review(api_version, response), media_type=_JSON)
+
+
+def _refuse(code: int, message: str) -> Response:
+    """An answer to a request refused before its review was read (no uid or apiVersion to echo)."""
+    return _answer(ADMISSION_V1, AdmissionResponse("", allowed=False, code=code, message=message))
+
+
+def handle_review(admission: Admission, body: bytes) -> tuple[str, AdmissionResponse]:
+    """Decode one AdmissionReview body, decide, and return ``(apiVersion, response)``. Never raises."""
+    try:
+        request = decode_review(body)
+    except MalformedReview as err:
+        return err.api_version, AdmissionResponse(err.uid, allowed=False, code=400, message=str(err))
+    metadata = request.object.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    where = f"{request.namespace}/{name or '(generated name)'}"
+    if request.kind and request.kind != "Pod":
+        message = f"request.kind: hami admits pods only (got {request.kind!r})"
+        return request.api_version, AdmissionResponse(request.uid, allowed=False, code=400, message=message)
+    if request.operation and request.operation != "CREATE":
+        # The configuration registers CREATE only; anything else is let through unchanged.
+        return request.api_version, AdmissionResponse(request.uid, allowed=True)
+    try:
+        verdict = admission.review(request.object, request.namespace)
+    except InvalidInput as err:
+        log.info("admission of pod %s: unreadable: %s", where, err)
+        return request.api_version, AdmissionResponse(request.uid, allowed=False, code=400, message=str(err))
+    except Exception as err:  # a bug: answer, log, keep serving
+        log.exception("admission of pod %s failed", where)
+        message = f"internal error: {type(err).__name__}: {err}"
+        return request.api_version, AdmissionResponse(request.uid, allowed=False, code=500, message=message)
+    if verdict.allowed:
+        log.debug("admission of pod %s: allowed with %d patch operations", where, len(verdict.patch))
+        response = AdmissionResponse(request.uid, allowed=True, message=verdict.message, patch=verdict.patch)
+    else:
+        log.info("admission of pod %s: denied: %s", where, verdict.message)
+        response = AdmissionResponse(request.uid, allowed=False, code=403, message=verdict.message)
+    return request.api_version, response
+
+
+def webhook_route(admission: Admission, metrics: Metrics | None = None, path: str = WEBHOOK_PATH) -> Route:
+    """The ``POST /webhook`` route for ``build_app(..., extra_routes=[...])``."""
+
+    async def webhook(request: Request) -> Response:
+        started = time.perf_counter()
+        try:
+            try:
+                body = await read_body(request, WEBHOOK_BODY_LIMIT)
+            except BodyTooLarge:
+                return _refuse(413, f"request entity is too large; limit is {WEBHOOK_BODY_LIMIT} bytes")
+            if not body:
+                return _refuse(400, "request body is empty")
+            content_type = request.headers.get("content-type", "")
+            if content_type.split(";", 1)[0].strip().lower() != _JSON:
+                return _refuse(400, f"contentType={content_type}, expected {_JSON}")
+            return _answer(*handle_review(admission, body))
+        finally:
+            if metrics is not None:
+                metrics.latency.labels("webhook").observe(time.perf_counter() - started)
+
+    return Route(path, webhook, methods=["POST"])

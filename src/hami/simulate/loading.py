@@ -1,0 +1,234 @@
+"""Reading snapshot and pod files: what ``kubectl get … -o json|yaml`` prints, or hand-written manifests.
+
+A file holds one or more documents: multi-document YAML (``---``), one JSON value or several concatenated
+JSON values. A document is a Node, a Pod, a ResourceQuota or a List of them (``List``, ``NodeList``, …,
+as kubectl and the API server print them); a top-level JSON/YAML array is read like a List's ``items``.
+Every object is decoded at the edge into the compact views of ``hami.protocol.objects`` with
+``msgspec.convert``; anything wrong raises ``InvalidInput`` whose ``field`` names the file, the object
+(position, kind, namespace/name) and, for decode failures, the field inside the object.
+
+YAML is read without timestamp resolution (``creationTimestamp: 2024-01-01T00:00:00Z`` stays a string, as in
+JSON); other YAML 1.1 conversions remain, so an unquoted ``true`` annotation value is reported, as the API
+server would reject it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Generic, TypeVar
+
+import msgspec
+import yaml
+
+from hami.errors import InvalidInput
+from hami.protocol.objects import Node, Pod, ResourceQuota
+
+__all__ = ["Snapshot", "Sourced", "load_pods", "load_snapshot", "read_documents", "read_files"]
+
+T = TypeVar("T")
+
+_KINDS: Final = {"Node": Node, "Pod": Pod, "ResourceQuota": ResourceQuota}
+_LIST_KINDS: Final = frozenset({"List", "NodeList", "PodList", "ResourceQuotaList"})
+
+_YamlBase: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_YamlBase):  # type: ignore[misc]
+    """SafeLoader without the timestamp resolver: Kubernetes timestamps stay strings, as in JSON."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in _YamlBase.yaml_implicit_resolvers.items()
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Sourced(Generic[T]):
+    """A decoded object and where it came from (``origin``: ``"<file>: <position> (<Kind> <ns>/<name>)"``)."""
+
+    obj: T
+    file: str
+    origin: str
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """The cluster objects of one or more snapshot files, in file order."""
+
+    nodes: list[Sourced[Node]] = field(default_factory=list)
+    pods: list[Sourced[Pod]] = field(default_factory=list)
+    quotas: list[Sourced[ResourceQuota]] = field(default_factory=list)
+
+
+def _read_text(path: Path, label: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise InvalidInput(label, str(path), f"cannot read the file: {getattr(err, 'strerror', None) or err}") from None
+
+
+def _json_documents(text: str, label: str) -> Iterator[object]:
+    decoder = json.JSONDecoder()
+    pos = 0
+    while True:
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+        if pos >= len(text):
+            return
+        try:
+            value, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as err:
+            raise InvalidInput(label, text[err.pos : err.pos + 40], f"not valid JSON: {err}") from None
+        yield value
+
+
+def read_documents(text: str, label: str) -> list[object]:
+    """The documents of a file's text: concatenated JSON values, or multi-document YAML. Empty ones dropped."""
+    stripped = text.lstrip()
+    if stripped.startswith(("{", "[")):
+        return list(_json_documents(text, label))
+    try:
+        docs = list(yaml.load_all(text, Loader=_Loader))  # a SafeLoader subclass
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = text.splitlines()[mark.line] if mark is not None and mark.line < len(text.splitlines()) else ""
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise InvalidInput(label, line, f"not valid YAML{where}: {problem}") from None
+    return [d for d in docs if d is not None]
+
+
+def _describe(raw: dict[str, Any]) -> str:
+    kind = raw.get("kind")
+    meta = raw.get("metadata")
+    name = ns = None
+    if isinstance(meta, dict):
+        name, ns = meta.get("name"), meta.get("namespace")
+    who = f"{ns}/{name}" if ns else f"{name}" if name else "(no name)"
+    return f"{kind if isinstance(kind, str) else '(no kind)'} {who}"
+
+
+def _decode_error_field(err: msgspec.ValidationError) -> tuple[str, str]:
+    """Split msgspec's ``"<reason> - at `$.a.b`"`` into ``("a.b", "<reason>")``."""
+    text = str(err)
+    reason, sep, where = text.rpartition(" - at `")
+    if not sep:
+        return "", text
+    path = where.rstrip("`").removeprefix("$").removeprefix(".")
+    return path, reason
+
+
+def _objects(docs: Sequence[object], label: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Flatten documents and Lists into ``(position, object)`` pairs; positions read ``document 2`` or
+    ``document 1 items[3]``."""
+    for d, doc in enumerate(docs, start=1):
+        where = f"document {d}" if len(docs) > 1 else ""
+        if isinstance(doc, list):
+            items: object = doc
+            prefix = f"{where} " if where else ""
+        elif isinstance(doc, dict) and doc.get("kind") in _LIST_KINDS:
+            items = doc.get("items") or []
+            prefix = f"{where} " if where else ""
+        else:
+            yield _checked(doc, where or "document 1", label)
+            continue
+        if not isinstance(items, list):
+            raise InvalidInput(f"{label}: {where or 'document 1'}", items, "a List's items must be an array")
+        for i, item in enumerate(items):
+            yield _checked(item, f"{prefix}items[{i}]", label)
+
+
+def _checked(raw: object, where: str, label: str) -> tuple[str, dict[str, Any]]:
+    if not isinstance(raw, dict):
+        raise InvalidInput(f"{label}: {where}", raw, "expected a Kubernetes object (a mapping with a kind)")
+    return where, raw
+
+
+def _decode(raw: dict[str, Any], kind_type: type[T], where: str, label: str) -> Sourced[T]:
+    origin = f"{label}: {where} ({_describe(raw)})"
+    try:
+        obj = msgspec.convert(raw, type=kind_type)
+    except msgspec.ValidationError as err:
+        path, reason = _decode_error_field(err)
+        path, value = _locate(raw, path, reason)
+        raise InvalidInput(f"{origin}: {path or '(object)'}", value, reason) from None
+    return Sourced(obj, label, origin)
+
+
+def _json_type(value: object) -> str:
+    """The type name msgspec uses in its messages (``got `bool```)."""
+    if value is None:
+        return "null"
+    for kind, name in ((bool, "bool"), (int, "int"), (float, "float"), (str, "str"), (list, "array"), (dict, "object")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
+
+
+def _locate(raw: object, path: str, reason: str) -> tuple[str, object]:
+    """The value at a msgspec path like ``spec.containers[0].resources.limits[...]``, and the path with
+    ``[...]`` (msgspec's "some key of this map") replaced by the first key whose value has the type the
+    message complains about (``got `bool```). Best effort, for error messages only."""
+    got = reason.rpartition("got `")[2].rstrip("`")
+    value = raw
+    shown: list[str] = []
+    for part in re.findall(r"\[[^\]]*\]|[^.\[]+", path):
+        index = part[1:-1]
+        if part == "[...]" and isinstance(value, dict) and shown:
+            key = next((k for k, v in value.items() if _json_type(v) == got), None)
+            if key is None:
+                return path, None
+            shown[-1] += f"[{key}]"
+            value = value[key]
+        elif part.startswith("[") and index.isdigit() and isinstance(value, list) and int(index) < len(value) and shown:
+            shown[-1] += part
+            value = value[int(index)]
+        elif isinstance(value, dict) and not part.startswith("["):
+            shown.append(part)
+            value = value.get(part)
+        else:
+            return path, None
+    return ".".join(shown), value
+
+
+def _load(text: str, label: str, allowed: frozenset[str], what: str) -> Iterator[tuple[str, Sourced[Any]]]:
+    for where, raw in _objects(read_documents(text, label), label):
+        kind = raw.get("kind")
+        if kind not in allowed:
+            expected = ", ".join(sorted(allowed))
+            raise InvalidInput(
+                f"{label}: {where} ({_describe(raw)})", kind, f"unknown kind in {what}; expected {expected} or a List"
+            )
+        yield kind, _decode(raw, _KINDS[kind], where, label)
+
+
+def read_files(paths: Sequence[Path]) -> list[tuple[str, str]]:
+    """``(label, text)`` for each file, the label being the path as given; raises ``InvalidInput``."""
+    return [(str(path), _read_text(path, str(path))) for path in paths]
+
+
+def load_snapshot(sources: Sequence[tuple[str, str]]) -> Snapshot:
+    """Decode snapshot files given as ``(label, text)``: Nodes, Pods, ResourceQuotas and Lists of them.
+
+    Raises ``InvalidInput`` naming the file and the object.
+    """
+    snap = Snapshot()
+    for label, text in sources:
+        for kind, item in _load(text, label, frozenset(_KINDS), "a snapshot"):
+            if kind == "Node":
+                snap.nodes.append(item)
+            elif kind == "Pod":
+                snap.pods.append(item)
+            else:
+                snap.quotas.append(item)
+    return snap
+
+
+def load_pods(sources: Sequence[tuple[str, str]]) -> list[Sourced[Pod]]:
+    """Decode the pods to place, given as ``(label, text)``, in file then document order; raises ``InvalidInput``."""
+    return [item for label, text in sources for _, item in _load(text, label, frozenset({"Pod"}), "a pods file")]

@@ -1,0 +1,216 @@
+"""Placing pods one after another on a snapshot of the cluster, through the extender's own core.
+
+``Simulator`` builds a ``ClusterState`` from a snapshot — nodes (their registrations), namespace quotas, and
+the pods that already hold devices (those carrying ``hami.io/vgpu-node``, charged from their allocation
+annotations) — then places pods in the order given: ``prefilter`` → ``decide`` → ``reserve``, so every
+placement is visible to the next pod. Unlike HAMi's own simulation path (scheduler-core.md §4.7), existing
+pods are charged: the point is to ask "where would this pod go *now*".
+
+Candidates are the snapshot's nodes whose labels match the pod's ``nodeSelector`` exactly and that are not
+``spec.unschedulable``; kube-scheduler's other predicates (taints, affinity, CPU/memory) are out of scope.
+
+Input problems never stop the run: a node whose registration does not decode is reported as a warning (its
+devices of that vendor are left out), an existing pod whose allocation does not decode is reported, and a pod
+to place whose request is invalid gets an outcome without a node whose message names the file, the pod and
+the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import msgspec
+
+from hami.config import DeviceConfig
+from hami.devices import vendors_from_config
+from hami.errors import InvalidInput
+from hami.protocol.allocation import ContainerDevice
+from hami.protocol.objects import Node, Pod
+from hami.protocol.reasons import Reason
+from hami.scheduling.cycle import Decision, decide, reserve
+from hami.scheduling.filter import NodeRejection
+from hami.scheduling.records import holds_devices, record_from_pod
+from hami.scheduling.request import PodRequest, SchedulingDefaults, prefilter
+from hami.scheduling.state import ClusterState
+from hami.scheduling.usage import Kind, container_kinds
+from hami.simulate.loading import Snapshot, Sourced
+
+__all__ = ["NODE_LEVEL_COUNT", "Outcome", "Simulator", "container_devices"]
+
+NODE_LEVEL_COUNT = 1
+"""The count reported for a node-level reason (``NodeUnregistered``, ``NodeQuarantined``): no device is involved."""
+
+DEFAULT_NAMESPACE = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What happened to one pod to place.
+
+    ``decision`` is None when the pod's request is invalid; then ``message`` is the error, naming the file,
+    the pod and the field. ``reasons`` maps every rejected node to its reason codes and device counts (a
+    node-level reason counts ``NODE_LEVEL_COUNT``). ``containers`` lists ``(name, kind)`` init containers first,
+    the order of ``devices`` and of the allocation annotations. ``wants_devices`` is False for a pod that
+    asks for no device hami manages (nothing to place).
+    """
+
+    pod: str
+    origin: str
+    message: str
+    decision: Decision | None = None
+    reasons: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    containers: tuple[tuple[str, Kind], ...] = ()
+    wants_devices: bool = True
+
+    @property
+    def status(self) -> str:
+        """``placed``, ``pending`` (no node fits), ``invalid`` (bad request) or ``no-devices`` (nothing to place)."""
+        if self.decision is None:
+            return "invalid"
+        if self.decision.node is not None:
+            return "placed"
+        return "pending" if self.wants_devices else "no-devices"
+
+    @property
+    def node(self) -> str | None:
+        return self.decision.node if self.decision is not None else None
+
+    @property
+    def rejected(self) -> Mapping[str, NodeRejection]:
+        return self.decision.rejected if self.decision is not None else {}
+
+
+def container_devices(decision: Decision | None) -> list[list[ContainerDevice]]:
+    """One device list per container (init first); a pod asking for several vendors gets each container's
+    devices of every vendor, vendors in sorted order. Empty when nothing was placed."""
+    if decision is None or decision.node is None or not decision.devices:
+        return []
+    vendors = sorted(decision.devices)
+    n = max(len(decision.devices[v]) for v in vendors)
+    return [[d for v in vendors if i < len(decision.devices[v]) for d in decision.devices[v][i]] for i in range(n)]
+
+
+def _with_identity(pod: Pod, uid: str) -> Pod:
+    ns = pod.metadata.namespace or DEFAULT_NAMESPACE
+    meta = msgspec.structs.replace(pod.metadata, namespace=ns, uid=uid)
+    return msgspec.structs.replace(pod, metadata=meta)
+
+
+class Simulator:
+    """A cluster state built from snapshots, and the pods placed on it so far.
+
+    ``warnings`` collects every input problem that did not stop the run, each naming file and object.
+    """
+
+    def __init__(self, config: DeviceConfig, defaults: SchedulingDefaults) -> None:
+        self.vendors = vendors_from_config(config)
+        self.defaults = defaults
+        self.state = ClusterState(self.vendors)
+        self.warnings: list[str] = []
+        self._node_origin: dict[str, str] = {}
+        self._uids: set[str] = set()
+
+    # --- the snapshot ----------------------------------------------------------------------------------
+    def add_snapshot(self, snap: Snapshot) -> None:
+        """Nodes first, then quotas, then the pods that hold devices (so file order does not matter)."""
+        for node in snap.nodes:
+            self._add_node(node)
+        for quota in snap.quotas:
+            problems = self.state.upsert_quota(quota.obj)
+            self.warnings += [f"{quota.origin}: {p}; that limit is ignored" for p in problems]
+        added = {uid for uid in (self._add_existing_pod(pod) for pod in snap.pods) if uid is not None}
+        for record in self.state.orphans():
+            if record.uid in added:
+                self.warnings.append(
+                    f"pod {record.key} holds devices on node {record.node}, which is not in the snapshot"
+                )
+
+    def _add_node(self, item: Sourced[Node]) -> None:
+        node = item.obj
+        name = node.metadata.name
+        if not name:
+            self.warnings.append(f"{item.origin}: node without metadata.name skipped")
+            return
+        if name in self._node_origin:
+            self.warnings.append(f"{item.origin}: node {name} also in {self._node_origin[name]}; the later one is used")
+        state = self.state.upsert_node(node)  # a registration that does not decode is recorded in problems
+        self._node_origin[name] = item.origin
+        for vendor, problem in sorted(state.problems.items()):
+            self.warnings.append(f"{item.origin}: {problem}; its {vendor} devices are skipped")
+
+    def _add_existing_pod(self, item: Sourced[Pod]) -> str | None:
+        """Charge a pod that already holds devices; returns its uid, or None when nothing was charged."""
+        pod = item.obj
+        if not holds_devices(pod):
+            return None
+        ns = pod.metadata.namespace or DEFAULT_NAMESPACE
+        pod = _with_identity(pod, pod.metadata.uid or f"snapshot-{ns}-{pod.metadata.name}")
+        try:
+            record = record_from_pod(pod, self.vendors)
+        except InvalidInput as err:
+            self.warnings.append(f"{item.origin}: allocation does not decode, pod not charged: {err}")
+            return None
+        if record is None:  # finished: holds nothing
+            return None
+        if record.problem:
+            self.warnings.append(f"{item.origin}: {record.problem}; charged for what decoded")
+        if not self.state.apply(record, add=True):
+            self.warnings.append(f"{item.origin}: uid {record.uid} already charged by another pod; skipped")
+            return None
+        self._uids.add(record.uid)
+        missing = self.state.dangling.get(record.uid)
+        if missing:
+            uuids = ", ".join(sorted(uuid for _, uuid in missing))
+            self.warnings.append(f"{item.origin}: node {record.node} does not register device(s) {uuids}")
+        return record.uid
+
+    # --- placing pods ----------------------------------------------------------------------------------
+    def _unique_uid(self, pod: Pod) -> str:
+        base = pod.metadata.uid or f"sim-{pod.metadata.namespace or DEFAULT_NAMESPACE}-{pod.metadata.name}"
+        uid, k = base, 1
+        while uid in self._uids or uid in self.state.pods:
+            k += 1
+            uid = f"{base}-{k}"
+        self._uids.add(uid)
+        return uid
+
+    def candidates(self, pod: Pod) -> tuple[list[str], int]:
+        """Node names that pass the pod's ``nodeSelector`` and are schedulable, and how many were left out."""
+        selector = pod.spec.node_selector
+        names: list[str] = []
+        for name, node in sorted(self.state.nodes.items()):
+            if node.unschedulable or any(node.labels.get(k) != v for k, v in selector.items()):
+                continue
+            names.append(name)
+        return names, len(self.state.nodes) - len(names)
+
+    def place(self, item: Sourced[Pod], now: int) -> Outcome:
+        """Decide for one pod and reserve the decision, so the next pod sees it."""
+        pod = _with_identity(item.obj, self._unique_uid(item.obj))
+        containers = tuple(
+            (c.name, kind)
+            for c, kind in zip([*pod.spec.init_containers, *pod.spec.containers], container_kinds(pod), strict=True)
+        )
+        try:
+            req = prefilter(pod, self.vendors, self.defaults)
+        except InvalidInput as err:
+            return Outcome(pod.key, item.origin, f"{item.origin}: {err}", containers=containers)
+        names, excluded = self.candidates(pod)
+        decision = decide(self.state, req, names, now)
+        reserve(self.state, req, decision)
+        message = decision.message
+        if excluded:
+            message += f" ({excluded} more excluded by nodeSelector or unschedulable)"
+        reasons = {node: self._reason_counts(req, rej) for node, rej in sorted(decision.rejected.items())}
+        return Outcome(pod.key, item.origin, message, decision, reasons, containers, req.wants_devices)
+
+    def _reason_counts(self, req: PodRequest, rejection: NodeRejection) -> dict[str, int]:
+        """Reason code → devices, or one node-level code (count 1) when the node has no usable registration:
+        ``NodeQuarantined`` if its registration was refused as malformed, else ``NodeUnregistered``."""
+        if rejection.counts:
+            return {reason.value: n for reason, n in sorted(rejection.counts.items())}
+        node = self.state.nodes.get(rejection.node)
+        if node is not None and any(v in node.problems and v not in node.tables for v in req.vendors):
+            return {Reason.NODE_QUARANTINED.value: NODE_LEVEL_COUNT}
+        return {Reason.NODE_UNREGISTERED.value: NODE_LEVEL_COUNT}

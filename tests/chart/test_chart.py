@@ -1,0 +1,407 @@
+"""The Helm chart: ``helm lint`` and ``helm template`` with default values, with cert-manager, and with the
+values that change its shape; the rendered objects are checked field by field. (helm: see ``tests/helm.py``;
+the server-side dry-run of every object is in ``tests/e2e/test_chart.py``.)
+"""
+
+from __future__ import annotations
+
+import subprocess
+from functools import cache
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.helm import CHART, helm, template
+
+KUBE_VERSION = "1.36.3"
+NAMESPACE = "hami-system"
+
+
+def run_helm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([helm(), *args], capture_output=True, text=True, check=False, timeout=120)
+
+
+@cache
+def _render(*sets: str) -> tuple[dict[str, Any], ...]:
+    return tuple(template(NAMESPACE, KUBE_VERSION, *sets))
+
+
+def render(*sets: str) -> list[dict[str, Any]]:
+    return list(_render(*sets))
+
+
+def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {[d['metadata']['name'] for d in found]}"
+    return found[0]
+
+
+def kinds(docs: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return sorted((d["kind"], d["metadata"]["name"]) for d in docs)
+
+
+def container(docs: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    spec = one(docs, "Deployment")["spec"]["template"]["spec"]
+    return next(c for c in spec["containers"] if c["name"] == name)
+
+
+def scheduler_config(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(one(docs, "ConfigMap", "hami-scheduler")["data"]["config.yaml"])
+    return loaded
+
+
+# --- lint --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        pytest.param([], id="default values lint clean"),
+        pytest.param(["scheduler.certManager.enabled=true"], id="cert-manager lints clean"),
+        pytest.param(["scheduler.admissionWebhook.enabled=false"], id="without the webhook lints clean"),
+    ],
+)
+def test_helm_lint(sets: list[str]) -> None:
+    args = ["lint", "--strict", str(CHART), "--kube-version", KUBE_VERSION]
+    for s in sets:
+        args += ["--set", s]
+    result = run_helm(*args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 chart(s) failed" in result.stdout
+
+
+# --- default values ----------------------------------------------------------------------------------------
+
+
+def test_default_objects() -> None:
+    assert kinds(render()) == [
+        ("ClusterRole", "hami-certs"),
+        ("ClusterRole", "hami-device-plugin"),
+        ("ClusterRole", "hami-scheduler"),
+        ("ClusterRoleBinding", "hami-certs"),
+        ("ClusterRoleBinding", "hami-device-plugin"),
+        ("ClusterRoleBinding", "hami-scheduler"),
+        ("ClusterRoleBinding", "hami-scheduler-kube-scheduler"),
+        ("ClusterRoleBinding", "hami-scheduler-volume-scheduler"),
+        ("ConfigMap", "hami-device-plugin"),
+        ("ConfigMap", "hami-scheduler"),
+        ("ConfigMap", "hami-scheduler-device"),
+        ("DaemonSet", "hami-device-plugin"),
+        ("Deployment", "hami-scheduler"),
+        ("Job", "hami-certs-post"),
+        ("Job", "hami-certs-pre"),
+        ("MutatingWebhookConfiguration", "hami-webhook"),
+        ("Role", "hami-certs"),
+        ("Role", "hami-scheduler-leases"),
+        ("RoleBinding", "hami-certs"),
+        ("RoleBinding", "hami-scheduler-leases"),
+        ("Service", "hami-scheduler"),
+        ("ServiceAccount", "hami-certs"),
+        ("ServiceAccount", "hami-device-plugin"),
+        ("ServiceAccount", "hami-scheduler"),
+    ]
+
+
+def test_the_kube_scheduler_configuration_calls_hami_as_its_extender() -> None:
+    config = scheduler_config(render())
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert config["kind"] == "KubeSchedulerConfiguration"
+    assert config["leaderElection"] == {
+        "leaderElect": True,
+        "resourceLock": "leases",
+        "resourceName": "hami-scheduler",
+        "resourceNamespace": NAMESPACE,
+    }
+    assert config["profiles"] == [{"schedulerName": "hami-scheduler"}]
+    (extender,) = config["extenders"]
+    managed = extender.pop("managedResources")
+    assert extender == {
+        "urlPrefix": "https://127.0.0.1:8443",
+        "filterVerb": "filter",
+        "bindVerb": "bind",
+        "nodeCacheCapable": True,
+        "weight": 1,
+        "httpTimeout": "30s",
+        "enableHTTPS": True,
+        "tlsConfig": {"insecure": True},
+    }
+    assert managed == [
+        {"name": name, "ignoredByScheduler": True}
+        for name in (
+            "nvidia.com/gpu",
+            "nvidia.com/gpumem",
+            "nvidia.com/gpumem-percentage",
+            "nvidia.com/gpucores",
+            "nvidia.com/priority",
+            "hygon.com/dcunum",
+            "hygon.com/dcumem",
+            "hygon.com/dcucores",
+        )
+    ]
+
+
+def test_the_device_config_uses_hamis_keys() -> None:
+    config = yaml.safe_load(one(render(), "ConfigMap", "hami-scheduler-device")["data"]["device-config.yaml"])
+    assert config == {
+        "nvidia": {
+            "resourceCountName": "nvidia.com/gpu",
+            "resourceMemoryName": "nvidia.com/gpumem",
+            "resourceMemoryPercentageName": "nvidia.com/gpumem-percentage",
+            "resourceCoreName": "nvidia.com/gpucores",
+            "resourcePriorityName": "nvidia.com/priority",
+            "overwriteEnv": False,
+            "defaultMemory": 0,
+            "defaultCores": 0,
+            "defaultGPUNum": 1,
+            "memoryFactor": 1,
+            "gpuCorePolicy": "default",
+            "libCudaLogLevel": 1,
+            "runtimeClassName": "",
+        },
+        "hygon": {
+            "resourceCountName": "hygon.com/dcunum",
+            "resourceMemoryName": "hygon.com/dcumem",
+            "resourceCoreName": "hygon.com/dcucores",
+            "memoryFactor": 1,
+        },
+    }
+
+
+def test_the_webhook_configuration() -> None:
+    webhook_config = one(render(), "MutatingWebhookConfiguration")
+    assert "annotations" not in webhook_config["metadata"]  # the caBundle comes from the post-install Job
+    (webhook,) = webhook_config["webhooks"]
+    assert webhook["name"] == "vgpu.hami.io"
+    assert webhook["failurePolicy"] == "Fail"
+    assert webhook["sideEffects"] == "None"
+    assert webhook["admissionReviewVersions"] == ["v1", "v1beta1"]
+    assert webhook["reinvocationPolicy"] == "Never"
+    assert webhook["timeoutSeconds"] == 10
+    assert webhook["rules"] == [
+        {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "*"}
+    ]
+    assert webhook["clientConfig"] == {
+        "service": {"name": "hami-scheduler", "namespace": NAMESPACE, "port": 443, "path": "/webhook"}
+    }
+    assert webhook["namespaceSelector"] == {
+        "matchExpressions": [
+            {"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]},
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", NAMESPACE]},
+        ]
+    }
+    assert webhook["objectSelector"] == {
+        "matchExpressions": [{"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}]
+    }
+
+
+def rules(role: dict[str, Any]) -> list[tuple[str, str, tuple[str, ...], tuple[str, ...]]]:
+    return [
+        (group, resource, tuple(rule["verbs"]), tuple(rule.get("resourceNames", ())))
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    ]
+
+
+def test_rbac_grants_exactly_the_verbs_hami_uses() -> None:
+    docs = render()
+    assert rules(one(docs, "ClusterRole", "hami-scheduler")) == [
+        ("", "pods", ("get", "list", "watch", "patch"), ()),
+        ("", "pods/binding", ("create",), ()),
+        ("", "nodes", ("get", "list", "watch", "patch"), ()),
+        ("", "events", ("create", "patch"), ()),
+        ("", "resourcequotas", ("get", "list", "watch"), ()),
+    ]
+    assert rules(one(docs, "Role", "hami-scheduler-leases")) == [
+        ("coordination.k8s.io", "leases", ("get", "list", "watch"), ()),
+        ("coordination.k8s.io", "leases", ("update",), ("hami-scheduler",)),
+    ]
+    subject = [{"kind": "ServiceAccount", "name": "hami-scheduler", "namespace": NAMESPACE}]
+    for binding, role in [
+        ("hami-scheduler", "hami-scheduler"),
+        ("hami-scheduler-kube-scheduler", "system:kube-scheduler"),
+        ("hami-scheduler-volume-scheduler", "system:volume-scheduler"),
+    ]:
+        crb = one(docs, "ClusterRoleBinding", binding)
+        assert crb["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role}
+        assert crb["subjects"] == subject
+    assert one(docs, "RoleBinding", "hami-scheduler-leases")["subjects"] == subject
+
+
+def test_the_certificate_jobs_may_touch_only_their_secret_and_webhook() -> None:
+    docs = render()
+    assert rules(one(docs, "Role", "hami-certs")) == [
+        ("", "secrets", ("create",), ()),
+        ("", "secrets", ("get", "patch"), ("hami-scheduler-tls",)),
+    ]
+    assert rules(one(docs, "ClusterRole", "hami-certs")) == [
+        ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", ("get", "patch"), ("hami-webhook",)),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("phase", "hooks", "extra"),
+    [
+        pytest.param("pre", "pre-install,pre-upgrade", [], id="pre-install makes the Secret"),
+        pytest.param(
+            "post", "post-install,post-upgrade", ["--patch-webhook=hami-webhook"], id="post-install sets caBundle"
+        ),
+    ],
+)
+def test_the_certificate_jobs(phase: str, hooks: str, extra: list[str]) -> None:
+    job = one(render(), "Job", f"hami-certs-{phase}")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == hooks
+    pod = job["spec"]["template"]
+    assert pod["metadata"]["labels"]["hami.io/webhook"] == "ignore"
+    (ctr,) = pod["spec"]["containers"]
+    assert ctr["command"] == ["hami", "certs"]
+    assert ctr["args"] == [
+        f"--secret={NAMESPACE}/hami-scheduler-tls",
+        "--days=3650",
+        "--dns=hami-scheduler",
+        f"--dns=hami-scheduler.{NAMESPACE}",
+        f"--dns=hami-scheduler.{NAMESPACE}.svc",
+        f"--dns=hami-scheduler.{NAMESPACE}.svc.cluster.local",
+        "--ip=127.0.0.1",
+        *extra,
+    ]
+    assert pod["spec"]["serviceAccountName"] == "hami-certs"
+    for kind, name in [("ServiceAccount", "hami-certs"), ("Role", "hami-certs"), ("ClusterRole", "hami-certs")]:
+        annotations = one(render(), kind, name)["metadata"]["annotations"]
+        assert annotations["helm.sh/hook-weight"] == "-10"  # exists before the Jobs run
+
+
+def test_the_deployment_runs_kube_scheduler_and_hami() -> None:
+    docs = render()
+    pod = one(docs, "Deployment")["spec"]["template"]
+    assert pod["metadata"]["labels"]["hami.io/webhook"] == "ignore"
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["kube-scheduler", "hami"]
+    ks = container(docs, "kube-scheduler")
+    assert ks["image"] == f"registry.k8s.io/kube-scheduler:v{KUBE_VERSION}"
+    assert ks["args"][0] == "--config=/config/config.yaml"
+    hami = container(docs, "hami")
+    assert hami["command"] == ["hami", "scheduler"]
+    assert hami["args"] == [
+        "--scheduler-name=hami-scheduler",
+        "--http_bind=0.0.0.0:8443",
+        "--cert_file=/tls/tls.crt",
+        "--key_file=/tls/tls.key",
+        "--metrics-bind-address=:9395",
+        "--node-scheduler-policy=binpack",
+        "--gpu-scheduler-policy=spread",
+        "--node-lock-timeout=5m",
+        "--device-config-file=/device-config/device-config.yaml",
+        "--leader-elect",
+        "--leader-elect-resource-name=hami-scheduler",
+        f"--leader-elect-resource-namespace={NAMESPACE}",
+    ]
+    assert hami["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http", "scheme": "HTTPS"}
+    assert hami["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http", "scheme": "HTTPS"}
+    assert hami["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}
+    assert ks["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
+    for c in (ks, hami):
+        assert c["securityContext"]["allowPrivilegeEscalation"] is False
+        assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["tls"]["secret"] == {"secretName": "hami-scheduler-tls"}
+
+
+def test_the_service_reaches_the_https_port() -> None:
+    service = one(render(), "Service")
+    assert service["spec"]["type"] == "ClusterIP"
+    assert service["spec"]["ports"][0] == {"name": "https", "port": 443, "targetPort": "http", "protocol": "TCP"}
+    assert service["spec"]["selector"]["app.kubernetes.io/component"] == "hami-scheduler"
+
+
+# --- values that change the shape ------------------------------------------------------------------------
+
+
+def test_cert_manager_replaces_the_jobs() -> None:
+    docs = render("scheduler.certManager.enabled=true")
+    names = kinds(docs)
+    assert not [n for n in names if n[1].startswith("hami-certs")]
+    assert ("Issuer", "hami-scheduler-selfsigned") in names
+    assert ("Issuer", "hami-scheduler-ca") in names
+    ca = one(docs, "Certificate", "hami-scheduler-ca")
+    assert ca["spec"]["isCA"] is True
+    serving = one(docs, "Certificate", "hami-scheduler-tls")
+    assert serving["spec"]["secretName"] == "hami-scheduler-tls"
+    assert serving["spec"]["issuerRef"] == {"kind": "Issuer", "name": "hami-scheduler-ca"}
+    assert serving["spec"]["ipAddresses"] == ["127.0.0.1"]
+    assert f"hami-scheduler.{NAMESPACE}.svc" in serving["spec"]["dnsNames"]
+    annotations = one(docs, "MutatingWebhookConfiguration")["metadata"]["annotations"]
+    assert annotations == {"cert-manager.io/inject-ca-from": f"{NAMESPACE}/hami-scheduler-tls"}
+
+
+def test_failure_policy_and_excluded_namespaces_are_values() -> None:
+    docs = render(
+        "scheduler.admissionWebhook.failurePolicy=Ignore", "scheduler.admissionWebhook.whitelistNamespaces={monitoring}"
+    )
+    (webhook,) = one(docs, "MutatingWebhookConfiguration")["webhooks"]
+    assert webhook["failurePolicy"] == "Ignore"
+    assert webhook["namespaceSelector"]["matchExpressions"][1]["values"] == ["kube-system", NAMESPACE, "monitoring"]
+
+
+def test_a_custom_url_webhook_gets_its_host_into_the_certificate() -> None:
+    docs = render(
+        "scheduler.admissionWebhook.customURL.enabled=true", "scheduler.admissionWebhook.customURL.host=10.0.0.5"
+    )
+    (webhook,) = one(docs, "MutatingWebhookConfiguration")["webhooks"]
+    assert webhook["clientConfig"] == {"url": "https://10.0.0.5:31998/webhook"}
+    args = one(docs, "Job", "hami-certs-pre")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[-2:] == ["--ip=127.0.0.1", "--ip=10.0.0.5"]
+
+
+def test_without_the_webhook_hami_serves_plain_http_to_kube_scheduler() -> None:
+    docs = render("scheduler.admissionWebhook.enabled=false")
+    names = kinds(docs)
+    assert ("MutatingWebhookConfiguration", "hami-webhook") not in names
+    assert not [n for n in names if n[1].startswith("hami-certs")]
+    (extender,) = scheduler_config(docs)["extenders"]
+    assert extender["urlPrefix"] == "http://127.0.0.1:8443"
+    assert extender["enableHTTPS"] is False
+    assert "tlsConfig" not in extender
+    hami = container(docs, "hami")
+    assert not [a for a in hami["args"] if a.startswith(("--cert_file", "--key_file"))]
+    assert hami["readinessProbe"]["httpGet"]["scheme"] == "HTTP"
+
+
+def test_verifying_the_extender_mounts_the_ca_into_kube_scheduler() -> None:
+    docs = render("scheduler.kubeScheduler.extenderTLSInsecure=false")
+    (extender,) = scheduler_config(docs)["extenders"]
+    assert extender["tlsConfig"] == {"insecure": False, "caFile": "/tls/ca.crt"}
+    assert {"name": "tls", "mountPath": "/tls", "readOnly": True} in container(docs, "kube-scheduler")["volumeMounts"]
+
+
+def test_disabling_hygon_drops_its_managed_resources() -> None:
+    (extender,) = scheduler_config(render("devices.hygon.enabled=false"))["extenders"]
+    assert [r["name"] for r in extender["managedResources"]] == [
+        "nvidia.com/gpu",
+        "nvidia.com/gpumem",
+        "nvidia.com/gpumem-percentage",
+        "nvidia.com/gpucores",
+        "nvidia.com/priority",
+    ]
+
+
+def test_several_replicas_spread_over_nodes_and_need_leader_election() -> None:
+    pod = one(render("scheduler.replicas=2"), "Deployment")["spec"]["template"]["spec"]
+    assert pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["weight"] == 100
+    result = run_helm(
+        "template", "hami", str(CHART), "--kube-version", KUBE_VERSION,
+        "--set", "scheduler.replicas=2", "--set", "scheduler.leaderElect=false",
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "scheduler.replicas > 1 needs scheduler.leaderElect: true" in result.stderr
+
+
+def test_not_taking_over_default_scheduler_is_passed_to_hami() -> None:
+    hami = container(render("scheduler.forceOverwriteDefaultScheduler=false"), "hami")
+    assert "--no-force-overwrite-default-scheduler" in hami["args"]
+
+
+def test_old_clusters_are_refused() -> None:
+    result = run_helm("template", "hami", str(CHART), "--kube-version", "1.25.0")
+    assert result.returncode != 0
+    assert "kubeVersion: >=1.26.0-0" in result.stderr

@@ -1,0 +1,171 @@
+"""End to end: ``hami device-plugin`` (a real process, fake NVML) against the real API server and a fake kubelet.
+
+The plugin registers its node's GPUs; a pod is bound and annotated exactly as hami's scheduler leaves it after
+Filter and Bind (node lock held); the fake kubelet calls Allocate over the plugin's unix socket and gets the
+scheduler's GPU and limits; the pod ends with bind-phase ``success``, its allocation consumed and the node lock
+gone; SIGTERM stops the plugin cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from hami.deviceplugin import kubeletapi as api
+from hami.protocol.nodelock import NodeLock, encode_node_lock
+from tests.e2e.cluster import ControlPlane, KubeClient
+
+NODE = "hami-dp-e2e-1"
+WAIT = 30.0
+FIXTURE = """
+devices:
+  - {uuid: GPU-e2e-0, name: Tesla T4, memory_mib: 15360, numa: 0}
+  - {uuid: GPU-e2e-1, name: Tesla T4, memory_mib: 15360, numa: 1}
+"""
+REGISTER = (
+    '[{"id":"GPU-e2e-0","count":10,"devmem":15360,"devcore":100,"type":"NVIDIA-Tesla T4","mode":"hami-core",'
+    '"health":true},{"id":"GPU-e2e-1","index":1,"count":10,"devmem":15360,"devcore":100,"type":"NVIDIA-Tesla T4",'
+    '"numa":1,"mode":"hami-core","health":true}]'
+)
+
+
+class FakeKubelet:
+    def __init__(self) -> None:
+        self.requests: asyncio.Queue[api.RegisterRequest] = asyncio.Queue()
+
+    async def Register(self, request: api.RegisterRequest, context: Any) -> api.Empty:
+        await self.requests.put(request)
+        return api.Empty()
+
+
+@contextlib.asynccontextmanager
+async def fake_kubelet(directory: Path) -> AsyncIterator[FakeKubelet]:
+    kubelet = FakeKubelet()
+    server = grpc.aio.server()
+    api.add_registration_servicer(kubelet, server)
+    server.add_insecure_port(f"unix://{directory / api.KUBELET_SOCKET}")
+    await server.start()
+    try:
+        yield kubelet
+    finally:
+        await server.stop(None)
+
+
+@pytest.fixture
+def sockets() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="hdpe2e", dir="/tmp"))  # unix socket paths must stay short
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+async def until(check: Callable[[], Any], what: str) -> Any:
+    async with asyncio.timeout(WAIT):
+        while True:
+            value = await asyncio.to_thread(check)
+            if value:
+                return value
+            await asyncio.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")  # pragma: no cover
+
+
+async def test_plugin_registers_and_serves_allocate(
+    control_plane: ControlPlane,
+    kube: KubeClient,
+    make_node: Callable[..., dict[str, Any]],
+    namespace: str,
+    sockets: Path,
+    tmp_path: Path,
+) -> None:
+    make_node(NODE, labels={"gpu": "on"}, extended={"nvidia.com/gpu": 20})
+    fixture = tmp_path / "gpus.yaml"
+    fixture.write_text(FIXTURE)
+    hook = tmp_path / "hook"
+    log = tmp_path / "plugin.log"
+    async with fake_kubelet(sockets) as kubelet:
+        with log.open("wb") as out:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "hami.deviceplugin",
+                f"--node-name={NODE}",
+                f"--fake-nvml={fixture}",
+                f"--kubeconfig={control_plane.kubeconfig}",
+                f"--plugin-dir={sockets}",
+                f"--hook-path={hook}",
+                f"--node-config-file={tmp_path / 'absent.json'}",
+                stdout=out,
+                stderr=asyncio.subprocess.STDOUT,
+            )
+        try:
+            request = await asyncio.wait_for(kubelet.requests.get(), WAIT)
+            assert (request.version, request.resource_name) == ("v1beta1", "nvidia.com/gpu")
+
+            def registered() -> bool:
+                notes = kube.get(f"/api/v1/nodes/{NODE}")["metadata"].get("annotations", {})
+                return bool(notes.get("hami.io/node-nvidia-register") == REGISTER)
+
+            await until(registered, "the register annotation")
+
+            # The pod as hami's scheduler leaves it: Filter's annotations, then Bind's lock, phase and binding.
+            allocation = "GPU-e2e-1,NVIDIA,3000,30:;"
+            now = datetime.now(UTC)
+            kube.create_pod(
+                namespace,
+                "gpu-pod",
+                limits={"nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000, "nvidia.com/gpucores": 30},
+                node_name=NODE,
+                annotations={
+                    "hami.io/vgpu-node": NODE,
+                    "hami.io/vgpu-time": str(int(now.timestamp())),
+                    "hami.io/vgpu-devices-to-allocate": allocation,
+                    "hami.io/vgpu-devices-allocated": allocation,
+                    "hami.io/bind-time": str(int(now.timestamp())),
+                    "hami.io/bind-phase": "allocating",
+                },
+            )
+            kube.set_node_annotations(
+                NODE,
+                {"hami.io/mutex.lock": encode_node_lock(NodeLock(now.replace(microsecond=0), namespace, "gpu-pod"))},
+            )
+
+            async with grpc.aio.insecure_channel(f"unix://{sockets / 'hami-nvidia.sock'}") as channel:
+                client = api.DevicePluginClient(channel)
+                first = await anext(aiter(client.list_and_watch()))
+                assert len(first.devices) == 20
+                response = await client.allocate(
+                    api.AllocateRequest(
+                        container_requests=[api.ContainerAllocateRequest(devices_ids=[first.devices[0].id])]
+                    )
+                )
+            (ctr,) = response.container_responses
+            assert ctr.envs["NVIDIA_VISIBLE_DEVICES"] == "GPU-e2e-1"
+            assert ctr.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
+            assert ctr.envs["CUDA_DEVICE_SM_LIMIT"] == "30"
+            pod = kube.get_pod(namespace, "gpu-pod")
+            assert pod["metadata"]["annotations"]["hami.io/bind-phase"] == "success"
+            assert pod["metadata"]["annotations"]["hami.io/vgpu-devices-to-allocate"] == ";"
+            assert pod["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"] == allocation
+            notes = kube.get(f"/api/v1/nodes/{NODE}")["metadata"].get("annotations", {})
+            assert "hami.io/mutex.lock" not in notes
+            assert (hook / "vgpu" / "containers" / f"{pod['metadata']['uid']}_main").is_dir()
+        finally:
+            if process.returncode is None:
+                process.send_signal(signal.SIGTERM)
+            code = await asyncio.wait_for(process.wait(), WAIT)
+    output = log.read_text()
+    assert code == 0, output
+    assert "device plugin stopped" in output
+    assert not (sockets / "hami-nvidia.sock").exists()

@@ -1,0 +1,130 @@
+"""``hami simulate`` end to end through the command line: exit codes, streams, options."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.unit.simulate.helpers import DATA, run_cli
+
+
+def test_json_output_is_exactly_one_document_and_warnings_go_to_stderr() -> None:
+    result = run_cli("--snapshot", DATA / "malformed-node.yaml", DATA / "pods-web.yaml", "-o", "json", "--now", "42")
+    assert result.code == 0
+    doc = json.loads(result.stdout)  # the whole of stdout is one JSON document
+    assert doc == {
+        "decisions": [
+            {
+                "pod": "default/web",
+                "node": "healthy",
+                "devices": [[{"uuid": "GPU-healthy-0", "type": "NVIDIA", "usedmem": 3000, "usedcores": 30}]],
+                "annotations": {
+                    "hami.io/vgpu-devices-allocated": "GPU-healthy-0,NVIDIA,3000,30:;",
+                    "hami.io/vgpu-devices-to-allocate": "GPU-healthy-0,NVIDIA,3000,30:;",
+                    "hami.io/vgpu-node": "healthy",
+                    "hami.io/vgpu-time": "42",
+                },
+                "reasons": doc["decisions"][0]["reasons"],  # "broken": quarantined once the real codecs land
+                "message": doc["decisions"][0]["message"],
+            }
+        ]
+    }
+    assert doc["decisions"][0]["reasons"] in ({}, {"broken": {"NodeQuarantined": 1}})
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"warning: {DATA / 'malformed-node.yaml'}: document 1 (Node broken): ")
+    assert "hami.io/node-nvidia-register" in lines[0]
+
+
+def test_several_snapshots_and_pod_files_in_order_with_table_output() -> None:
+    result = run_cli(
+        "-s",
+        DATA / "kubectl-list.json",
+        "-s",
+        DATA / "snapshot-multi.yaml",
+        DATA / "pods-web.yaml",
+        DATA / "pods-zones.yaml",
+    )
+    assert result.code == 0
+    assert result.stderr == ""
+    assert result.stdout.splitlines() == [
+        # binpack: alpha (running a 20000 MiB pod) is the busiest node; then it has 17960 MiB left
+        "POD               NODE   DEVICES",
+        "default/web       alpha  GPU-alpha-0 (3000 MiB, 30%)",
+        "default/east-1    -      pending (see below)",
+        "default/east-2    -      pending (see below)",
+        "default/anywhere  beta   GPU-beta-0 (20000 MiB, 0%)",
+        "",
+        "default/east-1: no available node, 1 nodes do not meet (5 more excluded by nodeSelector or unschedulable)",
+        "  alpha: 1/1 CardInsufficientMemory",
+        "default/east-2: no available node, 1 nodes do not meet (5 more excluded by nodeSelector or unschedulable)",
+        "  alpha: 1/1 CardInsufficientMemory",
+    ]
+
+
+def test_default_policies_come_from_the_options() -> None:
+    binpack = run_cli("-s", DATA / "kubectl-list.json", DATA / "pods-web.yaml", "-o", "json")
+    spread = run_cli("-s", DATA / "kubectl-list.json", "--node-policy", "spread", DATA / "pods-web.yaml", "-o", "json")
+    assert json.loads(binpack.stdout)["decisions"][0]["node"] == "gpu-node-1"  # the busier node
+    assert json.loads(spread.stdout)["decisions"][0]["node"] == "gpu-node-2"  # the idle one
+    gpu_binpack = run_cli(
+        "-s", DATA / "kubectl-list.json", "--gpu-policy", "binpack", DATA / "pods-web.yaml", "-o", "json"
+    )
+    assert json.loads(gpu_binpack.stdout)["decisions"][0]["devices"][0][0]["uuid"] == "GPU-1a"  # the busier GPU
+
+
+def test_unknown_kind_exits_1_naming_file_and_object() -> None:
+    result = run_cli("-s", DATA / "unknown-kind.yaml", DATA / "pods-web.yaml")
+    assert result.code == 1
+    assert result.stdout == ""
+    assert result.stderr == (
+        f"error: {DATA / 'unknown-kind.yaml'}: document 2 (Deployment shop/web): unknown kind in a snapshot; "
+        "expected Node, Pod, ResourceQuota or a List (got 'Deployment')\n"
+    )
+
+
+def test_an_undecodable_pods_file_exits_1_naming_file_object_and_field() -> None:
+    result = run_cli("-s", DATA / "kubectl-list.json", DATA / "pods-bad-field.yaml")
+    assert result.code == 1
+    assert result.stderr == (
+        f"error: {DATA / 'pods-bad-field.yaml'}: document 1 (Pod default/flags): "
+        "metadata.annotations[nvidia.com/numa-bind]: Expected `str`, got `bool` (got True)\n"
+    )
+
+
+def test_an_unparsable_quantity_is_reported_for_that_pod_only() -> None:
+    result = run_cli("-s", DATA / "malformed-node.yaml", DATA / "pods-bad-quantity.yaml", "-o", "json")
+    assert result.code == 0
+    bad, good = json.loads(result.stdout)["decisions"]
+    assert (bad["pod"], bad["node"], bad["devices"], bad["reasons"]) == ("default/bad", None, [], {})
+    assert bad["message"].startswith(f"{DATA / 'pods-bad-quantity.yaml'}: document 1 (Pod default/bad): ")
+    assert (good["pod"], good["node"]) == ("default/good", "healthy")
+
+
+def test_unreadable_files_exit_1(tmp_path: Path) -> None:
+    missing = tmp_path / "snapshot.json"
+    result = run_cli("-s", missing, DATA / "pods-web.yaml")
+    assert result.code == 1
+    assert result.stderr == f"error: {missing}: cannot read the file: No such file or directory (got '{missing}')\n"
+    result = run_cli("-s", DATA / "kubectl-list.json", "--config", missing, DATA / "pods-web.yaml")
+    assert result.code == 1
+    assert str(missing) in result.stderr
+
+
+def test_usage_errors_exit_2() -> None:
+    assert run_cli(DATA / "pods-web.yaml").code == 2  # no snapshot
+    assert run_cli("-s", DATA / "kubectl-list.json").code == 2  # no pods
+    bad_policy = run_cli("-s", DATA / "kubectl-list.json", "--gpu-policy", "fastest", DATA / "pods-web.yaml")
+    assert bad_policy.code == 2
+    assert "unknown GPU policy 'fastest'" in bad_policy.stderr
+    assert run_cli("-s", DATA / "kubectl-list.json", "--node-policy", "random", DATA / "pods-web.yaml").code == 2
+    assert run_cli("-s", DATA / "kubectl-list.json", "-o", "yaml", DATA / "pods-web.yaml").code == 2
+
+
+def test_help_says_what_is_out_of_scope() -> None:
+    result = run_cli("--help")
+    assert result.code == 0
+    text = " ".join(result.stdout.split())
+    assert "nodeSelector" in text
+    assert "taints and tolerations, affinity" in text
+    assert "are out of scope" in text

@@ -1,0 +1,168 @@
+"""``hami simulate --demo``: the built-in cluster and workload, and the behaviours it claims to show."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+from hami.config import default_device_config
+from hami.protocol.inventory import decode_inventory_json, encode_inventory_json
+from hami.scheduling.request import SchedulingDefaults
+from hami.simulate.demo import DEMO_CLUSTER, DEMO_WORKLOAD, demo_sources
+from hami.simulate.loading import load_pods, load_snapshot
+from hami.simulate.simulator import Outcome, Simulator, container_devices
+from tests.unit.simulate.helpers import NOW, run_cli
+
+EXPECTED = {
+    "demo/share-1": ("t4-b", [["GPU-t4b-0"]]),
+    "demo/share-2": ("t4-b", [["GPU-t4b-0"]]),
+    "demo/share-3": ("t4-b", [["GPU-t4b-0"]]),
+    "demo/spread-1": ("t4-a", [["GPU-t4a-2"]]),
+    "demo/spread-2": ("t4-a", [["GPU-t4a-3"]]),
+    "demo/infer-a100": ("a100-nvlink", [["GPU-a100-4"]]),
+    "demo/train-nvlink": ("a100-nvlink", [["GPU-a100-0", "GPU-a100-1", "GPU-a100-2", "GPU-a100-3"]]),
+    "demo/batch-2gpu": ("a100-nvlink", [["GPU-a100-5", "GPU-a100-6"]]),
+    "demo/numa-pair": ("a100-nvlink", [["GPU-a100-0", "GPU-a100-1"]]),
+    "demo/mig-2g": ("mig-a100", [["GPU-mig-0"]]),
+    "demo/mig-1g": ("mig-a100", [["GPU-mig-0"]]),
+    "demo/dcu-job": ("dcu-z100", [["DCU-z100-2"]]),
+    "demo/init-then-serve": ("t4-b", [["GPU-t4b-2"], ["GPU-t4b-2"]]),
+    "demo/too-big": (None, []),
+}
+
+
+def _run(workload_edit: tuple[str, str] | None = None) -> tuple[Simulator, dict[str, Outcome]]:
+    cluster, workload = demo_sources()
+    if workload_edit is not None:
+        old, new = workload_edit
+        assert old in workload[0][1]
+        workload = [(workload[0][0], workload[0][1].replace(old, new))]
+    sim = Simulator(default_device_config(), SchedulingDefaults())
+    sim.add_snapshot(load_snapshot(cluster))
+    return sim, {o.pod: o for o in (sim.place(p, NOW) for p in load_pods(workload))}
+
+
+def test_demo_places_every_pod_as_described() -> None:
+    sim, outcomes = _run()
+    placed = {
+        pod: (o.node, [[d.uuid for d in c] for c in container_devices(o.decision)]) for pod, o in outcomes.items()
+    }
+    assert placed == EXPECTED
+    assert sim.warnings == []
+    assert sim.state.verify() == []
+
+
+def test_demo_mig_pods_get_the_smallest_fitting_profile() -> None:
+    _, outcomes = _run()
+    mig = {pod: outcomes[pod].decision.mig for pod in ("demo/mig-2g", "demo/mig-1g")}  # type: ignore[union-attr]
+    assert {pod: [(m.profile, m.placement.start, m.placement.size) for m in ms] for pod, ms in mig.items()} == {
+        "demo/mig-2g": [("2g.20gb", 0, 2)],
+        "demo/mig-1g": [("1g.10gb", 6, 1)],
+    }
+    annotations = outcomes["demo/mig-2g"].decision.annotations  # type: ignore[union-attr]
+    assert json.loads(annotations["hami.io/vgpu-mig-allocations"]) == [
+        {
+            "containerIndex": 0,
+            "deviceIndex": 0,
+            "gpuUUID": "GPU-mig-0",
+            "profile": "2g.20gb",
+            "placement": {"start": 0, "size": 2},
+        }
+    ]
+
+
+def test_demo_pending_pod_has_a_reason_for_every_node() -> None:
+    _, outcomes = _run()
+    assert outcomes["demo/too-big"].reasons == {
+        "a100-nvlink": {"AllocatedCardsInsufficientRequest": 1, "CardInsufficientMemory": 7},
+        "dcu-z100": {"NodeUnregistered": 1},
+        "mig-a100": {"CardInsufficientMemory": 1},
+        "t4-a": {"CardInsufficientMemory": 4},
+        "t4-b": {"CardInsufficientMemory": 4},
+    }
+
+
+def test_without_topology_aware_the_four_gpus_straddle_the_quads() -> None:
+    """The workload's comment: spread alone would take GPUs 5, 6, 7, 0 (pair-score sum 1030, not 2000)."""
+    _, outcomes = _run(('hami.io/gpu-scheduler-policy: "topology-aware"', 'hami.io/gpu-scheduler-policy: "spread"'))
+    devices = container_devices(outcomes["demo/train-nvlink"].decision)
+    assert [d.uuid for d in devices[0]] == ["GPU-a100-5", "GPU-a100-6", "GPU-a100-7", "GPU-a100-0"]
+
+
+def test_without_numa_binding_the_pair_straddles_numa_nodes() -> None:
+    """The workload's comment: without nvidia.com/numa-bind the pair would take GPU 7 (NUMA 1) and GPU 0 (NUMA 0)."""
+    _, outcomes = _run(('nvidia.com/numa-bind: "true"', 'nvidia.com/numa-bind: "false"'))
+    devices = container_devices(outcomes["demo/numa-pair"].decision)
+    assert [d.uuid for d in devices[0]] == ["GPU-a100-7", "GPU-a100-0"]
+
+
+def test_demo_registrations_are_in_hamis_encoder_format() -> None:
+    ((_, cluster),) = demo_sources()[0]
+    snap = load_snapshot([(DEMO_CLUSTER, cluster)])
+    nvidia = [
+        n.obj.metadata.annotations["hami.io/node-nvidia-register"]
+        for n in snap.nodes
+        if n.obj.metadata.name != "dcu-z100"
+    ]
+    assert len(nvidia) == 4
+    for value in nvidia:
+        assert encode_inventory_json(decode_inventory_json(value, "hami.io/node-nvidia-register")) == value
+    dcu = next(n.obj for n in snap.nodes if n.obj.metadata.name == "dcu-z100")
+    records = dcu.metadata.annotations["hami.io/node-dcu-register"].split(":")
+    assert records[-1] == ""  # every record is terminated by ':'
+    assert all(len(r.split(",")) == 9 for r in records[:-1])
+
+
+def test_demo_files_are_package_data() -> None:
+    root = resources.files("hami.simulate")
+    assert root.joinpath(DEMO_CLUSTER).is_file()
+    assert root.joinpath(DEMO_WORKLOAD).is_file()
+
+
+def test_demo_command_prints_placements_utilization_and_reasons() -> None:
+    result = run_cli("--demo")
+    assert result.code == 0
+    assert result.stderr == ""
+    lines = result.stdout.splitlines()
+    assert lines[0] == "hami simulate --demo: 5 nodes, 21 devices; 14 pods in order: 13 placed, 1 pending"
+    for heading in (
+        "Placements",
+        "Per-device utilization after placement",
+        "Pending pods and why each node was rejected",
+    ):
+        assert heading in lines
+    assert (
+        "demo/train-nvlink     a100-nvlink  GPU-a100-0, GPU-a100-1, GPU-a100-2, GPU-a100-3 (40000 MiB, 0% each)"
+        in lines
+    )
+    assert "demo/mig-2g           mig-a100     GPU-mig-0 (19968 MiB, 28%, MIG 2g.20gb@0)" in lines
+    assert "t4-b         GPU-t4b-0   NVIDIA-Tesla T4        4/10   14000/15360  90/100" in lines
+    assert (
+        "mig-a100     GPU-mig-0   NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100  MIG: 1g.10gb@6 2g.20gb@0"
+        not in lines
+    )
+    assert (
+        "mig-a100     GPU-mig-0   NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100  MIG: 2g.20gb@0 1g.10gb@6" in lines
+    )
+    assert lines[-6:] == [
+        "demo/too-big: no available node, 5 nodes do not meet",
+        "  a100-nvlink: 1/8 AllocatedCardsInsufficientRequest, 7/8 CardInsufficientMemory",
+        "  dcu-z100: node unregistered for NVIDIA",
+        "  mig-a100: 1/1 CardInsufficientMemory",
+        "  t4-a: 4/4 CardInsufficientMemory",
+        "  t4-b: 4/4 CardInsufficientMemory",
+    ]
+
+
+def test_demo_json_output() -> None:
+    result = run_cli("--demo", "-o", "json", "--now", "7")
+    decisions = json.loads(result.stdout)["decisions"]
+    assert {d["pod"]: d["node"] for d in decisions} == {pod: node for pod, (node, _) in EXPECTED.items()}
+    assert {d["annotations"].get("hami.io/vgpu-time") for d in decisions} == {"7", None}
+
+
+def test_the_readme_shows_the_demos_real_output() -> None:
+    readme = (Path(__file__).parents[3] / "README.md").read_text(encoding="utf-8")
+    shown = readme.split("$ hami simulate --demo\n", 1)[1].split("\n```", 1)[0]
+    assert shown == run_cli("--demo").stdout.rstrip("\n")
