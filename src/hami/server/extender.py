@@ -273,6 +273,18 @@ class Extender:
             self.metrics.binds.labels("failed").inc()
             self.cluster.event(pod, WARNING, "BindingFailed", message)
             return BindingResult(error=message)
+        if record is None and wants_devices and pod.metadata.annotations.get(keys.VGPU_NODE) != node:
+            # /filter answers before its annotation PATCH lands; if the process dies in between, the next one
+            # gets the /bind of a pod that has no allocation (or one on another node). Binding it would start a
+            # GPU pod that no device plugin can serve; refusing makes kube-scheduler filter it again. (HAMi
+            # patches before answering, so it never meets this.) Found by the extender tests.
+            message = (
+                f"binding {ns}/{name} to {node} refused: hami holds no device allocation for it on {node} "
+                "(kube-scheduler will filter it again)"
+            )
+            self.metrics.binds.labels("no-allocation").inc()
+            self.cluster.event(pod, WARNING, "BindingFailed", message)
+            return BindingResult(error=message)
         locked = False
         try:
             if wants_devices:

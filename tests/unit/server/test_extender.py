@@ -593,6 +593,35 @@ async def test_bind_of_a_pod_placed_before_a_restart_reads_it_back(world: World)
     assert lock_of(world, "n1") == f"2026-08-21T06:20:39Z,{NS},p1"
 
 
+@pytest.mark.parametrize(
+    "annotations",
+    [
+        pytest.param({}, id="allocation-lost-before-its-commit"),
+        pytest.param(
+            {keys.VGPU_NODE: "n2", NVIDIA.allocated: "GPU-n2-0,NVIDIA,3000,30:;"}, id="allocation-on-another-node"
+        ),
+    ],
+)
+async def test_bind_refuses_a_gpu_pod_without_an_allocation_on_that_node(
+    world: World, annotations: dict[str, str]
+) -> None:
+    # The answer to /filter goes out before its annotation PATCH; a process that dies in between leaves a
+    # pod that kube-scheduler binds (through the next process) with no device allocation at all.
+    cluster_of_three(world)
+    world.cluster.put_pod(gpu_pod("p1", annotations=annotations))
+
+    result = await world.extender.bind(BindingArgs("p1", NS, "uid-p1", "n1"))
+
+    message = (
+        f"binding {NS}/p1 to n1 refused: hami holds no device allocation for it on n1 "
+        "(kube-scheduler will filter it again)"
+    )
+    assert result.error == message
+    assert world.pod("p1").spec.node_name == ""
+    assert lock_of(world, "n1") is None
+    assert (await world.events())[-1] == ("Warning", "BindingFailed", message)
+
+
 async def test_bind_lock_write_failure_is_reported_and_releases_the_allocation(world: World) -> None:
     cluster_of_three(world)
     await filtered(world)
