@@ -340,6 +340,10 @@ class Extender:
         uid = pod.metadata.uid
         if deleted or is_terminal(pod):
             self.pending.discard(uid)
+            # A pod gone between /filter and /bind would keep its commit task here for ever (found by the
+            # extender tests); its PATCH, if still in flight, fails on the deleted pod and rolls nothing back
+            # that is still held.
+            self.commits.pop(uid, None)
             unreserve(self.state, uid)
             return
         if not holds_devices(pod):

@@ -704,6 +704,19 @@ async def test_finished_and_deleted_pods_release_their_devices(world: World, end
     assert world.state.verify() == []
 
 
+async def test_a_pod_deleted_between_filter_and_bind_leaves_no_commit_behind(world: World) -> None:
+    cluster_of_three(world)
+    pod = world.add_pod(gpu_pod("p1"))
+    await world.filter(pod, ["n1"], settle=False)
+    await asyncio.sleep(0)  # the commit runs on its own and finishes; no /bind ever comes for it
+
+    world.cluster.delete_pod(NS, "p1")
+    world.extender.on_pod(pod, deleted=True)
+
+    assert world.extender.commits == {}
+    assert world.state.pods == {}
+
+
 async def test_pods_placed_before_a_restart_are_counted_from_their_annotations(world: World) -> None:
     cluster_of_three(world)
     for i in range(5):
