@@ -14,6 +14,8 @@ one pod per node per lock timeout could bind.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import threading
 from collections.abc import Iterable, Mapping
@@ -92,8 +94,20 @@ class HamiScheduler:
             code = self.process.exited()
             self.exit_codes.append(-1 if code is None else code)
 
-    def restart(self) -> None:
-        self.stop()
+    def kill(self) -> None:
+        """SIGKILL, as a crash or an OOM kill would end it: nothing in flight is finished."""
+        process = self.process
+        if process is not None and process.popen is not None and process.exited() is None:
+            os.killpg(process.popen.pid, signal.SIGKILL)
+            process.popen.wait()
+            process.stop()  # reaps and forgets it
+
+    def restart(self, crash: bool = False) -> None:
+        """Stop (SIGTERM, or SIGKILL with ``crash``) and start again on the same ports."""
+        if crash:
+            self.kill()
+        else:
+            self.stop()
         self.start()
 
     def log(self) -> str:
@@ -103,8 +117,9 @@ class HamiScheduler:
             return log.read().decode(errors="replace")
 
     def problems(self) -> list[str]:
-        """Log lines at level error or above (hami logs JSON lines)."""
-        return [line for line in self.log().splitlines() if '"level": "error"' in line or '"level": "critical"' in line]
+        """Log lines at level error or above (hami logs JSON lines), and watch events it could not read."""
+        marks = ('"level": "error"', '"level": "critical"', "undecodable watch event")
+        return [line for line in self.log().splitlines() if any(mark in line for mark in marks)]
 
     def metrics(self) -> dict[str, list[tuple[dict[str, str], float]]]:
         """``/metrics`` as name → [(labels, value)]."""

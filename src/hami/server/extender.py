@@ -136,6 +136,11 @@ class Extender:
         if decision.node is None:
             self.metrics.decisions.labels("unschedulable").inc()
             self._failed_events(pod, decision, len(candidates))
+            if holds_devices(pod):
+                # The allocation of an earlier /filter whose bind never came (the pod is unbound, or it would
+                # not be filtered): left on the pod, the next watch event would charge it again and hold the
+                # devices while the pod stays pending (found by the extender tests). HAMi leaves it too.
+                await self._release_allocation(pod, req.uid)
             return self._failure_result(decision)
         reserve(self.state, req, decision)
         self.pending.add(req.uid)

@@ -222,6 +222,25 @@ async def test_filter_nothing_fits_reports_every_node_and_writes_events(world: W
     assert world.metrics.registry.get_sample_value("hami_filter_decisions_total", {"result": "unschedulable"}) == 1
 
 
+async def test_a_refused_pod_sheds_the_allocation_of_an_earlier_filter(world: World) -> None:
+    # x was filtered onto n1, but its bind never happened (kube-scheduler or hami went down in between), so it
+    # still carries that allocation. Now kube-scheduler offers it only "small" (n1 was cordoned, say) and it
+    # fits nowhere. If the refusal left the annotations, the next watch event of x (any status update) would
+    # charge n1 again: a card held by a pod that runs nowhere, for as long as it stays pending.
+    cluster_of_three(world)
+    stale = {keys.VGPU_NODE: "n1", keys.VGPU_TIME: str(NOW - 60), NVIDIA.allocated: "GPU-n1-0,NVIDIA,3000,30:;"}
+    x = world.add_pod(gpu_pod("x", annotations=stale))
+    assert world.usage() == {"GPU-n1-0": (1, 3000, 30)}
+
+    result = await world.filter(x, ["small"])
+    world.deliver(NS, "x")  # the next watch event of x
+
+    assert result.failed_and_unresolvable_nodes == {"small": "2/2 CardInsufficientMemory"}
+    assert allocation_of(world.pod("x")) == {}
+    assert keys.VGPU_NODE not in world.pod("x").metadata.labels
+    assert world.usage() == {}
+
+
 @pytest.mark.parametrize(
     "pod",
     [
