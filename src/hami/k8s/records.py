@@ -20,6 +20,7 @@ __all__ = [
     "NORMAL",
     "WARNING",
     "Binding",
+    "Bookmark",
     "Event",
     "EventSource",
     "EventType",
@@ -80,6 +81,12 @@ class WatchLine(msgspec.Struct):
 
     type: str
     object: msgspec.Raw
+
+
+class Bookmark(msgspec.Struct):
+    """The object of a watch ``BOOKMARK`` event, of which only ``metadata.resourceVersion`` counts."""
+
+    metadata: ListMeta = msgspec.field(default_factory=ListMeta)
 
 
 class Status(msgspec.Struct):

@@ -136,6 +136,11 @@ class Extender:
         if decision.node is None:
             self.metrics.decisions.labels("unschedulable").inc()
             self._failed_events(pod, decision, len(candidates))
+            if holds_devices(pod):
+                # The allocation of an earlier /filter whose bind never came (the pod is unbound, or it would
+                # not be filtered): left on the pod, the next watch event would charge it again and hold the
+                # devices while the pod stays pending (found by the extender tests). HAMi leaves it too.
+                await self._release_allocation(pod, req.uid)
             return self._failure_result(decision)
         reserve(self.state, req, decision)
         self.pending.add(req.uid)
@@ -216,7 +221,11 @@ class Extender:
         by_reason: dict[Reason, list[str]] = {}
         for node, rejection in decision.rejected.items():
             # Beyond HAMi: bare reasons (NodeInsufficientDevice, unregistered nodes) get their event too.
-            for reason in rejection.counts or (Reason.NODE_UNREGISTERED,):
+            # A node whose registration was refused (quarantined) is not "unregistered": its device plugin did
+            # register, with something hami cannot decode; say so (found by the extender tests).
+            state = self.state.nodes.get(node)
+            bare = Reason.NODE_QUARANTINED if state is not None and state.problems else Reason.NODE_UNREGISTERED
+            for reason in rejection.counts or (bare,):
                 by_reason.setdefault(reason, []).append(node)
         for text in filtering_failed_texts(by_reason):
             self.cluster.event(pod, WARNING, "FilteringFailed", text)
@@ -267,6 +276,18 @@ class Extender:
         if record is not None and record.node != node:
             message = f"binding {ns}/{name} to {node} refused: hami reserved its devices on {record.node}"
             self.metrics.binds.labels("failed").inc()
+            self.cluster.event(pod, WARNING, "BindingFailed", message)
+            return BindingResult(error=message)
+        if record is None and wants_devices and pod.metadata.annotations.get(keys.VGPU_NODE) != node:
+            # /filter answers before its annotation PATCH lands; if the process dies in between, the next one
+            # gets the /bind of a pod that has no allocation (or one on another node). Binding it would start a
+            # GPU pod that no device plugin can serve; refusing makes kube-scheduler filter it again. (HAMi
+            # patches before answering, so it never meets this.) Found by the extender tests.
+            message = (
+                f"binding {ns}/{name} to {node} refused: hami holds no device allocation for it on {node} "
+                "(kube-scheduler will filter it again)"
+            )
+            self.metrics.binds.labels("no-allocation").inc()
             self.cluster.event(pod, WARNING, "BindingFailed", message)
             return BindingResult(error=message)
         locked = False
@@ -324,6 +345,10 @@ class Extender:
         uid = pod.metadata.uid
         if deleted or is_terminal(pod):
             self.pending.discard(uid)
+            # A pod gone between /filter and /bind would keep its commit task here for ever (found by the
+            # extender tests); its PATCH, if still in flight, fails on the deleted pod and rolls nothing back
+            # that is still held.
+            self.commits.pop(uid, None)
             unreserve(self.state, uid)
             return
         if not holds_devices(pod):
@@ -339,8 +364,13 @@ class Extender:
         if current is not None and _same(current, record):
             self.pending.discard(uid)
             return
-        if current is not None and uid in self.pending and current.node != record.node:
-            return  # an older version of the pod; our newer reservation stays
+        if current is not None and uid in self.pending:
+            # An older version of the pod (the watch lags behind our patch); our newer reservation stays until
+            # the version carrying it arrives. This used to be done only when the node differed: a late
+            # version on the same node with other devices replaced the reservation, freed its devices for the
+            # next pod, and the reservation came back on top of that pod — two pods on one card's memory
+            # (found by test_a_late_watch_event_never_frees_a_pending_reservation).
+            return
         self.pending.discard(uid)
         unreserve(self.state, uid)
         self.state.apply(record, add=True)

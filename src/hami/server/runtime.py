@@ -35,7 +35,7 @@ from hami.k8s.config import KubeConfig
 from hami.k8s.events import EventRecorder
 from hami.k8s.extender_io import ExtenderIO
 from hami.k8s.nodelock import NodeLocker
-from hami.k8s.records import Lease
+from hami.k8s.records import Lease, ObjectRef
 from hami.k8s.resources import LEASES, NODES, PODS, RESOURCE_QUOTAS
 from hami.k8s.tasks import Supervisor
 from hami.k8s.watch import Callbacks, Reflector
@@ -59,10 +59,12 @@ log = logging.getLogger("hami.scheduler")
 
 SELF_CHECK_SECONDS = 60.0
 """How often the ledger is compared with a full recount (drift is exported as ``hami_ledger_drift``)."""
+REGISTRATION_REFUSED = "RegistrationRefused"
+"""Reason of the Warning event on a node whose device registration cannot be decoded (hami's own; HAMi has none)."""
 LOCK_SWEEP_SECONDS = 30.0
+"""How often nodes holding a lock are checked for a finished or deleted holder (HAMi never does this)."""
 TLS_RELOAD_SECONDS = 10.0
 """How often the certificate files are checked for a change (cert-manager renews days before expiry)."""
-"""How often nodes holding a lock are checked for a finished or deleted holder (HAMi never does this)."""
 
 
 def parse_bind(value: str, default_host: str = "0.0.0.0") -> tuple[str, int]:
@@ -92,6 +94,7 @@ class Runtime:
     state: ClusterState = field(init=False)
     metrics: Metrics = field(init=False)
     locks: dict[str, str] = field(default_factory=dict)  # node -> lock annotation value
+    quarantined: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> vendor -> refused registration
     lease_holder: str = ""
     lease_expiry: float = 0.0
 
@@ -124,12 +127,13 @@ class Runtime:
 
     # --- handlers -------------------------------------------------------------------------------------
     def _on_node(
-        self, extender: Extender, cluster: KubeCluster, supervisor: Supervisor
+        self, extender: Extender, cluster: KubeCluster, supervisor: Supervisor, events: EventRecorder
     ) -> Callable[[Node, bool], None]:
         def apply(obj: Node, deleted: bool) -> None:
             name = obj.metadata.name
             if deleted:
                 self.locks.pop(name, None)
+                self.quarantined.pop(name, None)
                 extender.on_node(obj, deleted=True)
                 return
             lock = obj.metadata.annotations.get(keys.NODE_LOCK)
@@ -139,11 +143,28 @@ class Runtime:
                 self.locks.pop(name, None)
             extender.on_node(obj)
             node = self.state.nodes.get(name)
-            for vendor, problem in node.problems.items() if node else ():
-                log.warning("node %s: %s registration refused: %s", name, vendor, problem)
+            self._report_quarantine(obj, node.problems if node else {}, events)
             self._handshake(obj, cluster, supervisor)
 
         return apply
+
+    def _report_quarantine(self, node: Node, problems: Mapping[str, str], events: EventRecorder) -> None:
+        """Log a refused registration and write a Warning event on the node — once per new problem, not on
+        every node update (the lock and the kubelet's status updates change nodes all the time). The issue asks
+        for the event; the extender tests found only the log line (written on every update)."""
+        name = node.metadata.name
+        before = self.quarantined.get(name, {})
+        for vendor, problem in problems.items():
+            if before.get(vendor) != problem:
+                log.warning("node %s: %s registration refused: %s", name, vendor, problem)
+                message = f"{vendor} devices of this node are not scheduled: registration refused: {problem}"
+                events.record(ObjectRef.for_node(node), "Warning", REGISTRATION_REFUSED, message)
+        for vendor in before.keys() - problems.keys():
+            log.info("node %s: %s registration accepted again", name, vendor)
+        if problems:
+            self.quarantined[name] = dict(problems)
+        else:
+            self.quarantined.pop(name, None)
 
     def _handshake(self, node: Node, cluster: KubeCluster, supervisor: Supervisor) -> None:
         """Stamp ``Requesting_<now>`` for each vendor the node registers whose handshake is not requesting yet,
@@ -225,10 +246,17 @@ class Runtime:
     async def run(self) -> None:
         s = self.settings
         client_settings = ClientSettings(qps=s.kube_qps, burst=s.kube_burst)
-        async with KubeClient(self.kubeconfig, client_settings) as client, Supervisor(log) as supervisor:
+        # Events get their own client and so their own rate limiter, as kube-scheduler does (its eventClient):
+        # found by the 60-pod e2e test, where hami's non-aggregated events ate the shared --kube-qps budget and
+        # doubled Filter and Bind latency (bind 220 ms → 100 ms on average with the split).
+        async with (
+            KubeClient(self.kubeconfig, client_settings) as client,
+            KubeClient(self.kubeconfig, client_settings) as event_client,
+            Supervisor(log) as supervisor,
+        ):
             cluster = KubeCluster(client, instance=self.identity)
             locker = NodeLocker(cluster, timeout=timedelta(seconds=s.node_lock_timeout))
-            events = EventRecorder(cluster, s.scheduler_name)
+            events = EventRecorder(KubeCluster(event_client, instance=self.identity), s.scheduler_name)
             synced: dict[str, bool] = {"nodes": False, "pods": False, "quotas": False}
             watched_nodes: Mapping[str, Node] = {}  # the node reflector's store, once it exists
             readiness = Readiness(synced=lambda: all(synced.values()), leader=self.is_leader)
@@ -257,7 +285,7 @@ class Runtime:
                 client,
                 NODES,
                 Node,
-                Callbacks(self._on_node(extender, cluster, supervisor), mark("nodes")),
+                Callbacks(self._on_node(extender, cluster, supervisor, events), mark("nodes")),
                 label_selector=selector,
             )
             pods = Reflector(client, PODS, Pod, Callbacks(self._on_pod(extender, locker, supervisor), mark("pods")))

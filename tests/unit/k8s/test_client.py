@@ -162,6 +162,22 @@ async def test_watch_streams_typed_events_and_asks_for_bookmarks(api: FakeApi, c
     }
 
 
+async def test_a_pod_bookmark_as_the_api_server_sends_it_is_read(api: FakeApi, client: KubeClient) -> None:
+    # kube-apiserver's bookmark is a zero-valued object with only metadata.resourceVersion set; for a Pod that
+    # means "spec": {"containers": null}, which the compact Pod view does not accept. Undecodable, it made the
+    # reflector relist every pod at each bookmark (seen in the extender's e2e logs).
+    bookmark = (
+        b'{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"215",'
+        b'"annotations":{"k8s.io/initial-events-end":"true"}},"spec":{"containers":null},"status":{}}}\n'
+    )
+    api.script("WATCH", PODS_ALL, Stream([bookmark, event_line("ADDED", obj("a", "216"))]))
+
+    async with client.watch(PODS, type=Pod, resource_version="200", timeout_seconds=60) as events:
+        seen = [(e.type, e.object.metadata.name, e.object.metadata.resource_version) async for e in events]
+
+    assert seen == [(EventType.BOOKMARK, "", "215"), (EventType.ADDED, "a", "216")]
+
+
 async def test_a_watch_error_event_raises_the_status_it_carries(api: FakeApi, client: KubeClient) -> None:
     error = event_line("ERROR", status_body(410, "too old resource version: 10 (20)", "Expired"))
     api.script("WATCH", PODS_ALL, Stream([event_line("ADDED", obj("a", "11")) + b"\n", error + b"\n"]))

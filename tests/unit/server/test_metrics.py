@@ -1,0 +1,96 @@
+"""/metrics: HAMi's metric names and labels (so its Grafana dashboards work) plus hami's own (spec webhook §5)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from hami.protocol import keys
+from hami.protocol.extender import BindingArgs
+from hami.server.app import build_metrics_app
+from tests.unit.server.support import NS, World, garbage_node, gpu_node, gpu_pod
+
+Samples = dict[str, list[tuple[dict[str, str], float]]]
+MIB = 1048576
+
+
+@pytest.fixture
+async def scrape(world: World) -> AsyncIterator[Callable[[], Awaitable[Samples]]]:
+    transport = httpx.ASGITransport(app=build_metrics_app(world.metrics))
+    async with httpx.AsyncClient(transport=transport, base_url="http://hami-metrics") as client:
+
+        async def get() -> Samples:
+            response = await client.get("/metrics")
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/plain")
+            out: Samples = {}
+            for family in text_string_to_metric_families(response.text):
+                for sample in family.samples:
+                    out.setdefault(sample.name, []).append((sample.labels, sample.value))
+            return out
+
+        yield get
+
+
+async def test_device_and_pod_gauges_use_hami_names_labels_and_zone(
+    world: World, scrape: Callable[[], Awaitable[Samples]]
+) -> None:
+    world.add_node(gpu_node("n1", gpus=1, mem=24000))
+    await world.filter(world.add_pod(gpu_pod("p1", mem=3000, cores=30)), ["n1"])
+
+    samples = await scrape()
+
+    device = {"node": "n1", "device_uuid": "GPU-n1-0", "device_index": "0", "device_type": "NVIDIA-A100"}
+    zone = {"zone": "vGPU"}
+    assert samples["hami_gpu_memory_limit_bytes"] == [(device | zone, 24000 * MIB)]
+    assert samples["hami_gpu_core_limit_ratio"] == [(device | zone, 100)]
+    assert samples["hami_gpu_memory_allocated_bytes"] == [(device | {"device_cores": "100"} | zone, 3000 * MIB)]
+    assert samples["hami_gpu_shared_count"] == [(device | zone, 1)]
+    assert samples["hami_gpu_core_allocated_ratio"] == [(device | zone, 30)]
+    assert samples["hami_node_gpu_overview"] == [
+        (device | {"device_cores": "100", "device_memory_limit": str(24000 * MIB)} | zone, 3000 * MIB)
+    ]
+    assert samples["hami_node_gpu_memory_allocated_ratio"] == [(device | zone, 0.125)]
+    pod = {"namespace": NS, "node": "n1", "pod": "p1", "container_index": "0", "device_uuid": "GPU-n1-0"}
+    assert samples["hami_vgpu_memory_allocated_bytes"] == [(pod | zone, 3000 * MIB)]
+    assert samples["hami_vgpu_core_allocated_ratio"] == [(pod | zone, 30)]
+    assert samples["hami_build_info"][0][1] == 1
+
+
+async def test_quarantined_nodes_and_undecodable_pods_are_gauges(
+    world: World, scrape: Callable[[], Awaitable[Samples]]
+) -> None:
+    world.add_node(gpu_node("n1"))
+    world.add_node(garbage_node("bad"))
+    world.add_node(garbage_node("worse"))
+    odd = {keys.VGPU_NODE: "n1", keys.NVIDIA_KEYS.allocated: "not,an,allocation"}
+    world.add_pod(gpu_pod("odd", annotations=odd))
+
+    samples = await scrape()
+
+    assert samples["hami_quarantined_nodes"] == [({"vendor": "NVIDIA"}, 2)]
+    assert samples["hami_pods_undecodable"] == [({}, 1)]
+    assert samples["hami_ledger_drift"] == [({}, 0)]
+
+
+async def test_requests_and_results_are_counted(world: World, scrape: Callable[[], Awaitable[Samples]]) -> None:
+    world.add_node(gpu_node("n1", gpus=1))
+    await world.filter(world.add_pod(gpu_pod("p1")), ["n1"])
+    await world.filter(world.add_pod(gpu_pod("huge", mem=90000)), ["n1"])
+    world.deliver(NS, "p1")
+    await world.extender.bind(BindingArgs("p1", NS, "uid-p1", "n1"))
+
+    samples = await scrape()
+
+    assert sorted(samples["hami_filter_decisions_total"], key=str) == [
+        ({"result": "scheduled"}, 1),
+        ({"result": "unschedulable"}, 1),
+    ]
+    assert samples["hami_bind_results_total"] == [({"result": "bound"}, 1)]
+    counts = {s[0]["endpoint"]: s[1] for s in samples["hami_request_duration_seconds_count"]}
+    assert counts == {"filter": 2, "bind": 1}
+    stages = {s[0]["stage"]: s[1] for s in samples["hami_stage_duration_seconds_count"]}
+    assert stages == {"decide": 2, "commit": 1}

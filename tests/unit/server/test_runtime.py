@@ -1,0 +1,233 @@
+"""The runtime's watch handlers (handshake, quarantine report, lock release) and leadership, over MemoryCluster."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from hami.config import SchedulerSettings, default_device_config
+from hami.k8s.config import KubeConfig
+from hami.k8s.records import Lease, LeaseSpec, ObjectRef
+from hami.k8s.tasks import Supervisor
+from hami.protocol import keys
+from hami.protocol.nodelock import NodeLock, encode_node_lock
+from hami.protocol.objects import Node, ObjectMeta, Pod
+from hami.server.runtime import REGISTRATION_REFUSED, Runtime, parse_bind
+from tests.unit.server.support import NOW_DT, NS, World, garbage_node, gpu_node, gpu_pod, make_world
+
+
+@dataclass
+class Wired:
+    runtime: Runtime
+    world: World
+    supervisor: Supervisor
+
+    def node_event(self, node: Node, deleted: bool = False) -> None:
+        """Deliver a node (as stored in the cluster) to the runtime's node handler."""
+        recorder = self.world.recorder
+        cluster = self.world.cluster
+        self.runtime._on_node(self.world.extender, cluster, self.supervisor, recorder)(node, deleted)  # type: ignore[arg-type]
+
+    def pod_event(self, pod: Pod, deleted: bool = False) -> None:
+        self.runtime._on_pod(self.world.extender, self.world.locker, self.supervisor)(pod, deleted)
+
+    async def settle(self) -> None:
+        """Let the handlers' background writes finish."""
+        while self.runtime._writes:
+            await asyncio.gather(*list(self.runtime._writes))
+        await self.world.recorder.flush()
+
+
+def make_runtime(**settings: object) -> Runtime:
+    return Runtime(
+        SchedulerSettings(**settings),  # type: ignore[arg-type]
+        default_device_config(),
+        KubeConfig(server="https://127.0.0.1:6443", token="t0ken"),
+        identity="sched-1",
+    )
+
+
+@pytest.fixture
+async def wired() -> AsyncIterator[Wired]:
+    runtime = make_runtime()
+    world = make_world()
+    world.extender.state = runtime.state  # the runtime's state, so its handlers and the extender agree
+    async with Supervisor() as supervisor:
+        yield Wired(runtime, world, supervisor)
+
+
+def stored(wired: Wired, node: Node) -> Node:
+    return wired.world.cluster.put_node(node)
+
+
+# --- node handshake ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("node", "stamped"),
+    [
+        pytest.param(gpu_node("n1"), True, id="registered-node-without-handshake-is-stamped"),
+        pytest.param(
+            gpu_node("n1", annotations={keys.NVIDIA_HANDSHAKE: "Reported 2024-05-01 10:00:00 +0800 CST"}),
+            True,
+            id="legacy-reported-is-stamped-again",
+        ),
+        pytest.param(
+            gpu_node("n1", annotations={keys.NVIDIA_HANDSHAKE: "Requesting_2026-08-21 06:20:39"}),
+            False,
+            id="already-requesting-is-left-alone",
+        ),
+        pytest.param(Node(metadata=ObjectMeta(name="n1")), False, id="node-without-the-vendor-is-not-stamped"),
+    ],
+)
+async def test_handshake_is_stamped_only_on_nodes_that_register_the_vendor(
+    wired: Wired, node: Node, stamped: bool
+) -> None:
+    before = datetime.now().replace(microsecond=0)
+    wired.node_event(stored(wired, node))
+    await wired.settle()
+
+    value = wired.world.cluster.nodes["n1"].metadata.annotations.get(keys.NVIDIA_HANDSHAKE, "")
+    if stamped:
+        assert value.startswith("Requesting_")
+        moment = datetime.strptime(value.removeprefix("Requesting_"), "%Y-%m-%d %H:%M:%S")
+        assert before <= moment <= datetime.now()  # local wall time, as HAMi writes it
+    else:
+        assert value == node.metadata.annotations.get(keys.NVIDIA_HANDSHAKE, "")
+    assert ("patch_node_annotations" in wired.world.cluster.calls) is stamped
+    assert wired.world.cluster.nodes["n1"].metadata.annotations.get(keys.HYGON_KEYS.handshake or "") is None
+
+
+# --- quarantine -------------------------------------------------------------------------------------------
+
+
+async def test_garbage_registration_is_reported_once_on_the_node_and_cleared_when_fixed(wired: Wired) -> None:
+    bad = stored(wired, garbage_node("bad"))
+
+    wired.node_event(bad)
+    wired.node_event(stored(wired, bad))  # another update (e.g. the kubelet's status): no second event
+    await wired.settle()
+
+    problem = "hami.io/node-nvidia-register: invalid JSON: object keys must be strings at position 2 (in '[{garbage')"
+    events = [(e.involved, e.type, e.reason, e.message) for e in wired.world.cluster.events]
+    assert events == [
+        (
+            ObjectRef("Node", "bad", "", "bad"),
+            "Warning",
+            REGISTRATION_REFUSED,
+            f"NVIDIA devices of this node are not scheduled: registration refused: {problem}",
+        )
+    ]
+    assert wired.runtime.quarantined == {"bad": {"NVIDIA": problem}}
+
+    wired.node_event(stored(wired, gpu_node("bad")))  # the device plugin writes a good registration
+
+    assert wired.runtime.quarantined == {}
+    assert wired.runtime.state.nodes["bad"].problems == {}
+
+
+# --- node lock release ------------------------------------------------------------------------------------
+
+
+def locked_node(wired: Wired, holder: str) -> Node:
+    lock = encode_node_lock(NodeLock(NOW_DT, NS, holder))
+    node = stored(wired, gpu_node("n1", annotations={keys.NODE_LOCK: lock, keys.NVIDIA_HANDSHAKE: "Requesting_x"}))
+    wired.node_event(node)
+    return node
+
+
+def bound_pod(wired: Wired, name: str, phase: str = "Pending") -> Pod:
+    pod = gpu_pod(name, phase=phase)
+    pod.spec.node_name = "n1"
+    return wired.world.cluster.put_pod(pod)
+
+
+@pytest.mark.parametrize(
+    ("phase", "deleted"),
+    [
+        pytest.param("Pending", True, id="holder-deleted"),
+        pytest.param("Succeeded", False, id="holder-succeeded"),
+        pytest.param("Failed", False, id="holder-failed"),
+    ],
+)
+async def test_lock_of_a_finished_or_deleted_holder_is_released_at_once(
+    wired: Wired, phase: str, deleted: bool
+) -> None:
+    locked_node(wired, "holder")
+    holder = bound_pod(wired, "holder", phase)
+    if deleted:
+        wired.world.cluster.delete_pod(NS, "holder")
+
+    wired.pod_event(holder, deleted=deleted)
+    await wired.settle()
+
+    assert keys.NODE_LOCK not in wired.world.cluster.nodes["n1"].metadata.annotations
+
+
+async def test_lock_of_another_pod_is_kept_when_a_pod_finishes(wired: Wired) -> None:
+    node = locked_node(wired, "holder")
+    bound_pod(wired, "holder")
+    other = bound_pod(wired, "other", "Succeeded")
+
+    wired.pod_event(other)
+    await wired.settle()
+
+    assert (
+        wired.world.cluster.nodes["n1"].metadata.annotations[keys.NODE_LOCK]
+        == node.metadata.annotations[keys.NODE_LOCK]
+    )
+
+
+# --- leadership, binds ------------------------------------------------------------------------------------
+
+
+def lease(holder: str, renewed: datetime, duration: int = 15) -> Lease:
+    stamp = renewed.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return Lease(spec=LeaseSpec(holder_identity=holder, lease_duration_seconds=duration, renew_time=stamp))
+
+
+@pytest.mark.parametrize(
+    ("holder", "age", "leader"),
+    [
+        pytest.param("sched-1_4f9c", 0, True, id="our-host-holds-a-fresh-lease"),
+        pytest.param("sched-10_4f9c", 0, False, id="prefix-of-another-host-is-not-us"),
+        pytest.param("sched-1_4f9c", 60, False, id="our-lease-expired"),
+        pytest.param("", 0, False, id="nobody-holds-it"),
+    ],
+)
+def test_leadership_is_an_exact_host_match_on_a_live_lease(holder: str, age: int, leader: bool) -> None:
+    runtime = make_runtime(leader_elect=True)
+    runtime._on_lease(lease(holder, datetime.now(UTC) - timedelta(seconds=age)), False)
+
+    assert runtime.is_leader() is leader
+
+
+def test_without_leader_election_every_replica_leads() -> None:
+    runtime = make_runtime(leader_elect=False)
+    runtime._on_lease(lease("someone-else_1", datetime.now(UTC)), False)
+
+    assert runtime.is_leader() is True
+
+
+def test_a_deleted_lease_ends_leadership() -> None:
+    runtime = make_runtime(leader_elect=True)
+    runtime._on_lease(lease("sched-1_1", datetime.now(UTC)), False)
+    runtime._on_lease(Lease(), True)
+
+    assert runtime.is_leader() is False
+
+
+@pytest.mark.parametrize(
+    ("bind", "expected"),
+    [
+        pytest.param(":9395", ("0.0.0.0", 9395), id="port-only-listens-everywhere"),
+        pytest.param("127.0.0.1:8080", ("127.0.0.1", 8080), id="host-and-port"),
+        pytest.param("[::1]:443", ("::1", 443), id="ipv6"),
+    ],
+)
+def test_parse_bind(bind: str, expected: tuple[str, int]) -> None:
+    assert parse_bind(bind) == expected
