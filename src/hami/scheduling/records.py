@@ -5,7 +5,10 @@ to-allocate annotation is consumed by device plugins and may be partly emptied) 
 reservations. Legacy MIG UUIDs (``GPU-x[7-9]``, HAMi ≤ v2.9) are charged to their physical GPU.
 
 A pod whose annotation cannot be decoded is **not** dropped (HAMi drops it, spec §7.1 step 3): it gets a
-record with ``problem`` set, charged for what could be decoded, so callers can report it.
+record with ``problem`` set, so callers report it (``hami_pods_undecodable``, logs). It is charged for every
+vendor whose allocation decodes and, for one that does not, from the to-allocate annotation when that is intact.
+When neither says which devices the pod holds, nothing can be charged to a device: the record keeps the pod
+visible (it is reported on every update) until its annotations are repaired or it ends.
 """
 
 from __future__ import annotations
@@ -65,6 +68,20 @@ def _strip_legacy(devices: PodDevices, field: str) -> PodDevices:
     return tuple(out)
 
 
+def _from_to_allocate(pod: Pod, vendor: Vendor) -> PodDevices | None:
+    """The to-allocate annotation as a stand-in for an undecodable allocated one, if it decodes and is still
+    complete (a device plugin empties its slots as containers start, so a partly consumed one is not used)."""
+    key = vendor.keys.to_allocate
+    value = pod.metadata.annotations.get(key) if key else None
+    if not key or not value:
+        return None
+    try:
+        decoded = _strip_legacy(vendor.decode(value, key), key)
+    except InvalidInput:
+        return None
+    return decoded if any(decoded) else None
+
+
 def record_from_pod(pod: Pod, vendors: Mapping[str, Vendor]) -> PodRecord | None:
     """The ledger record for a placed, non-terminal pod; None when the pod holds no devices."""
     annotations = pod.metadata.annotations
@@ -82,6 +99,10 @@ def record_from_pod(pod: Pod, vendors: Mapping[str, Vendor]) -> PodRecord | None
             devices[name] = _strip_legacy(vendor.decode(value, key), key)
         except InvalidInput as err:
             problems.append(str(err))
+            fallback = _from_to_allocate(pod, vendor)
+            if fallback is not None:
+                devices[name] = fallback
+                problems.append(f"charged from {vendor.keys.to_allocate} instead")
     mig: tuple[MigAllocation, ...] = ()
     raw_mig = annotations.get(keys.NVIDIA_MIG_ALLOCATIONS)
     if raw_mig:

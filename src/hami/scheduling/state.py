@@ -33,7 +33,7 @@ class PodRecord:
     """What one pod holds: its node, its raw allocation per vendor, and the effective charges per device.
 
     ``mig`` lists the MIG instances (GPU UUID and placement) the pod occupies. ``problem`` is set when the
-    pod's annotations could not be decoded and the charges are an estimate (its whole request).
+    pod's annotations could not be decoded (see ``hami.scheduling.records``: what could be decoded is charged).
     """
 
     uid: str

@@ -53,6 +53,26 @@ def test_record_reads_the_allocated_annotation() -> None:
     assert (r.mig, r.mig_allocations) == ((), ())
 
 
+def test_an_undecodable_allocation_is_charged_from_an_intact_to_allocate() -> None:
+    p = placed({ALLOCATED: "GPU-0,NVIDIA,lots,30:;", TO_ALLOCATE: "GPU-0,NVIDIA,3000,30:;"})
+    r = record_from_pod(p, vendors())
+    assert r is not None
+    assert r.charges == (Charge(NVIDIA, "GPU-0", 1, 3000, 30),)
+    assert r.problem is not None
+    assert "invalid memory field" in r.problem
+    assert r.problem.endswith("charged from hami.io/vgpu-devices-to-allocate instead")
+
+
+@pytest.mark.parametrize("to_allocate", [None, ";", "GPU-0,NVIDIA,x,30:;"], ids=["absent", "consumed", "broken"])
+def test_an_undecodable_allocation_without_a_usable_to_allocate_is_kept_and_reported(to_allocate: str | None) -> None:
+    annotations = {ALLOCATED: "GPU-0,NVIDIA,lots,30:;"} | ({TO_ALLOCATE: to_allocate} if to_allocate else {})
+    r = record_from_pod(placed(annotations), vendors())
+    assert r is not None
+    assert (r.node, r.charges) == ("node-1", ())
+    assert r.problem is not None
+    assert "invalid memory field" in r.problem
+
+
 def test_positional_empty_containers() -> None:
     p = placed(
         {ALLOCATED: ";GPU-0,NVIDIA,1000,0:;"},
