@@ -19,14 +19,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import combinations
+from typing import Protocol
 
-from hami.devices.base import MEM_PERCENTAGE_UNSET, ContainerRequest, FitContext, Fitted, Placement, Selector, Unfit
+from hami.devices.base import (
+    MEM_PERCENTAGE_UNSET,
+    ContainerRequest,
+    FitContext,
+    Fitted,
+    Placement,
+    ResourceNames,
+    Selector,
+    Unfit,
+)
 from hami.devices.mig import plan_instances
 from hami.devices.table import DeviceTable
-from hami.protocol.allocation import ContainerDevice
+from hami.protocol.allocation import ContainerDevice, PodDevices, decode_pod_devices, encode_pod_devices
 from hami.protocol.reasons import Reason, Rejection
 
-__all__ = ["best_combination", "device_score", "device_scores", "fit_shared", "worst_single"]
+__all__ = ["SharedDeviceVendor", "best_combination", "device_score", "device_scores", "fit_shared", "worst_single"]
 
 _CLOSEST = 3
 
@@ -238,3 +248,39 @@ def _topology_choice(ctx: FitContext, groups: Sequence[Sequence[Placement]], num
         if best_score is None or score > best_score:
             best, best_score = combo, score
     return best
+
+
+class SharedDeviceVendor:
+    """What vendors with slot/memory/core sharing and HAMi's allocation annotation have in common: the
+    resource names of their config section, the shared fit loop and the ``UUID,Type,mem,cores:`` codec.
+    Subclasses set ``name`` and ``keys`` and supply request parsing, inventory decoding and their selector."""
+
+    name: str
+
+    def __init__(self, config: _ResourceConfig) -> None:
+        self.resources = ResourceNames(
+            count=config.resource_count_name,
+            memory=config.resource_memory_name or None,
+            core=config.resource_core_name or None,
+            memory_factor=max(config.memory_factor, 1),
+        )
+
+    def fit(self, table: DeviceTable, request: ContainerRequest, ctx: FitContext, selector: Selector) -> Fitted | Unfit:
+        return fit_shared(table, request, ctx, selector, self.name)
+
+    def encode(self, devices: PodDevices) -> str:
+        return encode_pod_devices(devices)
+
+    def decode(self, value: str, field: str) -> PodDevices:
+        return decode_pod_devices(value, field)
+
+
+class _ResourceConfig(Protocol):
+    @property
+    def resource_count_name(self) -> str: ...
+    @property
+    def resource_memory_name(self) -> str: ...
+    @property
+    def resource_core_name(self) -> str: ...
+    @property
+    def memory_factor(self) -> int: ...

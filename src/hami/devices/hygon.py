@@ -17,20 +17,14 @@ from hami.config import HygonConfig
 from hami.devices.base import (
     MEM_PERCENTAGE_UNSET,
     ContainerRequest,
-    FitContext,
-    Fitted,
     NodeInventory,
-    ResourceNames,
     Selector,
-    Unfit,
     parse_type_list,
     parse_uuid_list,
 )
-from hami.devices.common import fit_shared
-from hami.devices.table import DeviceTable
+from hami.devices.common import SharedDeviceVendor
 from hami.errors import QuantityError
 from hami.protocol import keys
-from hami.protocol.allocation import PodDevices, decode_pod_devices, encode_pod_devices
 from hami.protocol.inventory import decode_inventory_legacy
 from hami.protocol.objects import Container, Node, QuantityValue
 from hami.protocol.quantity import quantity_as_int
@@ -62,20 +56,15 @@ def _read(container: Container, name: str, field: str) -> tuple[int | None, Quan
     return value, raw, where
 
 
-class HygonVendor:
+class HygonVendor(SharedDeviceVendor):
     """HAMi's Hygon DCU backend, configured by the ``hygon:`` section of device-config.yaml."""
 
     name = "DCU"
     keys = keys.HYGON_KEYS
 
     def __init__(self, config: HygonConfig) -> None:
+        super().__init__(config)
         self.config = config
-        self.resources = ResourceNames(
-            count=config.resource_count_name,
-            memory=config.resource_memory_name or None,
-            core=config.resource_core_name or None,
-            memory_factor=max(config.memory_factor, 1),
-        )
 
     def parse_request(self, container: Container, field: str) -> ContainerRequest | None:
         count, _, _ = _read(container, self.config.resource_count_name, field)
@@ -112,12 +101,3 @@ class HygonVendor:
             use_uuids=parse_uuid_list(annotations.get(USE_UUID)),
             nouse_uuids=parse_uuid_list(annotations.get(NOUSE_UUID)),
         )
-
-    def fit(self, table: DeviceTable, request: ContainerRequest, ctx: FitContext, selector: Selector) -> Fitted | Unfit:
-        return fit_shared(table, request, ctx, selector, self.name)
-
-    def encode(self, devices: PodDevices) -> str:
-        return encode_pod_devices(devices)
-
-    def decode(self, value: str, field: str) -> PodDevices:
-        return decode_pod_devices(value, field)

@@ -13,20 +13,14 @@ from collections.abc import Mapping
 from hami.config import NvidiaConfig
 from hami.devices.base import (
     ContainerRequest,
-    FitContext,
-    Fitted,
     NodeInventory,
-    ResourceNames,
     Selector,
-    Unfit,
     parse_type_list,
     parse_uuid_list,
 )
-from hami.devices.common import fit_shared
+from hami.devices.common import SharedDeviceVendor
 from hami.devices.nvidia.request import parse_nvidia_request
-from hami.devices.table import DeviceTable
 from hami.protocol import keys
-from hami.protocol.allocation import PodDevices, decode_pod_devices, encode_pod_devices
 from hami.protocol.inventory import decode_inventory_json, decode_inventory_legacy
 from hami.protocol.objects import Container, Node
 from hami.protocol.scores import decode_pair_scores, pair_score_table
@@ -34,20 +28,15 @@ from hami.protocol.scores import decode_pair_scores, pair_score_table
 __all__ = ["NvidiaVendor"]
 
 
-class NvidiaVendor:
+class NvidiaVendor(SharedDeviceVendor):
     """HAMi's NVIDIA backend, configured by the ``nvidia:`` section of device-config.yaml."""
 
     name = "NVIDIA"
     keys = keys.NVIDIA_KEYS
 
     def __init__(self, config: NvidiaConfig) -> None:
+        super().__init__(config)
         self.config = config
-        self.resources = ResourceNames(
-            count=config.resource_count_name,
-            memory=config.resource_memory_name or None,
-            core=config.resource_core_name or None,
-            memory_factor=max(config.memory_factor, 1),
-        )
 
     def parse_request(self, container: Container, field: str) -> ContainerRequest | None:
         return parse_nvidia_request(container, self.config, field)
@@ -79,12 +68,3 @@ class NvidiaVendor:
             nouse_uuids=parse_uuid_list(annotations.get(keys.NVIDIA_NOUSE_GPUUUID)),
             modes=modes,
         )
-
-    def fit(self, table: DeviceTable, request: ContainerRequest, ctx: FitContext, selector: Selector) -> Fitted | Unfit:
-        return fit_shared(table, request, ctx, selector, self.name)
-
-    def encode(self, devices: PodDevices) -> str:
-        return encode_pod_devices(devices)
-
-    def decode(self, value: str, field: str) -> PodDevices:
-        return decode_pod_devices(value, field)
