@@ -12,7 +12,7 @@ from the records and returns the differences (an empty list when the ledger is r
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from hami.devices.base import NodeInventory, Vendor
@@ -312,9 +312,6 @@ class ClusterState:
         diffs = self.verify()
         if diffs:
             raise LedgerError("; ".join(diffs[:10]))
-
-    def records_on(self, node: str) -> Iterable[PodRecord]:
-        return (self.pods[uid] for uid in self.pods_by_node.get(node, ()))
 
 
 def _pkey(p: MigPlacement) -> tuple[int, int]:

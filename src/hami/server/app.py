@@ -8,7 +8,6 @@ request can crash or block the server: every handler catches hami's own errors a
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
@@ -122,6 +121,3 @@ def build_metrics_app(metrics: Metrics) -> Starlette:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return Starlette(routes=[Route("/metrics", metrics_route, methods=["GET"])])
-
-
-Handler = Callable[[Request], Awaitable[Response]]

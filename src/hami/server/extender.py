@@ -33,7 +33,7 @@ from hami.protocol.objects import Node, ObjectMeta, Pod, ResourceQuota
 from hami.protocol.reasons import Reason
 from hami.scheduling.cycle import Decision, decide, reserve, unreserve
 from hami.scheduling.records import holds_devices, is_terminal, record_from_pod
-from hami.scheduling.request import PodRequest, SchedulingDefaults, prefilter
+from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState, PodRecord
 from hami.server.metrics import Metrics
 
@@ -387,9 +387,6 @@ class Extender:
             return
         for problem in self.state.upsert_quota(quota):
             log.warning("%s", problem)
-
-    def request_of(self, pod: Pod) -> PodRequest:
-        return prefilter(pod, self.vendors, self.defaults)
 
 
 def decision_policy(decision: Decision) -> str:
