@@ -23,11 +23,11 @@ from hami.devices.base import (
     parse_uuid_list,
 )
 from hami.devices.common import SharedDeviceVendor
+from hami.devices.resources import lookup_resource, whole_quantity
 from hami.errors import QuantityError
 from hami.protocol import keys
 from hami.protocol.inventory import decode_inventory_legacy
 from hami.protocol.objects import Container, Node, QuantityValue
-from hami.protocol.quantity import quantity_as_int
 
 __all__ = ["HygonVendor"]
 
@@ -39,21 +39,12 @@ NOUSE_UUID: Final = "hygon.com/nouse-gpuuuid"
 
 
 def _read(container: Container, name: str, field: str) -> tuple[int | None, QuantityValue | None, str]:
-    raw: QuantityValue
-    if name in container.resources.limits:
-        raw = container.resources.limits[name]
-        where = f"{field}.limits[{name}]"
-    elif name in container.resources.requests:
-        raw = container.resources.requests[name]
-        where = f"{field}.requests[{name}]"
-    else:
+    found = lookup_resource(container, name)
+    if found is None:
         return None, None, ""
-    value = quantity_as_int(raw, where)
-    if value < 0:
-        raise QuantityError(where, raw, "must not be negative")
-    if value > _INT32_MAX:
-        raise QuantityError(where, raw, "exceeds the int32 range HAMi's annotations can carry")
-    return value, raw, where
+    section, raw = found
+    where = f"{field}.{section}[{name}]"
+    return whole_quantity(where, raw, _INT32_MAX, "exceeds the int32 range HAMi's annotations can carry"), raw, where
 
 
 class HygonVendor(SharedDeviceVendor):

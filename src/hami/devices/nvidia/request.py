@@ -32,6 +32,7 @@ from typing import Final
 
 from hami.config.nvidia import NvidiaConfig
 from hami.devices.base import MEM_PERCENTAGE_UNSET, ContainerRequest
+from hami.devices.resources import lookup_resource, whole_quantity
 from hami.errors import QuantityError
 from hami.protocol.keys import NVIDIA_KEYS
 from hami.protocol.objects import Container, Pod, QuantityValue
@@ -41,28 +42,6 @@ __all__ = ["parse_nvidia_request", "parse_pod_nvidia_requests"]
 
 _VENDOR: Final = NVIDIA_KEYS.vendor
 _INT32_REASON: Final = "exceeds the int32 range HAMi's annotations can carry"
-
-
-def _lookup(container: Container, name: str) -> tuple[str, QuantityValue] | None:
-    """``(where, value)`` of resource ``name``: limits first, requests as the fallback. "" is never set."""
-    if not name:
-        return None
-    resources = container.resources
-    if name in resources.limits:
-        return "limits", resources.limits[name]
-    if name in resources.requests:
-        return "requests", resources.requests[name]
-    return None
-
-
-def _whole(field: str, value: QuantityValue, maximum: int, too_large: str) -> int:
-    """A non-negative whole quantity no larger than ``maximum``."""
-    number = quantity_as_int(value, field)
-    if number < 0:
-        raise QuantityError(field, value, "must not be negative")
-    if number > maximum:
-        raise QuantityError(field, value, too_large)
-    return number
 
 
 def parse_nvidia_request(container: Container, cfg: NvidiaConfig, field: str) -> ContainerRequest | None:
@@ -76,15 +55,15 @@ def parse_nvidia_request(container: Container, cfg: NvidiaConfig, field: str) ->
     def where(found: tuple[str, QuantityValue], name: str) -> str:
         return f"{field}.{found[0]}[{name}]"
 
-    count_found = _lookup(container, cfg.resource_count_name)
+    count_found = lookup_resource(container, cfg.resource_count_name)
     if count_found is None:
         return None
-    count = _whole(where(count_found, cfg.resource_count_name), count_found[1], INT32_MAX, _INT32_REASON)
+    count = whole_quantity(where(count_found, cfg.resource_count_name), count_found[1], INT32_MAX, _INT32_REASON)
     if count == 0:
         return None
 
     memory = 0
-    memory_found = _lookup(container, cfg.resource_memory_name)
+    memory_found = lookup_resource(container, cfg.resource_memory_name)
     if memory_found is not None:
         memory_field = where(memory_found, cfg.resource_memory_name)
         written = quantity_as_int(memory_found[1], memory_field)
@@ -96,7 +75,7 @@ def parse_nvidia_request(container: Container, cfg: NvidiaConfig, field: str) ->
             raise QuantityError(memory_field, memory_found[1], f"{memory} MiB{scaled} {_INT32_REASON}")
 
     percentage = MEM_PERCENTAGE_UNSET
-    percentage_found = _lookup(container, cfg.resource_memory_percentage_name)
+    percentage_found = lookup_resource(container, cfg.resource_memory_percentage_name)
     if percentage_found is not None:
         percentage_field = where(percentage_found, cfg.resource_memory_percentage_name)
         exact: Fraction = parse_quantity(percentage_found[1], percentage_field)
@@ -113,16 +92,16 @@ def parse_nvidia_request(container: Container, cfg: NvidiaConfig, field: str) ->
             percentage = 100
 
     cores = cfg.default_cores
-    cores_found = _lookup(container, cfg.resource_core_name)
+    cores_found = lookup_resource(container, cfg.resource_core_name)
     if cores_found is not None:
         cores_field = where(cores_found, cfg.resource_core_name)
-        cores = _whole(cores_field, cores_found[1], 100, "must be at most 100 (percent of one GPU)")
+        cores = whole_quantity(cores_field, cores_found[1], 100, "must be at most 100 (percent of one GPU)")
 
     priority = None
-    priority_found = _lookup(container, cfg.resource_priority_name)
+    priority_found = lookup_resource(container, cfg.resource_priority_name)
     if priority_found is not None:
         priority_field = where(priority_found, cfg.resource_priority_name)
-        priority = _whole(priority_field, priority_found[1], INT32_MAX, _INT32_REASON)
+        priority = whole_quantity(priority_field, priority_found[1], INT32_MAX, _INT32_REASON)
 
     return ContainerRequest(
         vendor=_VENDOR,

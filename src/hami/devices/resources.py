@@ -1,0 +1,38 @@
+"""Reading a container's device resources: shared by every vendor's request parsing.
+
+HAMi takes each resource from ``limits`` if it is there and from ``requests`` otherwise (limits win; requests
+are a fallback, not a minimum — scheduler-core.md §3.2), and the annotations carry int32 numbers.
+"""
+
+from __future__ import annotations
+
+from hami.errors import QuantityError
+from hami.protocol.objects import Container, QuantityValue
+from hami.protocol.quantity import quantity_as_int
+
+__all__ = ["lookup_resource", "whole_quantity"]
+
+
+def lookup_resource(container: Container, name: str) -> tuple[str, QuantityValue] | None:
+    """``(section, value)`` of resource ``name`` — ``"limits"`` first, ``"requests"`` as the fallback — or None.
+
+    An empty resource name (a vendor config that leaves it unset) is never found.
+    """
+    if not name:
+        return None
+    resources = container.resources
+    if name in resources.limits:
+        return "limits", resources.limits[name]
+    if name in resources.requests:
+        return "requests", resources.requests[name]
+    return None
+
+
+def whole_quantity(field: str, value: QuantityValue, maximum: int, too_large: str) -> int:
+    """A non-negative whole quantity no larger than ``maximum``; otherwise ``QuantityError`` naming ``field``."""
+    number = quantity_as_int(value, field)
+    if number < 0:
+        raise QuantityError(field, value, "must not be negative")
+    if number > maximum:
+        raise QuantityError(field, value, too_large)
+    return number
