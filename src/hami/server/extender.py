@@ -302,6 +302,11 @@ class Extender:
                     )
             await self.cluster.bind(ns, name, uid, node)
         except HamiError as err:
+            if await self._already_bound(ns, name, node, locked):
+                # kube-scheduler retried a bind that had gone through (its request timed out): the pod runs
+                # there with its allocation, so releasing anything now would free devices still in use.
+                self.metrics.binds.labels("already-bound").inc()
+                return BindingResult()
             message = f"binding {ns}/{name} to {node} failed: {err}"
             if locked:
                 try:
@@ -316,6 +321,25 @@ class Extender:
         self.metrics.binds.labels("bound").inc()
         self.cluster.event(pod, NORMAL, "BindingSucceed", binding_succeed_text(node, ns, name))
         return BindingResult()
+
+    async def _already_bound(self, ns: str, name: str, node: str, locked: bool) -> bool:
+        """After a failed bind: is the pod nevertheless bound to ``node``? Then the earlier bind succeeded.
+
+        The node lock is released only if the device plugin is done with the pod (bind phase success or failed);
+        otherwise it still needs it for kubelet's Allocate.
+        """
+        try:
+            pod = await self.cluster.get_pod(ns, name)
+        except ApiError:
+            return False
+        if pod.spec.node_name != node:
+            return False
+        if locked and pod.metadata.annotations.get(keys.BIND_PHASE) in ("success", "failed"):
+            try:
+                await self.cluster.unlock_node(node, ns, name)
+            except ApiError as err:
+                log.warning("releasing the lock on %s after a repeated bind failed: %s", node, err)
+        return True
 
     async def _release_allocation(self, pod: Pod, uid: str) -> None:
         """After a failed bind: drop the reservation and the annotations that would re-create it."""

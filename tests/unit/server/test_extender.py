@@ -552,6 +552,24 @@ async def test_bind_failure_releases_our_lock_and_the_allocation(world: World) -
     assert world.metrics.registry.get_sample_value("hami_bind_results_total", {"result": "failed"}) == 1
 
 
+async def test_a_repeated_bind_of_a_bound_pod_succeeds_and_keeps_its_allocation(world: World) -> None:
+    # kube-scheduler retries a bind whose answer it did not get; the Binding already exists (409).
+    cluster_of_three(world)
+    await filtered(world)
+    assert (await world.extender.bind(BindingArgs("p1", NS, "uid-p1", "n1"))).error == ""
+    await world.clear_events()
+
+    again = await world.extender.bind(BindingArgs("p1", NS, "uid-p1", "n1"))
+
+    assert again.error == ""
+    assert world.pod("p1").spec.node_name == "n1"
+    assert allocation_of(world.pod("p1"))[keys.VGPU_NODE] == "n1"
+    assert decode_node_lock(lock_of(world, "n1") or "").name == "p1"  # the device plugin has not allocated yet
+    assert world.usage() == {"GPU-n1-0": (1, 3000, 30)}
+    assert world.state.verify() == []
+    assert world.metrics.registry.get_sample_value("hami_bind_results_total", {"result": "already-bound"}) == 1
+
+
 class _LockStolenDuringBind(MemoryCluster):
     """A cluster where, while the Binding is being created, another scheduler takes the node lock over (ours
     had expired) and the Binding then fails."""
