@@ -157,7 +157,7 @@ class Runtime:
         for vendor, problem in problems.items():
             if before.get(vendor) != problem:
                 log.warning("node %s: %s registration refused: %s", name, vendor, problem)
-                message = f"{vendor} devices of this node are not scheduled: registration refused: {problem}"
+                message = f"{vendor} devices of node {name} are not scheduled: registration refused: {problem}"
                 events.record(ObjectRef.for_node(node), "Warning", REGISTRATION_REFUSED, message)
         for vendor in before.keys() - problems.keys():
             log.info("node %s: %s registration accepted again", name, vendor)
