@@ -112,7 +112,7 @@ def test_duplicate_device_ids_quarantine_the_node_and_pinned_pods_are_not_placed
     # Every pinned pod is refused with the quarantine as the reason on that node; none is ever placed.
     for name in pinned:
         wait_until(
-            lambda name=name: any(  # type: ignore[misc]
+            lambda name=name: any(
                 e[2] == "FilteringFailed" and f"NodeQuarantined({hostile})" in e[3]
                 for e in pod_events(kube, namespace, name)
             ),

@@ -356,3 +356,21 @@ def test_any_accepted_registration_has_unique_nonblank_ids_and_numbers_in_range(
         assert node.problems[vendor].startswith(key)
         assert vendor not in node.tables
     _sane(vendor, state)
+    assert (vendor not in node.problems) == _acceptable(devices, fmt), node.problems
+
+
+def _acceptable(devices: list[Device], fmt: str) -> bool:
+    """An independent statement of the rules: does hami have to accept this registration?"""
+    if fmt != "nvidia-json" and not devices:
+        return False  # the colon format has no way to say "no device": it does not decode
+    ids = [d["id"] for d in devices]
+    if len(set(ids)) != len(ids):
+        return False
+    limits = {"index": MAX_INDEX, "count": MAX_SLOTS, "devmem": INT32_MAX, "devcore": MAX_DEVCORE, "numa": MAX_NUMA}
+    for d in devices:
+        text = d["id"]
+        if not text.strip() or not text.isascii() or not text.isprintable() or set(text) & set(",:;[] "):
+            return False
+        if any(not 0 <= d[name] <= high for name, high in limits.items()):
+            return False
+    return True
