@@ -15,6 +15,7 @@ from typing import Annotated, Final, Literal
 from pydantic import AfterValidator, BeforeValidator, Field, StrictBool, StrictStr, field_validator
 
 from hami.config._model import ConfigModel
+from hami.protocol.inventory import MAX_DEVCORE, MAX_SLOTS
 from hami.protocol.quantity import INT32_MAX, INT64_MAX
 
 __all__ = ["GpuCorePolicy", "MigProfileAllowlistEntry", "NvidiaConfig"]
@@ -107,12 +108,13 @@ class NvidiaConfig(ConfigModel):
     """Webhook: set as ``spec.runtimeClassName`` of GPU pods that have none ("" = leave it)."""
 
     # Node-level keys (HAMi's inline NodeDefaultConfig), chart defaults. Device plugin only.
-    device_split_count: Annotated[int, Field(strict=True, ge=1, le=INT32_MAX)] = 10
-    """How many tasks may share one GPU (the ``Count`` a GPU registers with)."""
+    device_split_count: Annotated[int, Field(strict=True, ge=1, le=MAX_SLOTS)] = 10
+    """How many tasks may share one GPU (the ``Count`` a GPU registers with). At most 1024: the scheduler refuses a
+    registration with more (``hami.protocol.inventory.MAX_SLOTS``)."""
     device_memory_scaling: PositiveFloat = 1.0
     """Registered memory = physical memory × this (> 1 oversubscribes)."""
-    device_core_scaling: PositiveFloat = 1.0
-    """Registered cores = 100 × this."""
+    device_core_scaling: Annotated[float, Field(strict=True, gt=0, le=MAX_DEVCORE // 100)] = 1.0
+    """Registered cores = 100 × this. At most 100: the scheduler refuses a device with more than 10,000 core units."""
     pre_configured_device_memory: Int64 = 0
     """MiB to register per GPU instead of the detected size (0: detect)."""
     lib_cuda_log_level: Annotated[int, BeforeValidator(_log_level), Field(strict=True, ge=0, le=4)] = 1

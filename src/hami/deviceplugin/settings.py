@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
 from hami.errors import ConfigError
+from hami.protocol.inventory import MAX_DEVCORE, MAX_SLOTS
 
 if TYPE_CHECKING:
     from hami.config import NvidiaConfig
@@ -69,12 +70,22 @@ class NodeSettings:
 
     def validate(self, source: str) -> NodeSettings:
         """Return self, or raise ``ConfigError`` naming ``source`` and the bad key."""
-        if self.split_count < 1:
-            raise ConfigError(f"{source}: devicesplitcount", self.split_count, "must be at least 1")
+        if not 1 <= self.split_count <= MAX_SLOTS:
+            raise ConfigError(
+                f"{source}: devicesplitcount",
+                self.split_count,
+                f"must be 1..{MAX_SLOTS} (the scheduler refuses a registration with more slots per device)",
+            )
         if self.memory_scaling <= 0:
             raise ConfigError(f"{source}: devicememoryscaling", self.memory_scaling, "must be positive")
         if self.core_scaling <= 0:
             raise ConfigError(f"{source}: devicecorescaling", self.core_scaling, "must be positive")
+        if self.core_scaling * 100 > MAX_DEVCORE:
+            raise ConfigError(
+                f"{source}: devicecorescaling",
+                self.core_scaling,
+                f"must be at most {MAX_DEVCORE // 100} (the scheduler refuses a device with more core units)",
+            )
         if self.preconfigured_memory_mib < 0:
             raise ConfigError(f"{source}: preconfigureddevicememory", self.preconfigured_memory_mib, "negative")
         if self.operating_mode not in OPERATING_MODES:

@@ -15,18 +15,21 @@ simulations. Semantics every implementation keeps:
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Protocol
 
 import msgspec
 
-from hami.k8s.client import KubeClient
+from hami.k8s.client import KubeClient, ListPage
 from hami.k8s.records import ObjectRef, make_event
 from hami.k8s.resources import EVENTS, NODES, PODS
 from hami.protocol.objects import Node, Pod
 
-__all__ = ["ClusterClient", "KubeCluster", "WallClock", "utc_now"]
+__all__ = ["LIVE_PODS", "ClusterClient", "KubeCluster", "WallClock", "utc_now"]
+
+LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+"""Field selector of ``list_pods``: finished pods hold no devices, and batch clusters keep many of them."""
 
 WallClock = Callable[[], datetime]
 """Returns the current time as an aware datetime (injected wherever a timestamp is written)."""
@@ -121,3 +124,8 @@ class KubeCluster:
             involved, type, reason, message, component=component, instance=self.instance, now=self._clock()
         )
         await self.client.create(EVENTS, event, namespace=event.metadata.namespace, type=msgspec.Raw)
+
+    def list_pods(self, page_size: int = 500) -> AsyncIterator[ListPage[Pod]]:
+        """Every pod that has not finished, page by page, as one consistent snapshot. A second page with
+        ``first`` set means the listing started over (an expired continue token, see ``KubeClient.list_pages``)."""
+        return self.client.list_pages(PODS, type=Pod, field_selector=LIVE_PODS, limit=page_size)

@@ -9,11 +9,12 @@ the next call(s) of one operation raise a chosen error, to test failure paths.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
 from hami.errors import ApiError, Conflict, NotFound
+from hami.k8s.client import ListPage
 from hami.k8s.records import ObjectRef
 from hami.protocol.objects import Node, Pod
 
@@ -175,3 +176,14 @@ class MemoryCluster:
     async def emit_event(self, involved: ObjectRef, type: str, reason: str, message: str, component: str) -> None:
         self._enter("emit_event")
         self.events.append(RecordedEvent(involved, type, reason, message, component))
+
+    async def list_pods(self, page_size: int = 500) -> AsyncIterator[ListPage[Pod]]:
+        """As ``KubeCluster.list_pods``: the pods that have not finished, ``page_size`` a page, all from the
+        snapshot taken when the first page is asked for (later writes do not show, as in a paginated list)."""
+        self._enter("list_pods")
+        snapshot = [copy.deepcopy(p) for p in self._pods.values() if p.status.phase not in ("Succeeded", "Failed")]
+        version = str(self._rv)
+        step = max(page_size, 1)
+        for start in range(0, max(len(snapshot), 1), step):
+            rest = start + step < len(snapshot)
+            yield ListPage(snapshot[start : start + step], version, str(start + step) if rest else "", start == 0)

@@ -10,6 +10,11 @@
 
 Decoders raise ``AnnotationError`` only; an empty inventory is not an error here (the vendor decides whether a
 node without devices counts as registered: NVIDIA says ``no gpu found on node``).
+
+* ``check_inventory`` — hami's own acceptance rules for a decoded registration, beyond Go's type ranges: unique,
+  non-blank ids made of safe characters, numbers no real device exceeds, a bounded number of devices. HAMi accepts
+  all of these silently; a registration that breaks one is refused as a whole (the scheduler quarantines the node
+  for that vendor). The limits are the ``MAX_*`` constants below.
 """
 
 from __future__ import annotations
@@ -26,9 +31,19 @@ from hami.protocol._gostrconv import GoNumError, go_quote, parse_bool, parse_int
 
 __all__ = [
     "LEGACY_DEFAULT_MODE",
+    "MAX_DEVCORE",
+    "MAX_DEVICES",
+    "MAX_ID_LENGTH",
+    "MAX_INDEX",
+    "MAX_MIG_PLACEMENTS",
+    "MAX_MIG_PROFILES",
+    "MAX_MIG_SLICES",
+    "MAX_NUMA",
+    "MAX_SLOTS",
     "DeviceInfo",
     "MigPlacement",
     "MigProfile",
+    "check_inventory",
     "decode_inventory_json",
     "decode_inventory_legacy",
     "encode_inventory_json",
@@ -37,6 +52,33 @@ __all__ = [
 
 LEGACY_DEFAULT_MODE: Final = "hami-core"
 """The mode a 7-field legacy record decodes to."""
+
+# --- hami's limits on a registration (check_inventory). Each is far above what real hardware registers. ----------
+MAX_DEVICES: Final = 1024
+"""Devices of one vendor on one node. Real nodes carry 1 to 16 GPUs/DCUs; more than 1024 is a broken or hostile
+device plugin, and every Filter walks every device of every candidate node."""
+MAX_SLOTS: Final = 1024
+"""``count``: tasks sharing one device (``deviceSplitCount``, chart default 10). The device plugin advertises
+devices × count fake devices to the kubelet, so real values stay in the tens."""
+MAX_DEVCORE: Final = 10_000
+"""``devcore``: core units of one device, 100 × ``deviceCoreScaling`` (so a scaling of at most 100)."""
+MAX_NUMA: Final = 1023
+"""``numa``: the NUMA node; Linux has at most 1024 (``CONFIG_NODES_SHIFT`` ≤ 10). Negative values are refused."""
+MAX_INDEX: Final = MAX_DEVICES - 1
+"""``index``: the host's device index (NVML's), below the device limit."""
+MAX_ID_LENGTH: Final = 256
+"""``id``: NVIDIA UUIDs are 40 characters (``GPU-`` + 36), MIG UUIDs 40 to 44."""
+MAX_MIG_PROFILES: Final = 64
+"""MIG profiles per GPU (an H100 lists about 20, counting the ``+me``/``+gfx`` variants)."""
+MAX_MIG_PLACEMENTS: Final = 64
+"""Placements per MIG profile (at most 7 on every MIG-capable GPU so far)."""
+MAX_MIG_SLICES: Final = 64
+"""``sliceCount``, placement ``start`` and ``size`` (GPUs so far have 7 compute and 8 memory slices)."""
+
+_ID_FORBIDDEN: Final = frozenset(",:;[]")
+"""Separators of the pod allocation annotation (``UUID,Type,mem,cores:`` per device, ``;`` per container), of the
+UUID lists (``use-gpuuuid``, ``device-cordon``) and of legacy MIG UUIDs (``GPU-x[1-2]``): an id holding one would be
+read back as another device."""
 
 
 class MigPlacement(msgspec.Struct, frozen=True):
@@ -117,6 +159,81 @@ def encode_inventory_json(devices: Iterable[DeviceInfo]) -> str:
         return _gojson.encode(devices)
     except UnicodeEncodeError as exc:
         raise InvalidInput("devices", exc.object, "text with a lone surrogate cannot be encoded") from None
+
+
+# --- hami's acceptance rules --------------------------------------------------------------------------------
+
+
+def check_inventory(devices: Sequence[DeviceInfo], field: str) -> None:
+    """Raise ``InvalidInput`` for the first reason to refuse a decoded registration, None when it is acceptable.
+
+    Refused: more than ``MAX_DEVICES`` devices; an id that is blank, longer than ``MAX_ID_LENGTH``, holds anything
+    but printable ASCII or one of ``, : ; [ ]``, or repeats another device's id; a number outside its range
+    (``_NUMBER_RANGES``, and the MIG limits). ``field`` is the annotation key; the message adds the device's
+    position (``devices[i]``), its id and host index, the field name and the value. Runs in O(devices).
+    """
+    if len(devices) > MAX_DEVICES:
+        raise InvalidInput(
+            field, len(devices), f"too many devices in one registration: hami accepts at most {MAX_DEVICES} per node"
+        )
+    seen: dict[str, int] = {}
+    for position, device in enumerate(devices):
+        where = f"{field} devices[{position}]"
+        _check_id(device, where)
+        first = seen.setdefault(device.id, position)
+        if first != position:
+            raise InvalidInput(
+                f"{where}.id",
+                device.id,
+                f"device id repeated (index {device.index}; devices[{first}] has the same id): usage charged to one "
+                "of them would leave the other looking free, so every device needs its own id",
+            )
+        _check_numbers(device, where)
+
+
+_NUMBER_RANGES: Final = (
+    ("index", "the host device index", 0, MAX_INDEX),
+    ("count", "the number of tasks sharing the device", 0, MAX_SLOTS),
+    ("devmem", "the memory in MiB", 0, _INT32[1]),
+    ("devcore", "the core units (100 per card × deviceCoreScaling)", 0, MAX_DEVCORE),
+    ("numa", "the NUMA node", 0, MAX_NUMA),
+)
+
+
+def _check_id(device: DeviceInfo, where: str) -> None:
+    text = device.id
+    problem = None
+    if not text.strip():
+        problem = "blank id; every device needs a non-empty id"
+    elif len(text) > MAX_ID_LENGTH:
+        problem = f"id longer than {MAX_ID_LENGTH} characters"
+    elif any(c in _ID_FORBIDDEN or not "!" <= c <= "~" for c in text):
+        problem = "id holds a character other than printable ASCII, or a space or one of , : ; [ ]"
+    if problem is not None:
+        raise InvalidInput(f"{where}.id", text, f"device at index {device.index}: {problem}")
+
+
+def _check_numbers(device: DeviceInfo, where: str) -> None:
+    def check(name: str, meaning: str, number: int, low: int, high: int) -> None:
+        if not low <= number <= high:
+            raise InvalidInput(
+                f"{where}.{name}",
+                number,
+                f"device {device.id!r} (index {device.index}): {meaning} must be between {low} and {high}",
+            )
+
+    for name, meaning, low, high in _NUMBER_RANGES:
+        check(name, meaning, getattr(device, name), low, high)
+    check("migProfiles", "the number of MIG profiles", len(device.mig_profiles), 0, MAX_MIG_PROFILES)
+    for p, profile in enumerate(device.mig_profiles):
+        at = f"migProfiles[{p}]"
+        check(f"{at}.memoryMB", "the MIG instance memory in MiB", profile.memory_mb, 0, _INT32[1])
+        check(f"{at}.core", "the MIG instance core units", profile.core, 0, MAX_DEVCORE)
+        check(f"{at}.sliceCount", "the number of MIG slices", profile.slice_count, 0, MAX_MIG_SLICES)
+        check(f"{at}.placements", "the number of MIG placements", len(profile.placements), 0, MAX_MIG_PLACEMENTS)
+        for q, placement in enumerate(profile.placements):
+            check(f"{at}.placements[{q}].start", "the first MIG slice", placement.start, 0, MAX_MIG_SLICES)
+            check(f"{at}.placements[{q}].size", "the number of MIG slices", placement.size, 0, MAX_MIG_SLICES)
 
 
 # --- legacy colon format -------------------------------------------------------------------------

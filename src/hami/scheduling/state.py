@@ -20,7 +20,7 @@ from hami.devices.table import DeviceTable
 from hami.errors import InvalidInput, LedgerError
 from hami.protocol import keys
 from hami.protocol.allocation import MigAllocation, PodDevices
-from hami.protocol.inventory import MigPlacement
+from hami.protocol.inventory import MigPlacement, check_inventory
 from hami.protocol.objects import Node, ResourceQuota
 from hami.scheduling.quota import QuotaBook
 from hami.scheduling.usage import Charge
@@ -123,8 +123,10 @@ class ClusterState:
     def upsert_node(self, node: Node) -> NodeState:
         """Decode a Node's registrations and (re)build its tables; its pods are charged again.
 
-        A vendor whose registration cannot be decoded is left out of the node and reported in ``problems``
-        (the node is quarantined for that vendor); the other vendors and nodes keep working.
+        A vendor whose registration cannot be decoded, or breaks hami's acceptance rules (``check_inventory``:
+        duplicate or blank ids, numbers out of range, too many devices — the same rules for every vendor), is left
+        out of the node and reported in ``problems`` (the node is quarantined for that vendor); the other vendors
+        and nodes keep working.
         """
         name = node.metadata.name
         inventories: dict[str, NodeInventory] = {}
@@ -132,6 +134,8 @@ class ClusterState:
         for vendor_name, vendor in self.vendors.items():
             try:
                 inv = vendor.decode_inventory(node)
+                if inv is not None:
+                    check_inventory(inv.devices, vendor.keys.register)
             except InvalidInput as err:
                 problems[vendor_name] = str(err)
                 continue

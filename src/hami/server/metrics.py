@@ -6,7 +6,8 @@ memory in bytes (MiB × 1048576). Pod-level gauges use hami's per-device effecti
 carry ``container_index="0"``.
 
 hami adds latency histograms per stage and endpoint, decisions by result, Kubernetes API errors, ledger
-drift (differences found by the periodic self-check) and quarantined nodes.
+drift (differences found by the periodic self-check), ledger drift against the API (pods on which the ledger and a
+periodic re-list of pods disagree, and the repairs made) and quarantined nodes.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from hami import __version__
+from hami.scheduling.audit import DriftKind
 from hami.scheduling.state import ClusterState
 
 __all__ = ["Metrics"]
@@ -172,3 +174,19 @@ class Metrics:
         self.ledger_drift = Gauge(
             "hami_ledger_drift", "Differences between the usage ledger and a full recount", registry=self.registry
         )
+        self.ledger_api_drift = Gauge(
+            "hami_ledger_api_drift",
+            "Pods on which the ledger and the API disagreed at the last re-list of pods, confirmed by the re-list "
+            "before it (kind: leaked, missing, changed)",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.ledger_api_repairs = Counter(
+            "hami_ledger_api_repairs",
+            "Ledger records set to what the API holds after a confirmed difference (kind: leaked, missing, changed)",
+            ["kind"],
+            registry=self.registry,
+        )
+        for kind in DriftKind:
+            self.ledger_api_drift.labels(kind.value).set(0)
+            self.ledger_api_repairs.labels(kind.value)

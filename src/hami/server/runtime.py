@@ -48,6 +48,7 @@ from hami.scheduling.records import is_terminal
 from hami.scheduling.request import SchedulingDefaults
 from hami.scheduling.state import ClusterState
 from hami.server.app import build_app, build_metrics_app
+from hami.server.audit import API_AUDIT_SECONDS, LedgerAudit
 from hami.server.extender import Extender, Readiness
 from hami.server.metrics import Metrics
 from hami.server.tls import CertificateReloader
@@ -157,7 +158,7 @@ class Runtime:
         for vendor, problem in problems.items():
             if before.get(vendor) != problem:
                 log.warning("node %s: %s registration refused: %s", name, vendor, problem)
-                message = f"{vendor} devices of this node are not scheduled: registration refused: {problem}"
+                message = f"{vendor} devices of node {name} are not scheduled: registration refused: {problem}"
                 events.record(ObjectRef.for_node(node), "Warning", REGISTRATION_REFUSED, message)
         for vendor in before.keys() - problems.keys():
             log.info("node %s: %s registration accepted again", name, vendor)
@@ -225,13 +226,18 @@ class Runtime:
             log.error("background write %s failed: %r", task.get_name(), task.exception())
 
     # --- loops ----------------------------------------------------------------------------------------
-    async def _self_check(self) -> None:
+    async def _self_check(self, audit: LedgerAudit | None = None) -> None:
+        """Recount the ledger every minute; every ``API_AUDIT_SECONDS`` also compare it with the API's pods."""
+        audited = time.monotonic()
         while True:
             await asyncio.sleep(SELF_CHECK_SECONDS)
             diffs = self.state.verify()
             self.metrics.ledger_drift.set(len(diffs))
             for line in diffs[:20]:
                 log.error("ledger drift: %s", line)
+            if audit is not None and time.monotonic() - audited >= API_AUDIT_SECONDS:
+                audited = time.monotonic()
+                await audit.run()
 
     async def _lock_sweep(self, locker: NodeLocker) -> None:
         while True:
@@ -305,7 +311,10 @@ class Runtime:
                     field_selector=f"metadata.name={s.leader_elect_resource_name}",
                 )
                 supervisor.start(lease.run(), name="watch-lease")
-            supervisor.start(self._self_check(), name="self-check")
+            audit = LedgerAudit(
+                self.state, self.vendors, cluster, self.metrics, lambda: extender.pending, readiness.synced
+            )
+            supervisor.start(self._self_check(audit), name="self-check")
             supervisor.start(self._lock_sweep(locker), name="lock-sweep")
             admission = admission_for(
                 extender, AdmissionSettings(s.scheduler_name, s.force_overwrite_default_scheduler)

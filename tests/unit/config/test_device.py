@@ -257,6 +257,16 @@ def test_nvidia_values_are_normalised(yaml_value: str, attribute: str, value: ob
             "nvidia: {deviceSplitCount: 0}", "nvidia.deviceSplitCount: must be >= 1 (got 0)", id="split-count-zero"
         ),
         pytest.param(
+            "nvidia: {deviceSplitCount: 1025}",
+            "nvidia.deviceSplitCount: must be <= 1024 (got 1025)",
+            id="split-count-over-the-scheduler-limit",
+        ),
+        pytest.param(
+            "nvidia: {deviceCoreScaling: 101}",
+            "nvidia.deviceCoreScaling: must be <= 100 (got 101)",
+            id="core-scaling-over-the-scheduler-limit",
+        ),
+        pytest.param(
             "nvidia: {deviceMemoryScaling: 0}", "nvidia.deviceMemoryScaling: must be > 0 (got 0)", id="scaling-zero"
         ),
         pytest.param("nvidia: [1, 2]", "nvidia: must be a mapping (got [1, 2])", id="section-not-a-mapping"),

@@ -55,7 +55,9 @@ def test_keys_match_case_insensitively_like_go_json() -> None:
     [
         pytest.param({"devicesplitcount": "ten"}, "nodeconfig[0].devicesplitcount: must be a whole number", id="count"),
         pytest.param({"devicememoryscaling": True}, "devicememoryscaling: must be a number", id="bool-scaling"),
-        pytest.param({"devicesplitcount": 0}, "devicesplitcount: must be at least 1", id="zero-split"),
+        pytest.param({"devicesplitcount": 0}, "devicesplitcount: must be 1..1024", id="zero-split"),
+        pytest.param({"devicesplitcount": 1025}, "the scheduler refuses a registration with more", id="huge-split"),
+        pytest.param({"devicecorescaling": 101}, "devicecorescaling: must be at most 100", id="huge-core-scaling"),
         pytest.param({"operatingmode": "mps"}, "mps is not implemented", id="mps"),
         pytest.param({"filterdevices": {"index": [-1]}}, "indexes are never negative", id="negative-index"),
         pytest.param({"filterdevices": {"uuid": "GPU-1"}}, "must be a list of GPU UUIDs", id="uuid-not-list"),

@@ -12,7 +12,7 @@ from hami.k8s.memory import MemoryCluster, RecordedEvent
 from hami.k8s.records import ObjectRef
 from hami.protocol.objects import Node, ObjectMeta, Pod, PodSpec
 from tests.unit.k8s.conftest import NOW, Seam
-from tests.unit.k8s.fakeapi import FakeApi
+from tests.unit.k8s.fakeapi import FakeApi, Reply, obj
 
 
 def node(name: str, **annotations: str) -> Node:
@@ -131,3 +131,40 @@ async def test_memory_cluster_phase_changes_bump_the_version() -> None:
     memory.delete_pod("default", "p")
     memory.delete_node("absent")  # deleting what is not there is a no-op
     assert memory.pods == {}
+
+
+# --- list_pods (the ledger audit's re-list) ------------------------------------------------------------------
+
+
+async def test_memory_list_pods_pages_one_snapshot_without_finished_pods() -> None:
+    memory = MemoryCluster()
+    for i in range(5):
+        memory.put_pod(pod(f"p{i}"))
+    memory.put_pod(Pod(metadata=ObjectMeta(name="done", namespace="default")))
+    memory.set_pod_phase("default", "done", "Succeeded")
+
+    pages = []
+    async for page in memory.list_pods(page_size=2):
+        pages.append(page)
+        memory.put_pod(pod("created-during-the-list"))  # a later write: not in this snapshot
+
+    assert [[p.metadata.name for p in page.items] for page in pages] == [["p0", "p1"], ["p2", "p3"], ["p4"]]
+    assert [page.first for page in pages] == [True, False, False]
+    assert [bool(page.continue_token) for page in pages] == [True, True, False]
+    assert len({page.resource_version for page in pages}) == 1
+    assert memory.calls == ["list_pods"]
+
+
+async def test_kube_list_pods_asks_for_unfinished_pods_page_by_page(api: FakeApi, client: KubeClient) -> None:
+    first = {"metadata": {"resourceVersion": "7", "continue": "tok"}, "items": [obj("a", "5"), obj("b", "6")]}
+    second = {"metadata": {"resourceVersion": "7"}, "items": [obj("c", "7")]}
+    api.script("GET", "/api/v1/pods", Reply(body=first), Reply(body=second))
+
+    pages = [page async for page in KubeCluster(client).list_pods(page_size=2)]
+
+    assert [[p.metadata.name for p in page.items] for page in pages] == [["a", "b"], ["c"]]
+    queries = [r.query for r in api.calls("GET", "/api/v1/pods")]
+    assert queries == [
+        {"limit": "2", "fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"},
+        {"limit": "2", "fieldSelector": "status.phase!=Succeeded,status.phase!=Failed", "continue": "tok"},
+    ]

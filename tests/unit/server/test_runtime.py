@@ -119,7 +119,7 @@ async def test_garbage_registration_is_reported_once_on_the_node_and_cleared_whe
             ObjectRef("Node", "bad", "", "bad"),
             "Warning",
             REGISTRATION_REFUSED,
-            f"NVIDIA devices of this node are not scheduled: registration refused: {problem}",
+            f"NVIDIA devices of node bad are not scheduled: registration refused: {problem}",
         )
     ]
     assert wired.runtime.quarantined == {"bad": {"NVIDIA": problem}}
@@ -231,3 +231,42 @@ def test_a_deleted_lease_ends_leadership() -> None:
 )
 def test_parse_bind(bind: str, expected: tuple[str, int]) -> None:
     assert parse_bind(bind) == expected
+
+
+@pytest.mark.parametrize(
+    ("vendor", "key", "value", "fragment"),
+    [
+        pytest.param(
+            "NVIDIA",
+            keys.NVIDIA_REGISTER,
+            '[{"id":"GPU-a","count":10,"devmem":10000,"devcore":100,"health":true},'
+            '{"id":"GPU-a","index":1,"count":10,"devmem":10000,"devcore":100,"health":true}]',
+            "hami.io/node-nvidia-register devices[1].id: device id repeated (index 1; devices[0] has the same id)",
+            id="nvidia-duplicate-id",
+        ),
+        pytest.param(
+            "DCU",
+            keys.HYGON_KEYS.register,
+            "DCU-0,4,-16384,100,DCU-Z100,0,true,0,hami-core:",
+            "hami.io/node-dcu-register devices[0].devmem: device 'DCU-0' (index 0): the memory in MiB must be between"
+            " 0 and 2147483647 (got -16384)",
+            id="hygon-negative-memory",
+        ),
+    ],
+)
+async def test_hostile_registration_is_reported_on_the_node_naming_node_device_field_and_value(
+    wired: Wired, vendor: str, key: str, value: str, fragment: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    node = stored(wired, Node(metadata=ObjectMeta(name="gpu-7", annotations={key: value})))
+
+    wired.node_event(node)
+    await wired.settle()
+
+    [event] = wired.world.cluster.events
+    assert (event.involved.name, event.type, event.reason) == ("gpu-7", "Warning", REGISTRATION_REFUSED)
+    assert event.message.startswith(f"{vendor} devices of node gpu-7 are not scheduled: registration refused: ")
+    assert fragment in event.message
+    assert fragment in wired.runtime.quarantined["gpu-7"][vendor]
+    assert any("gpu-7" in r.getMessage() and fragment in r.getMessage() for r in caplog.records)
+    samples = wired.runtime.metrics.registry.get_sample_value("hami_quarantined_nodes", {"vendor": vendor})
+    assert samples == 1
