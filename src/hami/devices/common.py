@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import combinations
+from math import comb
 from typing import Protocol
 
 from hami.devices.base import (
@@ -36,7 +37,15 @@ from hami.devices.table import DeviceTable
 from hami.protocol.allocation import ContainerDevice, PodDevices, decode_pod_devices, encode_pod_devices
 from hami.protocol.reasons import Reason, Rejection
 
-__all__ = ["SharedDeviceVendor", "best_combination", "device_score", "device_scores", "fit_shared", "worst_single"]
+__all__ = [
+    "EXHAUSTIVE_SUBSETS",
+    "SharedDeviceVendor",
+    "best_combination",
+    "device_score",
+    "device_scores",
+    "fit_shared",
+    "worst_single",
+]
 
 _CLOSEST = 3
 
@@ -89,8 +98,19 @@ def worst_single(ctx: FitContext, candidates: Sequence[Placement]) -> Placement:
     return best
 
 
+EXHAUSTIVE_SUBSETS = 50_000
+"""Above this many n-subsets, ``best_combination`` searches greedily instead of trying every subset. Every node of
+up to 16 GPUs stays exhaustive (C(16, 8) = 12,870); a registration with hundreds of devices cannot stall Filter."""
+
+
 def best_combination(ctx: FitContext, candidates: Sequence[Placement], n: int) -> tuple[int, tuple[Placement, ...]]:
-    """Several GPUs: the n-subset with the highest sum of pair scores (first in lexicographic order wins ties)."""
+    """Several GPUs: the n-subset with the highest sum of pair scores (first in lexicographic order wins ties).
+
+    Exhaustive as in HAMi while there are at most ``EXHAUSTIVE_SUBSETS`` subsets; beyond that (HAMi would try
+    them all, which never ends for a few hundred devices) a greedy search from every starting candidate.
+    """
+    if comb(len(candidates), n) > EXHAUSTIVE_SUBSETS:
+        return _greedy_combination(ctx, candidates, n)
     best: tuple[Placement, ...] = tuple(candidates[:n])
     best_score: int | None = None
     for combo in combinations(candidates, n):
@@ -98,6 +118,34 @@ def best_combination(ctx: FitContext, candidates: Sequence[Placement], n: int) -
         if best_score is None or score > best_score:
             best, best_score = combo, score
     return best_score or 0, best
+
+
+def _greedy_combination(ctx: FitContext, candidates: Sequence[Placement], n: int) -> tuple[int, tuple[Placement, ...]]:
+    """From each candidate in turn, add the candidate that raises the subset's score most (first wins ties);
+    keep the best subset found (O(len² · n²) pair look-ups). Scores are summed in candidate order, as above."""
+    best: tuple[Placement, ...] = tuple(candidates[:n])
+    best_score: int | None = None
+    for seed in range(len(candidates)):
+        chosen = [seed]
+        while len(chosen) < n:
+            gains = (
+                (sum(_pair(ctx, *_ordered(candidates, c, j)) for c in chosen), j)
+                for j in range(len(candidates))
+                if j not in chosen
+            )
+            _, pick = max(gains, key=lambda g: (g[0], -g[1]))
+            chosen.append(pick)
+        combo = tuple(candidates[i] for i in sorted(chosen))
+        score = sum(_pair(ctx, a.device.uuid, b.device.uuid) for a, b in combinations(combo, 2))
+        if best_score is None or score > best_score:
+            best, best_score = combo, score
+    return best_score or 0, best
+
+
+def _ordered(candidates: Sequence[Placement], i: int, j: int) -> tuple[str, str]:
+    """The pair's uuids in candidate order (pair scores are read one direction only: earlier → later)."""
+    a, b = (i, j) if i < j else (j, i)
+    return candidates[a].device.uuid, candidates[b].device.uuid
 
 
 def fit_shared(

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from math import comb
 from typing import Any
 
 import pytest
 
 from hami.devices.base import ContainerRequest, Fitted, Placement, QuotaCheck, Selector, Unfit
-from hami.devices.common import best_combination, device_score, fit_shared, worst_single
+from hami.devices.common import EXHAUSTIVE_SUBSETS, best_combination, device_score, fit_shared, worst_single
 from hami.devices.table import DeviceTable
 from hami.protocol.allocation import ContainerDevice
 from hami.protocol.inventory import DeviceInfo, MigPlacement
@@ -587,3 +588,27 @@ def test_fit_never_writes_the_table() -> None:
     before = [t.usage_of(i) for i in range(3)]
     fit(t, req(nums=3, memreq=100))
     assert [t.usage_of(i) for i in range(3)] == before
+
+
+def test_best_combination_over_hundreds_of_devices_finds_the_connected_set_without_trying_every_subset() -> None:
+    # 300 candidates choose 8 is about 1.5e15 subsets: exhaustive search would never end (a hostile or broken
+    # registration must not stall Filter). The greedy search finds the planted NVLink-like clique.
+    names = [f"g{i:03}" for i in range(300)]
+    clique = ["g017", "g050", "g101", "g150", "g199", "g230", "g260", "g299"]
+    scores = {a: {b: 100 for b in clique if b > a} for a in clique}
+    for i, a in enumerate(names):  # weak links everywhere else
+        scores.setdefault(a, {}).update({names[(i + 1) % 300]: 1})
+    assert comb(300, 8) > EXHAUSTIVE_SUBSETS
+    score, combo = best_combination(ctx(pair_scores=scores), _cands(*names), 8)
+    assert [p.device.uuid for p in combo] == clique
+    assert score == 28 * 100
+
+
+def test_the_greedy_search_reports_the_score_of_the_subset_it_returns() -> None:
+    names = [f"g{i:02}" for i in range(40)]
+    scores = {a: {b: (i * 7 + j * 3) % 11 - 3 for j, b in enumerate(names) if j > i} for i, a in enumerate(names)}
+    score, combo = best_combination(ctx(pair_scores=scores), _cands(*names), 6)
+    uuids = [p.device.uuid for p in combo]
+    assert len(set(uuids)) == 6
+    assert uuids == sorted(uuids)
+    assert score == sum(scores[a].get(b, 0) for k, a in enumerate(uuids) for b in uuids[k + 1 :])
