@@ -285,15 +285,25 @@ class Extender:
             return self._refuse_bind(
                 ns, name, node, "ExtenderBindingArgs.PodUID is empty; hami binds a pod only by its UID"
             )
+        named = Pod(metadata=ObjectMeta(name=name, namespace=ns, uid=uid))
         failed_commit = await self._settle(uid)
+        if failed_commit is not None:
+            # its /filter's annotation PATCH failed and rolled the reservation back (also when the pod of that
+            # name turned out to be another one: the PATCH carries the UID)
+            self.metrics.binds.labels("failed").inc()
+            message = f"binding {ns}/{name} to {node} failed: {failed_commit}"
+            self.cluster.event(named, WARNING, "BindingFailed", message)
+            return BindingResult(error=message)
         record = self.state.pods.get(uid)
         if record is not None and (record.namespace, record.name) != (ns, name):
             return self._refuse_bind(ns, name, node, f"UID {uid} belongs to pod {record.namespace}/{record.name}")
         watched = self.cluster.watched_pod(ns, name)
         if record is not None:
             # Reserved by our own /filter: no need to read the pod back (one API call less per bind).
-            pod = watched or Pod(metadata=ObjectMeta(name=name, namespace=ns, uid=uid))
+            pod = watched or named
             wants_devices = True
+        elif watched is not None and watched.metadata.uid != uid:
+            pod, wants_devices = watched, False  # refused below without an API call
         else:
             try:
                 pod = await self.cluster.get_pod(ns, name)
@@ -320,11 +330,6 @@ class Extender:
                 self.metrics.binds.labels("invalid").inc()
                 self.cluster.event(pod, WARNING, "BindingFailed", str(err))
                 return BindingResult(error=str(err))
-        if failed_commit is not None:
-            self.metrics.binds.labels("failed").inc()
-            message = f"binding {ns}/{name} to {node} failed: {failed_commit}"
-            self.cluster.event(pod, WARNING, "BindingFailed", message)
-            return BindingResult(error=message)
         if record is not None and record.node != node:
             message = f"binding {ns}/{name} to {node} refused: hami reserved its devices on {record.node}"
             self.metrics.binds.labels("failed").inc()
@@ -511,8 +516,7 @@ def _filter_refusal(pod: Pod, watched: Pod | None, record: PodRecord | None) -> 
             continue
         if copy.spec.node_name:
             return (
-                f"{who} (UID {uid}) is already bound to node {copy.spec.node_name}; "
-                "hami never places a bound pod again"
+                f"{who} (UID {uid}) is already bound to node {copy.spec.node_name}; hami never places a bound pod again"
             )
         if copy.status.phase in _NOT_PENDING:
             return f"{who} (UID {uid}) is {copy.status.phase}; hami places only pending pods"
