@@ -158,7 +158,7 @@ class Extender:
         if decision.node is None:
             self.metrics.decisions.labels("unschedulable").inc()
             self._failed_events(pod, decision, len(candidates))
-            if holds_devices(watched or pod) or holds_devices(pod):
+            if holds_devices(pod) or (watched is not None and holds_devices(watched)):
                 # The allocation of an earlier /filter whose bind never came (the pod is unbound, or it would
                 # not be filtered): left on the pod, the next watch event would charge it again and hold the
                 # devices while the pod stays pending (found by the extender tests). HAMi leaves it too.

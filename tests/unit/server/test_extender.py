@@ -757,6 +757,19 @@ async def test_filter_never_replaces_the_allocation_of_a_bound_or_running_pod(wo
     assert api_calls(world) == []
 
 
+async def test_a_body_without_a_uid_is_refused(world: World) -> None:
+    cluster_of_three(world)
+    body = gpu_pod("p1")
+    body.metadata.uid = ""
+    world.cluster.put_pod(gpu_pod("p1"))
+
+    result = await world.filter(body, ["n1"])
+
+    assert result == FilterResult(error=f"pod {NS}/p1: metadata.uid is empty; hami places a pod only under its UID")
+    assert world.state.pods == {}
+    assert world.pod("p1").metadata.annotations == {}
+
+
 async def test_a_body_naming_the_uid_of_another_pod_is_refused(world: World) -> None:
     cluster_of_three(world)
     running_pod(world)
