@@ -39,11 +39,17 @@ class StubCluster:
         name: str,
         annotations: Mapping[str, str | None],
         labels: Mapping[str, str | None] | None = None,
+        *,
+        uid: str,
+        resource_version: str | None = None,
     ) -> None:
         self.patches += 1
 
     async def get_pod(self, namespace: str, name: str) -> Pod:
         raise NotImplementedError
+
+    def watched_pod(self, namespace: str, name: str) -> Pod | None:
+        return None
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         return None

@@ -10,7 +10,7 @@ Every error hami raises on purpose is a :class:`HamiError`, so callers can catch
     ├── LedgerError             the usage ledger was asked to do something inconsistent
     ├── LockContention          a node lock is held by another live pod; carries ``node``, ``holder``, ``since``
     └── ApiError                a Kubernetes API call failed (``status`` is the HTTP status, 0 if none)
-        ├── Conflict            409: a precondition (resourceVersion) did not hold
+        ├── Conflict            409: a precondition (resourceVersion, UID) did not hold
         ├── NotFound            404
         └── Gone                410: the watch must relist
 
@@ -122,7 +122,8 @@ class ApiError(HamiError):
 
 
 class Conflict(ApiError):
-    """HTTP 409: the object changed under us (resourceVersion precondition failed)."""
+    """The object changed under us: a resourceVersion precondition failed (HTTP 409), or a UID precondition
+    did (409 for a Binding; 422 ``metadata.uid: field is immutable`` for a patch, kept in ``status``)."""
 
 
 class NotFound(ApiError):

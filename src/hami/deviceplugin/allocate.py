@@ -277,7 +277,9 @@ class Allocator:
         waiting_for = vendor_work_left(pod.metadata.annotations, update)
         done = not waiting_for
         patch: dict[str, str | None] = {**update, keys.BIND_PHASE: BindPhase.SUCCESS.value} if done else dict(update)
-        await self._cluster.patch_pod_metadata(pod.metadata.namespace, pod.metadata.name, annotations=patch)
+        await self._cluster.patch_pod_metadata(
+            pod.metadata.namespace, pod.metadata.name, annotations=patch, uid=pod.metadata.uid
+        )
         if not done:
             log.info(
                 "pod %s: keeping bind-phase %s, waiting for %s", pod.key, BindPhase.ALLOCATING, ", ".join(waiting_for)
@@ -289,7 +291,10 @@ class Allocator:
         log.error("allocation for pod %s failed: %s", pod.key, cause)
         try:
             await self._cluster.patch_pod_metadata(
-                pod.metadata.namespace, pod.metadata.name, annotations={keys.BIND_PHASE: BindPhase.FAILED.value}
+                pod.metadata.namespace,
+                pod.metadata.name,
+                annotations={keys.BIND_PHASE: BindPhase.FAILED.value},
+                uid=pod.metadata.uid,
             )
         except HamiError as exc:
             log.error("pod %s: cannot set bind-phase %s: %s", pod.key, BindPhase.FAILED, exc)

@@ -9,7 +9,12 @@ simulations. Semantics every implementation keeps:
   resourceVersion is not ``rv`` → :class:`~hami.errors.Conflict`, nothing written;
 * in annotation/label maps a ``None`` value deletes the key (JSON merge patch ``null``);
 * a missing object → :class:`~hami.errors.NotFound`;
-* ``bind`` with a UID that is not the pod's, or of a pod that already has a node → :class:`~hami.errors.Conflict`.
+* ``bind`` with a UID that is not the pod's, or of a pod that already has a node → :class:`~hami.errors.Conflict`;
+* ``patch_pod_metadata(..., uid=u)`` writes only if the pod is still the one with UID ``u`` (a pod deleted and
+  re-created under the same name has a new UID) and ``resource_version=rv`` only if it is still at ``rv``;
+  either failing → :class:`~hami.errors.Conflict`, nothing written. (The API server answers a UID mismatch
+  in a patch with 422 ``metadata.uid: field is immutable``, a stale resourceVersion with 409; both become
+  ``Conflict`` here, so callers need one ``except``.)
 """
 
 from __future__ import annotations
@@ -21,12 +26,13 @@ from typing import Protocol
 
 import msgspec
 
+from hami.errors import ApiError, Conflict
 from hami.k8s.client import KubeClient, ListPage
 from hami.k8s.records import ObjectRef, make_event
 from hami.k8s.resources import EVENTS, NODES, PODS
 from hami.protocol.objects import Node, Pod
 
-__all__ = ["LIVE_PODS", "ClusterClient", "KubeCluster", "WallClock", "utc_now"]
+__all__ = ["LIVE_PODS", "ClusterClient", "KubeCluster", "WallClock", "pod_replaced", "utc_now"]
 
 LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 """Field selector of ``list_pods``: finished pods hold no devices, and batch clusters keep many of them."""
@@ -37,6 +43,15 @@ WallClock = Callable[[], datetime]
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+def pod_replaced(namespace: str, name: str, uid: str, detail: str, status: int) -> Conflict:
+    """The error of a pod write whose UID precondition failed: the pod of that name is another one now."""
+    return Conflict(
+        f"pod {namespace}/{name} is no longer the pod with UID {uid} (deleted, or deleted and re-created); "
+        f"nothing written: {detail}",
+        status,
+    )
 
 
 class ClusterClient(Protocol):
@@ -52,8 +67,13 @@ class ClusterClient(Protocol):
         name: str,
         annotations: Mapping[str, str | None] | None = None,
         labels: Mapping[str, str | None] | None = None,
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
     ) -> Pod:
-        """Merge-patch the pod's annotations and labels (``None`` deletes a key); returns the patched pod."""
+        """Merge-patch the pod's annotations and labels (``None`` deletes a key); returns the patched pod.
+
+        ``uid`` and ``resource_version`` are preconditions (see the module docstring)."""
         ...
 
     async def patch_node_annotations(
@@ -75,8 +95,11 @@ def _metadata_patch(
     annotations: Mapping[str, str | None] | None,
     labels: Mapping[str, str | None] | None,
     resource_version: str | None = None,
+    uid: str | None = None,
 ) -> dict[str, object]:
     meta: dict[str, object] = {}
+    if uid:
+        meta["uid"] = uid  # the API server refuses the patch if the object's UID differs (it is immutable)
     if annotations:
         meta["annotations"] = dict(annotations)
     if labels:
@@ -106,9 +129,17 @@ class KubeCluster:
         name: str,
         annotations: Mapping[str, str | None] | None = None,
         labels: Mapping[str, str | None] | None = None,
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
     ) -> Pod:
-        body = _metadata_patch(annotations, labels)
-        return await self.client.patch(PODS, name, body, namespace=namespace, type=Pod)
+        body = _metadata_patch(annotations, labels, resource_version, uid)
+        try:
+            return await self.client.patch(PODS, name, body, namespace=namespace, type=Pod)
+        except ApiError as err:
+            if uid and err.status == 422 and "metadata.uid" in str(err):
+                raise pod_replaced(namespace, name, uid, str(err), err.status) from None
+            raise
 
     async def patch_node_annotations(
         self, name: str, annotations: Mapping[str, str | None], resource_version: str | None = None

@@ -1,7 +1,8 @@
 """The Kubernetes calls of the scheduler extender, assembled from the seam, the node lock and the event recorder.
 
 :class:`ExtenderIO` has the shape of ``hami.server.extender.ExtenderCluster`` (structurally; ``hami.k8s`` does
-not import the server): pod patches, pod GET and Binding go to a :class:`ClusterClient`, ``lock_node`` /
+not import the server): pod patches (with their UID and resourceVersion preconditions), pod GET and Binding go to
+a :class:`ClusterClient`, ``watched_pod`` to the pod watch's store, ``lock_node`` /
 ``unlock_node`` to a :class:`NodeLocker`, and ``event`` to an :class:`EventRecorder` (fire and forget). The same
 class serves the real cluster (``KubeCluster``) and unit tests or simulations (``MemoryCluster``).
 """
@@ -29,12 +30,15 @@ class ExtenderIO:
         locker: NodeLocker,
         recorder: EventRecorder,
         node_hint: Callable[[str], Node | None] | None = None,
+        pod_hint: Callable[[str, str], Pod | None] | None = None,
     ) -> None:
         self.cluster = cluster
         self.locker = locker
         self.recorder = recorder
         self.node_hint = node_hint
         """The node as the watch last saw it (saves the lock's first GET when it shows no lock)."""
+        self.pod_hint = pod_hint
+        """``(namespace, name)`` → the pod as the watch last saw it (the identity checks of /filter and /bind)."""
 
     async def patch_pod_metadata(
         self,
@@ -42,11 +46,19 @@ class ExtenderIO:
         name: str,
         annotations: Mapping[str, str | None],
         labels: Mapping[str, str | None] | None = None,
+        *,
+        uid: str,
+        resource_version: str | None = None,
     ) -> None:
-        await self.cluster.patch_pod_metadata(namespace, name, annotations, labels)
+        await self.cluster.patch_pod_metadata(
+            namespace, name, annotations, labels, uid=uid, resource_version=resource_version
+        )
 
     async def get_pod(self, namespace: str, name: str) -> Pod:
         return await self.cluster.get_pod(namespace, name)
+
+    def watched_pod(self, namespace: str, name: str) -> Pod | None:
+        return self.pod_hint(namespace, name) if self.pod_hint is not None else None
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         await self.cluster.bind(namespace, name, uid, node)

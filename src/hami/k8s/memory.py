@@ -1,7 +1,8 @@
 """An in-memory cluster with the semantics of :class:`~hami.k8s.cluster.ClusterClient` (see that module).
 
 For unit tests of the server and for simulations: nodes and pods are put in directly, every write bumps a
-cluster-wide resourceVersion counter (as etcd does), stale resourceVersions get 409, missing objects 404.
+cluster-wide resourceVersion counter (as etcd does), stale resourceVersions get 409, a pod patch naming
+another UID 422 (both as ``Conflict``, as ``KubeCluster`` raises them), missing objects 404.
 Objects are copied in and out, so callers never share state with the cluster. :meth:`MemoryCluster.fail` makes
 the next call(s) of one operation raise a chosen error, to test failure paths.
 """
@@ -15,6 +16,7 @@ from typing import TypeVar
 
 from hami.errors import ApiError, Conflict, NotFound
 from hami.k8s.client import ListPage
+from hami.k8s.cluster import pod_replaced
 from hami.k8s.records import ObjectRef
 from hami.protocol.objects import Node, Pod
 
@@ -38,6 +40,14 @@ def _merge(target: dict[str, str], changes: Mapping[str, str | None] | None) -> 
             target.pop(key, None)
         else:
             target[key] = value
+
+
+def _modified(resource: str, name: str) -> Conflict:
+    return Conflict(
+        f'Operation cannot be fulfilled on {resource} "{name}": the object has been modified; '
+        "please apply your changes to the latest version and try again",
+        409,
+    )
 
 
 class MemoryCluster:
@@ -136,9 +146,18 @@ class MemoryCluster:
         name: str,
         annotations: Mapping[str, str | None] | None = None,
         labels: Mapping[str, str | None] | None = None,
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
     ) -> Pod:
         self._enter("patch_pod_metadata")
         pod = self._pod(namespace, name)
+        if uid and uid != pod.metadata.uid:
+            # what the API server answers (422), as KubeCluster turns it into a Conflict
+            detail = f'Pod "{name}" is invalid: metadata.uid: Invalid value: "{uid}": field is immutable'
+            raise pod_replaced(namespace, name, uid, detail, 422)
+        if resource_version is not None and resource_version != pod.metadata.resource_version:
+            raise _modified("pods", name)
         _merge(pod.metadata.annotations, annotations)
         _merge(pod.metadata.labels, labels)
         return copy.deepcopy(self._stamp(pod))
@@ -149,11 +168,7 @@ class MemoryCluster:
         self._enter("patch_node_annotations")
         node = self._node(name)
         if resource_version is not None and resource_version != node.metadata.resource_version:
-            raise Conflict(
-                f'Operation cannot be fulfilled on nodes "{name}": the object has been modified; '
-                "please apply your changes to the latest version and try again",
-                409,
-            )
+            raise _modified("nodes", name)
         _merge(node.metadata.annotations, annotations)
         return copy.deepcopy(self._stamp(node))
 

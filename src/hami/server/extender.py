@@ -1,8 +1,13 @@
 """The scheduler extender: ``/filter`` and ``/bind`` as named stages around the pure core.
 
-``filter`` = prefilter → (evict the pod's stale reservation) → decide → reserve → commit (annotation patch)
-→ answer; a failed commit runs ``unreserve``. ``bind`` = node lock → bind phase → Binding; any failure releases
-the lock and the reservation. Watch handlers keep ``ClusterState`` current, one event at a time.
+``filter`` = prefilter → identity → (evict the pod's stale reservation) → decide → reserve → commit (annotation
+patch) → answer; a failed commit runs ``unreserve``. ``bind`` = identity → node lock → bind phase → Binding; any
+failure releases the lock and the reservation. Watch handlers keep ``ClusterState`` current, one event at a time.
+
+Identity: every pod write carries the pod's UID as a precondition, and a write that replaces or removes an
+allocation also the resourceVersion it was decided on. /filter refuses a body whose UID is not the watched pod's
+of that name, and a pod already bound, running or finished; /bind requires ``PodUID`` and refuses one that is
+not the pod's — all before anything is reserved, locked or written.
 
 Concurrency: ``decide`` and ``reserve`` run back to back without an ``await`` between them, so two concurrent
 ``/filter`` calls can never be handed the same capacity: the second one sees the first one's reservation.
@@ -25,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from hami.devices.base import Vendor
-from hami.errors import ApiError, HamiError, InvalidInput, NotFound
+from hami.errors import ApiError, Conflict, HamiError, InvalidInput, NotFound
 from hami.protocol import keys
 from hami.protocol.events import binding_succeed_text, filtering_failed_texts, no_available_node_text
 from hami.protocol.extender import BindingArgs, BindingResult, FilterArgs, FilterResult
@@ -54,9 +59,17 @@ class ExtenderCluster(Protocol):
         name: str,
         annotations: Mapping[str, str | None],
         labels: Mapping[str, str | None] | None = None,
-    ) -> None: ...
+        *,
+        uid: str,
+        resource_version: str | None = None,
+    ) -> None:
+        """Merge-patch a pod, only if it is still the pod with ``uid`` (and, with ``resource_version``, still at
+        that version); raises ``Conflict`` otherwise, ``NotFound`` if there is no pod of that name."""
 
     async def get_pod(self, namespace: str, name: str) -> Pod: ...
+
+    def watched_pod(self, namespace: str, name: str) -> Pod | None:
+        """The pod of that name as the pod watch last saw it, or ``None`` if the watch has not seen it (yet)."""
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
 
@@ -126,6 +139,15 @@ class Extender:
         if problem is not None:
             self.metrics.decisions.labels("not-ready").inc()
             return FilterResult(error=problem)
+        # Identity first, before anything is forgotten, reserved or written: the body may be stale (a pod deleted
+        # and re-created under the same name) or forged, and the pod may already be bound or running.
+        watched = self.cluster.watched_pod(pod.metadata.namespace, pod.metadata.name)
+        refusal = _filter_refusal(pod, watched, self.state.pods.get(req.uid))
+        if refusal is not None:
+            self.metrics.decisions.labels("refused").inc()
+            log.warning("/filter refused: %s", refusal)
+            return FilterResult(error=refusal)
+        guard = _replace_guard(pod, watched)
         # A pod filtered again (bind failed, or kube-scheduler retried) must not count its old reservation;
         # an earlier commit still in flight finishes first, so patches of one pod never overtake each other.
         await self._settle(req.uid)
@@ -136,11 +158,11 @@ class Extender:
         if decision.node is None:
             self.metrics.decisions.labels("unschedulable").inc()
             self._failed_events(pod, decision, len(candidates))
-            if holds_devices(pod):
+            if holds_devices(pod) or (watched is not None and holds_devices(watched)):
                 # The allocation of an earlier /filter whose bind never came (the pod is unbound, or it would
                 # not be filtered): left on the pod, the next watch event would charge it again and hold the
                 # devices while the pod stays pending (found by the extender tests). HAMi leaves it too.
-                await self._release_allocation(pod, req.uid)
+                await self._release_allocation(pod, req.uid, guard)
             return self._failure_result(decision)
         reserve(self.state, req, decision)
         self.pending.add(req.uid)
@@ -148,10 +170,10 @@ class Extender:
             # kube-scheduler's scheduling cycle is serial and waits for this answer, so the annotation PATCH
             # runs beside it; /bind waits for it before binding (the device plugin reads the annotations only
             # after the pod is bound). A failed commit rolls the reservation back and fails that bind.
-            task = asyncio.get_running_loop().create_task(self._commit(pod, req.uid, decision))
+            task = asyncio.get_running_loop().create_task(self._commit(pod, req.uid, decision, guard))
             self.commits[req.uid] = task
         else:
-            message = await self._commit(pod, req.uid, decision)
+            message = await self._commit(pod, req.uid, decision, guard)
             if message is not None:
                 return FilterResult(error=message)
         self.metrics.decisions.labels("scheduled").inc()
@@ -160,16 +182,31 @@ class Extender:
             self.cluster.event(pod, NORMAL, "FilteredNodes", _rejection_text(decision))
         return self._success_result(decision, candidates, args)
 
-    async def _commit(self, pod: Pod, uid: str, decision: Decision) -> str | None:
-        """Write the allocation annotations; on failure undo the reservation. Returns the error text or None."""
+    async def _commit(self, pod: Pod, uid: str, decision: Decision, guard: str | None) -> str | None:
+        """Write the allocation annotations; on failure undo the reservation. Returns the error text or None.
+
+        The PATCH carries the pod's UID, so it never lands on another pod of the same name (deleted and
+        re-created since the body was read); ``guard`` (the resourceVersion the pod was read at, when an earlier
+        allocation is being replaced) makes it land only on that version of the pod.
+        """
         t1 = time.perf_counter()
         try:
             await self.cluster.patch_pod_metadata(
-                pod.metadata.namespace, pod.metadata.name, _with_bind_phase(decision), {keys.VGPU_NODE: decision.node}
+                pod.metadata.namespace,
+                pod.metadata.name,
+                _with_bind_phase(decision),
+                {keys.VGPU_NODE: decision.node},
+                uid=uid,
+                resource_version=guard,
             )
         except ApiError as err:
             if self.state.pods.get(uid) is not None and self.state.pods[uid].node == decision.node:
                 self._forget(uid)
+            if _pod_gone(err) and self.commits.get(uid) is asyncio.current_task():
+                # No pod with this UID exists any more, so no /bind for it can succeed: keeping the failed task
+                # for one would keep it for ever (a stale body sent again and again). /bind then finds the pod
+                # missing or of another UID and refuses on its own.
+                del self.commits[uid]
             self.metrics.api_errors.labels("patch_pod").inc()
             self.metrics.decisions.labels("commit-failed").inc()
             message = f"writing the allocation annotations failed: {err}"
@@ -242,37 +279,57 @@ class Extender:
             self.metrics.latency.labels("bind").observe(time.perf_counter() - started)
 
     async def _bind(self, args: BindingArgs) -> BindingResult:
-        ns, name, node = args.podnamespace, args.podname, args.node
-        failed_commit = await self._settle(args.poduid) if args.poduid else None
-        record = self.state.pods.get(args.poduid) if args.poduid else None
-        if record is not None and record.namespace == ns and record.name == name:
+        ns, name, node, uid = args.podnamespace, args.podname, args.node, args.poduid
+        if not uid:
+            # kube-scheduler always sends the UID; without it a request could name whichever pod has that name.
+            return self._refuse_bind(
+                ns, name, node, "ExtenderBindingArgs.PodUID is empty; hami binds a pod only by its UID"
+            )
+        named = Pod(metadata=ObjectMeta(name=name, namespace=ns, uid=uid))
+        failed_commit = await self._settle(uid)
+        if failed_commit is not None:
+            # its /filter's annotation PATCH failed and rolled the reservation back (also when the pod of that
+            # name turned out to be another one: the PATCH carries the UID)
+            self.metrics.binds.labels("failed").inc()
+            message = f"binding {ns}/{name} to {node} failed: {failed_commit}"
+            self.cluster.event(named, WARNING, "BindingFailed", message)
+            return BindingResult(error=message)
+        record = self.state.pods.get(uid)
+        if record is not None and (record.namespace, record.name) != (ns, name):
+            return self._refuse_bind(ns, name, node, f"UID {uid} belongs to pod {record.namespace}/{record.name}")
+        watched = self.cluster.watched_pod(ns, name)
+        if record is not None:
             # Reserved by our own /filter: no need to read the pod back (one API call less per bind).
-            pod = Pod(metadata=ObjectMeta(name=name, namespace=ns, uid=args.poduid))
+            pod = watched or named
             wants_devices = True
+        elif watched is not None and watched.metadata.uid != uid:
+            pod, wants_devices = watched, False  # refused below without an API call
         else:
             try:
                 pod = await self.cluster.get_pod(ns, name)
             except NotFound as err:
-                if args.poduid:
-                    self._forget(args.poduid)
                 self.metrics.binds.labels("pod-missing").inc()
                 return BindingResult(error=str(err))
             except ApiError as err:
                 self.metrics.api_errors.labels("get_pod").inc()
                 self.metrics.binds.labels("error").inc()
                 return BindingResult(error=str(err))
+            wants_devices = False  # decided below, once the pod is known to be the one asked for
+        refusal = _bind_refusal(pod, uid, node)
+        if refusal is not None:
+            if refusal == _ALREADY_BOUND:
+                # kube-scheduler repeats a bind whose answer it did not get: the pod runs there with its
+                # allocation; nothing is locked, written or released in its name.
+                self.metrics.binds.labels("already-bound").inc()
+                return BindingResult()
+            return self._refuse_bind(ns, name, node, refusal)
+        if record is None:
             try:
                 wants_devices = prefilter(pod, self.vendors, self.defaults).wants_devices
             except InvalidInput as err:
                 self.metrics.binds.labels("invalid").inc()
                 self.cluster.event(pod, WARNING, "BindingFailed", str(err))
                 return BindingResult(error=str(err))
-        uid = args.poduid or pod.metadata.uid
-        if failed_commit is not None:
-            self.metrics.binds.labels("failed").inc()
-            message = f"binding {ns}/{name} to {node} failed: {failed_commit}"
-            self.cluster.event(pod, WARNING, "BindingFailed", message)
-            return BindingResult(error=message)
         if record is not None and record.node != node:
             message = f"binding {ns}/{name} to {node} refused: hami reserved its devices on {record.node}"
             self.metrics.binds.labels("failed").inc()
@@ -296,25 +353,33 @@ class Extender:
                 await self.cluster.lock_node(node, ns, name)
                 locked = True
                 if record is None:  # not committed by this process: mark the bind phase now, as HAMi does
+                    # on the version just read (unbound, allocated on this node): replaced only if still so
                     now = str(int(self.clock()))
                     await self.cluster.patch_pod_metadata(
-                        ns, name, {keys.BIND_PHASE: "allocating", keys.BIND_TIME: now}
+                        ns,
+                        name,
+                        {keys.BIND_PHASE: "allocating", keys.BIND_TIME: now},
+                        uid=uid,
+                        resource_version=pod.metadata.resource_version or None,
                     )
             await self.cluster.bind(ns, name, uid, node)
         except HamiError as err:
-            if await self._already_bound(ns, name, node, locked):
+            fresh = await self._fresh(ns, name)
+            if fresh is not None and fresh.metadata.uid == uid and fresh.spec.node_name == node:
                 # kube-scheduler retried a bind that had gone through (its request timed out): the pod runs
                 # there with its allocation, so releasing anything now would free devices still in use.
+                if locked and fresh.metadata.annotations.get(keys.BIND_PHASE) in ("success", "failed"):
+                    await self._unlock(node, ns, name, "a repeated bind")
                 self.metrics.binds.labels("already-bound").inc()
                 return BindingResult()
             message = f"binding {ns}/{name} to {node} failed: {err}"
             if locked:
-                try:
-                    await self.cluster.unlock_node(node, ns, name)
-                except ApiError as unlock_err:
-                    self.metrics.api_errors.labels("unlock_node").inc()
-                    log.warning("releasing the lock on %s after a failed bind failed: %s", node, unlock_err)
-            await self._release_allocation(pod, uid)
+                await self._unlock(node, ns, name, "a failed bind")
+            if fresh is not None and fresh.metadata.uid == uid and fresh.spec.node_name:
+                self._forget(uid)  # bound elsewhere meanwhile: its annotations are not ours to remove
+            else:
+                guard = fresh.metadata.resource_version if fresh is not None and fresh.metadata.uid == uid else None
+                await self._release_allocation(pod, uid, guard or None)
             self.metrics.binds.labels("failed").inc()
             self.cluster.event(pod, WARNING, "BindingFailed", message)
             return BindingResult(error=message)
@@ -322,27 +387,34 @@ class Extender:
         self.cluster.event(pod, NORMAL, "BindingSucceed", binding_succeed_text(node, ns, name))
         return BindingResult()
 
-    async def _already_bound(self, ns: str, name: str, node: str, locked: bool) -> bool:
-        """After a failed bind: is the pod nevertheless bound to ``node``? Then the earlier bind succeeded.
+    def _refuse_bind(self, ns: str, name: str, node: str, reason: str) -> BindingResult:
+        """A /bind that names no pod, another pod, or a pod that may not be bound: refused before anything is
+        locked or written (no event: the pod it names may not be the one kube-scheduler means; kube-scheduler
+        records the answer on its own pod)."""
+        message = f"binding {ns}/{name} to {node} refused: {reason}"
+        self.metrics.binds.labels("refused").inc()
+        log.warning("/bind %s", message)
+        return BindingResult(error=message)
 
-        The node lock is released only if the device plugin is done with the pod (bind phase success or failed);
-        otherwise it still needs it for kubelet's Allocate.
-        """
+    async def _fresh(self, ns: str, name: str) -> Pod | None:
+        """The pod as the API holds it now, or ``None`` if it cannot be read."""
         try:
-            pod = await self.cluster.get_pod(ns, name)
+            return await self.cluster.get_pod(ns, name)
         except ApiError:
-            return False
-        if pod.spec.node_name != node:
-            return False
-        if locked and pod.metadata.annotations.get(keys.BIND_PHASE) in ("success", "failed"):
-            try:
-                await self.cluster.unlock_node(node, ns, name)
-            except ApiError as err:
-                log.warning("releasing the lock on %s after a repeated bind failed: %s", node, err)
-        return True
+            return None
 
-    async def _release_allocation(self, pod: Pod, uid: str) -> None:
-        """After a failed bind: drop the reservation and the annotations that would re-create it."""
+    async def _unlock(self, node: str, ns: str, name: str, after: str) -> None:
+        try:
+            await self.cluster.unlock_node(node, ns, name)
+        except ApiError as err:
+            self.metrics.api_errors.labels("unlock_node").inc()
+            log.warning("releasing the lock on %s after %s failed: %s", node, after, err)
+
+    async def _release_allocation(self, pod: Pod, uid: str, guard: str | None = None) -> None:
+        """After a failed bind: drop the reservation and the annotations that would re-create it.
+
+        The removal is written only to the pod with ``uid`` and, with ``guard``, only to that resourceVersion of
+        it (the version read when deciding it holds no devices in use)."""
         self._forget(uid)
         removals: dict[str, str | None] = {
             keys.VGPU_NODE: None,
@@ -357,7 +429,12 @@ class Extender:
         removals[keys.NVIDIA_MIG_ALLOCATIONS] = None
         try:
             await self.cluster.patch_pod_metadata(
-                pod.metadata.namespace, pod.metadata.name, removals, {keys.VGPU_NODE: None}
+                pod.metadata.namespace,
+                pod.metadata.name,
+                removals,
+                {keys.VGPU_NODE: None},
+                uid=uid,
+                resource_version=guard,
             )
         except ApiError as err:
             self.metrics.api_errors.labels("patch_pod").inc()
@@ -411,6 +488,76 @@ class Extender:
             return
         for problem in self.state.upsert_quota(quota):
             log.warning("%s", problem)
+
+
+_NOT_PENDING = frozenset({"Running", "Succeeded", "Failed"})
+_ALREADY_BOUND = "already bound to that node"
+
+
+def _filter_refusal(pod: Pod, watched: Pod | None, record: PodRecord | None) -> str | None:
+    """Why /filter must not place ``pod`` (the request's body), or ``None``.
+
+    ``watched`` is the pod of that name in the watch cache, ``record`` the ledger's record under the body's UID.
+    A pod the watch has not seen yet (just created) is placed: the UID precondition of the PATCH guards it.
+    """
+    ns, name, uid = pod.metadata.namespace, pod.metadata.name, pod.metadata.uid
+    who = f"pod {ns}/{name}"
+    if not uid:
+        return f"{who}: metadata.uid is empty; hami places a pod only under its UID"
+    if watched is not None and watched.metadata.uid != uid:
+        return (
+            f"{who}: the request is for UID {uid}, but the pod of that name is UID {watched.metadata.uid} "
+            "(deleted and re-created, or a stale or forged request); nothing reserved or written"
+        )
+    if record is not None and (record.namespace, record.name) != (ns, name):
+        return f"{who}: UID {uid} belongs to pod {record.namespace}/{record.name}; nothing reserved or written"
+    for copy in (pod, watched):
+        if copy is None:
+            continue
+        if copy.spec.node_name:
+            return (
+                f"{who} (UID {uid}) is already bound to node {copy.spec.node_name}; hami never places a bound pod again"
+            )
+        if copy.status.phase in _NOT_PENDING:
+            return f"{who} (UID {uid}) is {copy.status.phase}; hami places only pending pods"
+    return None
+
+
+def _replace_guard(pod: Pod, watched: Pod | None) -> str | None:
+    """The resourceVersion precondition for writing the pod's allocation, or ``None`` for the UID alone.
+
+    A pod that carries no allocation yet gets one added, guarded by its UID only: kube-scheduler's status
+    updates of a pending pod would otherwise fail the write for nothing. A pod that carries one (an earlier
+    /filter whose bind failed or never came) has it replaced or removed, and that is done only on the version
+    that was read (the watch's, else the body's): if the pod has moved on since (bound, its bind phase set),
+    the write fails with 409 and the reservation is rolled back.
+    """
+    current = watched or pod
+    if not (holds_devices(pod) or holds_devices(current)):
+        return None
+    return current.metadata.resource_version or None
+
+
+def _bind_refusal(pod: Pod, uid: str, node: str) -> str | None:
+    """Why a /bind of ``pod`` under ``uid`` to ``node`` must not go ahead, or ``None``; ``_ALREADY_BOUND`` when
+    it is bound there already (then there is nothing to do)."""
+    if pod.metadata.uid != uid:
+        return (
+            f"the request is for UID {uid}, but the pod of that name is UID {pod.metadata.uid} "
+            "(deleted and re-created, or a stale or forged request)"
+        )
+    if pod.spec.node_name == node:
+        return _ALREADY_BOUND
+    if pod.spec.node_name:
+        return f"the pod is already bound to node {pod.spec.node_name}"
+    if pod.status.phase in _NOT_PENDING:
+        return f"the pod is {pod.status.phase}"
+    return None
+
+
+def _pod_gone(err: ApiError) -> bool:
+    """No pod with the UID written against exists: not found, or the UID precondition failed (422)."""
+    return isinstance(err, NotFound) or (isinstance(err, Conflict) and err.status == 422)
 
 
 def decision_policy(decision: Decision) -> str:

@@ -265,13 +265,20 @@ class Runtime:
             events = EventRecorder(KubeCluster(event_client, instance=self.identity), s.scheduler_name)
             synced: dict[str, bool] = {"nodes": False, "pods": False, "quotas": False}
             watched_nodes: Mapping[str, Node] = {}  # the node reflector's store, once it exists
+            watched_pods: Mapping[str, Pod] = {}  # the pod reflector's store (identity checks), once it exists
             readiness = Readiness(synced=lambda: all(synced.values()), leader=self.is_leader)
             extender = Extender(
                 state=self.state,
                 vendors=self.vendors,
                 defaults=SchedulingDefaults(s.node_scheduler_policy, s.gpu_scheduler_policy),
                 # late binding: the node reflector (and its store) is created below
-                cluster=ExtenderIO(cluster, locker, events, node_hint=lambda name: watched_nodes.get(name)),  # noqa: PLW0108
+                cluster=ExtenderIO(
+                    cluster,
+                    locker,
+                    events,
+                    node_hint=lambda name: watched_nodes.get(name),  # noqa: PLW0108
+                    pod_hint=lambda ns, name: watched_pods.get(f"{ns}/{name}"),
+                ),
                 metrics=self.metrics,
                 readiness=readiness,
             )
@@ -297,6 +304,7 @@ class Runtime:
             pods = Reflector(client, PODS, Pod, Callbacks(self._on_pod(extender, locker, supervisor), mark("pods")))
             quotas = Reflector(client, RESOURCE_QUOTAS, ResourceQuota, Callbacks(extender.on_quota, mark("quotas")))
             watched_nodes = nodes.store
+            watched_pods = pods.store
             supervisor.start(nodes.run(), name="watch-nodes")
             supervisor.start(pods.run(), name="watch-pods")
             supervisor.start(quotas.run(), name="watch-quotas")

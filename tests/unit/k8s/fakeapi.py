@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from hami.errors import ApiError
+from hami.errors import ApiError, Conflict
 from hami.k8s.memory import MemoryCluster
 from hami.k8s.records import ObjectRef
 
@@ -144,7 +144,18 @@ class FakeApi:
                 return await m.get_pod(ns, name)
             case "PATCH", ["api", "v1", "namespaces", ns, "pods", name]:
                 meta = body["metadata"]
-                return await m.patch_pod_metadata(ns, name, meta.get("annotations"), meta.get("labels"))
+                try:
+                    return await m.patch_pod_metadata(
+                        ns,
+                        name,
+                        meta.get("annotations"),
+                        meta.get("labels"),
+                        uid=meta.get("uid"),
+                        resource_version=meta.get("resourceVersion"),
+                    )
+                except Conflict as exc:  # answer as the API server does: a UID mismatch is 422, not 409
+                    detail = str(exc).rpartition("nothing written: ")[2] if exc.status == 422 else str(exc)
+                    raise ApiError(detail, exc.status) from None
             case "POST", ["api", "v1", "namespaces", ns, "pods", name, "binding"]:
                 assert (body["metadata"]["name"], body["metadata"]["namespace"]) == (name, ns)
                 await m.bind(ns, name, body["metadata"].get("uid", ""), body["target"]["name"])

@@ -62,6 +62,29 @@ async def test_pod_metadata_patch_sets_and_removes_annotations_and_labels(seam: 
         await seam.cluster.patch_pod_metadata("ns", "missing", annotations={"a": "b"})
 
 
+async def test_pod_patch_for_another_uid_or_a_stale_version_is_a_conflict_and_writes_nothing(seam: Seam) -> None:
+    stored = seam.backing.put_pod(Pod(metadata=ObjectMeta(name="p", namespace="ns", uid="u1")))
+    version = stored.metadata.resource_version
+
+    with pytest.raises(Conflict) as replaced:  # a pod deleted and re-created under the same name
+        await seam.cluster.patch_pod_metadata("ns", "p", annotations={"a": "1"}, uid="u0")
+    with pytest.raises(Conflict) as stale:
+        await seam.cluster.patch_pod_metadata("ns", "p", annotations={"a": "1"}, uid="u1", resource_version="0")
+
+    assert replaced.value.status == 422  # as the API server answers (verified in tests/e2e/test_identity.py)
+    assert str(replaced.value) == (
+        "pod ns/p is no longer the pod with UID u0 (deleted, or deleted and re-created); nothing written: "
+        'Pod "p" is invalid: metadata.uid: Invalid value: "u0": field is immutable'
+    )
+    assert stale.value.status == 409
+    assert seam.backing.pods[("ns", "p")].metadata.annotations == {}
+    assert seam.backing.pods[("ns", "p")].metadata.resource_version == version
+    patched = await seam.cluster.patch_pod_metadata(
+        "ns", "p", annotations={"a": "1"}, uid="u1", resource_version=version
+    )
+    assert patched.metadata.annotations == {"a": "1"}
+
+
 async def test_bind_assigns_the_node_once_and_checks_the_uid(seam: Seam) -> None:
     stored = seam.backing.put_pod(pod("p"))
     with pytest.raises(Conflict, match="UID in precondition"):

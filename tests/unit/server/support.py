@@ -121,6 +121,8 @@ class World:
     locker: NodeLocker
     readiness: dict[str, bool] = field(default_factory=lambda: {"synced": True, "leader": True})
     """What the extender's ``Readiness`` reports; a test flips ``synced`` or ``leader``."""
+    watched: dict[tuple[str, str], Pod] = field(default_factory=dict)
+    """The pod watch's store as the extender sees it (``watched_pod``): what ``add_pod``/``deliver`` handed over."""
 
     @property
     def state(self) -> ClusterState:
@@ -137,13 +139,23 @@ class World:
 
     def add_pod(self, pod: Pod) -> Pod:
         stored = self.cluster.put_pod(pod)
+        self.watched[(stored.metadata.namespace, stored.metadata.name)] = stored
         self.extender.on_pod(stored)
         return stored
 
     def deliver(self, namespace: str, name: str) -> Pod:
         """Hand the pod's current version to the extender, as the pod watch would after a write."""
         pod = self.cluster.pods[(namespace, name)]
+        self.watched[(namespace, name)] = pod
         self.extender.on_pod(pod)
+        return pod
+
+    def remove_pod(self, name: str, namespace: str = NS) -> Pod:
+        """Delete the pod and deliver the deletion, as the pod watch would."""
+        pod = self.cluster.pods[(namespace, name)]
+        self.cluster.delete_pod(namespace, name)
+        self.watched.pop((namespace, name), None)
+        self.extender.on_pod(pod, deleted=True)
         return pod
 
     def pod(self, name: str, namespace: str = NS) -> Pod:
@@ -195,14 +207,15 @@ def make_world(
     locker = NodeLocker(io, clock=lambda: NOW_DT)
     recorder = EventRecorder(io, "hami-scheduler")
     flags = {"synced": True, "leader": True}
+    watched: dict[tuple[str, str], Pod] = {}
     extender = Extender(
         state=state,
         vendors=vendors,
         defaults=defaults or SchedulingDefaults(),
-        cluster=ExtenderIO(io, locker, recorder),
+        cluster=ExtenderIO(io, locker, recorder, pod_hint=lambda ns, name: watched.get((ns, name))),
         metrics=Metrics(lambda: state),
         readiness=Readiness(synced=lambda: flags["synced"], leader=lambda: flags["leader"]),
         clock=lambda: float(NOW),
         background_commit=background_commit,
     )
-    return World(memory, extender, recorder, locker, flags)
+    return World(memory, extender, recorder, locker, flags, watched)

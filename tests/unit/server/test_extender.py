@@ -671,6 +671,294 @@ async def test_bind_lock_write_failure_is_reported_and_releases_the_allocation(w
     assert world.pod("p1").spec.node_name == ""
 
 
+# --- identity: stale, forged and already-bound pods -------------------------------------------------------
+
+RUNNING_ALLOCATION = {
+    keys.VGPU_NODE: "n1",
+    keys.VGPU_TIME: str(NOW - 60),
+    NVIDIA.allocated: "GPU-n1-0,NVIDIA,20000,30:;",
+    keys.BIND_PHASE: "success",
+}
+
+
+def running_pod(world: World, name: str = "web") -> Pod:
+    """A pod hami placed earlier, now bound and running on n1 with 20000 MiB of GPU-n1-0 (delivered by the watch)."""
+    pod = gpu_pod(name, mem=20000, annotations=RUNNING_ALLOCATION, phase="Running")
+    pod.spec.node_name = "n1"
+    return world.add_pod(pod)
+
+
+def api_calls(world: World) -> list[str]:
+    return [c for c in world.cluster.calls if c != "emit_event"]
+
+
+def card_memory(world: World) -> dict[str, int]:
+    """MiB in use per card, recounted from every pod's annotations (the API's truth, not the ledger)."""
+    return {uuid: mem for uuid, (_, mem, _) in usage_from_annotations(world.cluster.pods.values()).items()}
+
+
+async def test_a_forged_filter_for_a_running_pod_changes_nothing(world: World) -> None:
+    # The attack of issue 11: another tenant's running pod named with a made-up UID; before, hami rewrote its
+    # allocation and the ledger, and the next honest pod landed on the card the running pod really uses.
+    cluster_of_three(world)
+    running_pod(world)
+    before = world.pod("web")
+    forged = gpu_pod("web", mem=1000)  # pending, unbound, no allocation
+    forged.metadata.uid = "made-up"
+    world.cluster.calls.clear()
+
+    result = await world.filter(forged, ["n1", "n2"])
+
+    assert result == FilterResult(
+        error=(
+            f"pod {NS}/web: the request is for UID made-up, but the pod of that name is UID uid-web (deleted and "
+            "re-created, or a stale or forged request); nothing reserved or written"
+        )
+    )
+    assert world.pod("web") == before
+    assert world.usage() == {"GPU-n1-0": (1, 20000, 30)}
+    assert world.state.verify() == []
+    assert world.extender.pending == set()
+    assert world.extender.commits == {}
+    assert api_calls(world) == []
+    assert world.metrics.registry.get_sample_value("hami_filter_decisions_total", {"result": "refused"}) == 1
+
+    honest = world.add_pod(gpu_pod("p1", mem=10000))
+    assert (await world.filter(honest, ["n1"])).node_names == ["n1"]
+    world.deliver(NS, "p1")
+    assert card_memory(world) == {"GPU-n1-0": 20000, "GPU-n1-1": 10000}  # not 30000 on a 24000 MiB card
+    assert world.usage() == {"GPU-n1-0": (1, 20000, 30), "GPU-n1-1": (1, 10000, 30)}
+
+
+@pytest.mark.parametrize("where", ["watch", "body-bound", "body-running"])
+async def test_filter_never_replaces_the_allocation_of_a_bound_or_running_pod(world: World, where: str) -> None:
+    # With the pod's real UID: the watch knows it is bound, or the body says it is bound or running.
+    cluster_of_three(world)
+    stored = running_pod(world)
+    body = gpu_pod("web", mem=1000)
+    if where == "body-bound":
+        body.spec.node_name = "n2"
+    elif where == "body-running":
+        body.status.phase = "Running"
+    if where != "watch":
+        world.watched.clear()  # the watch has not seen the pod: the body alone must be enough
+    world.cluster.calls.clear()
+
+    result = await world.filter(body, ["n1", "n2"])
+
+    expected = {
+        "watch": f"pod {NS}/web (UID uid-web) is already bound to node n1; hami never places a bound pod again",
+        "body-bound": f"pod {NS}/web (UID uid-web) is already bound to node n2; hami never places a bound pod again",
+        "body-running": f"pod {NS}/web (UID uid-web) is Running; hami places only pending pods",
+    }
+    assert result == FilterResult(error=expected[where])
+    assert world.pod("web") == stored
+    assert world.usage() == {"GPU-n1-0": (1, 20000, 30)}  # its ledger record was not forgotten either
+    assert api_calls(world) == []
+
+
+async def test_a_body_without_a_uid_is_refused(world: World) -> None:
+    cluster_of_three(world)
+    body = gpu_pod("p1")
+    body.metadata.uid = ""
+    world.cluster.put_pod(gpu_pod("p1"))
+
+    result = await world.filter(body, ["n1"])
+
+    assert result == FilterResult(error=f"pod {NS}/p1: metadata.uid is empty; hami places a pod only under its UID")
+    assert world.state.pods == {}
+    assert world.pod("p1").metadata.annotations == {}
+
+
+async def test_a_body_naming_the_uid_of_another_pod_is_refused(world: World) -> None:
+    cluster_of_three(world)
+    running_pod(world)
+    body = gpu_pod("elsewhere", mem=1000)  # not in the watch yet, but carrying web's UID
+    body.metadata.uid = "uid-web"
+
+    result = await world.filter(body, ["n1", "n2"])
+
+    assert result.error == f"pod {NS}/elsewhere: UID uid-web belongs to pod {NS}/web; nothing reserved or written"
+    assert world.usage() == {"GPU-n1-0": (1, 20000, 30)}
+
+
+async def test_a_stale_body_after_delete_and_recreate_reserves_and_writes_nothing(world: World) -> None:
+    # kube-scheduler's cache can still hold web-0 after it was deleted and re-created under the same name.
+    cluster_of_three(world)
+    old = world.add_pod(gpu_pod("web-0"))
+    world.remove_pod("web-0")
+    recreated = gpu_pod("web-0")
+    recreated.metadata.uid = "uid-web-0-new"
+    new = world.add_pod(recreated)
+    world.cluster.calls.clear()
+
+    result = await world.filter(old, ["n1", "n2"])
+    bind = await world.extender.bind(BindingArgs("web-0", NS, "uid-web-0", "n1"))
+
+    assert result.error == (
+        f"pod {NS}/web-0: the request is for UID uid-web-0, but the pod of that name is UID uid-web-0-new "
+        "(deleted and re-created, or a stale or forged request); nothing reserved or written"
+    )
+    assert bind.error == (
+        f"binding {NS}/web-0 to n1 refused: the request is for UID uid-web-0, but the pod of that name is UID "
+        "uid-web-0-new (deleted and re-created, or a stale or forged request)"
+    )
+    assert world.state.pods == {}
+    assert world.extender.pending == set()
+    assert world.extender.commits == {}
+    assert world.pod("web-0").metadata.annotations == {}
+    assert lock_of(world, "n1") is None
+    assert api_calls(world) == []  # the watch answered both; nothing was read or written
+    assert world.metrics.registry.get_sample_value("hami_bind_results_total", {"result": "refused"}) == 1
+
+    assert (await world.filter(new, ["n1"])).node_names == ["n1"]  # the new pod schedules as usual
+    assert allocation_of(world.pod("web-0"))[keys.VGPU_NODE] == "n1"
+    world.remove_pod("web-0")
+    assert world.state.pods == {}
+    assert world.usage() == {}
+
+
+@pytest.mark.parametrize("bind_comes", ["while-committing", "after-the-commit"])
+async def test_when_the_watch_lags_the_uid_precondition_refuses_the_commit_and_releases_it(
+    world: World, bind_comes: str
+) -> None:
+    # The watch has delivered the deletion but not the re-created pod: /filter cannot tell them apart, so the
+    # annotation PATCH (carrying the old UID) is what refuses; the reservation is rolled back, the bind fails.
+    cluster_of_three(world)
+    old = world.add_pod(gpu_pod("web-0"))
+    world.remove_pod("web-0")
+    recreated = gpu_pod("web-0")
+    recreated.metadata.uid = "uid-web-0-new"
+    world.cluster.put_pod(recreated)  # not delivered yet
+
+    result = await world.filter(old, ["n1"], settle=False)
+    assert result.node_names == ["n1"]  # answered before the PATCH
+    if bind_comes == "after-the-commit":
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert world.extender.commits == {}  # a commit for a pod that is gone is not kept for a bind
+        assert world.state.pods == {}
+    bind = await world.extender.bind(BindingArgs("web-0", NS, "uid-web-0", "n1"))
+
+    replaced = (
+        f"pod {NS}/web-0 is no longer the pod with UID uid-web-0 (deleted, or deleted and re-created); nothing "
+        'written: Pod "web-0" is invalid: metadata.uid: Invalid value: "uid-web-0": field is immutable'
+    )
+    expected = {
+        "while-committing": f"binding {NS}/web-0 to n1 failed: writing the allocation annotations failed: {replaced}",
+        "after-the-commit": (
+            f"binding {NS}/web-0 to n1 refused: the request is for UID uid-web-0, but the pod of that name is UID "
+            "uid-web-0-new (deleted and re-created, or a stale or forged request)"
+        ),
+    }
+    assert bind.error == expected[bind_comes]
+    assert world.state.pods == {}
+    assert world.usage() == {}
+    assert world.extender.pending == set()
+    assert world.extender.commits == {}
+    assert world.pod("web-0").metadata.annotations == {}
+    assert world.pod("web-0").spec.node_name == ""
+    assert lock_of(world, "n1") is None
+
+
+async def test_replacing_an_allocation_is_written_only_on_the_version_it_was_decided_on(world: World) -> None:
+    # An allocation from an earlier /filter (its bind never came) is replaced only if the pod is still the
+    # version hami read; here it has moved on since, so the PATCH gets 409 and the reservation is rolled back.
+    cluster_of_three(world)
+    earlier = {keys.VGPU_NODE: "n2", keys.VGPU_TIME: str(NOW - 5), NVIDIA.allocated: "GPU-n2-0,NVIDIA,3000,30:;"}
+    pod = world.add_pod(gpu_pod("p1", annotations=earlier))
+    await world.cluster.patch_pod_metadata(NS, "p1", {"example.com/touched": "yes"})  # not delivered yet
+
+    result = await world.filter(pod, ["n1"])
+
+    assert result.node_names == ["n1"]  # answered before the PATCH
+    assert allocation_of(world.pod("p1")) == {k: v for k, v in earlier.items() if k in ALLOCATION_KEYS}
+    assert world.usage() == {}  # the new reservation is rolled back...
+    world.deliver(NS, "p1")
+    assert world.usage() == {"GPU-n2-0": (1, 3000, 30)}  # ...and the allocation on the pod counts again
+    assert world.state.verify() == []
+
+
+@pytest.mark.parametrize("uid", ["", "made-up"])
+async def test_bind_without_or_with_a_wrong_uid_locks_and_writes_nothing(world: World, uid: str) -> None:
+    # The attack of issue 11: a /bind without PodUID reset a running pod's bind phase to allocating and took the
+    # node lock in its name, so every GPU bind on that node failed for 5 minutes.
+    cluster_of_three(world)
+    running_pod(world)
+    before = world.pod("web")
+    world.cluster.calls.clear()
+
+    result = await world.extender.bind(BindingArgs("web", NS, uid, "n1"))
+
+    reason = (
+        "ExtenderBindingArgs.PodUID is empty; hami binds a pod only by its UID"
+        if not uid
+        else (
+            "the request is for UID made-up, but the pod of that name is UID uid-web "
+            "(deleted and re-created, or a stale or forged request)"
+        )
+    )
+    assert result.error == f"binding {NS}/web to n1 refused: {reason}"
+    assert world.pod("web") == before  # bind phase still success
+    assert lock_of(world, "n1") is None
+    assert api_calls(world) == []  # refused from the request and the watch alone
+    assert world.usage() == {"GPU-n1-0": (1, 20000, 30)}
+    assert world.metrics.registry.get_sample_value("hami_bind_results_total", {"result": "refused"}) == 1
+
+
+@pytest.mark.parametrize("known", ["watched", "read-back"])
+async def test_bind_of_a_running_pod_takes_no_lock_and_writes_nothing(world: World, known: str) -> None:
+    cluster_of_three(world)
+    running_pod(world)
+    if known == "read-back":  # a restarted hami whose watch has not listed the pod yet: it reads it back
+        world.watched.clear()
+        world.extender.on_pod(world.pod("web"), deleted=True)
+    before = world.pod("web")
+    world.cluster.calls.clear()
+
+    same = await world.extender.bind(BindingArgs("web", NS, "uid-web", "n1"))
+    other = await world.extender.bind(BindingArgs("web", NS, "uid-web", "n2"))
+
+    assert same.error == ""  # kube-scheduler repeating a bind that went through
+    assert other.error == f"binding {NS}/web to n2 refused: the pod is already bound to node n1"
+    assert world.pod("web") == before
+    assert lock_of(world, "n1") is None
+    assert lock_of(world, "n2") is None
+    assert api_calls(world) == ([] if known == "watched" else ["get_pod", "get_pod"])
+    assert world.metrics.registry.get_sample_value("hami_bind_results_total", {"result": "already-bound"}) == 1
+
+
+class _PodWrittenDuringLock(MemoryCluster):
+    """A cluster where someone else writes the pod while hami takes the node lock (between its GET and PATCH)."""
+
+    async def patch_node_annotations(
+        self, name: str, annotations: Mapping[str, str | None], resource_version: str | None = None
+    ) -> Node:
+        node = await super().patch_node_annotations(name, annotations, resource_version)
+        for (namespace, pod_name), pod in self.pods.items():
+            if not pod.spec.node_name:
+                await self.patch_pod_metadata(namespace, pod_name, {"example.com/touched": "yes"})
+        return node
+
+
+async def test_the_bind_phase_is_written_only_on_the_version_read_back() -> None:
+    world = make_world(backing=_PodWrittenDuringLock())
+    cluster_of_three(world)
+    placed = {keys.VGPU_NODE: "n1", keys.VGPU_TIME: str(NOW - 5), NVIDIA.allocated: "GPU-n1-0,NVIDIA,3000,30:;"}
+    world.cluster.put_pod(gpu_pod("p1", annotations=placed))  # placed before a restart; read back by /bind
+
+    result = await world.extender.bind(BindingArgs("p1", NS, "uid-p1", "n1"))
+
+    assert result.error == (
+        f'binding {NS}/p1 to n1 failed: Operation cannot be fulfilled on pods "p1": the object has been '
+        "modified; please apply your changes to the latest version and try again"
+    )
+    pod = world.pod("p1")
+    assert keys.BIND_PHASE not in pod.metadata.annotations
+    assert pod.spec.node_name == ""
+    assert lock_of(world, "n1") is None
+
+
 # --- watch handlers ---------------------------------------------------------------------------------------
 
 
