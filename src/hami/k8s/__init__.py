@@ -15,7 +15,7 @@ from hami.k8s.extender_io import ExtenderIO
 from hami.k8s.memory import MemoryCluster, RecordedEvent
 from hami.k8s.nodelock import NodeLocker
 from hami.k8s.ratelimit import TokenBucket
-from hami.k8s.records import NORMAL, WARNING, EventType, Lease, ObjectRef
+from hami.k8s.records import EventType, Lease, ObjectRef
 from hami.k8s.resources import EVENTS, LEASES, NODES, PODS, RESOURCE_QUOTAS, Resource
 from hami.k8s.tasks import Supervisor
 from hami.k8s.watch import Callbacks, EventHandler, Reflector, WatchSettings
@@ -24,10 +24,8 @@ __all__ = [
     "EVENTS",
     "LEASES",
     "NODES",
-    "NORMAL",
     "PODS",
     "RESOURCE_QUOTAS",
-    "WARNING",
     "Callbacks",
     "ClientSettings",
     "ClusterClient",

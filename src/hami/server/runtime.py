@@ -40,6 +40,7 @@ from hami.k8s.resources import LEASES, NODES, PODS, RESOURCE_QUOTAS
 from hami.k8s.tasks import Supervisor
 from hami.k8s.watch import Callbacks, Reflector
 from hami.protocol import keys
+from hami.protocol.events import EventType
 from hami.protocol.handshake import decode_handshake, encode_requesting
 from hami.protocol.nodelock import decode_node_lock
 from hami.protocol.objects import Node, Pod, ResourceQuota
@@ -159,7 +160,7 @@ class Runtime:
             if before.get(vendor) != problem:
                 log.warning("node %s: %s registration refused: %s", name, vendor, problem)
                 message = f"{vendor} devices of node {name} are not scheduled: registration refused: {problem}"
-                events.record(ObjectRef.for_node(node), "Warning", REGISTRATION_REFUSED, message)
+                events.record(ObjectRef.for_node(node), EventType.WARNING, REGISTRATION_REFUSED, message)
         for vendor in before.keys() - problems.keys():
             log.info("node %s: %s registration accepted again", name, vendor)
         if problems:
