@@ -41,7 +41,6 @@ __all__ = [
     "EXHAUSTIVE_SUBSETS",
     "SharedDeviceVendor",
     "best_combination",
-    "device_score",
     "device_scores",
     "fit_shared",
     "worst_single",
@@ -50,22 +49,9 @@ __all__ = [
 _CLOSEST = 3
 
 
-def device_score(table: DeviceTable, i: int, req: ContainerRequest, weights: tuple[int, int, int]) -> float:
-    """Spec §5.1 with the pod's own request counted: ``10 × (w·slots + w·cores + w·memory)`` fractions."""
-    info = table.infos[i]
-    if info.count == 0 or info.devcore == 0 or info.devmem == 0:
-        return 0.0
-    ws, wc, wm = weights
-    mem = req.memory_on(info.devmem)
-    return 10.0 * (
-        ws * (1 + table.used[i]) / info.count
-        + wc * (req.coresreq + table.usedcores[i]) / info.devcore
-        + wm * (mem + table.usedmem[i]) / info.devmem
-    )
-
-
 def device_scores(table: DeviceTable, req: ContainerRequest, weights: tuple[int, int, int]) -> list[float]:
-    """``device_score`` of every device of the table, in one pass (the cold path of Fit runs this per node)."""
+    """Spec §5.1 for every device of the table, with the pod's own request counted:
+    ``10 × (w·slots + w·cores + w·memory)`` fractions; 0 for a device with a zero total."""
     ws, wc, wm = weights
     cores = req.coresreq
     memreq, pct = req.memreq, req.mem_percentage
