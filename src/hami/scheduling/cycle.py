@@ -576,13 +576,15 @@ class Cycle:
             return BindOutcome(Bound.ALREADY_BOUND, pod, node)
         if refusal is not None:
             return _refused(pod, node, refusal)
-        where = f"binding {pod.key} to {node}"
-        if record is not None:
-            if record.node != node:
-                return BindOutcome(
-                    Bound.RESERVED_ELSEWHERE, pod, node, f"{where} refused: hami reserved its devices on {record.node}"
-                )
-            return True
+        if record is None:
+            return self._allocation_check(pod, node)
+        if record.node != node:
+            message = f"binding {pod.key} to {node} refused: hami reserved its devices on {record.node}"
+            return BindOutcome(Bound.RESERVED_ELSEWHERE, pod, node, message)
+        return True
+
+    def _allocation_check(self, pod: Pod, node: str) -> bool | BindOutcome:
+        """A pod this process did not reserve: whether it wants devices, and if so that it holds them on ``node``."""
         try:
             wants_devices = prefilter(pod, self.vendors, self.defaults).wants_devices
         except InvalidInput as err:
@@ -592,7 +594,7 @@ class Cycle:
             # the /bind of a pod with no allocation (or one on another node). Binding it would start a GPU pod
             # no device plugin can serve; refusing makes kube-scheduler filter it again. (HAMi patches first.)
             message = (
-                f"{where} refused: hami holds no device allocation for it on {node} "
+                f"binding {pod.key} to {node} refused: hami holds no device allocation for it on {node} "
                 "(kube-scheduler will filter it again)"
             )
             return BindOutcome(Bound.NO_ALLOCATION, pod, node, message)
@@ -694,11 +696,15 @@ class Cycle:
             self.pending.discard(uid)
             self.commits.pop(uid, None)
             unreserve(self.state, uid)
-            return
-        if not holds_devices(pod):
+        elif not holds_devices(pod):
             if uid not in self.pending:
                 unreserve(self.state, uid)
-            return
+        else:
+            self._watch_allocation(pod)
+
+    def _watch_allocation(self, pod: Pod) -> None:
+        """A pod that carries an allocation: the ledger takes it, unless our newer reservation is pending."""
+        uid = pod.metadata.uid
         record = record_from_pod(pod, self.vendors)
         if record is None:
             return

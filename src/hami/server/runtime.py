@@ -249,7 +249,7 @@ class Runtime:
                     log.warning("checking the lock on %s failed: %s", node, err)
 
     # --- run ------------------------------------------------------------------------------------------
-    async def run(self) -> None:
+    async def run(self) -> None:  # noqa: PLR0915 -- listener wiring; being reworked by the sec-access branch
         s = self.settings
         client_settings = ClientSettings(qps=s.kube_qps, burst=s.kube_burst)
         # Events get their own client and so their own rate limiter, as kube-scheduler does (its eventClient):
