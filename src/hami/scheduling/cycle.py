@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import logging
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -45,10 +43,9 @@ from hami.scheduling.request import PodRequest, SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState, NodeState, PodRecord
 from hami.scheduling.usage import effective_charges
 
-log = logging.getLogger("hami.extender")
-
 __all__ = [
     "LISTED",
+    "ApiFailure",
     "BindOutcome",
     "Bound",
     "ClusterPort",
@@ -93,17 +90,22 @@ class Decision:
 Verdict = NodeFit | NodeRejection
 
 
-@dataclass(slots=True)
-class _Memo:
-    node: NodeState
-    generation: int
-    verdict: Verdict
+class _NodeMemo:
+    """What is known about one node at one generation: its score, and its verdict per request shape."""
+
+    __slots__ = ("generation", "node", "score", "verdicts")
+
+    def __init__(self, node: NodeState) -> None:
+        self.node = node
+        self.generation = node.generation
+        self.score: float | None = None
+        self.verdicts: dict[int, Verdict] = {}
 
 
 class Verdicts:
-    """The memo of ``decide``, owned by its caller: node → request shape → verdict, plus each node's score.
+    """The memo of ``decide``, owned by its caller: per node, its score and its verdict per request shape.
 
-    Never authoritative: an entry is used only while it was made for the very same ``NodeState`` at the same
+    Never authoritative: a node's entry is used only while it was made for the very same ``NodeState`` at the same
     generation (every charge and update bumps it; a node removed and added again is a new object). Bounded:
     ``per_node`` shapes per node, and when more than ``shapes`` request shapes were seen it starts over.
     """
@@ -111,13 +113,12 @@ class Verdicts:
     def __init__(self, per_node: int = 8, shapes: int = 4096) -> None:
         self.per_node = per_node
         self.shapes = shapes
-        self._verdicts: dict[str, dict[int, _Memo]] = {}
-        self._scores: dict[str, tuple[NodeState, int, float]] = {}
+        self.nodes: dict[str, _NodeMemo] = {}
+        """Node name → its entry; read through ``entry`` (the stages inline that check on their hot loop)."""
         self._ids: dict[tuple[object, ...], int] = {}
 
     def clear(self) -> None:
-        self._verdicts.clear()
-        self._scores.clear()
+        self.nodes.clear()
         self._ids.clear()
 
     def shape(self, req: PodRequest, quotas: QuotaBook) -> int:
@@ -134,27 +135,20 @@ class Verdicts:
             sid = self._ids[signature] = len(self._ids) + 1
         return sid
 
-    def get(self, node: NodeState, shape: int) -> Verdict | None:
-        hit = self._verdicts.get(node.name, {}).get(shape) if shape else None
-        if hit is not None and hit.node is node and hit.generation == node.generation:
-            return hit.verdict
-        return None
+    def entry(self, node: NodeState) -> _NodeMemo:
+        """The node's entry, a fresh one if the node changed since."""
+        entry = self.nodes.get(node.name)
+        if entry is None or entry.node is not node or entry.generation != node.generation:
+            entry = self.nodes[node.name] = _NodeMemo(node)
+        return entry
 
-    def put(self, node: NodeState, shape: int, verdict: Verdict) -> None:
-        if not shape:
+    def keep(self, entry: _NodeMemo, shape: int, verdict: Verdict) -> None:
+        if not shape or not self.per_node:
             return
-        memo = self._verdicts.setdefault(node.name, {})
+        memo = entry.verdicts
         if len(memo) >= self.per_node and shape not in memo:
             memo.pop(next(iter(memo)))
-        memo[shape] = _Memo(node, node.generation, verdict)
-
-    def score(self, node: NodeState) -> float:
-        hit = self._scores.get(node.name)
-        if hit is not None and hit[0] is node and hit[1] == node.generation:
-            return hit[2]
-        value = node.score()
-        self._scores[node.name] = (node, node.generation, value)
-        return value
+        memo[shape] = verdict
 
 
 # --- stages ------------------------------------------------------------------------------------------------
@@ -174,20 +168,23 @@ def filter_nodes(
     state: ClusterState, req: PodRequest, names: Sequence[str], memo: Verdicts | None = None
 ) -> tuple[list[NodeFit], dict[str, NodeRejection]]:
     """The filter stage: every candidate judged; the fitting ones and every rejection with its numbers."""
-    shape = memo.shape(req, state.quotas) if memo is not None else 0
+    memo = memo or Verdicts(per_node=0)
+    shape = memo.shape(req, state.quotas)
     fits: list[NodeFit] = []
     rejected: dict[str, NodeRejection] = {}
-    nodes = state.nodes
+    nodes, entries = state.nodes, memo.nodes
     for name in names:
         node = nodes.get(name)
         if node is None:
             rejected[name] = NodeRejection(name, {}, 0, unresolvable=True, detail="node unregistered")
             continue
-        verdict = memo.get(node, shape) if memo is not None else None
+        entry = entries.get(name)  # memo.entry(node), inlined: this loop is the hot path
+        if entry is None or entry.node is not node or entry.generation != node.generation:
+            entry = entries[name] = _NodeMemo(node)
+        verdict = entry.verdicts.get(shape)
         if verdict is None:
             verdict = judge(state, node, req)
-            if memo is not None:
-                memo.put(node, shape, verdict)
+            memo.keep(entry, shape, verdict)
         if isinstance(verdict, NodeFit):
             fits.append(verdict)
         else:
@@ -200,14 +197,25 @@ def score(state: ClusterState, fits: Iterable[NodeFit], memo: Verdicts | None = 
     nodes = state.nodes
     if memo is None:
         return {f.node: nodes[f.node].score() for f in fits}
-    return {f.node: memo.score(nodes[f.node]) for f in fits}
+    out: dict[str, float] = {}
+    entries = memo.nodes
+    for f in fits:
+        name = f.node
+        node, entry = nodes[name], entries.get(name)  # memo.entry(node), inlined
+        if entry is None or entry.node is not node or entry.generation != node.generation:
+            entry = entries[name] = _NodeMemo(node)
+        value = entry.score
+        if value is None:
+            value = entry.score = node.score()
+        out[name] = value
+    return out
 
 
 def select(scores: Mapping[str, float], node_policy: str) -> list[str]:
     """The select stage: fitting nodes, best first: binpack → highest score, spread → lowest; ties by name."""
-    if node_policy == "spread":
-        return sorted(scores, key=lambda n: (scores[n], n))
-    return sorted(scores, key=lambda n: (-scores[n], n))
+    ranked = sorted(scores)  # by name first: the sort by score below is stable, so ties stay in name order
+    ranked.sort(key=scores.__getitem__, reverse=node_policy != "spread")
+    return ranked
 
 
 def decide(
@@ -237,7 +245,7 @@ def decide(
         mig,
         _annotations(state, best.node, devices, mig, now),
         rejected,
-        {n: scores[n] for n in ranked},
+        dict(zip(ranked, map(scores.__getitem__, ranked), strict=True)),
         _success_message(best.node, len(names), ranked, scores),
         req.node_policy,
     )
@@ -336,6 +344,15 @@ class ClusterPort(Protocol):
         """Record an event on the pod (fire and forget; never raises). Used by the edge, never by the cycle."""
 
 
+@dataclass(frozen=True, slots=True)
+class ApiFailure:
+    """A Kubernetes call of the cycle that failed: the operation (``patch_pod``, ``get_pod``, ``unlock_node``) and,
+    where nothing else reports it (no answer, no event), a line for the log."""
+
+    operation: str
+    log: str = ""
+
+
 class Filtered(enum.StrEnum):
     """How a /filter ended (also the ``hami_filter_decisions`` label)."""
 
@@ -351,14 +368,14 @@ class Filtered(enum.StrEnum):
 @dataclass(frozen=True, slots=True)
 class FilterOutcome:
     """One /filter as data: the decision (chosen node, devices, every rejection with its numbers), what went
-    wrong (``error``), and the writes that failed (``api_errors``: the operations)."""
+    wrong (``error``), and the Kubernetes calls that failed."""
 
     result: Filtered
     pod: Pod
     candidates: tuple[str, ...]
     decision: Decision | None = None
     error: str = ""
-    api_errors: tuple[str, ...] = ()
+    api_errors: tuple[ApiFailure, ...] = ()
 
 
 class Bound(enum.StrEnum):
@@ -384,7 +401,7 @@ class BindOutcome:
     pod: Pod
     node: str
     message: str = ""
-    api_errors: tuple[str, ...] = ()
+    api_errors: tuple[ApiFailure, ...] = ()
 
 
 _NOT_PENDING = frozenset({"Running", "Succeeded", "Failed"})
@@ -412,6 +429,8 @@ class Cycle:
     report: Callable[[FilterOutcome], None] = lambda outcome: None
     """Receives a commit failure that happens after /filter has answered (background commit)."""
     timed: Callable[[str, float], None] = lambda stage, seconds: None
+    """Receives each stage's duration (``decide``, ``commit``) as measured with ``stopwatch``."""
+    stopwatch: Callable[[], float] = lambda: 0.0
     memo: Verdicts = field(default_factory=Verdicts)
     pending: set[str] = field(default_factory=set)
     commits: dict[str, asyncio.Task[FilterOutcome | None]] = field(default_factory=dict)
@@ -444,9 +463,9 @@ class Cycle:
 
     def _decide_and_reserve(self, req: PodRequest, names: Sequence[str]) -> Decision:
         """decide → reserve, with no ``await`` in between (see the class docstring)."""
-        t0 = time.perf_counter()
+        t0 = self.stopwatch()
         decision = decide(self.state, req, names, int(self.clock()), self.memo)
-        self.timed("decide", time.perf_counter() - t0)
+        self.timed("decide", self.stopwatch() - t0)
         if reserve(self.state, req, decision) is not None:
             self.pending.add(req.uid)
         return decision
@@ -454,7 +473,7 @@ class Cycle:
     async def _unschedulable(
         self, pod: Pod, watched: Pod | None, decision: Decision, names: tuple[str, ...], guard: str | None
     ) -> FilterOutcome:
-        failed: tuple[str, ...] = ()
+        failed: tuple[ApiFailure, ...] = ()
         if holds_devices(pod) or (watched is not None and holds_devices(watched)):
             # The allocation of an earlier /filter whose bind never came: left on the pod, the next watch event
             # would charge it again and hold the devices while the pod stays pending. HAMi leaves it too.
@@ -488,7 +507,7 @@ class Cycle:
         assert decision is not None
         assert decision.node is not None
         uid = pod.metadata.uid
-        t0 = time.perf_counter()
+        t0 = self.stopwatch()
         try:
             await self.port.patch_pod_metadata(
                 pod.metadata.namespace,
@@ -508,10 +527,10 @@ class Cycle:
                 del self.commits[uid]
             message = f"writing the allocation annotations failed: {err}"
             return FilterOutcome(
-                Filtered.COMMIT_FAILED, pod, outcome.candidates, decision, message, api_errors=("patch_pod",)
+                Filtered.COMMIT_FAILED, pod, outcome.candidates, decision, message, (ApiFailure("patch_pod"),)
             )
         finally:
-            self.timed("commit", time.perf_counter() - t0)
+            self.timed("commit", self.stopwatch() - t0)
         return None
 
     async def settle(self, uid: str) -> FilterOutcome | None:
@@ -566,7 +585,7 @@ class Cycle:
         except NotFound as err:
             return BindOutcome(Bound.POD_MISSING, named, "", str(err))
         except ApiError as err:
-            return BindOutcome(Bound.READ_FAILED, named, "", str(err), api_errors=("get_pod",))
+            return BindOutcome(Bound.READ_FAILED, named, "", str(err), api_errors=(ApiFailure("get_pod"),))
 
     def _bind_check(self, pod: Pod, uid: str, node: str, record: PodRecord | None) -> bool | BindOutcome:
         """Identity, then the allocation: an outcome that ends the bind here, or whether the pod wants devices."""
@@ -626,7 +645,7 @@ class Cycle:
         ns, name, uid = pod.metadata.namespace, pod.metadata.name, pod.metadata.uid
         fresh = await self._fresh(ns, name)
         ours = fresh if fresh is not None and fresh.metadata.uid == uid else None
-        failed: list[str] = []
+        failed: list[ApiFailure] = []
         if ours is not None and ours.spec.node_name == node:
             # kube-scheduler retried a bind that had gone through (its request timed out): the pod runs there with
             # its allocation, so releasing anything now would free devices still in use.
@@ -651,15 +670,14 @@ class Cycle:
         except ApiError:
             return None
 
-    async def _unlock(self, node: str, ns: str, name: str) -> list[str]:
+    async def _unlock(self, node: str, ns: str, name: str) -> list[ApiFailure]:
         try:
             await self.port.unlock_node(node, ns, name)
         except ApiError as err:
-            log.warning("releasing the lock on %s after a failed or repeated bind failed: %s", node, err)
-            return ["unlock_node"]
+            return [ApiFailure("unlock_node", f"releasing the lock on {node} after a failed or repeated bind: {err}")]
         return []
 
-    async def release_allocation(self, pod: Pod, uid: str, guard: str | None = None) -> tuple[str, ...]:
+    async def release_allocation(self, pod: Pod, uid: str, guard: str | None = None) -> tuple[ApiFailure, ...]:
         """Drop the reservation and the annotations that would re-create it; returns the failed operations.
 
         The removal is written only to the pod with ``uid`` and, with ``guard``, only to that resourceVersion of
@@ -682,13 +700,13 @@ class Cycle:
                 resource_version=guard,
             )
         except ApiError as err:
-            log.warning("clearing the allocation of %s failed: %s", pod.key, err)
-            return ("patch_pod",)
+            return (ApiFailure("patch_pod", f"clearing the allocation of {pod.key} failed: {err}"),)
         return ()
 
     # --- the pod watch ---------------------------------------------------------------------------------------
-    def watch_pod(self, pod: Pod, deleted: bool = False) -> None:
-        """Apply one pod event to the ledger (O(pod))."""
+    def watch_pod(self, pod: Pod, deleted: bool = False) -> str | None:
+        """Apply one pod event to the ledger (O(pod)). Returns why the pod's allocation annotations could not be
+        fully decoded (what could be is charged), or None."""
         uid = pod.metadata.uid
         if deleted or is_terminal(pod):
             # its commit task, if any, goes too (a PATCH still in flight fails on the deleted pod and rolls
@@ -700,28 +718,33 @@ class Cycle:
             if uid not in self.pending:
                 unreserve(self.state, uid)
         else:
-            self._watch_allocation(pod)
+            return self._watch_allocation(pod)
+        return None
 
-    def _watch_allocation(self, pod: Pod) -> None:
+    def _watch_allocation(self, pod: Pod) -> str | None:
         """A pod that carries an allocation: the ledger takes it, unless our newer reservation is pending."""
         uid = pod.metadata.uid
         record = record_from_pod(pod, self.vendors)
         if record is None:
-            return
-        if record.problem:
-            log.warning("pod %s: allocation annotations not fully decodable: %s", record.key, record.problem)
+            return None
+        problem = (
+            f"pod {record.key}: allocation annotations not fully decodable: {record.problem}"
+            if record.problem
+            else None
+        )
         current = self.state.pods.get(uid)
         if current is not None and _same(current, record):
             self.pending.discard(uid)
-            return
+            return problem
         if current is not None and uid in self.pending:
             # An older version of the pod (the watch lags behind our patch), on this node or another, with these
             # devices or others: our newer reservation stays until the version carrying it arrives; replacing
             # it would free its devices for the next pod and put it back on top of that pod.
-            return
+            return problem
         self.pending.discard(uid)
         unreserve(self.state, uid)
         self.state.apply(record, add=True)
+        return problem
 
 
 def _refused(pod: Pod, node: str, reason: str) -> BindOutcome:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from hami.devices.base import Vendor
@@ -25,6 +25,7 @@ from hami.protocol.extender import BindingArgs, BindingResult, FilterArgs, Filte
 from hami.protocol.objects import Node, Pod, ResourceQuota
 from hami.protocol.reasons import Reason
 from hami.scheduling.cycle import (
+    ApiFailure,
     BindOutcome,
     Bound,
     ClusterPort,
@@ -83,6 +84,7 @@ class Extender:
             self.background_commit,
             report=self._filtered,
             timed=lambda stage, seconds: self.metrics.stage_latency.labels(stage).observe(seconds),
+            stopwatch=time.perf_counter,
         )
 
     @property
@@ -113,8 +115,7 @@ class Extender:
     def _filtered(self, outcome: FilterOutcome) -> None:
         """Metrics, log lines and events of one /filter outcome (also of a commit that failed after the answer)."""
         self.metrics.decisions.labels(outcome.result.value).inc()
-        for operation in outcome.api_errors:
-            self.metrics.api_errors.labels(operation).inc()
+        self._api_errors(outcome.api_errors)
         pod, decision = outcome.pod, outcome.decision
         if outcome.result in (Filtered.INVALID, Filtered.COMMIT_FAILED):
             self._event(pod, FAILED, outcome.error)
@@ -126,6 +127,12 @@ class Extender:
             self._event(pod, SUCCEED, decision.message)
             if decision.rejected:
                 self._event(pod, EventReason.FILTERED_NODES, _rejection_text(decision))
+
+    def _api_errors(self, failures: Iterable[ApiFailure]) -> None:
+        for failure in failures:
+            self.metrics.api_errors.labels(failure.operation).inc()
+            if failure.log:
+                log.warning("%s", failure.log)
 
     def _event(self, pod: Pod, reason: EventReason, message: str) -> None:
         self.cluster.event(pod, reason.type, reason, message)
@@ -160,8 +167,7 @@ class Extender:
         """Metrics, log lines and events of one /bind outcome. A refused bind gets no event: the pod it names may
         not be the one kube-scheduler means (kube-scheduler records the answer on its own pod)."""
         self.metrics.binds.labels(_BIND_LABELS.get(outcome.result, outcome.result.value)).inc()
-        for operation in outcome.api_errors:
-            self.metrics.api_errors.labels(operation).inc()
+        self._api_errors(outcome.api_errors)
         if outcome.result is Bound.REFUSED:
             log.warning("/bind %s", outcome.message)
         elif outcome.result is Bound.BOUND:
@@ -172,7 +178,9 @@ class Extender:
     # --- watch handlers ------------------------------------------------------------------------------------
     def on_pod(self, pod: Pod, deleted: bool = False) -> None:
         """Apply one pod event to the ledger (O(pod))."""
-        self.cycle.watch_pod(pod, deleted)
+        problem = self.cycle.watch_pod(pod, deleted)
+        if problem is not None:
+            log.warning("%s", problem)
 
     def on_node(self, node: Node, deleted: bool = False) -> None:
         if deleted:
