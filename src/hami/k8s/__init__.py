@@ -4,7 +4,7 @@ Modules, from the wire up: ``config`` (kubeconfig / in-cluster), ``ratelimit``, 
 (envelopes, Lease, Event), ``client`` (:class:`KubeClient`), ``tasks`` (:class:`Supervisor`), ``watch``
 (:class:`Reflector`), ``cluster`` (:class:`ClusterClient` and :class:`KubeCluster`), ``memory``
 (:class:`MemoryCluster`), ``nodelock`` (:class:`NodeLocker`), ``events`` (:class:`EventRecorder`),
-``extender_io`` (:class:`ExtenderIO`: the extender's calls assembled from the three before).
+``extender_io`` (:class:`ExtenderIO`: the scheduling cycle's port, assembled from the three before).
 """
 
 from hami.k8s.client import ClientSettings, KubeClient, ListPage, PatchType, WatchEvent, api_error
