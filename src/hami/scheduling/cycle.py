@@ -414,6 +414,11 @@ class Cycle:
     reserve → commit (→ unreserve on failure); ``bind`` = identity → lock → bind phase → bind (→ release on
     failure). Also the ledger's watch handler for pods (``watch_pod``). One instance per process.
 
+    Identity: every pod write carries the pod's UID as a precondition, and a write that replaces or removes an
+    allocation also the resourceVersion it was decided on. /filter refuses a body whose UID is not the watched
+    pod's of that name, and a pod already bound, running or finished; /bind requires ``PodUID`` and refuses one
+    that is not the pod's — all before anything is reserved, locked or written.
+
     Concurrency: ``decide`` and ``reserve`` run back to back without an ``await`` between them, so two concurrent
     /filter calls can never be handed the same capacity: the second one sees the first one's reservation. A
     reservation whose annotations have not yet come back through the pod watch is *pending*; a watch event that
@@ -563,29 +568,29 @@ class Cycle:
         record = self.state.pods.get(uid)
         if record is not None and (record.namespace, record.name) != (ns, name):
             return _refused(named, node, f"UID {uid} belongs to pod {record.namespace}/{record.name}")
-        target = await self._bind_target(named, record)
-        if isinstance(target, BindOutcome):
-            return target
-        pod, wants_devices = target
-        stop = self._bind_check(pod, uid, node, record)
-        if isinstance(stop, BindOutcome):
-            return stop
-        return await self._lock_and_bind(pod, node, record, wants_devices or stop)
+        pod = await self._bind_target(named, node, record)
+        if isinstance(pod, BindOutcome):
+            return pod
+        wants_devices = self._bind_check(pod, uid, node, record)
+        if isinstance(wants_devices, BindOutcome):
+            return wants_devices
+        return await self._lock_and_bind(pod, node, record, wants_devices)
 
-    async def _bind_target(self, named: Pod, record: PodRecord | None) -> tuple[Pod, bool] | BindOutcome:
-        """The pod to bind, and whether it is known to want devices (reserved by our own /filter)."""
+    async def _bind_target(self, named: Pod, node: str, record: PodRecord | None) -> Pod | BindOutcome:
+        """The pod to bind: the watch's copy when our own /filter reserved it (no need to read it back), else as
+        the API holds it now."""
         ns, name = named.metadata.namespace, named.metadata.name
         watched = self.port.watched_pod(ns, name)
         if record is not None:
-            return watched or named, True  # reserved by our own /filter: no need to read the pod back
+            return watched or named
         if watched is not None and watched.metadata.uid != named.metadata.uid:
-            return watched, False  # refused by the check, without an API call
+            return watched  # refused by the check, without an API call
         try:
-            return await self.port.get_pod(ns, name), False
+            return await self.port.get_pod(ns, name)
         except NotFound as err:
-            return BindOutcome(Bound.POD_MISSING, named, "", str(err))
+            return BindOutcome(Bound.POD_MISSING, named, node, str(err))
         except ApiError as err:
-            return BindOutcome(Bound.READ_FAILED, named, "", str(err), api_errors=(ApiFailure("get_pod"),))
+            return BindOutcome(Bound.READ_FAILED, named, node, str(err), api_errors=(ApiFailure("get_pod"),))
 
     def _bind_check(self, pod: Pod, uid: str, node: str, record: PodRecord | None) -> bool | BindOutcome:
         """Identity, then the allocation: an outcome that ends the bind here, or whether the pod wants devices."""
