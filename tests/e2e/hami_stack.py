@@ -31,7 +31,7 @@ from hami.protocol import keys
 from hami.protocol.allocation import decode_pod_devices
 from hami.protocol.inventory import DeviceInfo, encode_inventory_json
 from tests.e2e.cluster import ApiError, ControlPlane, KubeClient, ManagedProcess, free_port, wait_until
-from tests.e2e.identities import HAMI, KUBE_SCHEDULER, chart_identities
+from tests.e2e.identities import HAMI_SA, KUBE_SCHEDULER_SA, chart_identities
 
 SCHEDULER_NAME = "hami-scheduler"
 HAMI = Path(sys.executable).parent / "hami"
@@ -49,7 +49,7 @@ class HamiScheduler:
 
     def __init__(self, plane: ControlPlane, args: Iterable[str] = (), kubeconfig: Path | None = None) -> None:
         self.plane = plane
-        self.kubeconfig = kubeconfig or chart_identities(plane).kubeconfig(HAMI)
+        self.kubeconfig = kubeconfig or chart_identities(plane).kubeconfig(HAMI_SA)
         """The identity it runs as: the chart's hami ServiceAccount unless given (``plane.kubeconfig``: admin)."""
         self.port = free_port()
         self.metrics_port = free_port()
@@ -153,7 +153,7 @@ def extender_config(hami: HamiScheduler) -> dict[str, Any]:
     """kube-scheduler calling hami as HAMi's chart configures it (spec webhook §8.4): filter and bind,
     ``nodeCacheCapable``, the NVIDIA resources managed and ignored by kube-scheduler's own fit check."""
     return {
-        "clientConnection": {"kubeconfig": str(chart_identities(hami.plane).kubeconfig(KUBE_SCHEDULER))},
+        "clientConnection": {"kubeconfig": str(chart_identities(hami.plane).kubeconfig(KUBE_SCHEDULER_SA))},
         "profiles": [{"schedulerName": SCHEDULER_NAME}],
         "extenders": [
             {

@@ -6,7 +6,7 @@ its ServiceAccounts, (Cluster)Roles, (Cluster)RoleBindings and ValidatingAdmissi
 once per plane, waits until the device plugin's policy is in effect, and hands out kubeconfigs whose bearer
 token the TokenRequest API minted for one of those ServiceAccounts (no kubelet or token controller runs here):
 
-* ``kubeconfig(HAMI)`` / ``kubeconfig(KUBE_SCHEDULER)``: hami's and the kube-scheduler sidecar's identities;
+* ``kubeconfig(HAMI_SA)`` / ``kubeconfig(KUBE_SCHEDULER_SA)``: hami's and the kube-scheduler sidecar's identities;
 * ``device_plugin(node)``: a context manager that creates a stand-in for the plugin's DaemonSet pod bound to
   ``node`` (spec.nodeName) and yields a kubeconfig with a token bound to that pod, so the token carries the
   node's name as the kubelet's projected token does; the pod (and so the token) is deleted afterwards.
@@ -28,10 +28,10 @@ from tests.e2e.cluster import ApiError, ControlPlane, KubeClient, _write_kubecon
 from tests.helm import template
 
 RELEASE_NAMESPACE: Final = "hami-system"
-HAMI: Final = "hami-scheduler"
-KUBE_SCHEDULER: Final = "hami-kube-scheduler"
-DEVICE_PLUGIN: Final = "hami-device-plugin"
-CERTS: Final = "hami-certs"
+HAMI_SA: Final = "hami-scheduler"
+KUBE_SCHEDULER_SA: Final = "hami-kube-scheduler"
+DEVICE_PLUGIN_SA: Final = "hami-device-plugin"
+CERTS_SA: Final = "hami-certs"
 TOKEN_SECONDS: Final = 6 * 3600  # longer than any test session; hami re-reads nothing here
 
 # kind -> (API prefix, plural, namespaced): the objects that make up the chart's identities and their rights
@@ -70,7 +70,9 @@ def apply(kube: KubeClient, obj: dict[str, Any], namespace: str) -> None:
         if err.status != 409:
             raise
         current = kube.get(path)
-        kube.put(path, {**obj, "metadata": {**obj["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}})
+        kube.put(
+            path, {**obj, "metadata": {**obj["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}}
+        )
 
 
 @dataclass
@@ -121,14 +123,14 @@ class ChartIdentities:
     @contextlib.contextmanager
     def device_plugin_pod(self, node: str) -> Iterator[dict[str, Any]]:
         """A stand-in for the plugin's DaemonSet pod on ``node`` (never runs: there is no kubelet)."""
-        name = f"{DEVICE_PLUGIN}-{uuid.uuid4().hex[:8]}"
+        name = f"{DEVICE_PLUGIN_SA}-{uuid.uuid4().hex[:8]}"
         with self.plane.client() as kube:
             pod = kube.create_pod(
                 self.namespace,
                 name,
                 node_name=node,
                 labels={"app.kubernetes.io/component": "hami-device-plugin"},
-                spec={"serviceAccountName": DEVICE_PLUGIN},
+                spec={"serviceAccountName": DEVICE_PLUGIN_SA},
             )
             try:
                 yield pod
@@ -139,7 +141,7 @@ class ChartIdentities:
     def device_plugin(self, node: str) -> Iterator[Path]:
         """A kubeconfig for the device plugin on ``node``: its token is bound to a pod on that node."""
         with self.device_plugin_pod(node) as pod:
-            yield self.write_kubeconfig(f"{DEVICE_PLUGIN}-{node}", self.token(DEVICE_PLUGIN, bound_pod=pod))
+            yield self.write_kubeconfig(f"{DEVICE_PLUGIN_SA}-{node}", self.token(DEVICE_PLUGIN_SA, bound_pod=pod))
 
 
 _APPLIED: dict[Path, ChartIdentities] = {}
@@ -171,7 +173,7 @@ def _wait_for_node_restriction(kube: KubeClient, identities: ChartIdentities) ->
     probe = f"hami-e2e-policy-probe-{uuid.uuid4().hex[:8]}"
     kube.create_node(probe)
     try:
-        with identities.client(identities.token(DEVICE_PLUGIN)) as plugin:
+        with identities.client(identities.token(DEVICE_PLUGIN_SA)) as plugin:
 
             def refused() -> bool:
                 try:
