@@ -81,6 +81,7 @@ class ChartIdentities:
 
     plane: ControlPlane
     docs: list[dict[str, Any]]
+    """Every object the chart renders with its default values (only the identities are applied)."""
     namespace: str = RELEASE_NAMESPACE
     _kubeconfigs: dict[str, Path] = field(default_factory=dict)
 
@@ -153,14 +154,15 @@ def chart_identities(plane: ControlPlane) -> ChartIdentities:
         return _APPLIED[plane.workdir]
     with plane.client() as kube:
         version = kube.get("/version")["gitVersion"].lstrip("v").split("-")[0]
-        docs = [d for d in template(RELEASE_NAMESPACE, version) if d["kind"] in IDENTITY_KINDS]
+        docs = template(RELEASE_NAMESPACE, version)
         try:
             kube.create_namespace(RELEASE_NAMESPACE)
         except ApiError as err:
             if err.status != 409:
                 raise
         for obj in docs:
-            apply(kube, obj, RELEASE_NAMESPACE)
+            if obj["kind"] in IDENTITY_KINDS:
+                apply(kube, obj, RELEASE_NAMESPACE)
         identities = ChartIdentities(plane, docs)
         _wait_for_node_restriction(kube, identities)
     _APPLIED[plane.workdir] = identities
