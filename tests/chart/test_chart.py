@@ -289,15 +289,18 @@ def test_each_scheduler_container_gets_only_its_own_identitys_token() -> None:
     for name in ("hami-scheduler", "hami-kube-scheduler"):
         assert one(docs, "ServiceAccount", name)["automountServiceAccountToken"] is False
     volumes = {v["name"]: v for v in pod["volumes"]}
-    assert volumes["hami-token"]["projected"]["sources"] == [
-        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+    ca_and_namespace = [
         {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
         {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
     ]
-    assert volumes["kube-scheduler-token"]["secret"] == {
-        "secretName": "hami-kube-scheduler-token",
-        "items": [{"key": key, "path": key} for key in ("token", "ca.crt", "namespace")],
-    }
+    assert volumes["hami-token"]["projected"]["sources"] == [
+        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+        *ca_and_namespace,
+    ]
+    assert volumes["kube-scheduler-token"]["projected"]["sources"] == [
+        {"secret": {"name": "hami-kube-scheduler-token", "items": [{"key": "token", "path": "token"}]}},
+        *ca_and_namespace,
+    ]
     secret = one(docs, "Secret", "hami-kube-scheduler-token")
     assert secret["type"] == "kubernetes.io/service-account-token"
     assert secret["metadata"]["annotations"] == {"kubernetes.io/service-account.name": "hami-kube-scheduler"}
