@@ -32,7 +32,7 @@ HAMI_SA: Final = "hami-scheduler"
 KUBE_SCHEDULER_SA: Final = "hami-kube-scheduler"
 DEVICE_PLUGIN_SA: Final = "hami-device-plugin"
 CERTS_SA: Final = "hami-certs"
-TOKEN_SECONDS: Final = 6 * 3600  # longer than any test session; hami re-reads nothing here
+TOKEN_SECONDS: Final = 6 * 3600  # longer than any test session: the kubeconfigs carry the token inline
 
 # kind -> (API prefix, plural, namespaced): the objects that make up the chart's identities and their rights
 IDENTITY_KINDS: Final = {
