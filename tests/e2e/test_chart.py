@@ -42,7 +42,9 @@ def dry_run(kube: KubeClient, namespace: str, obj: dict[str, Any]) -> None:
     [
         pytest.param([], id="default values"),
         pytest.param(["scheduler.certManager.enabled=true"], id="cert-manager"),
-        pytest.param(["scheduler.admissionWebhook.enabled=false"], id="without the webhook"),
+        pytest.param(
+            ["scheduler.admissionWebhook.enabled=false", "scheduler.metricsSecure=false"], id="without the webhook"
+        ),
         pytest.param(
             [
                 "scheduler.replicas=2",
