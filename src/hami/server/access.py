@@ -172,12 +172,12 @@ class Transport:
         return found
 
 
-def _check_loads(flag: str, path: str, load: Callable[[], object]) -> None:
+def _check_loads(flag: str, path: str, what: str, load: Callable[[], object]) -> None:
     try:
         load()
     except (OSError, ssl.SSLError) as err:
-        reason = getattr(err, "strerror", None) or str(err)
-        raise ConfigError(flag, path, f"cannot load it: {reason}") from None
+        reason = str(err) if isinstance(err, ssl.SSLError) else err.strerror or str(err)
+        raise ConfigError(flag, path, f"cannot load {what}: {reason}") from None
 
 
 def load_transport(settings: SchedulerSettings) -> Transport:
@@ -186,13 +186,15 @@ def load_transport(settings: SchedulerSettings) -> Transport:
     tls = ca_tls = None
     if s.cert_file:
         cert, key = Path(s.cert_file), Path(s.key_file)
-        _check_loads("--cert_file", f"{s.cert_file} / {s.key_file}", lambda: server_context(cert, key))
+        what = f"it with --key_file {s.key_file} (a PEM certificate chain and its PEM private key)"
+        _check_loads("--cert_file", s.cert_file, what, lambda: server_context(cert, key))
         tls = CertificateReloader(cert, key)
         if s.extender_client_ca_file:
             ca = s.extender_client_ca_file
             _check_loads(
                 "--extender-client-ca-file",
                 ca,
+                "it (PEM CA certificates)",
                 lambda: ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_verify_locations(cafile=ca),
             )
             ca_tls = CertificateReloader(cert, key, ca)

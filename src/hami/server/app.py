@@ -132,7 +132,8 @@ def build_service_app(extender: Extender, routes: list[Route]) -> Starlette:
             status_code=404,
         )
 
-    extender_paths = [Route(path, not_here) for path in ("/filter", "/bind")]  # every method
+    every = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+    extender_paths = [Route(path, not_here, methods=every) for path in ("/filter", "/bind")]
     return Starlette(routes=[*routes, *_health_routes(extender), *extender_paths])
 
 
