@@ -282,7 +282,8 @@ def test_the_extender_gets_its_own_context_with_a_client_ca(tls_dir: Path) -> No
         )
     )
     assert transport.service_tls is transport.metrics_tls is not None
-    assert transport.extender_tls is not None and transport.extender_tls is not transport.service_tls
+    assert transport.extender_tls is not None
+    assert transport.extender_tls is not transport.service_tls
     assert transport.extender_tls.client_ca_file == tls_dir / "ca.crt"
     assert len(transport.reloaders()) == 2
 
