@@ -94,7 +94,7 @@ class Runtime:
     identity: str = field(default_factory=socket.gethostname)
     extra_routes: list[Route] = field(default_factory=list)
     transport: Transport | None = None
-    """TLS contexts and the extender's token file; None: loaded from the settings when ``run`` starts."""
+    """TLS contexts and the extender's token file; None: loaded from the settings when the runtime is built."""
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     state: ClusterState = field(init=False)
     metrics: Metrics = field(init=False)
@@ -320,8 +320,8 @@ class Runtime:
             )
             routes = [webhook_route(admission, self.metrics), *self.extra_routes]
             transport = self.transport or load_transport(s)
-            for tls in transport.reloaders():  # certificates rotated on disk are picked up without a restart
-                supervisor.start(tls.watch(TLS_RELOAD_SECONDS), name=f"tls-reload-{tls.cert_file.name}")
+            for i, tls in enumerate(transport.reloaders()):  # files rotated on disk are picked up without a restart
+                supervisor.start(tls.watch(TLS_RELOAD_SECONDS), name=f"tls-reload-{i}")
             extender_app: ASGIApp = build_app(extender)
             if transport.extender_tokens is not None:
                 extender_app = BearerTokenGate(extender_app, transport.extender_tokens)
