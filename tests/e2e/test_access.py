@@ -10,6 +10,7 @@ test's).
 * Opt-in authentication for an extender beyond loopback: mutual TLS (kube-scheduler's extender ``tlsConfig``
   with a client certificate) and a bearer token file; calls without the right certificate or token are refused.
 * A half-configured listener stops ``hami scheduler`` at start-up with exit status 2.
+* Every TLS listener of the chart's set-up refuses a TLS 1.2 client offering only CBC suites and serves AES-GCM.
 """
 
 from __future__ import annotations
@@ -461,3 +462,28 @@ def test_a_half_configured_listener_stops_hami_at_start_up(
     log = (tmp_path / "hami.log").read_text()
     assert code == 2, log
     assert f"hami scheduler: {message}" in log
+
+
+# --- TLS: AEAD suites only --------------------------------------------------------------------------------------
+
+
+def tls12_client(ciphers: str) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.maximum_version = ssl.TLSVersion.TLSv1_2
+    context.set_ciphers(ciphers)
+    return context
+
+
+def test_every_tls_listener_of_the_chart_refuses_cbc_suites(chart_hami: Hami) -> None:
+    cbc = tls12_client("ECDHE-ECDSA-AES128-SHA:ECDHE-ECDSA-AES256-SHA:ECDHE-ECDSA-AES128-SHA256")
+    gcm = tls12_client("ECDHE-ECDSA-AES128-GCM-SHA256")
+    for port, path in ((chart_hami.service_port, "/healthz"), (chart_hami.extender_port, "/healthz")):
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"https://127.0.0.1:{port}{path}", verify=cbc, timeout=10)
+        assert httpx.get(f"https://127.0.0.1:{port}{path}", verify=gcm, timeout=10).status_code == 200
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"https://127.0.0.1:{chart_hami.metrics_port}/metrics", verify=cbc, timeout=10)
+    answer = httpx.get(f"https://127.0.0.1:{chart_hami.metrics_port}/metrics", verify=gcm, timeout=10)
+    assert answer.status_code == 401  # the handshake worked; no token was sent
