@@ -458,7 +458,10 @@ def test_a_half_configured_listener_stops_hami_at_start_up(
         tmp_path / "hami.log",
     )
     process.start()
-    code = wait_until(process.exited, description="hami to exit", interval=0.1)
+    try:
+        code = wait_until(process.exited, description="hami to exit", interval=0.1)
+    finally:
+        process.stop()  # reaps it (and forgets it) whatever happened
     log = (tmp_path / "hami.log").read_text()
     assert code == 2, log
     assert f"hami scheduler: {message}" in log
