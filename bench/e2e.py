@@ -110,7 +110,7 @@ def bench_e2e(nodes: int = 100, gpus: int = 8, pods: int = 200, node_policy: str
                         keys.NVIDIA_SCORE: encode_pair_scores(scores),
                     },
                 )
-            port, metrics_port = free_port(), free_port()
+            port, metrics_port, service_port = free_port(), free_port(), free_port()
             log = open(Path(tmp) / "hami.log", "wb")  # noqa: SIM115 - closed with the process
             hami = subprocess.Popen(
                 [
@@ -122,6 +122,8 @@ def bench_e2e(nodes: int = 100, gpus: int = 8, pods: int = 200, node_policy: str
                     "--kubeconfig",
                     str(cp.kubeconfig),
                     "--http_bind",
+                    f"127.0.0.1:{service_port}",
+                    "--extender-bind",
                     f"127.0.0.1:{port}",
                     "--metrics-bind-address",
                     f"127.0.0.1:{metrics_port}",

@@ -60,7 +60,10 @@ def scheduler_config(docs: list[dict[str, Any]]) -> dict[str, Any]:
     [
         pytest.param([], id="default values lint clean"),
         pytest.param(["scheduler.certManager.enabled=true"], id="cert-manager lints clean"),
-        pytest.param(["scheduler.admissionWebhook.enabled=false"], id="without the webhook lints clean"),
+        pytest.param(
+            ["scheduler.admissionWebhook.enabled=false", "scheduler.metricsSecure=false"],
+            id="without the webhook lints clean",
+        ),
     ],
 )
 def test_helm_lint(sets: list[str]) -> None:
@@ -79,6 +82,7 @@ def test_default_objects() -> None:
     assert kinds(render()) == [
         ("ClusterRole", "hami-certs"),
         ("ClusterRole", "hami-device-plugin"),
+        ("ClusterRole", "hami-metrics-reader"),
         ("ClusterRole", "hami-scheduler"),
         ("ClusterRoleBinding", "hami-certs"),
         ("ClusterRoleBinding", "hami-device-plugin"),
@@ -124,7 +128,7 @@ def test_the_kube_scheduler_configuration_calls_hami_as_its_extender() -> None:
     (extender,) = config["extenders"]
     managed = extender.pop("managedResources")
     assert extender == {
-        "urlPrefix": "https://127.0.0.1:8443",
+        "urlPrefix": "https://127.0.0.1:8888",
         "filterVerb": "filter",
         "bindVerb": "bind",
         "nodeCacheCapable": True,
@@ -260,6 +264,8 @@ def test_rbac_grants_exactly_the_verbs_hami_uses() -> None:
         ("", "nodes", ("get", "list", "watch", "patch"), ()),
         ("", "events", ("create",), ()),
         ("", "resourcequotas", ("list", "watch"), ()),
+        ("authentication.k8s.io", "tokenreviews", ("create",), ()),
+        ("authorization.k8s.io", "subjectaccessreviews", ("create",), ()),
     ]
     assert rules(one(docs, "Role", "hami-scheduler-leases")) == [
         ("coordination.k8s.io", "leases", ("get", "list", "watch"), ("hami-scheduler",)),
@@ -412,9 +418,11 @@ def test_the_deployment_runs_kube_scheduler_and_hami() -> None:
     assert hami["args"] == [
         "--scheduler-name=hami-scheduler",
         "--http_bind=0.0.0.0:8443",
+        "--extender-bind=127.0.0.1:8888",
         "--cert_file=/tls/tls.crt",
         "--key_file=/tls/tls.key",
         "--metrics-bind-address=:9395",
+        "--metrics-secure",
         "--node-scheduler-policy=binpack",
         "--gpu-scheduler-policy=spread",
         "--node-lock-timeout=5m",
@@ -425,6 +433,8 @@ def test_the_deployment_runs_kube_scheduler_and_hami() -> None:
     ]
     assert hami["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http", "scheme": "HTTPS"}
     assert hami["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http", "scheme": "HTTPS"}
+    # the extender listener is on the pod's loopback: no containerPort (nothing outside the pod can reach it)
+    assert [(p["name"], p["containerPort"]) for p in hami["ports"]] == [("http", 8443), ("metrics", 9395)]
     assert hami["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}
     assert ks["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
     for c in (ks, hami):
@@ -481,17 +491,41 @@ def test_a_custom_url_webhook_gets_its_host_into_the_certificate() -> None:
 
 
 def test_without_the_webhook_hami_serves_plain_http_to_kube_scheduler() -> None:
-    docs = render("scheduler.admissionWebhook.enabled=false")
+    docs = render("scheduler.admissionWebhook.enabled=false", "scheduler.metricsSecure=false")
     names = kinds(docs)
     assert ("MutatingWebhookConfiguration", "hami-webhook") not in names
     assert not [n for n in names if n[1].startswith("hami-certs")]
     (extender,) = scheduler_config(docs)["extenders"]
-    assert extender["urlPrefix"] == "http://127.0.0.1:8443"
+    assert extender["urlPrefix"] == "http://127.0.0.1:8888"
     assert extender["enableHTTPS"] is False
     assert "tlsConfig" not in extender
     hami = container(docs, "hami")
     assert not [a for a in hami["args"] if a.startswith(("--cert_file", "--key_file"))]
     assert hami["readinessProbe"]["httpGet"]["scheme"] == "HTTP"
+
+
+def test_metrics_are_served_to_rbac_subjects_only() -> None:
+    docs = render()
+    reader = one(docs, "ClusterRole", "hami-metrics-reader")
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    assert "--metrics-secure" in container(docs, "hami")["args"]
+
+
+def test_open_metrics_drop_the_review_rights() -> None:
+    docs = render("scheduler.metricsSecure=false")
+    assert "--metrics-secure" not in container(docs, "hami")["args"]
+    assert ("ClusterRole", "hami-metrics-reader") not in kinds(docs)
+    groups = {group for group, *_ in rules(one(docs, "ClusterRole", "hami-scheduler"))}
+    assert groups == {""}
+
+
+def test_secure_metrics_without_the_webhooks_certificate_are_refused() -> None:
+    result = run_helm(
+        "template", "hami", str(CHART), "--kube-version", KUBE_VERSION,
+        "--set", "scheduler.admissionWebhook.enabled=false",
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "scheduler.metricsSecure serves /metrics over TLS" in result.stderr
 
 
 def test_verifying_the_extender_mounts_the_ca_into_kube_scheduler() -> None:

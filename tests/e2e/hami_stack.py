@@ -51,7 +51,8 @@ class HamiScheduler:
         self.plane = plane
         self.kubeconfig = kubeconfig or chart_identities(plane).kubeconfig(HAMI_SA)
         """The identity it runs as: the chart's hami ServiceAccount unless given (``plane.kubeconfig``: admin)."""
-        self.port = free_port()
+        self.port = free_port()  # --http_bind: webhook and health (the Service listener)
+        self.extender_port = free_port()  # --extender-bind: /filter, /bind and health, for kube-scheduler
         self.metrics_port = free_port()
         self.args = list(args)
         self.process: ManagedProcess | None = None
@@ -62,6 +63,12 @@ class HamiScheduler:
 
     @property
     def url(self) -> str:
+        """The extender listener, which kube-scheduler calls."""
+        return f"http://127.0.0.1:{self.extender_port}"
+
+    @property
+    def service_url(self) -> str:
+        """The Service listener (``--http_bind``)."""
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
@@ -73,6 +80,7 @@ class HamiScheduler:
                 "scheduler",
                 f"--kubeconfig={self.kubeconfig}",
                 f"--http_bind=127.0.0.1:{self.port}",
+                f"--extender-bind=127.0.0.1:{self.extender_port}",
                 f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
                 f"--scheduler-name={SCHEDULER_NAME}",
                 *self.args,

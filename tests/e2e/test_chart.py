@@ -49,7 +49,9 @@ def dry_run(kube: KubeClient, namespace: str, obj: dict[str, Any]) -> None:
     [
         pytest.param([], id="default values"),
         pytest.param(["scheduler.certManager.enabled=true"], id="cert-manager"),
-        pytest.param(["scheduler.admissionWebhook.enabled=false"], id="without the webhook"),
+        pytest.param(
+            ["scheduler.admissionWebhook.enabled=false", "scheduler.metricsSecure=false"], id="without the webhook"
+        ),
         pytest.param(["scheduler.overwriteEnv=true"], id="webhook without matchConditions"),
         pytest.param(
             [

@@ -55,15 +55,21 @@ def new_pair(ca_name: str) -> CertBundle:
 
 @dataclass
 class Hami:
-    """A running ``hami scheduler``: its HTTPS port and the directory its certificate files are read from."""
+    """A running ``hami scheduler``: its HTTPS ports (Service listener, extender listener) and the directory its
+    certificate files are read from."""
 
     process: ManagedProcess
     port: int
+    extender_port: int
     tls_dir: Path
 
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def extender_url(self) -> str:
+        return f"https://127.0.0.1:{self.extender_port}"
 
     def check_alive(self) -> None:
         code = self.process.exited()
@@ -81,7 +87,7 @@ def hami(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Hami]:
     tls_dir = tmp_path / "tls"
     first = new_pair("hami-e2e-ca-1")
     write_files(first, tls_dir)
-    port = free_port()
+    port, extender_port = free_port(), free_port()
     process = ManagedProcess(
         "hami-scheduler",
         [
@@ -90,6 +96,7 @@ def hami(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Hami]:
             f"--kubeconfig={chart_identities(control_plane).kubeconfig(HAMI_SA)}",
             f"--scheduler-name={SCHEDULER}",
             f"--http_bind=127.0.0.1:{port}",
+            f"--extender-bind=127.0.0.1:{extender_port}",
             f"--cert_file={tls_dir / 'tls.crt'}",
             f"--key_file={tls_dir / 'tls.key'}",
             f"--metrics-bind-address=127.0.0.1:{free_port()}",
@@ -99,7 +106,7 @@ def hami(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Hami]:
         control_plane.log_dir / f"hami-scheduler-{port}.log",
     )
     process.start()
-    running = Hami(process, port, tls_dir)
+    running = Hami(process, port, extender_port, tls_dir)
     try:
         wait_until(
             lambda: running.serves(first.ca_cert), description="hami scheduler /readyz", check=running.check_alive
@@ -202,7 +209,7 @@ def test_a_gpu_pod_is_sent_to_hami_and_bound_to_the_node_that_fits(
             "profiles": [{"schedulerName": SCHEDULER}],
             "extenders": [
                 {
-                    "urlPrefix": hami.url,
+                    "urlPrefix": hami.extender_url,
                     "filterVerb": "filter",
                     "bindVerb": "bind",
                     "nodeCacheCapable": True,
