@@ -50,7 +50,9 @@ def fake(instances: list[dict[str, Any]] | None = None) -> FakeNvmlLib:
     return FakeNvmlLib({"devices": [{**A100, "instances": instances or []}]})
 
 
-def reservation(profile: str, start: int, size: int, *, container: int = 0, device: int = 0, **runtime: Any) -> dict[str, Any]:
+def reservation(
+    profile: str, start: int, size: int, *, container: int = 0, device: int = 0, **runtime: Any
+) -> dict[str, Any]:
     entry = {
         "containerIndex": container,
         "deviceIndex": device,
