@@ -4,9 +4,9 @@ Settings come from the scheduler's device config (``--device-config-file``, HAMi
 config file (``--node-config-file``, default ``/config/config.json``) and the environment HAMi's chart sets
 (``NODE_NAME``, ``HOOK_PATH``, ``ENABLE_TOPOLOGY_SCORE``, ``DEVICE_LIST_STRATEGY``, ``PASS_DEVICE_SPECS``,
 ``NVIDIA_DRIVER_ROOT``, ``NVIDIA_CDI_HOOK_PATH``, ``GDRCOPY_ENABLED``, ``GDS_ENABLED``, ``MOFED_ENABLED``, …).
-``--dry-run`` discovers the GPUs once, prints the
-annotations the plugin would write and exits, without a cluster or kubelet. ``--fake-nvml`` replaces NVML with a
-YAML fixture (``hami.deviceplugin.fakenvml``), for clusters and tests without GPUs.
+``--dry-run`` discovers the GPUs once, prints the annotations the plugin would write and exits, without a cluster or
+kubelet. ``--fake-nvml`` replaces NVML with a YAML fixture (``hami.deviceplugin.fakenvml``), for clusters and
+tests without GPUs.
 
 This module only declares the options; :mod:`hami.deviceplugin.launch` does the work and is imported when the
 command runs.
