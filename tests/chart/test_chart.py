@@ -349,8 +349,85 @@ def test_the_device_plugin_is_held_to_its_own_node_by_an_admission_policy() -> N
 
 
 def test_every_annotation_the_device_plugin_writes_is_one_the_policy_lets_it_write() -> None:
-    written = [keys.NVIDIA_REGISTER, keys.NVIDIA_SCORE, keys.NODE_LOCK, keys.BIND_PHASE, keys.NVIDIA_KEYS.to_allocate]
+    written = [
+        keys.NVIDIA_REGISTER,
+        keys.NVIDIA_SCORE,
+        keys.NODE_LOCK,
+        keys.BIND_PHASE,
+        keys.NVIDIA_KEYS.to_allocate,
+        keys.NVIDIA_MIG_ALLOCATIONS,
+    ]
     assert [key for key in written if not (key or "").startswith("hami.io/")] == []
+
+
+def plugin_pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    spec: dict[str, Any] = one(docs, "DaemonSet", "hami-device-plugin")["spec"]["template"]["spec"]
+    return spec
+
+
+def plugin_container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(c for c in plugin_pod(docs)["containers"] if c["name"] == "device-plugin")
+
+
+def test_the_device_plugins_node_side_defaults_are_hamis() -> None:
+    docs = render()
+    daemonset = one(docs, "DaemonSet", "hami-device-plugin")
+    assert daemonset["spec"]["updateStrategy"] == {"type": "RollingUpdate"}
+    pod = plugin_pod(docs)
+    assert pod["hostPID"] is False
+    assert "runtimeClassName" not in pod
+    ctr = plugin_container(docs)
+    env = {e["name"]: e.get("value") for e in ctr["env"]}
+    assert env["DEVICE_LIST_STRATEGY"] == "envvar"
+    assert env["PASS_DEVICE_SPECS"] == "true"
+    assert not {"NVIDIA_DRIVER_ROOT", "NVIDIA_CDI_HOOK_PATH", "GDS_ENABLED", "MOFED_ENABLED", "CDI_SPECS_DIR"} & set(
+        env
+    )
+    assert "cdi-root" not in {v["name"] for v in pod["volumes"]}  # no host CDI directory without a CDI strategy
+    vgpu = next(v for v in pod["volumes"] if v["name"] == "vgpu")
+    assert vgpu["hostPath"]["path"] == "/usr/local/vgpu"
+
+
+def test_the_device_plugins_node_side_values() -> None:
+    docs = render(
+        "devicePlugin.deviceListStrategy=cdi-annotations\\,envvar",
+        "devicePlugin.passDeviceSpecsEnabled=false",
+        "devicePlugin.nvidiaDriverRoot=/run/nvidia/driver",
+        "devicePlugin.nvidiaHookPath=/usr/local/nvidia/toolkit/nvidia-cdi-hook",
+        "devicePlugin.gdsEnabled=true",
+        "devicePlugin.mofedEnabled=false",
+        "devicePlugin.libPath=/opt/hami/vgpu",
+        "devicePlugin.runtimeClassName=nvidia",
+        "devicePlugin.hostPID=true",
+        "devicePlugin.updateStrategy.type=OnDelete",
+        "devicePlugin.extraArgs[0]=--mig-reconcile-seconds=30",
+        "devicePlugin.extraEnvs[0].name=IMEX_CHANNEL_IDS",
+        "devicePlugin.extraEnvs[0].value=0\\,1",
+    )
+    daemonset = one(docs, "DaemonSet", "hami-device-plugin")
+    assert daemonset["spec"]["updateStrategy"] == {"type": "OnDelete"}
+    pod = plugin_pod(docs)
+    assert (pod["hostPID"], pod["runtimeClassName"]) == (True, "nvidia")
+    ctr = plugin_container(docs)
+    assert ctr["args"][-1] == "--mig-reconcile-seconds=30"
+    env = {e["name"]: e.get("value") for e in ctr["env"]}
+    assert {k: env[k] for k in env if k not in {"NODE_NAME", "HOOK_PATH", "ENABLE_TOPOLOGY_SCORE"}} == {
+        "NVIDIA_VISIBLE_DEVICES": "all",
+        "NVIDIA_DRIVER_CAPABILITIES": "utility",
+        "DEVICE_LIST_STRATEGY": "cdi-annotations,envvar",
+        "PASS_DEVICE_SPECS": "false",
+        "NVIDIA_DRIVER_ROOT": "/run/nvidia/driver",
+        "NVIDIA_CDI_HOOK_PATH": "/usr/local/nvidia/toolkit/nvidia-cdi-hook",
+        "GDS_ENABLED": "true",
+        "MOFED_ENABLED": "false",
+        "CDI_SPECS_DIR": "/var/run/cdi",
+        "IMEX_CHANNEL_IDS": "0,1",
+    }
+    assert {"name": "cdi-root", "mountPath": "/var/run/cdi"} in ctr["volumeMounts"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["cdi-root"]["hostPath"] == {"path": "/var/run/cdi", "type": "DirectoryOrCreate"}
+    assert volumes["vgpu"]["hostPath"]["path"] == "/opt/hami/vgpu"
+    assert {"name": "vgpu", "mountPath": "/usr/local/vgpu"} in ctr["volumeMounts"]
 
 
 def test_the_node_restriction_needs_kubernetes_1_30_or_an_explicit_opt_out() -> None:
