@@ -35,6 +35,7 @@ __all__ = [
     "LockContention",
     "NotFound",
     "QuantityError",
+    "TooManyRequests",
 ]
 
 
@@ -132,3 +133,13 @@ class NotFound(ApiError):
 
 class Gone(ApiError):
     """HTTP 410: the resourceVersion is too old; a watch must relist."""
+
+
+class TooManyRequests(ApiError):
+    """HTTP 429: the API server is shedding load. ``retry_after`` is its ``Retry-After`` in seconds (``None`` when
+    it sent none or one that is not a number of seconds). The request was refused before it was processed, so
+    repeating it is safe for every verb."""
+
+    def __init__(self, message: str, status: int = 429, retry_after: float | None = None) -> None:
+        self.retry_after = retry_after
+        super().__init__(message, status)

@@ -112,6 +112,10 @@ class Extender:
     pending: set[str] = field(default_factory=set)
     background_commit: bool = True
     commits: dict[str, asyncio.Task[str | None]] = field(default_factory=dict)
+    cleanups: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    """Allocation clean-ups that failed once (429 storm, API down) and are being retried, by pod UID."""
+    cleanup_backoff: tuple[float, float] = (0.5, 30.0)
+    """First and longest wait between the retries of a clean-up."""
 
     # --- /filter -------------------------------------------------------------------------------------
     async def filter(self, args: FilterArgs) -> FilterResult:
@@ -150,6 +154,7 @@ class Extender:
         guard = _replace_guard(pod, watched)
         # A pod filtered again (bind failed, or kube-scheduler retried) must not count its old reservation;
         # an earlier commit still in flight finishes first, so patches of one pod never overtake each other.
+        self._cancel_cleanup(req.uid)
         await self._settle(req.uid)
         self._forget(req.uid)
         t0 = time.perf_counter()
@@ -224,9 +229,12 @@ class Extender:
         return await task
 
     async def settle_all(self) -> None:
-        """Wait for every commit in flight (shutdown, tests)."""
+        """Wait for every commit in flight (shutdown, tests); stop the clean-up retries (a restarted hami charges
+        what the pods carry, and kube-scheduler's next /filter of such a pod replaces or clears it)."""
         while self.commits:
             await self._settle(next(iter(self.commits)))
+        for uid in list(self.cleanups):
+            self._cancel_cleanup(uid)
 
     def _forget(self, uid: str) -> None:
         self.pending.discard(uid)
@@ -411,11 +419,31 @@ class Extender:
             log.warning("releasing the lock on %s after %s failed: %s", node, after, err)
 
     async def _release_allocation(self, pod: Pod, uid: str, guard: str | None = None) -> None:
-        """After a failed bind: drop the reservation and the annotations that would re-create it.
+        """After a failed bind: remove the annotations that hold the pod's devices, then the reservation.
 
         The removal is written only to the pod with ``uid`` and, with ``guard``, only to that resourceVersion of
-        it (the version read when deciding it holds no devices in use)."""
+        it (the version read when deciding it holds no devices in use). The reservation is dropped once the
+        annotations are gone, so the ledger never frees what the API still shows allocated; if the write fails
+        (throttled, API down, the pod changed meanwhile) it is retried in the background until it lands or is no
+        longer needed (see :meth:`_clear_until_done`)."""
+        self._cancel_cleanup(uid)
+        try:
+            await self._clear(pod.metadata.namespace, pod.metadata.name, uid, guard)
+        except ApiError as err:
+            if _pod_gone(err):
+                self._forget(uid)
+                return
+            self.metrics.api_errors.labels("patch_pod").inc()
+            log.warning("clearing the allocation of %s after a failed bind failed: %s; retrying", pod.key, err)
+            task = asyncio.get_running_loop().create_task(
+                self._clear_until_done(pod.metadata.namespace, pod.metadata.name, uid), name=f"clear-{uid}"
+            )
+            self.cleanups[uid] = task
+            task.add_done_callback(lambda done: self._cleanup_done(uid, done))
+            return
         self._forget(uid)
+
+    async def _clear(self, namespace: str, name: str, uid: str, guard: str | None) -> None:
         removals: dict[str, str | None] = {
             keys.VGPU_NODE: None,
             keys.VGPU_TIME: None,
@@ -427,18 +455,53 @@ class Extender:
             if vendor.keys.to_allocate:
                 removals[vendor.keys.to_allocate] = None
         removals[keys.NVIDIA_MIG_ALLOCATIONS] = None
-        try:
-            await self.cluster.patch_pod_metadata(
-                pod.metadata.namespace,
-                pod.metadata.name,
-                removals,
-                {keys.VGPU_NODE: None},
-                uid=uid,
-                resource_version=guard,
-            )
-        except ApiError as err:
-            self.metrics.api_errors.labels("patch_pod").inc()
-            log.warning("clearing the allocation of %s after a failed bind failed: %s", pod.key, err)
+        await self.cluster.patch_pod_metadata(
+            namespace, name, removals, {keys.VGPU_NODE: None}, uid=uid, resource_version=guard
+        )
+
+    async def _clear_until_done(self, namespace: str, name: str, uid: str) -> None:
+        """Retry a clean-up with backoff until it lands or is moot: each round reads the pod and removes its
+        allocation only from the version read, only while it is still unbound and still the pod ``uid``."""
+        delay, longest = self.cleanup_backoff
+        while True:
+            await asyncio.sleep(delay)
+            delay = min(longest, delay * 2)
+            try:
+                pod = await self.cluster.get_pod(namespace, name)
+            except NotFound:
+                self._forget(uid)
+                return
+            except ApiError as err:
+                log.info("clean-up of %s/%s: reading the pod failed: %s; retrying", namespace, name, err)
+                continue
+            if pod.metadata.uid != uid:
+                self._forget(uid)
+                return
+            if pod.spec.node_name or not holds_devices(pod):
+                return  # bound meanwhile (the allocation is in use) or nothing left: the watch keeps the ledger
+            try:
+                await self._clear(namespace, name, uid, pod.metadata.resource_version or None)
+            except ApiError as err:
+                if _pod_gone(err):
+                    self._forget(uid)
+                    return
+                log.info("clean-up of %s/%s failed: %s; retrying", namespace, name, err)
+                continue
+            self.metrics.decisions.labels("cleanup-retried").inc()
+            log.info("clean-up of %s/%s landed after retries", namespace, name)
+            self._forget(uid)
+            return
+
+    def _cancel_cleanup(self, uid: str) -> None:
+        task = self.cleanups.pop(uid, None)
+        if task is not None:
+            task.cancel()
+
+    def _cleanup_done(self, uid: str, task: asyncio.Task[None]) -> None:
+        if self.cleanups.get(uid) is task:
+            del self.cleanups[uid]
+        if not task.cancelled() and task.exception() is not None:
+            log.error("clean-up of pod UID %s failed: %r", uid, task.exception())
 
     # --- watch handlers ------------------------------------------------------------------------------
     def on_pod(self, pod: Pod, deleted: bool = False) -> None:
@@ -450,6 +513,7 @@ class Extender:
             # extender tests); its PATCH, if still in flight, fails on the deleted pod and rolls nothing back
             # that is still held.
             self.commits.pop(uid, None)
+            self._cancel_cleanup(uid)
             unreserve(self.state, uid)
             return
         if not holds_devices(pod):

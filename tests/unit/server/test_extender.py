@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from hami.errors import ApiError, NotFound
+from hami.errors import ApiError, NotFound, TooManyRequests
 from hami.k8s.client import ClientSettings, KubeClient
 from hami.k8s.cluster import KubeCluster
 from hami.k8s.config import KubeConfig
@@ -550,6 +550,51 @@ async def test_bind_failure_releases_our_lock_and_the_allocation(world: World) -
     assert world.state.pods == {}
     assert await world.events() == [("Warning", "BindingFailed", message)]
     assert world.metrics.registry.get_sample_value("hami_bind_results_total", {"result": "failed"}) == 1
+
+
+THROTTLED = TooManyRequests("too many requests, please try again later", 429, retry_after=1.0)
+
+
+async def test_a_throttled_clean_up_keeps_the_reservation_and_is_retried_until_it_lands(world: World) -> None:
+    # A 429 storm: the bind fails, and so does the first removal of the allocation (and the next read of the pod).
+    cluster_of_three(world)
+    await filtered(world)
+    world.extender.cleanup_backoff = (0.01, 0.02)
+    world.cluster.fail("bind", THROTTLED)
+    world.cluster.fail("patch_pod_metadata", THROTTLED, times=2)
+    world.cluster.fail("get_pod", THROTTLED, times=2)  # the bind's fresh read, then the first retry's read
+
+    result = await world.extender.bind(BindingArgs("p1", NS, "uid-p1", "n1"))
+
+    assert "too many requests" in result.error
+    # the annotations are still on the pod, so the ledger still charges them: the two never disagree
+    assert allocation_of(world.pod("p1"))[keys.VGPU_NODE] == "n1"
+    assert set(world.state.pods) == {"uid-p1"}
+    assert set(world.extender.cleanups) == {"uid-p1"}
+    task = world.extender.cleanups["uid-p1"]
+    await asyncio.wait_for(task, 5)
+    assert allocation_of(world.pod("p1")) == {}
+    assert world.state.pods == {}
+    assert world.extender.cleanups == {}
+    assert lock_of(world, "n1") is None
+
+
+async def test_filtering_the_pod_again_stops_its_clean_up(world: World) -> None:
+    cluster_of_three(world)
+    await filtered(world)
+    world.extender.cleanup_backoff = (30.0, 30.0)
+    world.cluster.fail("bind", THROTTLED)
+    world.cluster.fail("patch_pod_metadata", THROTTLED)
+    assert (await world.extender.bind(BindingArgs("p1", NS, "uid-p1", "n1"))).error
+    task = world.extender.cleanups["uid-p1"]
+
+    await world.filter(world.pod("p1"), ["n1"])
+    await world.extender.settle_all()
+
+    assert task.cancelled() or task.done()
+    assert world.extender.cleanups == {}
+    assert allocation_of(world.pod("p1"))[keys.VGPU_NODE] == "n1"  # the new allocation stays
+    assert set(world.state.pods) == {"uid-p1"}
 
 
 async def test_a_repeated_bind_of_a_bound_pod_succeeds_and_keeps_its_allocation(world: World) -> None:
