@@ -103,15 +103,20 @@ class LockContention(HamiError):
     ends with HAMi's sentinel text ``node lock contention``.
     """
 
-    def __init__(self, node: str, holder: str, since: datetime, timeout: float) -> None:
+    def __init__(self, node: str, holder: str, since: datetime, timeout: float, *, waited: float = 0.0) -> None:
         self.node = node
         self.holder = holder
         self.since = since
         self.timeout = timeout
+        self.waited = waited
         who = f"by {holder}" if holder else "(legacy lock, no owner recorded)"
-        super().__init__(
-            f"node {node} is locked {who} since {since.isoformat()} (expires after {timeout:g}s): node lock contention"
-        )
+        state = f"is locked {who} since {since.isoformat()} (expires after {timeout:g}s)"
+        if waited:  # a PodGroup member's bind waited for it (HAMi's text, with who holds it)
+            super().__init__(
+                f"timed out after {waited:g}s waiting for node {node} to be unlocked ({state}): node lock contention"
+            )
+        else:
+            super().__init__(f"node {node} {state}: node lock contention")
 
 
 class ApiError(HamiError):

@@ -30,14 +30,14 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from hami.devices.base import Vendor
-from hami.errors import ApiError, Conflict, HamiError, InvalidInput, NotFound
+from hami.errors import ApiError, Conflict, HamiError, InvalidInput, LockContention, NotFound
 from hami.protocol import keys
 from hami.protocol.events import binding_succeed_text, filtering_failed_texts, no_available_node_text
 from hami.protocol.extender import BindingArgs, BindingResult, FilterArgs, FilterResult
 from hami.protocol.objects import Node, ObjectMeta, Pod, ResourceQuota
 from hami.protocol.reasons import Reason
 from hami.scheduling.cycle import Decision, decide, reserve, unreserve
-from hami.scheduling.records import holds_devices, is_terminal, record_from_pod
+from hami.scheduling.records import holds_devices, is_terminal, pod_group, record_from_pod
 from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState, PodRecord
 from hami.server.metrics import Metrics
@@ -116,6 +116,10 @@ class Extender:
     """Allocation clean-ups that failed once (429 storm, API down) and are being retried, by pod UID."""
     cleanup_backoff: tuple[float, float] = (0.5, 30.0)
     """First and longest wait between the retries of a clean-up."""
+    lock_retry_timeout: float = 0.0
+    """``--node-lock-retry-timeout``: how long the bind of a PodGroup member waits for a locked node (0: not)."""
+    lock_retry_interval: float = 0.1
+    """Pause between two tries of such a wait (HAMi's 100 ms)."""
 
     # --- /filter -------------------------------------------------------------------------------------
     async def filter(self, args: FilterArgs) -> FilterResult:
@@ -358,7 +362,7 @@ class Extender:
         locked = False
         try:
             if wants_devices:
-                await self.cluster.lock_node(node, ns, name)
+                await self._lock(node, pod)
                 locked = True
                 if record is None:  # not committed by this process: mark the bind phase now, as HAMi does
                     # on the version just read (unbound, allocated on this node): replaced only if still so
@@ -394,6 +398,26 @@ class Extender:
         self.metrics.binds.labels("bound").inc()
         self.cluster.event(pod, NORMAL, "BindingSucceed", binding_succeed_text(node, ns, name))
         return BindingResult()
+
+    async def _lock(self, node: str, pod: Pod) -> None:
+        """Take the node lock for ``pod``. A PodGroup member that finds the node locked tries again every
+        ``lock_retry_interval`` for up to ``lock_retry_timeout`` (its group's other members are being bound one
+        after the other and each holds the lock until its device plugin allocates), as HAMi v2.10 does; any
+        other pod, or any other failure, fails at once."""
+        ns, name = pod.metadata.namespace, pod.metadata.name
+        waits = self.lock_retry_timeout > 0 and bool(pod_group(pod))
+        deadline = time.monotonic() + self.lock_retry_timeout
+        while True:
+            try:
+                await self.cluster.lock_node(node, ns, name)
+                return
+            except LockContention as err:
+                if not waits:
+                    raise
+                if time.monotonic() + self.lock_retry_interval > deadline:
+                    waited = self.lock_retry_timeout
+                    raise LockContention(err.node, err.holder, err.since, err.timeout, waited=waited) from None
+            await asyncio.sleep(self.lock_retry_interval)
 
     def _refuse_bind(self, ns: str, name: str, node: str, reason: str) -> BindingResult:
         """A /bind that names no pod, another pod, or a pod that may not be bound: refused before anything is

@@ -16,7 +16,7 @@ from hami.k8s.tasks import Supervisor
 from hami.protocol import keys
 from hami.protocol.nodelock import NodeLock, encode_node_lock
 from hami.protocol.objects import Node, ObjectMeta, Pod
-from hami.server.runtime import REGISTRATION_REFUSED, Runtime, parse_bind
+from hami.server.runtime import REGISTRATION_REFUSED, Runtime, api_client_settings, parse_bind
 from tests.unit.server.support import NOW_DT, NS, World, garbage_node, gpu_node, gpu_pod, make_world
 
 
@@ -270,3 +270,10 @@ async def test_hostile_registration_is_reported_on_the_node_naming_node_device_f
     assert any("gpu-7" in r.getMessage() and fragment in r.getMessage() for r in caplog.records)
     samples = wired.runtime.metrics.registry.get_sample_value("hami_quarantined_nodes", {"vendor": vendor})
     assert samples == 1
+
+
+@pytest.mark.parametrize(("kube_timeout", "expected"), [(0.0, 30.0), (7.5, 7.5)], ids=["default", "given"])
+def test_kube_timeout_bounds_every_api_request(kube_timeout: float, expected: float) -> None:
+    settings = SchedulerSettings(kube_timeout=kube_timeout, kube_qps=50, kube_burst=70)
+    client = api_client_settings(settings)
+    assert (client.request_timeout, client.qps, client.burst) == (expected, 50, 70)
