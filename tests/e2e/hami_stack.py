@@ -44,8 +44,10 @@ Usage = dict[str, tuple[int, int, int]]
 class HamiScheduler:
     """``hami scheduler`` in a subprocess on fixed loopback ports (kept across restarts)."""
 
-    def __init__(self, plane: ControlPlane, args: Iterable[str] = ()) -> None:
+    def __init__(self, plane: ControlPlane, args: Iterable[str] = (), *, kubeconfig: Path | None = None) -> None:
         self.plane = plane
+        self.kubeconfig = kubeconfig or plane.kubeconfig
+        """Whose identity hami uses: the admin's by default."""
         self.port = free_port()
         self.metrics_port = free_port()
         self.args = list(args)
@@ -66,7 +68,7 @@ class HamiScheduler:
             [
                 str(HAMI),
                 "scheduler",
-                f"--kubeconfig={self.plane.kubeconfig}",
+                f"--kubeconfig={self.kubeconfig}",
                 f"--http_bind=127.0.0.1:{self.port}",
                 f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
                 f"--scheduler-name={SCHEDULER_NAME}",

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+import random
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -90,6 +91,10 @@ class ClientSettings:
     kube-scheduler's 30 s extender timeout, so a throttled /bind still answers in time."""
     retry_backoff: float = 0.2
     """First wait when the server names none (doubling per retry, up to ``retry_wait_max``)."""
+    retry_jitter: float = 0.5
+    """Each wait is stretched by up to this fraction at random. The API server answers every request it sheds
+    with the same ``Retry-After: 1``; without jitter they would all come back in the same instant and be shed
+    again (client-go waits exactly; hami's 429-storm test bound pods faster with jitter)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +198,7 @@ class KubeClient:
         self._token: str | None = config.token
         self._token_read_at: float | None = None
         self._sleep = sleep
+        self._random = random.Random()
         self.retries = 0
         """Requests sent again so far (429s, refused connections, server errors; see the module docstring)."""
 
@@ -270,7 +276,12 @@ class KubeClient:
                     return response.content
                 error = _response_error(response, what)
                 delay = self._retry_delay(method, response, error, attempt)
-            if delay is None or attempt == self.settings.max_retries or waited + delay > self.settings.retry_budget:
+            if delay is None or attempt == self.settings.max_retries:
+                raise error
+            delay = min(
+                self.settings.retry_wait_max, delay * (1.0 + self.settings.retry_jitter * self._random.random())
+            )
+            if waited + delay > self.settings.retry_budget:
                 raise error
             log.info("%s: %s; retry %d in %.2fs", what, error, attempt + 1, delay)
             self.retries += 1

@@ -307,9 +307,20 @@ async def test_a_refused_connection_is_retried_for_writes_too_within_the_budget(
     clock: FakeClock, sleep: FakeSleep
 ) -> None:
     config = KubeConfig(server="http://127.0.0.1:9")  # discard port: nothing listens, nothing is ever sent
-    settings = ClientSettings(connect_timeout=1, retry_budget=3.0)
+    settings = ClientSettings(connect_timeout=1, retry_budget=3.0, retry_jitter=0.0)
     async with KubeClient(config, settings, clock=clock, sleep=sleep) as kube:
         with pytest.raises(ApiError) as caught:
             await kube.create_binding("default", "p", "uid-p", "n1")
     assert caught.value.status == 0
     assert sleep.delays == pytest.approx([0.2, 0.4, 0.8, 1.6])  # the next (3.2 s) would pass the budget
+
+
+async def test_retry_waits_are_spread_by_jitter_within_bounds(api: FakeApi, clock: FakeClock, sleep: FakeSleep) -> None:
+    path = "/api/v1/nodes/n1"
+    api.script("GET", path, *[Reply(429, THROTTLED, headers={"Retry-After": "1"}) for _ in range(5)], Reply(body={}))
+    settings = ClientSettings(retry_jitter=0.5)
+    async with KubeClient(KubeConfig(server=api.url), settings, clock=clock, sleep=sleep) as kube:
+        await kube.get(NODES, "n1", type=Node)
+    assert len(sleep.delays) == 5
+    assert all(1.0 <= d <= 1.5 for d in sleep.delays)
+    assert len(set(sleep.delays)) > 1  # not all in lock step
