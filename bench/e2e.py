@@ -139,7 +139,7 @@ def bench_e2e(
                         keys.NVIDIA_SCORE: encode_pair_scores(scores),
                     },
                 )
-            port, metrics_port = free_port(), free_port()
+            port, metrics_port, service_port = free_port(), free_port(), free_port()
             log = open(Path(tmp) / "hami.log", "wb")  # noqa: SIM115 - closed with the process
             hami = subprocess.Popen(
                 [
@@ -151,6 +151,8 @@ def bench_e2e(
                     "--kubeconfig",
                     str(kubeconfig),
                     "--http_bind",
+                    f"127.0.0.1:{service_port}",
+                    "--extender-bind",
                     f"127.0.0.1:{port}",
                     "--metrics-bind-address",
                     f"127.0.0.1:{metrics_port}",

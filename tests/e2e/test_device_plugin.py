@@ -3,7 +3,8 @@
 The plugin registers its node's GPUs; a pod is bound and annotated exactly as hami's scheduler leaves it after
 Filter and Bind (node lock held); the fake kubelet calls Allocate over the plugin's unix socket and gets the
 scheduler's GPU and limits; the pod ends with bind-phase ``success``, its allocation consumed and the node lock
-gone; SIGTERM stops the plugin cleanly.
+gone; SIGTERM stops the plugin cleanly. The plugin runs as the chart's device-plugin ServiceAccount with a token
+bound to a pod on its node (``tests/e2e/identities.py``), under the chart's node-restriction policy.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import pytest
 from hami.deviceplugin import kubeletapi as api
 from hami.protocol.nodelock import NodeLock, encode_node_lock
 from tests.e2e.cluster import ControlPlane, KubeClient
+from tests.e2e.identities import chart_identities
 
 NODE = "hami-dp-e2e-1"
 WAIT = 30.0
@@ -71,6 +73,14 @@ def sockets() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.fixture
+def plugin_kubeconfig(control_plane: ControlPlane, make_node: Callable[..., dict[str, Any]]) -> Iterator[Path]:
+    """The GPU node, and a kubeconfig for the chart's device-plugin ServiceAccount bound to a pod on it."""
+    make_node(NODE, labels={"gpu": "on"}, extended={"nvidia.com/gpu": 20})
+    with chart_identities(control_plane).device_plugin(NODE) as kubeconfig:
+        yield kubeconfig
+
+
 async def until(check: Callable[[], Any], what: str) -> Any:
     async with asyncio.timeout(WAIT):
         while True:
@@ -82,14 +92,12 @@ async def until(check: Callable[[], Any], what: str) -> Any:
 
 
 async def test_plugin_registers_and_serves_allocate(
-    control_plane: ControlPlane,
+    plugin_kubeconfig: Path,
     kube: KubeClient,
-    make_node: Callable[..., dict[str, Any]],
     namespace: str,
     sockets: Path,
     tmp_path: Path,
 ) -> None:
-    make_node(NODE, labels={"gpu": "on"}, extended={"nvidia.com/gpu": 20})
     fixture = tmp_path / "gpus.yaml"
     fixture.write_text(FIXTURE)
     hook = tmp_path / "hook"
@@ -102,7 +110,7 @@ async def test_plugin_registers_and_serves_allocate(
                 "hami.deviceplugin",
                 f"--node-name={NODE}",
                 f"--fake-nvml={fixture}",
-                f"--kubeconfig={control_plane.kubeconfig}",
+                f"--kubeconfig={plugin_kubeconfig}",
                 f"--plugin-dir={sockets}",
                 f"--hook-path={hook}",
                 f"--node-config-file={tmp_path / 'absent.json'}",

@@ -62,8 +62,9 @@ def scheduler_main(overrides: dict[str, object], kubeconfig: str | None, json_lo
         configure_logging(settings.debug, json_logs)
         device_config = load_device_config(settings.device_config_file)
         kube = load_config(kubeconfig)
+        runtime = Runtime(settings, device_config, kube)  # loads the TLS and token files
     except HamiError as err:
         print(f"hami scheduler: {err}", file=sys.stderr)
         return 2
-    asyncio.run(Runtime(settings, device_config, kube).run())
+    asyncio.run(runtime.run())
     return 0

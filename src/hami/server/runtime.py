@@ -1,7 +1,8 @@
 """``hami scheduler``: assemble the watches, the state, the extender and the HTTP servers, and run them.
 
 One asyncio loop runs everything: one reflector task per resource kind (nodes, pods, resource quotas and, with
-leader election, the Lease), the main HTTP server (extender, webhook, health), the metrics server, and two
+leader election, the Lease), three HTTP servers (the Service listener: webhook and health; the extender
+listener: filter, bind and health, loopback-only by default; metrics; see ``hami.server.access``), and two
 housekeeping loops (the ledger self-check and the release of node locks whose holder is gone). SIGTERM and
 SIGINT stop accepting connections, let in-flight requests finish (uvicorn's graceful shutdown), then cancel the
 tasks. Every task is started through one ``Supervisor`` that logs failures.
@@ -23,8 +24,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import uvicorn
-from starlette.applications import Starlette
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from hami.config import DeviceConfig, SchedulerSettings
 from hami.devices import vendors_from_config
@@ -37,6 +38,7 @@ from hami.k8s.extender_io import ExtenderIO
 from hami.k8s.nodelock import NodeLocker
 from hami.k8s.records import Lease, ObjectRef
 from hami.k8s.resources import LEASES, NODES, PODS, RESOURCE_QUOTAS
+from hami.k8s.reviews import AccessReviewer
 from hami.k8s.tasks import Supervisor
 from hami.k8s.watch import Callbacks, Reflector
 from hami.protocol import keys
@@ -47,7 +49,8 @@ from hami.scheduling.admission import AdmissionSettings
 from hami.scheduling.records import is_terminal
 from hami.scheduling.request import SchedulingDefaults
 from hami.scheduling.state import ClusterState
-from hami.server.app import build_app, build_metrics_app
+from hami.server.access import BearerTokenGate, MetricsGate, Transport, load_transport
+from hami.server.app import build_app, build_metrics_app, build_service_app
 from hami.server.audit import API_AUDIT_SECONDS, LedgerAudit
 from hami.server.extender import Extender, Readiness
 from hami.server.metrics import Metrics
@@ -91,6 +94,8 @@ class Runtime:
     kubeconfig: KubeConfig
     identity: str = field(default_factory=socket.gethostname)
     extra_routes: list[Route] = field(default_factory=list)
+    transport: Transport | None = None
+    """TLS contexts and the extender's token file; None: loaded from the settings when the runtime is built."""
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     state: ClusterState = field(init=False)
     metrics: Metrics = field(init=False)
@@ -102,6 +107,8 @@ class Runtime:
     _writes: set[asyncio.Task[None]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
+        if self.transport is None:  # read the files now: a missing or bad one is a ConfigError at start-up
+            self.transport = load_transport(self.settings)
         self.vendors = vendors_from_config(self.device_config)
         self.state = ClusterState(self.vendors)
         self.metrics = Metrics(lambda: self.state)
@@ -259,6 +266,7 @@ class Runtime:
             KubeClient(self.kubeconfig, client_settings) as client,
             KubeClient(self.kubeconfig, client_settings) as event_client,
             Supervisor(log) as supervisor,
+            contextlib.AsyncExitStack() as stack,
         ):
             cluster = KubeCluster(client, instance=self.identity)
             locker = NodeLocker(cluster, timeout=timedelta(seconds=s.node_lock_timeout))
@@ -329,25 +337,37 @@ class Runtime:
                 extender, AdmissionSettings(s.scheduler_name, s.force_overwrite_default_scheduler)
             )
             routes = [webhook_route(admission, self.metrics), *self.extra_routes]
-            tls = CertificateReloader(s.cert_file, s.key_file) if s.cert_file and s.key_file else None
-            if tls is not None:  # certificates rotated on disk are picked up without a restart
-                supervisor.start(tls.watch(TLS_RELOAD_SECONDS), name="tls-reload")
-            main = self._server(build_app(extender, routes), s.http_bind, tls)
-            metrics = self._server(build_metrics_app(self.metrics), s.metrics_bind_address, None)
-            self._install_signals(main, metrics)
+            transport = self.transport or load_transport(s)
+            for i, tls in enumerate(transport.reloaders()):  # files rotated on disk are picked up without a restart
+                supervisor.start(tls.watch(TLS_RELOAD_SECONDS), name=f"tls-reload-{i}")
+            extender_app: ASGIApp = build_app(extender)
+            if transport.extender_tokens is not None:
+                extender_app = BearerTokenGate(extender_app, transport.extender_tokens)
+            metrics_app: ASGIApp = build_metrics_app(self.metrics)
+            if s.metrics_secure:  # its own client: its own rate limit, so scrapes never slow down scheduling
+                review_client = await stack.enter_async_context(KubeClient(self.kubeconfig, client_settings))
+                metrics_app = MetricsGate(metrics_app, AccessReviewer(review_client, "/metrics"))
+            servers = [
+                self._server(build_service_app(extender, routes), s.http_bind, transport.service_tls),
+                self._server(extender_app, s.extender_bind, transport.extender_tls),
+                self._server(metrics_app, s.metrics_bind_address, transport.metrics_tls),
+            ]
+            self._install_signals(*servers)
             log.info(
-                "hami scheduler %s serving on %s (metrics %s)", s.scheduler_name, s.http_bind, s.metrics_bind_address
-            )
-            servers = [asyncio.create_task(main.serve()), asyncio.create_task(metrics.serve())]
+                "hami scheduler %s serving webhook on %s, extender on %s, metrics on %s",
+                s.scheduler_name, s.http_bind, s.extender_bind, s.metrics_bind_address,
+            )  # fmt: skip
+            serving = [asyncio.create_task(server.serve()) for server in servers]
             stopper = asyncio.create_task(self.stop.wait())
-            await asyncio.wait([*servers, stopper], return_when=asyncio.FIRST_COMPLETED)
-            main.should_exit = metrics.should_exit = True
-            await asyncio.gather(*servers, return_exceptions=True)
+            await asyncio.wait([*serving, stopper], return_when=asyncio.FIRST_COMPLETED)
+            for server in servers:
+                server.should_exit = True
+            await asyncio.gather(*serving, return_exceptions=True)
             await extender.settle_all()
             stopper.cancel()
             await events.aclose()
 
-    def _server(self, app: Starlette, bind: str, tls: CertificateReloader | None) -> _Server:
+    def _server(self, app: ASGIApp, bind: str, tls: CertificateReloader | None) -> _Server:
         host, port = parse_bind(bind)
         kwargs: dict[str, object] = {}
         if tls is not None:
