@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 from tests.e2e.cluster import ApiError, ControlPlane, free_port, start_control_plane
-from tests.e2e.invariants import service_account_kubeconfig
+from tests.e2e.identities import HAMI_SA, chart_identities
 
 from bench.scenarios import node_devices, pair_scores
 from hami.protocol import keys
@@ -102,7 +102,8 @@ def _mean_latencies(metrics: str) -> dict[str, float]:
 
 THROTTLED = ("--max-requests-inflight=1", "--max-mutating-requests-inflight=1", "--enable-priority-and-fairness=false")
 """kube-apiserver flags of the 429 storm: one request in flight (one mutating), no priority and fairness, so every
-request beyond that is answered ``429 Retry-After: 1``. The admin is exempt; hami then runs as a ServiceAccount."""
+request beyond that is answered ``429 Retry-After: 1``. The admin is exempt; hami then runs as the chart's
+ServiceAccount."""
 
 
 def bench_e2e(
@@ -114,8 +115,8 @@ def bench_e2e(
     apiserver_args: tuple[str, ...] = (),
     restart_apiserver_at: int = 0,
 ) -> dict[str, float]:
-    """Bind ``pods`` pods and time it. With ``apiserver_args`` (e.g. :data:`THROTTLED`) hami runs under a
-    least-privileged ServiceAccount, which the server's limits apply to. With ``restart_apiserver_at`` > 0,
+    """Bind ``pods`` pods and time it. With ``apiserver_args`` (e.g. :data:`THROTTLED`) hami runs under the chart's
+    ServiceAccount, which the server's limits apply to (needs ``make helm``). With ``restart_apiserver_at`` > 0,
     kube-apiserver is SIGKILLed once that many pods are bound and started again; the result then also has
     ``apiserver_restart_s`` (until it answered /readyz again), ``recover_s`` (from then until the next pod was
     bound) and ``restart_to_all_s`` (from then until every pod was)."""
@@ -126,8 +127,8 @@ def bench_e2e(
         try:
             kube = cp.client()
             kubeconfig = cp.kubeconfig
-            if apiserver_args:
-                kubeconfig = service_account_kubeconfig(cp, kube, kube.create_namespace(), "hami-bench")
+            if apiserver_args:  # the chart's ServiceAccount: the server's in-flight limits apply to it
+                kubeconfig = chart_identities(cp).kubeconfig(HAMI_SA)
             for n in range(nodes):
                 devs = list(node_devices(n, gpus))
                 scores = [PairScore(u, s) for u, s in pair_scores(n, gpus).items()]

@@ -1,4 +1,4 @@
-"""What must hold after every fault, checked in one place; and a least-privileged identity for hami.
+"""What must hold after every fault, checked in one place.
 
 ``check_invariants`` waits (bounded) until a test's namespace is at rest and then holds hami to four invariants:
 
@@ -8,53 +8,18 @@
 4. every pod is either bound with an allocation for the node it is bound to, or pending with kube-scheduler's
    reason (``PodScheduled=False`` with a reason) and no allocation.
 
-``service_account_kubeconfig`` makes a ServiceAccount with only the rights hami's scheduler needs and returns a
-kubeconfig carrying a token for it: requests under it count against kube-apiserver's in-flight limits, which
-the admin's (``system:masters``) are exempt from.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from hami.protocol import keys
-from tests.e2e.cluster import ControlPlane, KubeClient, _write_kubeconfig, wait_until
+from tests.e2e.cluster import KubeClient, wait_until
 from tests.e2e.hami_stack import HamiScheduler, Usage, is_bound, usage_from_annotations
 
 NVIDIA = keys.NVIDIA_KEYS
-
-HAMI_RULES: list[dict[str, Any]] = [
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
-    {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
-    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
-    {"apiGroups": [""], "resources": ["resourcequotas"], "verbs": ["list", "watch"]},
-    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list", "watch"]},
-]
-"""What ``hami scheduler`` reads and writes (the chart's ClusterRole grants the same or less)."""
-
-
-def service_account_kubeconfig(plane: ControlPlane, kube: KubeClient, namespace: str, name: str = "hami") -> Path:
-    """A ServiceAccount ``namespace/name`` bound to :data:`HAMI_RULES`; returns a kubeconfig with its token."""
-    role = f"{namespace}-{name}"
-    kube.post(f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": name}})
-    rbac = "/apis/rbac.authorization.k8s.io/v1"
-    kube.post(f"{rbac}/clusterroles", {"metadata": {"name": role}, "rules": HAMI_RULES})
-    kube.post(
-        f"{rbac}/clusterrolebindings",
-        {
-            "metadata": {"name": role},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
-        },
-    )
-    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}}
-    token = kube.post(f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", request)["status"]["token"]
-    path = plane.workdir / f"kubeconfig-{role}"
-    _write_kubeconfig(path, plane.server, plane.ca_pem, token)
-    return path
 
 
 def over_capacity(usage: Usage, capacity: Usage) -> list[str]:

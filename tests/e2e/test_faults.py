@@ -3,17 +3,16 @@ or sheds load with 429s. Each test ends with the invariant check of ``tests/e2e/
 
 Each control plane here is this module's own, so killing its API server disturbs no other test: a plain one
 for the SIGSTOP/SIGKILL tests, and one started with ``--max-requests-inflight=1
---max-mutating-requests-inflight=1 --enable-priority-and-fairness=false`` for the 429 storm, where hami runs
-under a ServiceAccount with only the rights it needs (the admin is exempt from the in-flight limits; hami is
-not). Sizes are fixed and small (3 nodes × 2 cards, 30 pods of which 24 fit), every wait is bounded, and
-nothing leaves loopback. Nothing asserts on speed; the figures are printed (and measured by ``make bench``).
+--max-mutating-requests-inflight=1 --enable-priority-and-fairness=false`` for the 429 storm. hami runs under
+the chart's ServiceAccount, as in every e2e test: the in-flight limits apply to it (the admin is exempt).
+Sizes are fixed and small (3 nodes × 2 cards, 30 pods of which 24 fit), every wait is bounded, and nothing
+leaves loopback. Nothing asserts on speed; the figures are printed (and measured by ``make bench``).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +20,7 @@ import pytest
 from tests.e2e import cluster
 from tests.e2e.cluster import ControlPlane, KubeClient, wait_until
 from tests.e2e.hami_stack import FakeDevicePlugin, HamiScheduler, Usage, extender_config, gpu_limits, is_bound
-from tests.e2e.invariants import check_invariants, service_account_kubeconfig
+from tests.e2e.invariants import check_invariants
 from tests.e2e.test_extender import LOCK_TIMEOUT, Stack
 
 THROTTLE_ARGS = (
@@ -59,11 +58,11 @@ FaultStack = Callable[..., Stack]
 
 @pytest.fixture
 def fault_stack() -> Iterator[FaultStack]:
-    """Factory: ``fault_stack(plane, identity=None)``: a namespace, hami (as ``identity``'s kubeconfig, default
-    the admin), kube-scheduler calling it and a FakeDevicePlugin on ``plane``; all stopped afterwards."""
+    """Factory: ``fault_stack(plane)``: a namespace, hami (as the chart's ServiceAccount), kube-scheduler calling
+    it and a FakeDevicePlugin on ``plane``; all stopped afterwards."""
     made: list[tuple[Stack, KubeClient, list[str]]] = []
 
-    def start(plane: ControlPlane, *, least_privileged: bool = False) -> Stack:
+    def start(plane: ControlPlane) -> Stack:
         kube = plane.client()
         namespace = kube.create_namespace()
         nodes: list[str] = []
@@ -72,8 +71,7 @@ def fault_stack() -> Iterator[FaultStack]:
             nodes.append(name)
             return kube.create_node(name, **kwargs)
 
-        kubeconfig: Path | None = service_account_kubeconfig(plane, kube, namespace) if least_privileged else None
-        hami = HamiScheduler(plane, [f"--node-lock-timeout={LOCK_TIMEOUT}"], kubeconfig=kubeconfig)
+        hami = HamiScheduler(plane, [f"--node-lock-timeout={LOCK_TIMEOUT}"])
         s = Stack(plane, kube, namespace, hami, make_node)
         made.append((s, kube, nodes))
         hami.start()
@@ -151,7 +149,7 @@ def test_apiserver_crashing_mid_burst_keeps_the_invariants(
 def test_a_429_storm_still_binds_every_pod_and_keeps_the_invariants(
     throttled_plane: ControlPlane, fault_stack: FaultStack, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    s = fault_stack(throttled_plane, least_privileged=True)
+    s = fault_stack(throttled_plane)
     capacity, started = cluster_and_burst(s)
 
     wait_until(lambda: sum(map(is_bound, s.pods())) >= FIT, interval=0.1, timeout=240, description="24 pods bound")
