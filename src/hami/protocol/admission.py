@@ -15,6 +15,7 @@ from typing import Any, Final
 import msgspec
 
 from hami.errors import InvalidInput
+from hami.protocol.jsonbody import decode_body
 from hami.protocol.podpatch import PatchOp
 
 __all__ = [
@@ -32,7 +33,6 @@ ADMISSION_V1BETA1: Final = "admission.k8s.io/v1beta1"
 _VERSIONS: Final = frozenset({ADMISSION_V1, ADMISSION_V1BETA1})
 _KIND: Final = "AdmissionReview"
 
-_decoder = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
 
 
@@ -82,13 +82,13 @@ def _text(value: object, field: str, api_version: str, uid: str) -> str:
 def decode_review(body: bytes) -> AdmissionRequest:
     """Decode an AdmissionReview; raises ``MalformedReview`` naming the offending field."""
     try:
-        review = _decoder.decode(body)
-    except msgspec.DecodeError as err:
-        raise MalformedReview("body", body[:80].decode("utf-8", "replace"), f"not JSON: {err}") from None
+        review = decode_body(body, "body")
+    except InvalidInput as err:
+        raise MalformedReview("body", err.value, err.reason) from None
     if not isinstance(review, dict):
         raise MalformedReview("body", review, "an AdmissionReview must be a JSON object")
     api_version = review.get("apiVersion") or ADMISSION_V1
-    if api_version not in _VERSIONS:
+    if not isinstance(api_version, str) or api_version not in _VERSIONS:
         raise MalformedReview("apiVersion", api_version, f"expected {ADMISSION_V1} or {ADMISSION_V1BETA1}")
     kind = review.get("kind") or _KIND
     if kind != _KIND:

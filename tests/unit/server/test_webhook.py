@@ -217,8 +217,10 @@ async def test_a_body_just_under_the_limit_is_read(client: httpx.AsyncClient) ->
 
 
 MALFORMED = [
-    pytest.param(b"{not json", "body: not JSON", id="not JSON"),
+    pytest.param(b"{not json", "body: not valid JSON", id="not JSON"),
     pytest.param(b"[1, 2]", "body: an AdmissionReview must be a JSON object", id="a JSON array"),
+    pytest.param(b'{"request":"\xff"}', "body: contains bytes that are not UTF-8", id="bad UTF-8"),
+    pytest.param(b'{"request":' + b"[" * 50_000 + b"]" * 50_000 + b"}", "body: is nested too deeply", id="nested"),
     pytest.param(
         {"apiVersion": "admission.k8s.io/v2", "kind": "AdmissionReview", "request": {}},
         "apiVersion: expected admission.k8s.io/v1 or admission.k8s.io/v1beta1 (got 'admission.k8s.io/v2')",
