@@ -21,6 +21,7 @@ from hami.protocol.podpatch import PatchOp
 __all__ = [
     "ADMISSION_V1",
     "ADMISSION_V1BETA1",
+    "MAX_CONTAINERS",
     "AdmissionRequest",
     "AdmissionResponse",
     "MalformedReview",
@@ -34,6 +35,11 @@ _VERSIONS: Final = frozenset({ADMISSION_V1, ADMISSION_V1BETA1})
 _KIND: Final = "AdmissionReview"
 
 _encoder = msgspec.json.Encoder()
+
+MAX_CONTAINERS: Final = 1000
+"""Containers (app, init and ephemeral together) a reviewed pod may have. Admission does per-container work on
+the event loop that also answers /healthz and /filter; without a bound, one 5 MB review of 60,000 containers held
+it for seconds. Kubernetes sets no such limit, but no kubelet runs a pod anywhere near it."""
 
 
 class MalformedReview(InvalidInput):
@@ -108,6 +114,13 @@ def decode_review(body: bytes) -> AdmissionRequest:
         raise MalformedReview("request.object", obj, "there is no content to decode", api_version, uid)
     if not isinstance(obj, dict):
         raise MalformedReview("request.object", obj, "the object must be a JSON object", api_version, uid)
+    spec = obj.get("spec")
+    if isinstance(spec, dict):
+        lists = [spec.get(k) for k in ("containers", "initContainers", "ephemeralContainers")]
+        count = sum(len(v) for v in lists if isinstance(v, list))
+        if count > MAX_CONTAINERS:
+            reason = f"a pod hami admits has at most {MAX_CONTAINERS} containers (app, init and ephemeral)"
+            raise MalformedReview("request.object.spec.containers", count, reason, api_version, uid)
     return AdmissionRequest(
         api_version=api_version,
         uid=uid,

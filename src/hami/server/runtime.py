@@ -53,6 +53,7 @@ from hami.server.access import BearerTokenGate, MetricsGate, Transport, load_tra
 from hami.server.app import build_app, build_metrics_app, build_service_app
 from hami.server.audit import API_AUDIT_SECONDS, LedgerAudit
 from hami.server.extender import Extender, Readiness
+from hami.server.listen import guarded_h11, listen
 from hami.server.metrics import Metrics
 from hami.server.tls import CertificateReloader
 from hami.server.webhook import admission_for, webhook_route
@@ -258,6 +259,23 @@ class Runtime:
     # --- run ------------------------------------------------------------------------------------------
     async def run(self) -> None:
         s = self.settings
+        # Every listener is bound first: a port in use ends the process before the API is touched.
+        listeners = [
+            listen(bind, flag, *parse_bind(bind))
+            for bind, flag in (
+                (s.http_bind, "--http_bind"),
+                (s.extender_bind, "--extender-bind"),
+                (s.metrics_bind_address, "--metrics-bind-address"),
+            )
+        ]
+        try:
+            await self._run(listeners)
+        finally:
+            for sock in listeners:
+                sock.close()
+
+    async def _run(self, listeners: list[socket.socket]) -> None:
+        s = self.settings
         client_settings = api_client_settings(s)
         # Events get their own client and so their own rate limiter, as kube-scheduler does (its eventClient):
         # found by the 60-pod e2e test, where hami's non-aggregated events ate the shared --kube-qps budget and
@@ -357,7 +375,10 @@ class Runtime:
                 "hami scheduler %s serving webhook on %s, extender on %s, metrics on %s",
                 s.scheduler_name, s.http_bind, s.extender_bind, s.metrics_bind_address,
             )  # fmt: skip
-            serving = [asyncio.create_task(server.serve()) for server in servers]
+            serving = [
+                asyncio.create_task(server.serve(sockets=[sock]))
+                for server, sock in zip(servers, listeners, strict=True)
+            ]
             stopper = asyncio.create_task(self.stop.wait())
             await asyncio.wait([*serving, stopper], return_when=asyncio.FIRST_COMPLETED)
             for server in servers:
@@ -384,6 +405,7 @@ class Runtime:
             log_level="warning",
             lifespan="off",
             access_log=False,
+            http=guarded_h11(),  # a request not read completely in 10 s closes its connection (slowloris)
             **kwargs,  # type: ignore[arg-type]
         )
         return _Server(config)
