@@ -85,7 +85,8 @@ class ExtenderCluster(Protocol):
 
 @dataclass(slots=True)
 class Readiness:
-    """What ``/readyz`` and ``/filter`` check: caches synced, and leadership when HA is on."""
+    """What ``/filter`` checks (caches synced, and leadership when HA is on) and ``/readyz`` (caches synced: a
+    follower is ready to take over; the Service reaches the leader by its ``hami.io/scheduler-role`` label)."""
 
     synced: Callable[[], bool] = lambda: True
     leader: Callable[[], bool] = lambda: True
@@ -93,6 +94,9 @@ class Readiness:
     def problem(self) -> str | None:
         if not self.leader():
             return "this hami replica is not the leader; kube-scheduler must call the leader (check the Service)"
+        return self.ready_problem()
+
+    def ready_problem(self) -> str | None:
         if not self.synced():
             return "hami is starting: its node and pod caches are not synced yet"
         return None

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import signal
 import socket
 import time
@@ -69,6 +70,8 @@ REGISTRATION_REFUSED = "RegistrationRefused"
 LOCK_SWEEP_SECONDS = 30.0
 """How often nodes holding a lock are checked for a finished or deleted holder (HAMi never does this)."""
 TLS_RELOAD_SECONDS = 10.0
+ROLE_CHECK_SECONDS = 0.5
+"""How often leadership is compared with the pod's role label (no API call unless it changed)."""
 """How often the certificate files are checked for a change (cert-manager renews days before expiry)."""
 
 
@@ -104,6 +107,8 @@ class Runtime:
     quarantined: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> vendor -> refused registration
     lease_holder: str = ""
     lease_expiry: float = 0.0
+    role_written: str = ""
+    """The ``hami.io/scheduler-role`` value last written on this replica's own pod ("" before the first)."""
 
     _writes: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -133,6 +138,25 @@ class Runtime:
         renew = _parse_time(spec.renew_time) if spec.renew_time else None
         duration = spec.lease_duration_seconds or 15
         self.lease_expiry = (renew.timestamp() if renew else time.time()) + duration
+
+    async def _label_role(self, cluster: KubeCluster, namespace: str, name: str) -> None:
+        """Keep this replica's pod labelled ``hami.io/scheduler-role: leader`` or ``follower`` (HAMi's label, which
+        its Service selects), checked every ``ROLE_CHECK_SECONDS``: the role changes with Lease events and with
+        the time a Lease expires. A failed write is tried again at the next check."""
+        uid: str | None = None
+        while True:
+            role = "leader" if self.is_leader() else "follower"
+            if role != self.role_written:
+                try:
+                    if uid is None:
+                        uid = (await cluster.get_pod(namespace, name)).metadata.uid
+                    await cluster.patch_pod_metadata(namespace, name, labels={keys.SCHEDULER_ROLE_LABEL: role}, uid=uid)
+                    self.role_written = role
+                    log.info("this replica is the %s now: pod %s/%s labelled %s", role, namespace, name, role)
+                except ApiError as err:
+                    self.metrics.api_errors.labels("patch_pod").inc()
+                    log.warning("labelling pod %s/%s as %s failed: %s", namespace, name, role, err)
+            await asyncio.sleep(ROLE_CHECK_SECONDS)
 
     # --- handlers -------------------------------------------------------------------------------------
     def _on_node(
@@ -343,9 +367,14 @@ class Runtime:
                     Lease,
                     Callbacks(self._on_lease, mark("lease")),
                     namespace=s.leader_elect_resource_namespace or None,
-                    field_selector=f"metadata.name={s.leader_elect_resource_name}",
+                    field_selector=f"metadata.name={s.lease_name}",
                 )
                 supervisor.start(lease.run(), name="watch-lease")
+                pod_name, pod_namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
+                if pod_name and pod_namespace:
+                    supervisor.start(self._label_role(cluster, pod_namespace, pod_name), name="role-label")
+                else:
+                    log.warning("POD_NAME or POD_NAMESPACE is not set: this replica's pod gets no role label")
             audit = LedgerAudit(
                 self.state, self.vendors, cluster, self.metrics, lambda: extender.pending, readiness.synced
             )
