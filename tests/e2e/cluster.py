@@ -734,6 +734,7 @@ class ControlPlane:
         name: str | None = None,
         extra_args: list[str] | None = None,
         timeout: float = START_TIMEOUT_S,
+        wrapper: Sequence[str] = (),
     ) -> Scheduler:
         """Start kube-scheduler with a KubeSchedulerConfiguration (``kubescheduler.config.k8s.io/v1``).
 
@@ -741,7 +742,8 @@ class ControlPlane:
         filled in: ``apiVersion``/``kind``, ``clientConnection.kubeconfig`` (this control plane's admin
         kubeconfig) and ``leaderElection.leaderElect: false``. Waits until ``/healthz`` and ``/readyz``
         answer 200 on its https port. Stop it with ``Scheduler.stop()`` (``stop()`` of the control
-        plane stops it too).
+        plane stops it too). ``wrapper`` runs it through another command (``unshare --uts …``: a host name of
+        its own, which kube-scheduler's leader election uses as its identity).
         """
         name = name or f"kube-scheduler-{len(self.schedulers) + 1}"
         document: dict[str, Any] = {
@@ -762,6 +764,7 @@ class ControlPlane:
             process = ManagedProcess(
                 name,
                 [
+                    *wrapper,
                     str(self.binaries.kube_scheduler),
                     f"--config={config_file}",
                     "--bind-address=127.0.0.1",

@@ -11,6 +11,8 @@ leaves loopback. Nothing asserts on speed; the figures are printed (and measured
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -18,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.e2e import cluster
-from tests.e2e.cluster import ControlPlane, KubeClient, wait_until
+from tests.e2e.cluster import ControlPlane, KubeClient, Scheduler, wait_until
 from tests.e2e.hami_stack import FakeDevicePlugin, HamiScheduler, Usage, extender_config, gpu_limits, is_bound
 from tests.e2e.invariants import check_invariants
 from tests.e2e.test_extender import LOCK_TIMEOUT, Stack
@@ -161,3 +163,96 @@ def test_a_429_storm_still_binds_every_pod_and_keeps_the_invariants(
     assert "relisting" not in log, "a throttled watch relisted instead of resuming"
     with capsys.disabled():
         print(f"\n[hami e2e] 429 storm: {FIT} pods bound in {elapsed:.1f} s ({FIT / elapsed:.1f} pods/s)")
+
+
+def as_host(name: str, namespace: str) -> list[str]:
+    """Run a command under its own host name (a UTS namespace), as if in pod ``namespace/name``: kube-scheduler
+    campaigns for the Lease as ``<host>_<uuid>`` and hami follows it by that host name."""
+    script = f'hostname {name} && exec env POD_NAME={name} POD_NAMESPACE={namespace} "$@"'
+    return ["unshare", "--uts", "sh", "-c", script, "sh"]
+
+
+def leader_of(kube: KubeClient, namespace: str, names: list[str]) -> str | None:
+    roles = {n: (kube.get_pod(namespace, n)["metadata"].get("labels") or {}).get(ROLE) for n in names}
+    leaders = [n for n, role in roles.items() if role == "leader"]
+    return leaders[0] if len(leaders) == 1 and all(roles.values()) else None
+
+
+ROLE = "hami.io/scheduler-role"
+RELEASE_NAMESPACE = "hami-system"  # where the chart's Role lets hami read the Lease (tests/e2e/identities.py)
+
+
+def test_killing_the_leader_mid_burst_hands_over_and_keeps_the_invariants(
+    fault_plane: ControlPlane, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kube = fault_plane.client()
+    namespace = kube.create_namespace()  # the workload
+    system = kube.create_namespace()  # the replicas' own pod objects, which hami labels with its role
+    names = ["hami-a", "hami-b"]
+    replicas: dict[str, tuple[HamiScheduler, Scheduler]] = {}
+    plugin = FakeDevicePlugin(fault_plane, f"hami-e2e/run={namespace}")
+    made_nodes: list[str] = []
+
+    def make_node(name: str, **kwargs: Any) -> dict[str, Any]:
+        made_nodes.append(name)
+        return kube.create_node(name, **kwargs)
+
+    try:
+        for name in names:  # two replicas: each a hami and a kube-scheduler sharing a host name, as in a pod
+            kube.create_pod(system, name, scheduler_name="nobody")
+            hami = HamiScheduler(
+                fault_plane,
+                [
+                    f"--node-lock-timeout={LOCK_TIMEOUT}",
+                    "--leader-elect",
+                    f"--leader-elect-resource-namespace={RELEASE_NAMESPACE}",
+                ],
+                wrapper=as_host(name, system),
+                log_name=name,
+            )
+            hami.start()
+            config = extender_config(hami) | {
+                "leaderElection": {
+                    "leaderElect": True,
+                    "resourceName": "hami-scheduler",
+                    "resourceNamespace": RELEASE_NAMESPACE,
+                    "leaseDuration": "4s",
+                    "renewDeadline": "3s",
+                    "retryPeriod": "1s",
+                }
+            }
+            scheduler = fault_plane.start_scheduler(
+                config, name=f"kube-scheduler-{name}", wrapper=as_host(name, namespace)
+            )
+            replicas[name] = (hami, scheduler)
+        leader = wait_until(lambda: leader_of(kube, system, names), description="one replica labelled leader")
+        follower = next(n for n in names if n != leader)
+        s = Stack(fault_plane, kube, namespace, replicas[leader][0], make_node)
+        plugin.start()
+        capacity, _ = cluster_and_burst(s)
+        some_bound(s)
+
+        killed = time.monotonic()
+        hami, scheduler = replicas[leader]  # the leader's pod dies: both its containers, at once
+        hami.kill()
+        assert scheduler.process.popen is not None
+        os.killpg(scheduler.process.popen.pid, signal.SIGKILL)
+
+        wait_until(lambda: leader_of(kube, system, [follower]) == follower, description="the follower leads")
+        handed_over = time.monotonic() - killed
+        check_invariants(kube, namespace, replicas[follower][0], capacity, s.nodes, bound=FIT)
+        assert "is the leader now" in replicas[follower][0].log()
+        with capsys.disabled():
+            print(f"\n[hami e2e] leader killed mid-burst: the follower labelled leader {handed_over:.1f} s later")
+    finally:
+        plugin.stop()
+        for hami, scheduler in replicas.values():
+            hami.stop()
+            scheduler.stop()
+            fault_plane.schedulers.remove(scheduler)
+        for ns in (namespace, system):
+            for pod in kube.list_pods(ns):
+                kube.delete_pod(ns, pod["metadata"]["name"])
+        for node in made_nodes:
+            kube.delete_node(node)
+        kube.close()
