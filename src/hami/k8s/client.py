@@ -87,8 +87,9 @@ class ClientSettings:
     retry_wait_max: float = 10.0
     """Longest single wait before a retry: a larger ``Retry-After`` is cut to this."""
     retry_budget: float = 20.0
-    """Seconds one call may spend waiting between retries in all; past it the last error is raised. Below
-    kube-scheduler's 30 s extender timeout, so a throttled /bind still answers in time."""
+    """Seconds from the start of a call after which no retry is begun (the last error is raised instead): a call
+    takes at most this plus one ``request_timeout``. Below kube-scheduler's 30 s extender timeout, so a throttled
+    /bind still answers in time."""
     retry_backoff: float = 0.2
     """First wait when the server names none (doubling per retry, up to ``retry_wait_max``)."""
     retry_jitter: float = 0.5
@@ -261,7 +262,7 @@ class KubeClient:
         if content is not None and content_type is None:
             content_type = "application/json"
         what = f"{method} {path}"
-        waited = 0.0
+        started = self._clock()
         for attempt in range(self.settings.max_retries + 1):
             await self.limiter.acquire()
             try:
@@ -281,11 +282,10 @@ class KubeClient:
             delay = min(
                 self.settings.retry_wait_max, delay * (1.0 + self.settings.retry_jitter * self._random.random())
             )
-            if waited + delay > self.settings.retry_budget:
+            if self._clock() - started + delay > self.settings.retry_budget:
                 raise error
             log.info("%s: %s; retry %d in %.2fs", what, error, attempt + 1, delay)
             self.retries += 1
-            waited += delay
             await self._sleep(delay)
         raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
 
