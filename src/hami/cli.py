@@ -224,6 +224,10 @@ def scheduler(
     kube_qps: float | None = typer.Option(None, "--kube-qps", help="API requests per second (default 300)."),
     kube_burst: int | None = typer.Option(None, "--kube-burst", help="API burst (default 600)."),
     node_lock_timeout: str | None = typer.Option(None, "--node-lock-timeout", help="Node lock expiry, e.g. 5m."),
+    node_lock_retry_timeout: str | None = typer.Option(
+        None, "--node-lock-retry-timeout", help="How long a PodGroup member's bind waits for a locked node (28s)."
+    ),
+    kube_timeout: str | None = typer.Option(None, "--kube-timeout", help="API request timeout, e.g. 10s (0: 30s)."),
     force_overwrite_default_scheduler: bool | None = typer.Option(
         None, "--force-overwrite-default-scheduler/--no-force-overwrite-default-scheduler"
     ),
@@ -254,6 +258,8 @@ def scheduler(
         "kube_qps": kube_qps,
         "kube_burst": kube_burst,
         "node_lock_timeout": node_lock_timeout,
+        "node_lock_retry_timeout": node_lock_retry_timeout,
+        "kube_timeout": kube_timeout,
         "force_overwrite_default_scheduler": force_overwrite_default_scheduler,
         "leader_elect": leader_elect,
         "leader_elect_resource_name": leader_elect_resource_name,

@@ -97,6 +97,7 @@ def test_default_objects() -> None:
         ("Job", "hami-certs-post"),
         ("Job", "hami-certs-pre"),
         ("MutatingWebhookConfiguration", "hami-webhook"),
+        ("PodDisruptionBudget", "hami-scheduler"),
         ("Role", "hami-certs"),
         ("Role", "hami-kube-scheduler-leases"),
         ("Role", "hami-scheduler-leases"),
@@ -526,6 +527,29 @@ def test_the_service_reaches_the_https_port() -> None:
     assert service["spec"]["type"] == "ClusterIP"
     assert service["spec"]["ports"][0] == {"name": "https", "port": 443, "targetPort": "http", "protocol": "TCP"}
     assert service["spec"]["selector"]["app.kubernetes.io/component"] == "hami-scheduler"
+    assert service["spec"]["selector"]["hami.io/scheduler-role"] == "leader"  # hami labels its own pod
+
+
+def test_two_replicas_by_default_with_a_disruption_budget_and_a_surge_first_rolling_update() -> None:
+    docs = render()
+    deployment = one(docs, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},  # a new pod is ready before an old one stops
+    }
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"] == {
+        "minAvailable": 1,
+        "selector": {"matchLabels": deployment["spec"]["selector"]["matchLabels"]},
+    }
+    env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][1]["env"]}
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}  # whose role label
+    assert "PodDisruptionBudget" not in {d["kind"] for d in render("scheduler.replicas=1")}
+    assert (
+        "hami.io/scheduler-role"
+        not in one(render("scheduler.leaderElect=false", "scheduler.replicas=1"), "Service")["spec"]["selector"]
+    )
 
 
 # --- values that change the shape ------------------------------------------------------------------------

@@ -47,7 +47,15 @@ Usage = dict[str, tuple[int, int, int]]
 class HamiScheduler:
     """``hami scheduler`` in a subprocess on fixed loopback ports (kept across restarts)."""
 
-    def __init__(self, plane: ControlPlane, args: Iterable[str] = (), kubeconfig: Path | None = None) -> None:
+    def __init__(
+        self,
+        plane: ControlPlane,
+        args: Iterable[str] = (),
+        kubeconfig: Path | None = None,
+        *,
+        wrapper: Iterable[str] = (),
+        log_name: str = "hami-scheduler",
+    ) -> None:
         self.plane = plane
         self.kubeconfig = kubeconfig or chart_identities(plane).kubeconfig(HAMI_SA)
         """The identity it runs as: the chart's hami ServiceAccount unless given (``plane.kubeconfig``: admin)."""
@@ -55,9 +63,11 @@ class HamiScheduler:
         self.extender_port = free_port()  # --extender-bind: /filter, /bind and health, for kube-scheduler
         self.metrics_port = free_port()
         self.args = list(args)
+        self.wrapper = list(wrapper)
+        """A command that runs hami (``unshare --uts …`` to give a replica a host name of its own)."""
         self.process: ManagedProcess | None = None
         self.exit_codes: list[int] = []
-        self.log_file = plane.log_dir / "hami-scheduler.log"
+        self.log_file = plane.log_dir / f"{log_name}.log"
         self.log_start = self.log_file.stat().st_size if self.log_file.exists() else 0
         """Where this instance's part of the (session-wide) log starts."""
 
@@ -76,6 +86,7 @@ class HamiScheduler:
         self.process = ManagedProcess(
             "hami-scheduler",
             [
+                *self.wrapper,
                 str(HAMI),
                 "scheduler",
                 f"--kubeconfig={self.kubeconfig}",

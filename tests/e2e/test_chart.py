@@ -17,6 +17,7 @@ PATHS = {
     "ConfigMap": ("/api/v1", "configmaps", True),
     "Service": ("/api/v1", "services", True),
     "Deployment": ("/apis/apps/v1", "deployments", True),
+    "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets", True),
     "DaemonSet": ("/apis/apps/v1", "daemonsets", True),
     "Job": ("/apis/batch/v1", "jobs", True),
     "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),

@@ -16,6 +16,10 @@ Deliberate differences from HAMi:
 * ``scheduler_name`` defaults to ``hami-scheduler`` (the chart's value) instead of ``""``.
 * ``gpu_scheduler_policy`` must name known policies; HAMi treats an unknown value as ``spread``.
 * The device-config file is optional: without one, :func:`~hami.config.default_device_config` applies.
+* ``profiling``, ``legacy_metrics``, ``enable_ascend`` and ``enable_iluvatar`` are accepted only as ``false``
+  (HAMi's default, so HAMi's chart and environment load unchanged): hami has no pprof routes, exports only
+  HAMi's current metric names, and schedules no Ascend or Iluvatar devices. ``true`` is refused with an error
+  saying so, rather than accepted and ignored.
 * ``/filter`` and ``/bind`` have their own listener (``extender_bind``, loopback by default); ``http_bind``
   serves the webhook and health only. HAMi serves all of them on ``http_bind`` without client authentication.
 """
@@ -61,6 +65,15 @@ def _check_bind(value: str) -> str:
     return value
 
 
+_UNSUPPORTED: Final = {
+    "profiling": "is not supported: hami serves no pprof routes (profile it with py-spy instead); leave it false",
+    "legacy_metrics": "is not supported: hami exports HAMi's current metric names (hami_*) only, not the legacy "
+    "ones (GPUDeviceMemoryLimit, vGPUMemoryAllocated, …); leave it false",
+    "enable_ascend": "is not supported: hami schedules NVIDIA and Hygon devices only; leave it false",
+    "enable_iluvatar": "is not supported: hami schedules NVIDIA and Hygon devices only; leave it false",
+}
+
+
 def _env_alias(name: str, *legacy: str) -> AliasChoices:
     return AliasChoices(f"HAMI_{name.upper()}", *legacy)
 
@@ -102,7 +115,8 @@ class SchedulerSettings(BaseSettings):
     kube_qps: Annotated[float, Field(gt=0)] = 300.0
     kube_burst: Annotated[int, Field(ge=1)] = 600
     kube_timeout: Annotated[float, Field(ge=0)] = 0.0
-    """API request timeout in seconds; 0 = the client's default."""
+    """Timeout of one API request (connect, send, read; watches excepted) in seconds; 0 = the client's default
+    (30 s). Retries of a throttled request are bounded separately (``ClientSettings.retry_budget``)."""
     node_lock_timeout: Annotated[
         float, Field(gt=0, validation_alias=_env_alias("node_lock_timeout", "HAMI_NODELOCK_EXPIRE"))
     ] = 300.0
@@ -120,10 +134,20 @@ class SchedulerSettings(BaseSettings):
     device_config_file: str | None = None
     """Path of ``device-config.yaml``; None = the built-in defaults."""
     profiling: bool = False
+    """HAMi's pprof routes; hami has none (only ``false`` is accepted)."""
     legacy_metrics: bool = False
+    """HAMi's pre-2.4 metric names; hami exports the current names only (only ``false`` is accepted)."""
     debug: bool = False
     enable_ascend: bool = False
     enable_iluvatar: bool = False
+    """HAMi's switches for its Ascend and Iluvatar backends; hami has neither (only ``false`` is accepted)."""
+
+    @field_validator("profiling", "legacy_metrics", "enable_ascend", "enable_iluvatar")
+    @classmethod
+    def _unsupported(cls, value: bool, info: Any) -> bool:
+        if value:
+            raise ValueError(_UNSUPPORTED[info.field_name])
+        return value
 
     @field_validator("node_lock_timeout", "node_lock_retry_timeout", "kube_timeout", mode="before")
     @classmethod

@@ -112,7 +112,7 @@ def _health_routes(extender: Extender) -> list[Route]:
         return PlainTextResponse("ok")
 
     async def readyz(_: Request) -> Response:
-        problem = extender.readiness.problem()
+        problem = extender.readiness.ready_problem()
         if problem is None:
             return PlainTextResponse("ok")
         return PlainTextResponse(problem, status_code=503)

@@ -30,14 +30,14 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from hami.devices.base import Vendor
-from hami.errors import ApiError, Conflict, HamiError, InvalidInput, NotFound
+from hami.errors import ApiError, Conflict, HamiError, InvalidInput, LockContention, NotFound
 from hami.protocol import keys
 from hami.protocol.events import binding_succeed_text, filtering_failed_texts, no_available_node_text
 from hami.protocol.extender import BindingArgs, BindingResult, FilterArgs, FilterResult
 from hami.protocol.objects import Node, ObjectMeta, Pod, ResourceQuota
 from hami.protocol.reasons import Reason
 from hami.scheduling.cycle import Decision, decide, reserve, unreserve
-from hami.scheduling.records import holds_devices, is_terminal, record_from_pod
+from hami.scheduling.records import holds_devices, is_terminal, pod_group, record_from_pod
 from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState, PodRecord
 from hami.server.metrics import Metrics
@@ -85,7 +85,8 @@ class ExtenderCluster(Protocol):
 
 @dataclass(slots=True)
 class Readiness:
-    """What ``/readyz`` and ``/filter`` check: caches synced, and leadership when HA is on."""
+    """What ``/filter`` checks (caches synced, and leadership when HA is on) and ``/readyz`` (caches synced: a
+    follower is ready to take over; the Service reaches the leader by its ``hami.io/scheduler-role`` label)."""
 
     synced: Callable[[], bool] = lambda: True
     leader: Callable[[], bool] = lambda: True
@@ -93,6 +94,9 @@ class Readiness:
     def problem(self) -> str | None:
         if not self.leader():
             return "this hami replica is not the leader; kube-scheduler must call the leader (check the Service)"
+        return self.ready_problem()
+
+    def ready_problem(self) -> str | None:
         if not self.synced():
             return "hami is starting: its node and pod caches are not synced yet"
         return None
@@ -112,6 +116,14 @@ class Extender:
     pending: set[str] = field(default_factory=set)
     background_commit: bool = True
     commits: dict[str, asyncio.Task[str | None]] = field(default_factory=dict)
+    cleanups: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    """Allocation clean-ups that failed once (429 storm, API down) and are being retried, by pod UID."""
+    cleanup_backoff: tuple[float, float] = (0.5, 30.0)
+    """First and longest wait between the retries of a clean-up."""
+    lock_retry_timeout: float = 0.0
+    """``--node-lock-retry-timeout``: how long the bind of a PodGroup member waits for a locked node (0: not)."""
+    lock_retry_interval: float = 0.1
+    """Pause between two tries of such a wait (HAMi's 100 ms)."""
 
     # --- /filter -------------------------------------------------------------------------------------
     async def filter(self, args: FilterArgs) -> FilterResult:
@@ -150,6 +162,7 @@ class Extender:
         guard = _replace_guard(pod, watched)
         # A pod filtered again (bind failed, or kube-scheduler retried) must not count its old reservation;
         # an earlier commit still in flight finishes first, so patches of one pod never overtake each other.
+        self._cancel_cleanup(req.uid)
         await self._settle(req.uid)
         self._forget(req.uid)
         t0 = time.perf_counter()
@@ -224,9 +237,12 @@ class Extender:
         return await task
 
     async def settle_all(self) -> None:
-        """Wait for every commit in flight (shutdown, tests)."""
+        """Wait for every commit in flight (shutdown, tests); stop the clean-up retries (a restarted hami charges
+        what the pods carry, and kube-scheduler's next /filter of such a pod replaces or clears it)."""
         while self.commits:
             await self._settle(next(iter(self.commits)))
+        for uid in list(self.cleanups):
+            self._cancel_cleanup(uid)
 
     def _forget(self, uid: str) -> None:
         self.pending.discard(uid)
@@ -350,7 +366,7 @@ class Extender:
         locked = False
         try:
             if wants_devices:
-                await self.cluster.lock_node(node, ns, name)
+                await self._lock(node, pod)
                 locked = True
                 if record is None:  # not committed by this process: mark the bind phase now, as HAMi does
                     # on the version just read (unbound, allocated on this node): replaced only if still so
@@ -387,6 +403,26 @@ class Extender:
         self.cluster.event(pod, NORMAL, "BindingSucceed", binding_succeed_text(node, ns, name))
         return BindingResult()
 
+    async def _lock(self, node: str, pod: Pod) -> None:
+        """Take the node lock for ``pod``. A PodGroup member that finds the node locked tries again every
+        ``lock_retry_interval`` for up to ``lock_retry_timeout`` (its group's other members are being bound one
+        after the other and each holds the lock until its device plugin allocates), as HAMi v2.10 does; any
+        other pod, or any other failure, fails at once."""
+        ns, name = pod.metadata.namespace, pod.metadata.name
+        waits = self.lock_retry_timeout > 0 and bool(pod_group(pod))
+        deadline = time.monotonic() + self.lock_retry_timeout
+        while True:
+            try:
+                await self.cluster.lock_node(node, ns, name)
+                return
+            except LockContention as err:
+                if not waits:
+                    raise
+                if time.monotonic() + self.lock_retry_interval > deadline:
+                    waited = self.lock_retry_timeout
+                    raise LockContention(err.node, err.holder, err.since, err.timeout, waited=waited) from None
+            await asyncio.sleep(self.lock_retry_interval)
+
     def _refuse_bind(self, ns: str, name: str, node: str, reason: str) -> BindingResult:
         """A /bind that names no pod, another pod, or a pod that may not be bound: refused before anything is
         locked or written (no event: the pod it names may not be the one kube-scheduler means; kube-scheduler
@@ -411,11 +447,31 @@ class Extender:
             log.warning("releasing the lock on %s after %s failed: %s", node, after, err)
 
     async def _release_allocation(self, pod: Pod, uid: str, guard: str | None = None) -> None:
-        """After a failed bind: drop the reservation and the annotations that would re-create it.
+        """After a failed bind: remove the annotations that hold the pod's devices, then the reservation.
 
         The removal is written only to the pod with ``uid`` and, with ``guard``, only to that resourceVersion of
-        it (the version read when deciding it holds no devices in use)."""
+        it (the version read when deciding it holds no devices in use). The reservation is dropped once the
+        annotations are gone, so the ledger never frees what the API still shows allocated; if the write fails
+        (throttled, API down, the pod changed meanwhile) it is retried in the background until it lands or is no
+        longer needed (see :meth:`_clear_until_done`)."""
+        self._cancel_cleanup(uid)
+        try:
+            await self._clear(pod.metadata.namespace, pod.metadata.name, uid, guard)
+        except ApiError as err:
+            if _pod_gone(err):
+                self._forget(uid)
+                return
+            self.metrics.api_errors.labels("patch_pod").inc()
+            log.warning("clearing the allocation of %s after a failed bind failed: %s; retrying", pod.key, err)
+            task = asyncio.get_running_loop().create_task(
+                self._clear_until_done(pod.metadata.namespace, pod.metadata.name, uid), name=f"clear-{uid}"
+            )
+            self.cleanups[uid] = task
+            task.add_done_callback(lambda done: self._cleanup_done(uid, done))
+            return
         self._forget(uid)
+
+    async def _clear(self, namespace: str, name: str, uid: str, guard: str | None) -> None:
         removals: dict[str, str | None] = {
             keys.VGPU_NODE: None,
             keys.VGPU_TIME: None,
@@ -427,18 +483,53 @@ class Extender:
             if vendor.keys.to_allocate:
                 removals[vendor.keys.to_allocate] = None
         removals[keys.NVIDIA_MIG_ALLOCATIONS] = None
-        try:
-            await self.cluster.patch_pod_metadata(
-                pod.metadata.namespace,
-                pod.metadata.name,
-                removals,
-                {keys.VGPU_NODE: None},
-                uid=uid,
-                resource_version=guard,
-            )
-        except ApiError as err:
-            self.metrics.api_errors.labels("patch_pod").inc()
-            log.warning("clearing the allocation of %s after a failed bind failed: %s", pod.key, err)
+        await self.cluster.patch_pod_metadata(
+            namespace, name, removals, {keys.VGPU_NODE: None}, uid=uid, resource_version=guard
+        )
+
+    async def _clear_until_done(self, namespace: str, name: str, uid: str) -> None:
+        """Retry a clean-up with backoff until it lands or is moot: each round reads the pod and removes its
+        allocation only from the version read, only while it is still unbound and still the pod ``uid``."""
+        delay, longest = self.cleanup_backoff
+        while True:
+            await asyncio.sleep(delay)
+            delay = min(longest, delay * 2)
+            try:
+                pod = await self.cluster.get_pod(namespace, name)
+            except NotFound:
+                self._forget(uid)
+                return
+            except ApiError as err:
+                log.info("clean-up of %s/%s: reading the pod failed: %s; retrying", namespace, name, err)
+                continue
+            if pod.metadata.uid != uid:
+                self._forget(uid)
+                return
+            if pod.spec.node_name or not holds_devices(pod):
+                return  # bound meanwhile (the allocation is in use) or nothing left: the watch keeps the ledger
+            try:
+                await self._clear(namespace, name, uid, pod.metadata.resource_version or None)
+            except ApiError as err:
+                if _pod_gone(err):
+                    self._forget(uid)
+                    return
+                log.info("clean-up of %s/%s failed: %s; retrying", namespace, name, err)
+                continue
+            self.metrics.decisions.labels("cleanup-retried").inc()
+            log.info("clean-up of %s/%s landed after retries", namespace, name)
+            self._forget(uid)
+            return
+
+    def _cancel_cleanup(self, uid: str) -> None:
+        task = self.cleanups.pop(uid, None)
+        if task is not None:
+            task.cancel()
+
+    def _cleanup_done(self, uid: str, task: asyncio.Task[None]) -> None:
+        if self.cleanups.get(uid) is task:
+            del self.cleanups[uid]
+        if not task.cancelled() and task.exception() is not None:
+            log.error("clean-up of pod UID %s failed: %r", uid, task.exception())
 
     # --- watch handlers ------------------------------------------------------------------------------
     def on_pod(self, pod: Pod, deleted: bool = False) -> None:
@@ -450,6 +541,7 @@ class Extender:
             # extender tests); its PATCH, if still in flight, fails on the deleted pod and rolls nothing back
             # that is still held.
             self.commits.pop(uid, None)
+            self._cancel_cleanup(uid)
             unreserve(self.state, uid)
             return
         if not holds_devices(pod):

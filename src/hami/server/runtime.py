@@ -14,12 +14,13 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import signal
 import socket
 import time
 from collections.abc import Callable, Coroutine, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -53,6 +54,7 @@ from hami.server.access import BearerTokenGate, MetricsGate, Transport, load_tra
 from hami.server.app import build_app, build_metrics_app, build_service_app
 from hami.server.audit import API_AUDIT_SECONDS, LedgerAudit
 from hami.server.extender import Extender, Readiness
+from hami.server.listen import guarded_h11, listen
 from hami.server.metrics import Metrics
 from hami.server.tls import CertificateReloader
 from hami.server.webhook import admission_for, webhook_route
@@ -68,6 +70,8 @@ REGISTRATION_REFUSED = "RegistrationRefused"
 LOCK_SWEEP_SECONDS = 30.0
 """How often nodes holding a lock are checked for a finished or deleted holder (HAMi never does this)."""
 TLS_RELOAD_SECONDS = 10.0
+ROLE_CHECK_SECONDS = 0.5
+"""How often leadership is compared with the pod's role label (no API call unless it changed)."""
 """How often the certificate files are checked for a change (cert-manager renews days before expiry)."""
 
 
@@ -103,6 +107,8 @@ class Runtime:
     quarantined: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> vendor -> refused registration
     lease_holder: str = ""
     lease_expiry: float = 0.0
+    role_written: str = ""
+    """The ``hami.io/scheduler-role`` value last written on this replica's own pod ("" before the first)."""
 
     _writes: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -132,6 +138,25 @@ class Runtime:
         renew = _parse_time(spec.renew_time) if spec.renew_time else None
         duration = spec.lease_duration_seconds or 15
         self.lease_expiry = (renew.timestamp() if renew else time.time()) + duration
+
+    async def _label_role(self, cluster: KubeCluster, namespace: str, name: str) -> None:
+        """Keep this replica's pod labelled ``hami.io/scheduler-role: leader`` or ``follower`` (HAMi's label, which
+        its Service selects), checked every ``ROLE_CHECK_SECONDS``: the role changes with Lease events and with
+        the time a Lease expires. A failed write is tried again at the next check."""
+        uid: str | None = None
+        while True:
+            role = "leader" if self.is_leader() else "follower"
+            if role != self.role_written:
+                try:
+                    if uid is None:
+                        uid = (await cluster.get_pod(namespace, name)).metadata.uid
+                    await cluster.patch_pod_metadata(namespace, name, labels={keys.SCHEDULER_ROLE_LABEL: role}, uid=uid)
+                    self.role_written = role
+                    log.info("this replica is the %s now: pod %s/%s labelled %s", role, namespace, name, role)
+                except ApiError as err:
+                    self.metrics.api_errors.labels("patch_pod").inc()
+                    log.warning("labelling pod %s/%s as %s failed: %s", namespace, name, role, err)
+            await asyncio.sleep(ROLE_CHECK_SECONDS)
 
     # --- handlers -------------------------------------------------------------------------------------
     def _on_node(
@@ -258,7 +283,24 @@ class Runtime:
     # --- run ------------------------------------------------------------------------------------------
     async def run(self) -> None:
         s = self.settings
-        client_settings = ClientSettings(qps=s.kube_qps, burst=s.kube_burst)
+        # Every listener is bound first: a port in use ends the process before the API is touched.
+        listeners = [
+            listen(bind, flag, *parse_bind(bind))
+            for bind, flag in (
+                (s.http_bind, "--http_bind"),
+                (s.extender_bind, "--extender-bind"),
+                (s.metrics_bind_address, "--metrics-bind-address"),
+            )
+        ]
+        try:
+            await self._run(listeners)
+        finally:
+            for sock in listeners:
+                sock.close()
+
+    async def _run(self, listeners: list[socket.socket]) -> None:
+        s = self.settings
+        client_settings = api_client_settings(s)
         # Events get their own client and so their own rate limiter, as kube-scheduler does (its eventClient):
         # found by the 60-pod e2e test, where hami's non-aggregated events ate the shared --kube-qps budget and
         # doubled Filter and Bind latency (bind 220 ms → 100 ms on average with the split).
@@ -289,6 +331,7 @@ class Runtime:
                 ),
                 metrics=self.metrics,
                 readiness=readiness,
+                lock_retry_timeout=s.node_lock_retry_timeout,
             )
             self.extender = extender
 
@@ -324,9 +367,14 @@ class Runtime:
                     Lease,
                     Callbacks(self._on_lease, mark("lease")),
                     namespace=s.leader_elect_resource_namespace or None,
-                    field_selector=f"metadata.name={s.leader_elect_resource_name}",
+                    field_selector=f"metadata.name={s.lease_name}",
                 )
                 supervisor.start(lease.run(), name="watch-lease")
+                pod_name, pod_namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
+                if pod_name and pod_namespace:
+                    supervisor.start(self._label_role(cluster, pod_namespace, pod_name), name="role-label")
+                else:
+                    log.warning("POD_NAME or POD_NAMESPACE is not set: this replica's pod gets no role label")
             audit = LedgerAudit(
                 self.state, self.vendors, cluster, self.metrics, lambda: extender.pending, readiness.synced
             )
@@ -356,7 +404,10 @@ class Runtime:
                 "hami scheduler %s serving webhook on %s, extender on %s, metrics on %s",
                 s.scheduler_name, s.http_bind, s.extender_bind, s.metrics_bind_address,
             )  # fmt: skip
-            serving = [asyncio.create_task(server.serve()) for server in servers]
+            serving = [
+                asyncio.create_task(server.serve(sockets=[sock]))
+                for server, sock in zip(servers, listeners, strict=True)
+            ]
             stopper = asyncio.create_task(self.stop.wait())
             await asyncio.wait([*serving, stopper], return_when=asyncio.FIRST_COMPLETED)
             for server in servers:
@@ -383,6 +434,7 @@ class Runtime:
             log_level="warning",
             lifespan="off",
             access_log=False,
+            http=guarded_h11(),  # a request not read completely in 10 s closes its connection (slowloris)
             **kwargs,  # type: ignore[arg-type]
         )
         return _Server(config)
@@ -399,6 +451,14 @@ class Runtime:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread (tests)
                 loop.add_signal_handler(sig, shutdown)
+
+
+def api_client_settings(settings: SchedulerSettings) -> ClientSettings:
+    """The API client's settings from ``--kube-qps``, ``--kube-burst`` and ``--kube-timeout`` (0: the default)."""
+    client = ClientSettings(qps=settings.kube_qps, burst=settings.kube_burst)
+    if settings.kube_timeout > 0:
+        client = replace(client, request_timeout=settings.kube_timeout)
+    return client
 
 
 def settle_heap() -> None:

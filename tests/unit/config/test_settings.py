@@ -136,6 +136,17 @@ def test_unprefixed_variables_are_ignored(monkeypatch: pytest.MonkeyPatch) -> No
             id="negative-retry",
         ),
         pytest.param({"kube_qps": 0}, "kube_qps: must be > 0 (got 0)", id="zero-qps"),
+        pytest.param(
+            {"legacy_metrics": "true"},
+            "legacy_metrics: is not supported: hami exports HAMi's current metric names (hami_*) only, not the legacy "
+            "ones (GPUDeviceMemoryLimit, vGPUMemoryAllocated, …); leave it false (got 'true')",
+            id="legacy-metrics-refused",
+        ),
+        pytest.param(
+            {"enable_ascend": True},
+            "enable_ascend: is not supported: hami schedules NVIDIA and Hygon devices only; leave it false (got True)",
+            id="ascend-refused",
+        ),
         pytest.param({"kube_burst": 0}, "kube_burst: must be >= 1 (got 0)", id="zero-burst"),
         pytest.param({"scheduler_name": ""}, "scheduler_name: must not be empty (got '')", id="no-name"),
         pytest.param(
