@@ -11,7 +11,7 @@ import pytest
 
 from hami.monitor import region as layout
 from hami.monitor.region import RegionError, read_region, write_int32
-from tests.unit.monitor.regionfile import ProcSlot, Proc, SharedRegion, build_region, read_back
+from tests.unit.monitor.regionfile import Proc, ProcSlot, SharedRegion, build_region, read_back
 
 GPU0 = "GPU-0a1b2c3d-0000-1111-2222-333344445555"
 GPU1 = "GPU-9f8e7d6c-0000-1111-2222-333344445555"
@@ -117,7 +117,8 @@ def test_a_bad_file_is_refused_with_a_reason(tmp_path: Path, data: bytes, reason
     with pytest.raises(RegionError) as caught:
         read_region(path)
     assert caught.value.reason == reason
-    assert words in str(caught.value) and str(path) in str(caught.value)
+    assert words in str(caught.value)
+    assert str(path) in str(caught.value)
 
 
 def test_a_symlink_is_never_followed(tmp_path: Path) -> None:
