@@ -48,7 +48,8 @@ memory ``total``, its ``context``/``module``/``data`` parts and ``sm_util``.
 Files are opened with ``O_NOFOLLOW | O_NONBLOCK`` and must be regular: the directory is writable by the workload,
 so a symlink or FIFO planted there is refused, never followed. Reads are bounded (the header, the tail and the
 used slots: at most one region's 2 MB). Every way a file can be wrong raises :class:`RegionError` with a short
-``reason`` (``truncated``, ``magic``, ``version``, ``corrupt``, ``not-a-file``, ``unreadable``).
+``reason`` (``truncated``, ``uninitialised``, ``magic``, ``version``, ``corrupt``, ``not-a-file``, ``unreadable``,
+``unwritable``).
 """
 
 from __future__ import annotations
@@ -168,7 +169,10 @@ def _open(path: Path, flags: int) -> int:
 
 
 def _pread(fd: int, path: Path, size: int, offset: int) -> bytes:
-    data = os.pread(fd, size, offset)
+    try:
+        data = os.pread(fd, size, offset)
+    except OSError as exc:
+        raise RegionError(path, "unreadable", f"cannot read: {exc.strerror or exc}") from exc
     if len(data) != size:
         raise RegionError(path, "truncated", f"{len(data)} bytes at offset {offset}, {size} expected")
     return data
@@ -183,6 +187,8 @@ def read_region(path: Path) -> Region:
             raise RegionError(path, "truncated", f"{size} bytes, a HAMi-core 1.x region has {REGION_SIZE}")
         head = _pread(fd, path, OFF_PROCS, 0)
         magic, major, minor = struct.unpack_from("<iII", head, OFF_MAGIC)
+        if magic in (0, 1):
+            raise RegionError(path, "uninitialised", f"initialized_flag is {magic}: HAMi-core has not finished")
         if magic != MAGIC:
             raise RegionError(path, "magic", f"initialized_flag is {magic}, not HAMi-core's {MAGIC}")
         if major != MAJOR_VERSION:
@@ -251,6 +257,9 @@ def write_int32(path: Path, offset: int, value: int) -> None:
         magic, major = struct.unpack("<iI", _pread(fd, path, 8, 0))
         if magic != MAGIC or major != MAJOR_VERSION:
             raise RegionError(path, "magic", "no longer a HAMi-core 1.x region")
-        os.pwrite(fd, struct.pack("<i", value), offset)
+        try:
+            os.pwrite(fd, struct.pack("<i", value), offset)
+        except OSError as exc:
+            raise RegionError(path, "unwritable", f"cannot write: {exc.strerror or exc}") from exc
     finally:
         os.close(fd)

@@ -101,7 +101,9 @@ GOOD = build_region([GPU0], procs=[Proc(1)])
     [
         (GOOD[:4096], "truncated", "4096 bytes"),
         (b"", "truncated", "0 bytes"),
-        (_corrupt(GOOD, 0, "<i", 1), "magic", "initialized_flag is 1"),
+        (_corrupt(GOOD, 0, "<i", 1), "uninitialised", "initialized_flag is 1"),
+        (_corrupt(GOOD, 0, "<i", 0), "uninitialised", "initialized_flag is 0"),
+        (_corrupt(GOOD, 0, "<i", 12345), "magic", "initialized_flag is 12345"),
         (b"\x7fELF" + bytes(layout.REGION_SIZE), "magic", "not HAMi-core's"),
         (_corrupt(GOOD, 4, "<I", 2), "version", "version 2.1"),
         (_corrupt(GOOD, 4, "<I", 0), "version", "version 0.1"),
