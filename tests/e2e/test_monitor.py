@@ -2,8 +2,8 @@
 
 It runs as the chart's device-plugin ServiceAccount with a token bound to a pod on its node (only reads: the pods
 on its node). Region files written by the test for two pods on the node become HAMi's metrics on its HTTP
-endpoint; a corrupt file is reported in a metric; the priority feedback throttles the low-priority container;
-the directory of a pod that is gone is removed; SIGTERM stops it.
+endpoint; a truncated region and a directory of no container are reported (log and metric); the priority feedback
+throttles the low-priority container; the directory of a pod that is gone is removed; SIGTERM stops it.
 """
 
 from __future__ import annotations
@@ -82,7 +82,9 @@ async def test_monitor_exports_regions_and_feeds_priority_back(
     low_file = write_container(root, low["metadata"]["uid"], "main", build_region([GPU0], priority=1, recent_kernel=2))
     gone = write_container(root, "0000-gone", "main", build_region([GPU0])).parent
     os.utime(gone, (time.time() - 3600, time.time() - 3600))
-    corrupt = write_container(root, low["metadata"]["uid"], "sidecar", b"garbage")
+    foreign = write_container(root, low["metadata"]["uid"], "sidecar", b"garbage")
+    broken = kube.create_pod(namespace, "broken", node_name=NODE, limits={"nvidia.com/gpu": 1})
+    truncated = write_container(root, broken["metadata"]["uid"], "main", build_region([GPU0])[:4096])
     port = free_port()
     log = tmp_path / "monitor.log"
     with log.open("wb") as out:
@@ -123,9 +125,11 @@ async def test_monitor_exports_regions_and_feeds_priority_back(
         await until(lambda: not gone.exists(), "the gone pod's directory removed")
         assert high_file.exists()
         assert low_file.exists()
-        # the low pod has no container "sidecar": its directory is reported, not read
-        skipped = {s.labels["path"] for s in scrape(port)["hami_vgpu_monitor_region_skipped"].samples}
-        assert skipped == {str(corrupt.parent)}
+        # the low pod has no container "sidecar": its directory is reported, not read; the truncated region too
+        skipped = {
+            s.labels["path"]: s.labels["reason"] for s in scrape(port)["hami_vgpu_monitor_region_skipped"].samples
+        }
+        assert skipped == {str(foreign.parent): "foreign", str(truncated): "truncated"}
     finally:
         if process.returncode is None:
             process.send_signal(signal.SIGTERM)
@@ -133,3 +137,4 @@ async def test_monitor_exports_regions_and_feeds_priority_back(
     output = log.read_text()
     assert code == 0, output
     assert "stopping on signal" in output
+    assert f"skipping {truncated} (truncated)" in output
