@@ -11,6 +11,7 @@ import typer
 
 from hami import __version__
 from hami.deviceplugin.command import device_plugin
+from hami.monitor.command import monitor
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="hami: GPU-sharing scheduler for Kubernetes.")
 
@@ -120,6 +121,7 @@ def simulate(
 
 
 app.command("device-plugin")(device_plugin)
+app.command("monitor")(monitor)
 
 
 @app.command()

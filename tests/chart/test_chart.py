@@ -105,6 +105,7 @@ def test_default_objects() -> None:
         ("RoleBinding", "hami-kube-scheduler-leases"),
         ("RoleBinding", "hami-scheduler-leases"),
         ("Secret", "hami-kube-scheduler-token"),
+        ("Service", "hami-device-plugin-monitor"),
         ("Service", "hami-scheduler"),
         ("ServiceAccount", "hami-certs"),
         ("ServiceAccount", "hami-device-plugin"),
@@ -523,7 +524,7 @@ def test_the_deployment_runs_kube_scheduler_and_hami() -> None:
 
 
 def test_the_service_reaches_the_https_port() -> None:
-    service = one(render(), "Service")
+    service = one(render(), "Service", "hami-scheduler")
     assert service["spec"]["type"] == "ClusterIP"
     assert service["spec"]["ports"][0] == {"name": "https", "port": 443, "targetPort": "http", "protocol": "TCP"}
     assert service["spec"]["selector"]["app.kubernetes.io/component"] == "hami-scheduler"
@@ -667,3 +668,78 @@ def test_old_clusters_are_refused() -> None:
     result = run_helm("template", "hami", str(CHART), "--kube-version", "1.25.0")
     assert result.returncode != 0
     assert "kubeVersion: >=1.26.0-0" in result.stderr
+
+
+# --- the vGPU monitor --------------------------------------------------------------------------------------
+
+
+def daemonset_container(docs: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    spec = one(docs, "DaemonSet")["spec"]["template"]["spec"]
+    return next(c for c in spec["containers"] if c["name"] == name)
+
+
+def test_the_monitor_runs_beside_the_plugin_with_only_the_containers_directory() -> None:
+    docs = render()
+    daemonset = one(docs, "DaemonSet")
+    monitor = daemonset_container(docs, "vgpu-monitor")
+    plugin = daemonset_container(docs, "device-plugin")
+    assert monitor["image"] == plugin["image"]
+    assert monitor["command"] == ["hami", "monitor"]
+    assert monitor["args"] == ["--port=9394", "--log-level=info"]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in monitor["env"]}
+    assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["HOOK_PATH"] == "/usr/local"
+    assert monitor["ports"] == [{"name": "monitorport", "containerPort": 9394, "protocol": "TCP"}]
+    assert monitor["volumeMounts"] == [{"name": "vgpu-containers", "mountPath": "/usr/local/vgpu/containers"}]
+    volumes = {v["name"]: v for v in daemonset["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["vgpu-containers"]["hostPath"] == {"path": "/usr/local/vgpu/containers", "type": "DirectoryOrCreate"}
+    security = monitor["securityContext"]
+    assert "privileged" not in security
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"], "add": ["DAC_OVERRIDE"]}
+
+
+def test_the_monitor_follows_the_hook_path_and_its_own_values() -> None:
+    docs = render(
+        "global.gpuHookPath=/opt/hami",
+        "devicePlugin.vgpuMonitor.logLevel=debug",
+        "devicePlugin.vgpuMonitor.resources.limits.memory=128Mi",
+    )
+    monitor = daemonset_container(docs, "vgpu-monitor")
+    assert "--log-level=debug" in monitor["args"]
+    assert monitor["resources"] == {"limits": {"memory": "128Mi"}}
+    assert monitor["volumeMounts"][0]["mountPath"] == "/opt/hami/vgpu/containers"
+    assert {e["name"]: e.get("value") for e in monitor["env"]}["HOOK_PATH"] == "/opt/hami"
+
+
+def test_the_monitor_service_uses_hamis_values() -> None:
+    docs = render()
+    service = one(docs, "Service", "hami-device-plugin-monitor")
+    assert service["spec"]["type"] == "ClusterIP"
+    assert service["spec"]["ports"] == [
+        {"name": "monitorport", "port": 31992, "targetPort": "monitorport", "protocol": "TCP"}
+    ]
+    pod_labels = one(docs, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+
+    docs = render(
+        "devicePlugin.service.type=NodePort",
+        "devicePlugin.service.httpPort=31999",
+        "devicePlugin.service.labels.team=gpu",
+        "devicePlugin.service.annotations.prometheus\\.io/scrape=true",
+    )
+    service = one(docs, "Service", "hami-device-plugin-monitor")
+    assert service["spec"]["type"] == "NodePort"
+    (port,) = service["spec"]["ports"]
+    assert (port["port"], port["nodePort"], port["targetPort"]) == (31999, 31999, "monitorport")
+    assert service["metadata"]["labels"]["team"] == "gpu"
+    assert service["metadata"]["annotations"] == {"prometheus.io/scrape": "true"}
+
+
+def test_the_monitor_can_be_left_out() -> None:
+    docs = render("devicePlugin.vgpuMonitor.enabled=false")
+    names = [c["name"] for c in one(docs, "DaemonSet")["spec"]["template"]["spec"]["containers"]]
+    assert names == ["device-plugin"]
+    assert ("Service", "hami-device-plugin-monitor") not in kinds(docs)
+    volumes = [v["name"] for v in one(docs, "DaemonSet")["spec"]["template"]["spec"]["volumes"]]
+    assert "vgpu-containers" not in volumes
