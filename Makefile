@@ -78,7 +78,7 @@ test-fast: setup lint typecheck imports
 test-e2e: setup testenv helm
 	$(BIN)/pytest -m e2e
 
-bench: setup testenv
+bench: setup testenv helm
 	PYTHONPATH=. $(BIN)/python -m bench.run
 
 bench-quick: setup

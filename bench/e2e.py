@@ -8,7 +8,6 @@ releases it after kubelet's Allocate). Without it each node would bind one pod p
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import httpx
 from tests.e2e.cluster import ApiError, ControlPlane, free_port, start_control_plane
+from tests.e2e.identities import HAMI_SA, chart_identities
 
 from bench.scenarios import node_devices, pair_scores
 from hami.protocol import keys
@@ -43,13 +43,21 @@ NVIDIA_RESOURCES = [
 
 
 def _release_locks(cp: ControlPlane, namespace: str, stop: threading.Event) -> None:
-    """The device plugin's part: release the node lock of every pod as soon as it is bound (watching pods)."""
-    kube = cp.client()
+    """The device plugin's part: release the node lock of every pod as soon as it is bound (watching pods; the
+    watch is opened again when it breaks, e.g. across a kube-apiserver restart, and starts with every pod)."""
+    while not stop.is_set():
+        try:
+            _watch_and_release(cp, namespace, stop)
+        except (httpx.HTTPError, ApiError):
+            time.sleep(0.2)
+
+
+def _watch_and_release(cp: ControlPlane, namespace: str, stop: threading.Event) -> None:
     headers = {"Authorization": f"Bearer {cp.token}"}
     with (
-        contextlib.suppress(httpx.HTTPError),
+        cp.client() as kube,
         httpx.Client(base_url=cp.server, verify=str(cp.ca_file), headers=headers, timeout=None) as http,
-    ):  # the stream ends with an error when the control plane stops
+    ):
         url = f"/api/v1/namespaces/{namespace}/pods"
         with http.stream("GET", url, params={"watch": "1"}) as stream:
             for line in stream.iter_lines():
@@ -92,13 +100,35 @@ def _mean_latencies(metrics: str) -> dict[str, float]:
     return {f"hami_{k}_mean_ms": 1e3 * sums[k] / counts[k] for k in sums if counts.get(k)}
 
 
-def bench_e2e(nodes: int = 100, gpus: int = 8, pods: int = 200, node_policy: str = "spread") -> dict[str, float]:
+THROTTLED = ("--max-requests-inflight=1", "--max-mutating-requests-inflight=1", "--enable-priority-and-fairness=false")
+"""kube-apiserver flags of the 429 storm: one request in flight (one mutating), no priority and fairness, so every
+request beyond that is answered ``429 Retry-After: 1``. The admin is exempt; hami then runs as the chart's
+ServiceAccount."""
+
+
+def bench_e2e(
+    nodes: int = 100,
+    gpus: int = 8,
+    pods: int = 200,
+    node_policy: str = "spread",
+    *,
+    apiserver_args: tuple[str, ...] = (),
+    restart_apiserver_at: int = 0,
+) -> dict[str, float]:
+    """Bind ``pods`` pods and time it. With ``apiserver_args`` (e.g. :data:`THROTTLED`) hami runs under the chart's
+    ServiceAccount, which the server's limits apply to (needs ``make helm``). With ``restart_apiserver_at`` > 0,
+    kube-apiserver is SIGKILLed once that many pods are bound and started again; the result then also has
+    ``apiserver_restart_s`` (until it answered /readyz again), ``recover_s`` (from then until the next pod was
+    bound) and ``restart_to_all_s`` (from then until every pod was)."""
     with tempfile.TemporaryDirectory(prefix="hami-bench-") as tmp:
-        cp = start_control_plane(Path(tmp))
+        cp = start_control_plane(Path(tmp), apiserver_args=apiserver_args)
         hami: subprocess.Popen[bytes] | None = None
         stop = threading.Event()
         try:
             kube = cp.client()
+            kubeconfig = cp.kubeconfig
+            if apiserver_args:  # the chart's ServiceAccount: the server's in-flight limits apply to it
+                kubeconfig = chart_identities(cp).kubeconfig(HAMI_SA)
             for n in range(nodes):
                 devs = list(node_devices(n, gpus))
                 scores = [PairScore(u, s) for u, s in pair_scores(n, gpus).items()]
@@ -110,7 +140,7 @@ def bench_e2e(nodes: int = 100, gpus: int = 8, pods: int = 200, node_policy: str
                         keys.NVIDIA_SCORE: encode_pair_scores(scores),
                     },
                 )
-            port, metrics_port = free_port(), free_port()
+            port, metrics_port, service_port = free_port(), free_port(), free_port()
             log = open(Path(tmp) / "hami.log", "wb")  # noqa: SIM115 - closed with the process
             hami = subprocess.Popen(
                 [
@@ -120,8 +150,10 @@ def bench_e2e(nodes: int = 100, gpus: int = 8, pods: int = 200, node_policy: str
                     "from hami.cli import main; main()",
                     "scheduler",
                     "--kubeconfig",
-                    str(cp.kubeconfig),
+                    str(kubeconfig),
                     "--http_bind",
+                    f"127.0.0.1:{service_port}",
+                    "--extender-bind",
                     f"127.0.0.1:{port}",
                     "--metrics-bind-address",
                     f"127.0.0.1:{metrics_port}",
@@ -177,13 +209,25 @@ def bench_e2e(nodes: int = 100, gpus: int = 8, pods: int = 200, node_policy: str
                 )
             created = time.perf_counter() - t0
             bound = 0
+            restart: dict[str, float] = {}
+            restarted_at = 0.0
+            bound_then = 0
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline:
                 bound = sum(1 for p in kube.list_pods(ns) if p["spec"].get("nodeName"))
+                if restarted_at and "recover_s" not in restart and bound > bound_then:
+                    restart["recover_s"] = time.perf_counter() - restarted_at
                 if bound == pods:
                     break
+                if restart_apiserver_at and not restarted_at and bound >= restart_apiserver_at:
+                    cp.kill_apiserver()
+                    time.sleep(1.0)
+                    restart["apiserver_restart_s"] = cp.start_apiserver()
+                    restarted_at, bound_then = time.perf_counter(), bound
                 time.sleep(0.05)
             elapsed = time.perf_counter() - t0
+            if restarted_at:
+                restart["restart_to_all_s"] = time.perf_counter() - restarted_at
             text = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).text
             result = {
                 "pods": pods,
@@ -193,6 +237,7 @@ def bench_e2e(nodes: int = 100, gpus: int = 8, pods: int = 200, node_policy: str
                 "create_s": created,
             }
             result |= _mean_latencies(text)
+            result |= restart
             return result
         finally:
             stop.set()

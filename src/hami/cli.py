@@ -11,6 +11,7 @@ import typer
 
 from hami import __version__
 from hami.deviceplugin.command import device_plugin
+from hami.monitor.command import monitor
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="hami: GPU-sharing scheduler for Kubernetes.")
 
@@ -120,6 +121,7 @@ def simulate(
 
 
 app.command("device-plugin")(device_plugin)
+app.command("monitor")(monitor)
 
 
 @app.command()
@@ -198,14 +200,36 @@ def scheduler(
     gpu_scheduler_policy: str | None = typer.Option(
         None, "--gpu-scheduler-policy", help="spread, binpack, topology-aware, mutex, numa, or a comma chain."
     ),
-    http_bind: str | None = typer.Option(None, "--http_bind", help="Listen address of extender and webhook."),
+    http_bind: str | None = typer.Option(
+        None, "--http_bind", help="Service listener: /webhook, /healthz, /readyz (default 127.0.0.1:8080)."
+    ),
+    extender_bind: str | None = typer.Option(
+        None,
+        "--extender-bind",
+        help="Extender listener: /filter, /bind (default 127.0.0.1:8888; beyond loopback only with a client auth).",
+    ),
     cert_file: str | None = typer.Option(None, "--cert_file", help="TLS certificate (reloaded when it changes)."),
     key_file: str | None = typer.Option(None, "--key_file", help="TLS key."),
+    extender_client_ca_file: str | None = typer.Option(
+        None, "--extender-client-ca-file", help="Require extender client certificates signed by this CA (mTLS)."
+    ),
+    extender_token_file: str | None = typer.Option(
+        None, "--extender-token-file", help="Require a bearer token from this file (one a line) on /filter, /bind."
+    ),
     metrics_bind_address: str | None = typer.Option(None, "--metrics-bind-address", help="Prometheus listener."),
+    metrics_secure: bool | None = typer.Option(
+        None,
+        "--metrics-secure/--no-metrics-secure",
+        help="Serve /metrics over TLS to callers allowed get on /metrics (TokenReview + SubjectAccessReview).",
+    ),
     node_label_selector: str | None = typer.Option(None, "--node-label-selector", help="k=v,k2=v2: nodes to read."),
     kube_qps: float | None = typer.Option(None, "--kube-qps", help="API requests per second (default 300)."),
     kube_burst: int | None = typer.Option(None, "--kube-burst", help="API burst (default 600)."),
     node_lock_timeout: str | None = typer.Option(None, "--node-lock-timeout", help="Node lock expiry, e.g. 5m."),
+    node_lock_retry_timeout: str | None = typer.Option(
+        None, "--node-lock-retry-timeout", help="How long a PodGroup member's bind waits for a locked node (28s)."
+    ),
+    kube_timeout: str | None = typer.Option(None, "--kube-timeout", help="API request timeout, e.g. 10s (0: 30s)."),
     force_overwrite_default_scheduler: bool | None = typer.Option(
         None, "--force-overwrite-default-scheduler/--no-force-overwrite-default-scheduler"
     ),
@@ -225,13 +249,19 @@ def scheduler(
         "node_scheduler_policy": node_scheduler_policy,
         "gpu_scheduler_policy": gpu_scheduler_policy,
         "http_bind": http_bind,
+        "extender_bind": extender_bind,
         "cert_file": cert_file,
         "key_file": key_file,
+        "extender_client_ca_file": extender_client_ca_file,
+        "extender_token_file": extender_token_file,
         "metrics_bind_address": metrics_bind_address,
+        "metrics_secure": metrics_secure,
         "node_label_selector": node_label_selector,
         "kube_qps": kube_qps,
         "kube_burst": kube_burst,
         "node_lock_timeout": node_lock_timeout,
+        "node_lock_retry_timeout": node_lock_retry_timeout,
+        "kube_timeout": kube_timeout,
         "force_overwrite_default_scheduler": force_overwrite_default_scheduler,
         "leader_elect": leader_elect,
         "leader_elect_resource_name": leader_elect_resource_name,

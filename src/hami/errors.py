@@ -35,6 +35,7 @@ __all__ = [
     "LockContention",
     "NotFound",
     "QuantityError",
+    "TooManyRequests",
 ]
 
 
@@ -102,15 +103,20 @@ class LockContention(HamiError):
     ends with HAMi's sentinel text ``node lock contention``.
     """
 
-    def __init__(self, node: str, holder: str, since: datetime, timeout: float) -> None:
+    def __init__(self, node: str, holder: str, since: datetime, timeout: float, *, waited: float = 0.0) -> None:
         self.node = node
         self.holder = holder
         self.since = since
         self.timeout = timeout
+        self.waited = waited
         who = f"by {holder}" if holder else "(legacy lock, no owner recorded)"
-        super().__init__(
-            f"node {node} is locked {who} since {since.isoformat()} (expires after {timeout:g}s): node lock contention"
-        )
+        state = f"is locked {who} since {since.isoformat()} (expires after {timeout:g}s)"
+        if waited:  # a PodGroup member's bind waited for it (HAMi's text, with who holds it)
+            super().__init__(
+                f"timed out after {waited:g}s waiting for node {node} to be unlocked ({state}): node lock contention"
+            )
+        else:
+            super().__init__(f"node {node} {state}: node lock contention")
 
 
 class ApiError(HamiError):
@@ -132,3 +138,13 @@ class NotFound(ApiError):
 
 class Gone(ApiError):
     """HTTP 410: the resourceVersion is too old; a watch must relist."""
+
+
+class TooManyRequests(ApiError):
+    """HTTP 429: the API server is shedding load. ``retry_after`` is its ``Retry-After`` in seconds (``None`` when
+    it sent none or one that is not a number of seconds). The request was refused before it was processed, so
+    repeating it is safe for every verb."""
+
+    def __init__(self, message: str, status: int = 429, retry_after: float | None = None) -> None:
+        self.retry_after = retry_after
+        super().__init__(message, status)

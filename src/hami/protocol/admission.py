@@ -15,11 +15,13 @@ from typing import Any, Final
 import msgspec
 
 from hami.errors import InvalidInput
+from hami.protocol.jsonbody import decode_body
 from hami.protocol.podpatch import PatchOp
 
 __all__ = [
     "ADMISSION_V1",
     "ADMISSION_V1BETA1",
+    "MAX_CONTAINERS",
     "AdmissionRequest",
     "AdmissionResponse",
     "MalformedReview",
@@ -32,8 +34,12 @@ ADMISSION_V1BETA1: Final = "admission.k8s.io/v1beta1"
 _VERSIONS: Final = frozenset({ADMISSION_V1, ADMISSION_V1BETA1})
 _KIND: Final = "AdmissionReview"
 
-_decoder = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
+
+MAX_CONTAINERS: Final = 1000
+"""Containers (app, init and ephemeral together) a reviewed pod may have. Admission does per-container work on
+the event loop that also answers /healthz and /filter; without a bound, one 5 MB review of 60,000 containers held
+it for seconds. Kubernetes sets no such limit, but no kubelet runs a pod anywhere near it."""
 
 
 class MalformedReview(InvalidInput):
@@ -82,13 +88,13 @@ def _text(value: object, field: str, api_version: str, uid: str) -> str:
 def decode_review(body: bytes) -> AdmissionRequest:
     """Decode an AdmissionReview; raises ``MalformedReview`` naming the offending field."""
     try:
-        review = _decoder.decode(body)
-    except msgspec.DecodeError as err:
-        raise MalformedReview("body", body[:80].decode("utf-8", "replace"), f"not JSON: {err}") from None
+        review = decode_body(body, "body")
+    except InvalidInput as err:
+        raise MalformedReview("body", err.value, err.reason) from None
     if not isinstance(review, dict):
         raise MalformedReview("body", review, "an AdmissionReview must be a JSON object")
     api_version = review.get("apiVersion") or ADMISSION_V1
-    if api_version not in _VERSIONS:
+    if not isinstance(api_version, str) or api_version not in _VERSIONS:
         raise MalformedReview("apiVersion", api_version, f"expected {ADMISSION_V1} or {ADMISSION_V1BETA1}")
     kind = review.get("kind") or _KIND
     if kind != _KIND:
@@ -108,6 +114,13 @@ def decode_review(body: bytes) -> AdmissionRequest:
         raise MalformedReview("request.object", obj, "there is no content to decode", api_version, uid)
     if not isinstance(obj, dict):
         raise MalformedReview("request.object", obj, "the object must be a JSON object", api_version, uid)
+    spec = obj.get("spec")
+    if isinstance(spec, dict):
+        lists = [spec.get(k) for k in ("containers", "initContainers", "ephemeralContainers")]
+        count = sum(len(v) for v in lists if isinstance(v, list))
+        if count > MAX_CONTAINERS:
+            reason = f"a pod hami admits has at most {MAX_CONTAINERS} containers (app, init and ephemeral)"
+            raise MalformedReview("request.object.spec.containers", count, reason, api_version, uid)
     return AdmissionRequest(
         api_version=api_version,
         uid=uid,

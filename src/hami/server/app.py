@@ -1,4 +1,5 @@
-"""The HTTP surface (starlette): ``/filter``, ``/bind``, ``/healthz``, ``/readyz``; ``/metrics`` separately.
+"""The HTTP surface (starlette): the extender listener (``/filter``, ``/bind``, ``/healthz``, ``/readyz``), the
+Service listener (``/webhook``, ``/healthz``, ``/readyz``; ``/filter`` and ``/bind`` answer 404) and ``/metrics``.
 
 Malformed bodies get HTTP 200 with a JSON ``{"Error": "..."}`` naming what is wrong (kube-scheduler reads
 the error from the body, as with HAMi); bodies over the size limit are refused with 413 before decoding. No
@@ -27,7 +28,7 @@ from hami.protocol.extender import (
 from hami.server.extender import Extender
 from hami.server.metrics import Metrics
 
-__all__ = ["EXTENDER_BODY_LIMIT", "BodyTooLarge", "build_app", "build_metrics_app", "read_body"]
+__all__ = ["EXTENDER_BODY_LIMIT", "BodyTooLarge", "build_app", "build_metrics_app", "build_service_app", "read_body"]
 
 log = logging.getLogger("hami.server")
 
@@ -97,23 +98,43 @@ def build_app(  # noqa: C901 -- the route table; split across two listeners by t
             result = BindingResult(error=f"internal error: {type(err).__name__}: {err}")
         return Response(encode_binding_result(result), media_type=_JSON)
 
+    routes = [
+        Route("/filter", filter_route, methods=["POST"]),
+        Route("/bind", bind_route, methods=["POST"]),
+        *_health_routes(extender),
+        *(extra_routes or []),
+    ]
+    return Starlette(routes=routes)
+
+
+def _health_routes(extender: Extender) -> list[Route]:
     async def healthz(_: Request) -> Response:
         return PlainTextResponse("ok")
 
     async def readyz(_: Request) -> Response:
-        problem = extender.readiness.problem()
+        problem = extender.readiness.ready_problem()
         if problem is None:
             return PlainTextResponse("ok")
         return PlainTextResponse(problem, status_code=503)
 
-    routes = [
-        Route("/filter", filter_route, methods=["POST"]),
-        Route("/bind", bind_route, methods=["POST"]),
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/readyz", readyz, methods=["GET"]),
-        *(extra_routes or []),
-    ]
-    return Starlette(routes=routes)
+    return [Route("/healthz", healthz, methods=["GET"]), Route("/readyz", readyz, methods=["GET"])]
+
+
+def build_service_app(extender: Extender, routes: list[Route]) -> Starlette:
+    """The Service-facing listener: ``routes`` (the webhook) and health. ``/filter`` and ``/bind`` answer 404
+    without reading the body: they are served on the extender listener only (``--extender-bind``)."""
+
+    async def not_here(request: Request) -> Response:
+        log.warning("%s %s on the Service listener from %s refused (the extender listens on --extender-bind)",
+                    request.method, request.url.path, request.client and request.client.host)  # fmt: skip
+        return PlainTextResponse(
+            f"{request.url.path} is not served on this listener (the extender listens on --extender-bind)",
+            status_code=404,
+        )
+
+    every = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+    extender_paths = [Route(path, not_here, methods=every) for path in ("/filter", "/bind")]
+    return Starlette(routes=[*routes, *_health_routes(extender), *extender_paths])
 
 
 def build_metrics_app(metrics: Metrics) -> Starlette:
