@@ -549,7 +549,9 @@ def test_two_replicas_by_default_with_a_disruption_budget_and_a_surge_first_roll
     assert "PodDisruptionBudget" not in {d["kind"] for d in render("scheduler.replicas=1")}
     assert (
         "hami.io/scheduler-role"
-        not in one(render("scheduler.leaderElect=false", "scheduler.replicas=1"), "Service")["spec"]["selector"]
+        not in one(render("scheduler.leaderElect=false", "scheduler.replicas=1"), "Service", "hami-scheduler")["spec"][
+            "selector"
+        ]
     )
 
 
