@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 
 from bench.scenarios import SCENARIOS, Scenario, build_state, candidates, make_request, vendors
-from hami.scheduling.cycle import decide, reserve, unreserve
+from hami.scheduling.cycle import Verdicts, decide, reserve, unreserve
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:
@@ -25,6 +25,7 @@ def bench_decide(
     """Latency of ``decide`` (and ``reserve``) over ``iterations`` pods after ``warmup``; ``memo=False`` clears
     the verdict memo before every decision (every candidate judged afresh: the worst case)."""
     state = build_state(s)
+    verdicts = Verdicts()
     vs = vendors()
     rng = random.Random(7)
     samples: list[float] = []
@@ -32,9 +33,9 @@ def bench_decide(
         cands = candidates(s, rng)
         req = make_request(s, f"bench-{k}", vs)
         if not memo:
-            state.verdicts.clear()
+            verdicts.clear()
         t0 = time.perf_counter()
-        d = decide(state, req, cands, 1_700_000_000)
+        d = decide(state, req, cands, 1_700_000_000, verdicts)
         if with_reserve:
             reserve(state, req, d)
         dt = time.perf_counter() - t0

@@ -17,9 +17,10 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
-from tests.e2e.cluster import ApiError, ControlPlane, free_port, start_control_plane
+from tests.e2e.cluster import ApiError, ControlPlane, KubeClient, free_port, start_control_plane
 from tests.e2e.identities import HAMI_SA, chart_identities
 
 from bench.scenarios import node_devices, pair_scores
@@ -129,105 +130,18 @@ def bench_e2e(
             kubeconfig = cp.kubeconfig
             if apiserver_args:  # the chart's ServiceAccount: the server's in-flight limits apply to it
                 kubeconfig = chart_identities(cp).kubeconfig(HAMI_SA)
-            for n in range(nodes):
-                devs = list(node_devices(n, gpus))
-                scores = [PairScore(u, s) for u, s in pair_scores(n, gpus).items()]
-                kube.create_node(
-                    f"node-{n:05d}",
-                    extended={"nvidia.com/gpu": gpus * 10},
-                    annotations={
-                        keys.NVIDIA_REGISTER: encode_inventory_json(devs),
-                        keys.NVIDIA_SCORE: encode_pair_scores(scores),
-                    },
-                )
-            port, metrics_port, service_port = free_port(), free_port(), free_port()
-            log = open(Path(tmp) / "hami.log", "wb")  # noqa: SIM115 - closed with the process
-            hami = subprocess.Popen(
-                [
-                    sys.executable,
-                    *PROFILE,
-                    "-c",
-                    "from hami.cli import main; main()",
-                    "scheduler",
-                    "--kubeconfig",
-                    str(kubeconfig),
-                    "--http_bind",
-                    f"127.0.0.1:{service_port}",
-                    "--extender-bind",
-                    f"127.0.0.1:{port}",
-                    "--metrics-bind-address",
-                    f"127.0.0.1:{metrics_port}",
-                    "--node-scheduler-policy",
-                    node_policy,
-                    *EXTRA,
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=os.environ | {"PYTHONUNBUFFERED": "1"},
-            )
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline or hami.poll() is not None:
-                    raise RuntimeError(f"hami did not become ready; see {tmp}/hami.log")
-                time.sleep(0.1)
-            cp.start_scheduler(
-                {
-                    "profiles": [{"schedulerName": "hami-scheduler"}],
-                    "extenders": [
-                        {
-                            "urlPrefix": f"http://127.0.0.1:{port}",
-                            "filterVerb": "filter",
-                            "bindVerb": "bind",
-                            "nodeCacheCapable": True,
-                            "weight": 1,
-                            "httpTimeout": "30s",
-                            "enableHTTPS": False,
-                            "managedResources": [{"name": r, "ignoredByScheduler": True} for r in NVIDIA_RESOURCES],
-                        }
-                    ],
-                }
-            )
+            _create_nodes(kube, nodes, gpus)
+            port, metrics_port = free_port(), free_port()
+            hami = _start_hami(Path(tmp), kubeconfig, port, metrics_port, node_policy)
+            cp.start_scheduler(_scheduler_config(port))
             ns = kube.create_namespace()
             releaser = threading.Thread(target=_release_locks, args=(cp, ns, stop), daemon=True)
             releaser.start()
-            limits = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1024, "nvidia.com/gpucores": 10}
             t0 = time.perf_counter()
-            with ThreadPoolExecutor(8) as pool:
-                clients = [cp.client() for _ in range(8)]
-                list(
-                    pool.map(
-                        lambda i: clients[i % 8].create_pod(
-                            ns, f"p{i:04d}", limits=limits, scheduler_name="hami-scheduler"
-                        ),
-                        range(pods),
-                    )
-                )
+            _create_pods(cp, ns, pods)
             created = time.perf_counter() - t0
-            bound = 0
-            restart: dict[str, float] = {}
-            restarted_at = 0.0
-            bound_then = 0
-            deadline = time.monotonic() + 300
-            while time.monotonic() < deadline:
-                bound = sum(1 for p in kube.list_pods(ns) if p["spec"].get("nodeName"))
-                if restarted_at and "recover_s" not in restart and bound > bound_then:
-                    restart["recover_s"] = time.perf_counter() - restarted_at
-                if bound == pods:
-                    break
-                if restart_apiserver_at and not restarted_at and bound >= restart_apiserver_at:
-                    cp.kill_apiserver()
-                    time.sleep(1.0)
-                    restart["apiserver_restart_s"] = cp.start_apiserver()
-                    restarted_at, bound_then = time.perf_counter(), bound
-                time.sleep(0.05)
+            bound, restart = _wait_bound(cp, kube, ns, pods, restart_apiserver_at)
             elapsed = time.perf_counter() - t0
-            if restarted_at:
-                restart["restart_to_all_s"] = time.perf_counter() - restarted_at
             text = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).text
             result = {
                 "pods": pods,
@@ -248,6 +162,116 @@ def bench_e2e(
                 except subprocess.TimeoutExpired:
                     hami.kill()
             cp.stop()
+
+
+def _create_nodes(kube: KubeClient, nodes: int, gpus: int) -> None:
+    for n in range(nodes):
+        devs = list(node_devices(n, gpus))
+        scores = [PairScore(u, s) for u, s in pair_scores(n, gpus).items()]
+        kube.create_node(
+            f"node-{n:05d}",
+            extended={"nvidia.com/gpu": gpus * 10},
+            annotations={
+                keys.NVIDIA_REGISTER: encode_inventory_json(devs),
+                keys.NVIDIA_SCORE: encode_pair_scores(scores),
+            },
+        )
+
+
+def _start_hami(tmp: Path, kubeconfig: Path, port: int, metrics_port: int, node_policy: str) -> subprocess.Popen[bytes]:
+    """``hami scheduler`` in its own process, once its extender answers /readyz."""
+    log = open(tmp / "hami.log", "wb")  # noqa: SIM115 - closed with the process
+    hami = subprocess.Popen(
+        [
+            sys.executable,
+            *PROFILE,
+            "-c",
+            "from hami.cli import main; main()",
+            "scheduler",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--http_bind",
+            f"127.0.0.1:{free_port()}",
+            "--extender-bind",
+            f"127.0.0.1:{port}",
+            "--metrics-bind-address",
+            f"127.0.0.1:{metrics_port}",
+            "--node-scheduler-policy",
+            node_policy,
+            *EXTRA,
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=os.environ | {"PYTHONUNBUFFERED": "1"},
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                return hami
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline or hami.poll() is not None:
+            hami.kill()
+            raise RuntimeError(f"hami did not become ready; see {tmp}/hami.log")
+        time.sleep(0.1)
+
+
+def _scheduler_config(port: int) -> dict[str, Any]:
+    return {
+        "profiles": [{"schedulerName": "hami-scheduler"}],
+        "extenders": [
+            {
+                "urlPrefix": f"http://127.0.0.1:{port}",
+                "filterVerb": "filter",
+                "bindVerb": "bind",
+                "nodeCacheCapable": True,
+                "weight": 1,
+                "httpTimeout": "30s",
+                "enableHTTPS": False,
+                "managedResources": [{"name": r, "ignoredByScheduler": True} for r in NVIDIA_RESOURCES],
+            }
+        ],
+    }
+
+
+def _create_pods(cp: ControlPlane, ns: str, pods: int) -> None:
+    """``pods`` one-GPU pods created at once by 8 client threads."""
+    limits = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1024, "nvidia.com/gpucores": 10}
+    with ThreadPoolExecutor(8) as pool:
+        clients = [cp.client() for _ in range(8)]
+        list(
+            pool.map(
+                lambda i: clients[i % 8].create_pod(ns, f"p{i:04d}", limits=limits, scheduler_name="hami-scheduler"),
+                range(pods),
+            )
+        )
+
+
+def _wait_bound(
+    cp: ControlPlane, kube: KubeClient, ns: str, pods: int, restart_apiserver_at: int
+) -> tuple[int, dict[str, float]]:
+    """Until every pod is bound (at most 300 s): how many are, and the restart figures (see ``bench_e2e``)."""
+    bound = 0
+    restart: dict[str, float] = {}
+    restarted_at = 0.0
+    bound_then = 0
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        bound = sum(1 for p in kube.list_pods(ns) if p["spec"].get("nodeName"))
+        if restarted_at and "recover_s" not in restart and bound > bound_then:
+            restart["recover_s"] = time.perf_counter() - restarted_at
+        if bound == pods:
+            break
+        if restart_apiserver_at and not restarted_at and bound >= restart_apiserver_at:
+            cp.kill_apiserver()
+            time.sleep(1.0)
+            restart["apiserver_restart_s"] = cp.start_apiserver()
+            restarted_at, bound_then = time.perf_counter(), bound
+        time.sleep(0.05)
+    if restarted_at:
+        restart["restart_to_all_s"] = time.perf_counter() - restarted_at
+    return bound, restart
 
 
 if __name__ == "__main__":

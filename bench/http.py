@@ -20,6 +20,7 @@ import msgspec
 import uvicorn
 
 from bench.scenarios import Scenario, build_state, candidates, vendors
+from hami.protocol.events import EventReason, EventType
 from hami.protocol.objects import Pod
 from hami.scheduling.request import SchedulingDefaults
 from hami.server.app import build_app
@@ -28,7 +29,7 @@ from hami.server.metrics import Metrics
 
 
 class StubCluster:
-    """Answers every call at once (no I/O); ``patch_pod_metadata`` only counts."""
+    """The cycle's ``ClusterPort`` answering every call at once (no I/O); ``patch_pod_metadata`` only counts."""
 
     def __init__(self) -> None:
         self.patches = 0
@@ -60,7 +61,7 @@ class StubCluster:
     async def unlock_node(self, node: str, namespace: str, name: str) -> None:
         return None
 
-    def event(self, pod: Pod, type: str, reason: str, message: str) -> None:
+    def event(self, pod: Pod, type: EventType, reason: EventReason, message: str) -> None:
         return None
 
 

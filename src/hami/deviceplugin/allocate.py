@@ -198,14 +198,7 @@ class Allocator:
             return f"bind-phase is {notes.get(keys.BIND_PHASE) or 'absent'}"
         if nvidia.to_allocate not in notes and nvidia.allocated not in notes:
             return "it has no NVIDIA allocation"
-        value = notes.get(nvidia.to_allocate)
-        if value is not None:
-            try:
-                if not any(decode_pod_devices(value, nvidia.to_allocate)):
-                    return "every NVIDIA container slot is already allocated"
-            except AnnotationError:
-                return None  # ours, and broken: Allocate fails it
-        return None
+        return _nothing_left(notes.get(nvidia.to_allocate), nvidia.to_allocate)
 
     async def pending_pod(self) -> Pod:
         """The pod being bound on this node (module docstring, step 1). Raises ``AllocationError(NO_POD)``."""
@@ -491,3 +484,16 @@ def _as_allocation_error(exc: BaseException, doing: str) -> AllocationError:
     else:
         failure, text = Failure.INTERNAL, f"{type(exc).__name__}: {exc}"
     return AllocationError(failure, f"{doing}: {text}")
+
+
+def _nothing_left(value: str | None, key: str) -> str | None:
+    """Why a pod's to-allocate annotation leaves nothing to allocate, or ``None`` (also when it is undecodable:
+    the pod is ours, and Allocate fails it)."""
+    if value is None:
+        return None
+    try:
+        if not any(decode_pod_devices(value, key)):
+            return "every NVIDIA container slot is already allocated"
+    except AnnotationError:
+        return None
+    return None

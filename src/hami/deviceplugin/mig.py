@@ -104,6 +104,61 @@ class Realised:
     created: bool
 
 
+def _fits(instance: MigInstance, profile: GpuInstanceProfile, placement: tuple[int, int]) -> bool:
+    """The instance is of ``profile`` at ``placement`` and complete (compute instance and MIG UUID)."""
+    return (
+        instance.profile_id == profile.profile_id
+        and instance.placement == placement
+        and instance.compute_instance_id is not None
+        and bool(instance.mig_uuid)
+    )
+
+
+def _reusable(
+    gpu: GpuInfo,
+    entry: MigAllocation,
+    profile: GpuInstanceProfile,
+    placement: tuple[int, int],
+    held: Holders,
+    existing: Sequence[MigInstance],
+    where: str,
+) -> MigInstance | None:
+    """The instance a runtime-ready entry names, if it is still there, still fits and no other pod holds it."""
+    if not entry.runtime_ready:
+        return None
+    same = next((i for i in existing if i.gpu_instance_id == entry.gpu_instance_id), None)
+    if (
+        same is None
+        or not _fits(same, profile, placement)
+        or same.mig_uuid != entry.mig_uuid
+        or (gpu.uuid, same.gpu_instance_id) in held.instances
+    ):
+        return None
+    log.info("%s: reusing GPU instance %d (%s)", where, same.gpu_instance_id, same.mig_uuid)
+    return same
+
+
+def _adoptable(
+    gpu: GpuInfo,
+    profile: GpuInstanceProfile,
+    placement: tuple[int, int],
+    held: Holders,
+    existing: Sequence[MigInstance],
+    where: str,
+) -> MigInstance | None:
+    """An unheld instance that fits exactly; refuses when an overlapping one is held by a pod."""
+    for instance in existing:
+        if not _overlaps(instance.placement, placement):
+            continue
+        holder = held.instances.get((gpu.uuid, instance.gpu_instance_id))
+        if holder is not None:
+            raise MigError(f"{where}: GPU instance {instance.gpu_instance_id} there is held by pod {holder}")
+        if _fits(instance, profile, placement):
+            log.info("%s: adopting unheld GPU instance %d (%s)", where, instance.gpu_instance_id, instance.mig_uuid)
+            return instance
+    return None
+
+
 def _overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
     return a[0] < b[0] + b[1] and b[0] < a[0] + a[1]
 
@@ -146,36 +201,14 @@ class MigInstances:
         held: Holders,
         where: str,
     ) -> Realised:
+        """Reuse the instance the entry names, else adopt an unheld one that fits, else clear the way and create."""
         handle = lib.handle(gpu.index)
         existing = lib.mig_instances(handle)
-
-        def fits(instance: MigInstance) -> bool:
-            return (
-                instance.profile_id == profile.profile_id
-                and instance.placement == placement
-                and instance.compute_instance_id is not None
-                and bool(instance.mig_uuid)
-            )
-
-        if entry.runtime_ready:
-            same = next((i for i in existing if i.gpu_instance_id == entry.gpu_instance_id), None)
-            if (
-                same is not None
-                and fits(same)
-                and same.mig_uuid == entry.mig_uuid
-                and (gpu.uuid, same.gpu_instance_id) not in held.instances
-            ):
-                log.info("%s: reusing GPU instance %d (%s)", where, same.gpu_instance_id, same.mig_uuid)
-                return Realised(_with_identity(entry, same), created=False)
-        for instance in existing:
-            if not _overlaps(instance.placement, placement):
-                continue
-            holder = held.instances.get((gpu.uuid, instance.gpu_instance_id))
-            if holder is not None:
-                raise MigError(f"{where}: GPU instance {instance.gpu_instance_id} there is held by pod {holder}")
-            if fits(instance):
-                log.info("%s: adopting unheld GPU instance %d (%s)", where, instance.gpu_instance_id, instance.mig_uuid)
-                return Realised(_with_identity(entry, instance), created=False)
+        found = _reusable(gpu, entry, profile, placement, held, existing, where)
+        if found is None:
+            found = _adoptable(gpu, profile, placement, held, existing, where)
+        if found is not None:
+            return Realised(_with_identity(entry, found), created=False)
         for instance in existing:
             if _overlaps(instance.placement, placement):
                 log.info("%s: destroying unheld GPU instance %d in the way", where, instance.gpu_instance_id)

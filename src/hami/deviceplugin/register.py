@@ -26,6 +26,7 @@ from hami.errors import HamiError
 from hami.k8s.cluster import ClusterClient
 from hami.k8s.records import ObjectRef
 from hami.protocol import keys
+from hami.protocol.events import EventType
 from hami.protocol.inventory import encode_inventory_json
 from hami.protocol.objects import Node
 from hami.protocol.scores import encode_pair_scores
@@ -126,7 +127,7 @@ class Registrar:
             log.warning("node %s: %s", self._node, message)
             try:
                 await self._cluster.emit_event(
-                    ObjectRef.for_node(node), "Warning", "AsymmetricGPUP2PLink", message, EVENT_COMPONENT
+                    ObjectRef.for_node(node), EventType.WARNING, "AsymmetricGPUP2PLink", message, EVENT_COMPONENT
                 )
             except HamiError as exc:
                 log.warning("node %s: cannot record event AsymmetricGPUP2PLink: %s", self._node, exc)

@@ -132,7 +132,16 @@ def device_list(ids: Sequence[str], settings: NodeSettings, minors: Mapping[str,
     """The device list for devices ``ids`` (GPU or MIG UUIDs; see the module docstring). ``minors`` maps an id
     to its GPU's ``/dev/nvidia<minor>`` for ``PASS_DEVICE_SPECS``; ids without one get no node."""
     out = DeviceList()
-    strategies = settings.device_list_strategy
+    _visible_devices(out, ids, settings.device_list_strategy)
+    _cdi_devices(out, ids, settings)
+    _feature_envs(out, settings)
+    if settings.pass_device_specs:
+        out.devices.extend(_device_specs(ids, settings, minors or {}))
+    return out
+
+
+def _visible_devices(out: DeviceList, ids: Sequence[str], strategies: Sequence[str]) -> None:
+    """``NVIDIA_VISIBLE_DEVICES`` (the ids, the mount directory, or ``void``) and the volume-mounts strategy."""
     if "envvar" in strategies:
         out.envs["NVIDIA_VISIBLE_DEVICES"] = ",".join(ids)
     elif "volume-mounts" in strategies:
@@ -143,12 +152,21 @@ def device_list(ids: Sequence[str], settings: NodeSettings, minors: Mapping[str,
         out.mounts.extend(
             api.Mount(container_path=f"{DEVICE_MOUNT_DIR}/{i}", host_path="/dev/null", read_only=True) for i in ids
         )
+
+
+def _cdi_devices(out: DeviceList, ids: Sequence[str], settings: NodeSettings) -> None:
+    """The CDI device names (GPUs, then IMEX channels) as an annotation and/or CRI CDI devices."""
+    strategies = settings.device_list_strategy
     names = [cdi.device_name(cdi.GPU_KIND, i) for i in ids]
     names += [cdi.device_name(cdi.IMEX_KIND, str(c)) for c in settings.imex_channel_ids]
     if "cdi-annotations" in strategies:
         out.annotations[f"{settings.cdi_annotation_prefix}{CDI_ANNOTATION}"] = ",".join(names)
     if "cdi-cri" in strategies:
         out.cdi_devices.extend(api.CDIDevice(name=n) for n in names)
+
+
+def _feature_envs(out: DeviceList, settings: NodeSettings) -> None:
+    """GDRCopy, GDS, MOFED and the IMEX channels."""
     for flag, variable in (
         (settings.gdrcopy_enabled, "NVIDIA_GDRCOPY"),
         (settings.gds_enabled, "NVIDIA_GDS"),
@@ -158,17 +176,19 @@ def device_list(ids: Sequence[str], settings: NodeSettings, minors: Mapping[str,
             out.envs[variable] = "enabled"
     if settings.imex_channel_ids:
         out.envs["NVIDIA_IMEX_CHANNELS"] = ",".join(str(c) for c in settings.imex_channel_ids)
-    if settings.pass_device_specs:
-        paths = [*CONTROL_NODES]
-        for i in ids:
-            minor = (minors or {}).get(i)
-            if minor is not None and f"/dev/nvidia{minor}" not in paths:
-                paths.append(f"/dev/nvidia{minor}")
-        out.devices.extend(
-            api.DeviceSpec(container_path=path, host_path=cdi.host_path(settings.driver_root, path), permissions="rw")
-            for path in paths
-        )
-    return out
+
+
+def _device_specs(ids: Sequence[str], settings: NodeSettings, minors: Mapping[str, int]) -> list[api.DeviceSpec]:
+    """``PASS_DEVICE_SPECS``: the control nodes and each GPU's ``/dev/nvidia<minor>``, once each."""
+    paths = [*CONTROL_NODES]
+    for i in ids:
+        minor = minors.get(i)
+        if minor is not None and f"/dev/nvidia{minor}" not in paths:
+            paths.append(f"/dev/nvidia{minor}")
+    return [
+        api.DeviceSpec(container_path=path, host_path=cdi.host_path(settings.driver_root, path), permissions="rw")
+        for path in paths
+    ]
 
 
 def _answer(listing: DeviceList, envs: dict[str, str], mounts: list[api.Mount]) -> api.ContainerAllocateResponse:

@@ -41,7 +41,6 @@ __all__ = [
     "EXHAUSTIVE_SUBSETS",
     "SharedDeviceVendor",
     "best_combination",
-    "device_score",
     "device_scores",
     "fit_shared",
     "worst_single",
@@ -50,22 +49,9 @@ __all__ = [
 _CLOSEST = 3
 
 
-def device_score(table: DeviceTable, i: int, req: ContainerRequest, weights: tuple[int, int, int]) -> float:
-    """Spec §5.1 with the pod's own request counted: ``10 × (w·slots + w·cores + w·memory)`` fractions."""
-    info = table.infos[i]
-    if info.count == 0 or info.devcore == 0 or info.devmem == 0:
-        return 0.0
-    ws, wc, wm = weights
-    mem = req.memory_on(info.devmem)
-    return 10.0 * (
-        ws * (1 + table.used[i]) / info.count
-        + wc * (req.coresreq + table.usedcores[i]) / info.devcore
-        + wm * (mem + table.usedmem[i]) / info.devmem
-    )
-
-
 def device_scores(table: DeviceTable, req: ContainerRequest, weights: tuple[int, int, int]) -> list[float]:
-    """``device_score`` of every device of the table, in one pass (the cold path of Fit runs this per node)."""
+    """Spec §5.1 for every device of the table, with the pod's own request counted:
+    ``10 × (w·slots + w·cores + w·memory)`` fractions; 0 for a device with a zero total."""
     ws, wc, wm = weights
     cores = req.coresreq
     memreq, pct = req.memreq, req.mem_percentage
@@ -154,10 +140,6 @@ def fit_shared(
     """Choose ``req.nums`` devices of ``table`` for one container, or say why not. Reads the table only."""
     infos = table.infos
     n = len(infos)
-    used, usedmem, usedcores, broken = table.used, table.usedmem, table.usedcores, table.broken
-    counts: dict[Reason, int] = {}
-    misses: list[Rejection] = []
-
     mig_request = any(info.mode == "mig" and info.mig_profiles for info in infos) and (
         selector.modes is None or "mig" in selector.modes
     )
@@ -165,120 +147,177 @@ def fit_shared(
         return Unfit(
             {Reason.NODE_INSUFFICIENT_DEVICE: n}, n, (Rejection(Reason.NODE_INSUFFICIENT_DEVICE, None, req.nums, n),)
         )
+    return _SharedFit(table, req, ctx, selector, vendor).run()
 
-    policy = ctx.policy
-    weights = ctx.weights
-    scores = device_scores(table, req, weights)
-    order = policy.order(n, scores.__getitem__, [info.numa for info in infos], used)
-    topology = policy.topology
-    numa_bind = policy.numa_bind
-    # Spec §6.2 step 8 / §6.7: a request for more than 100 cores is clamped to 100 (a whole card), so it is
-    # judged, and recorded in the allocation, as 100 — not refused as CardInsufficientCore on an idle card.
-    cores = min(req.coresreq, 100)
-    accepted: list[Placement] = []
-    groups: list[list[Placement]] = []  # topology + NUMA: candidates per NUMA group
-    prev_numa: int | None = None
 
-    def miss(reason: Reason, uuid: str, requested: int = 0, available: int = 0) -> None:
-        counts[reason] = counts.get(reason, 0) + 1
+Problem = tuple[Reason, int, int]
+"""Why one device cannot take the container: the reason, and the amounts requested and available (0 if none)."""
+
+
+class _SharedFit:
+    """One run of the shared fit loop over one table: devices in policy order, each checked in HAMi's order."""
+
+    __slots__ = (
+        "accepted",
+        "cores",
+        "counts",
+        "ctx",
+        "groups",
+        "misses",
+        "prev_numa",
+        "req",
+        "selector",
+        "table",
+        "vendor",
+    )
+
+    def __init__(self, table: DeviceTable, req: ContainerRequest, ctx: FitContext, selector: Selector, vendor: str):
+        self.table, self.req, self.ctx, self.selector, self.vendor = table, req, ctx, selector, vendor
+        # Spec §6.2 step 8 / §6.7: a request for more than 100 cores is clamped to 100 (a whole card), so it is
+        # judged, and recorded in the allocation, as 100 — not refused as CardInsufficientCore on an idle card.
+        self.cores = min(req.coresreq, 100)
+        self.counts: dict[Reason, int] = {}
+        self.misses: list[Rejection] = []
+        self.accepted: list[Placement] = []
+        self.groups: list[list[Placement]] = []  # topology + NUMA: candidates per NUMA group
+        self.prev_numa: int | None = None
+
+    def run(self) -> Fitted | Unfit:
+        table, ctx = self.table, self.ctx
+        scores = device_scores(table, self.req, ctx.weights)
+        order = ctx.policy.order(len(table.infos), scores.__getitem__, [info.numa for info in table.infos], table.used)
+        for i in order:
+            info = table.infos[i]
+            problem = self._device_problem(i)
+            if problem is None:
+                self._numa_boundary(info.numa)
+                memreq = self.req.memory_on(info.devmem)
+                problem = self._share_problem(i) or self._room_problem(i, memreq)
+            if problem is not None:
+                self._miss(info.id, *problem)
+                continue
+            fitted = self._place_mig(i, memreq) if info.mode == "mig" and info.mig_profiles else self._place(i, memreq)
+            if fitted is not None:
+                return fitted
+        return self._finish()
+
+    def _miss(self, uuid: str, reason: Reason, requested: int = 0, available: int = 0) -> None:
+        self.counts[reason] = self.counts.get(reason, 0) + 1
         if requested or available:
-            misses.append(Rejection(reason, uuid, requested, available))
+            self.misses.append(Rejection(reason, uuid, requested, available))
 
-    for i in order:
-        info = infos[i]
-        uuid = info.id
-        if not info.health or broken[i] is not None:
-            miss(Reason.CARD_NOT_HEALTH, uuid)
-            continue
-        if uuid in ctx.cordoned:
-            miss(Reason.CARD_CORDONED, uuid)
-            continue
-        if not selector.type_ok(info):
-            miss(Reason.CARD_TYPE_MISMATCH, uuid)
-            continue
-        if numa_bind and info.numa != prev_numa:
-            if accepted:
-                if topology:
-                    groups.append(accepted)
-                else:
-                    counts[Reason.NUMA_NOT_FIT] = counts.get(Reason.NUMA_NOT_FIT, 0) + len(accepted)
-            accepted = []
-            prev_numa = info.numa
-        if not selector.uuid_ok(uuid):
-            miss(Reason.CARD_UUID_MISMATCH, uuid)
-            continue
-        if info.count <= used[i]:
-            miss(Reason.CARD_TIME_SLICING_EXHAUSTED, uuid, 1, info.count - used[i])
-            continue
-        if policy.mutex and used[i] > 0:
-            miss(Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT, uuid)
-            continue
-        memreq = req.memory_on(info.devmem)
-        if ctx.quota is not None and not ctx.quota(accepted, memreq, cores, uuid):
-            miss(Reason.RESOURCE_QUOTA_NOT_FIT, uuid, memreq)
-            continue
-        free_mem = info.devmem - usedmem[i]
+    def _device_problem(self, i: int) -> Problem | None:
+        """The checks before the NUMA grouping: health, cordon, type."""
+        info = self.table.infos[i]
+        if not info.health or self.table.broken[i] is not None:
+            return (Reason.CARD_NOT_HEALTH, 0, 0)
+        if info.id in self.ctx.cordoned:
+            return (Reason.CARD_CORDONED, 0, 0)
+        if not self.selector.type_ok(info):
+            return (Reason.CARD_TYPE_MISMATCH, 0, 0)
+        return None
+
+    def _numa_boundary(self, numa: int | None) -> None:
+        """With NUMA binding, a device of another NUMA node closes the group collected so far."""
+        if not self.ctx.policy.numa_bind or numa == self.prev_numa:
+            return
+        if self.accepted:
+            if self.ctx.policy.topology:
+                self.groups.append(self.accepted)
+            else:
+                self.counts[Reason.NUMA_NOT_FIT] = self.counts.get(Reason.NUMA_NOT_FIT, 0) + len(self.accepted)
+        self.accepted = []
+        self.prev_numa = numa
+
+    def _share_problem(self, i: int) -> Problem | None:
+        """UUID selection, time slices, exclusive use."""
+        info, used = self.table.infos[i], self.table.used[i]
+        if not self.selector.uuid_ok(info.id):
+            return (Reason.CARD_UUID_MISMATCH, 0, 0)
+        if info.count <= used:
+            return (Reason.CARD_TIME_SLICING_EXHAUSTED, 1, info.count - used)
+        if self.ctx.policy.mutex and used > 0:
+            return (Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT, 0, 0)
+        return None
+
+    def _room_problem(self, i: int, memreq: int) -> Problem | None:
+        """Quota, memory, cores, a whole card, compute units."""
+        info, table, cores = self.table.infos[i], self.table, self.cores
+        quota = self.ctx.quota
+        if quota is not None and not quota(self.accepted, memreq, cores, info.id):
+            return (Reason.RESOURCE_QUOTA_NOT_FIT, memreq, 0)
+        free_mem = info.devmem - table.usedmem[i]
         if free_mem < memreq:
-            miss(Reason.CARD_INSUFFICIENT_MEMORY, uuid, memreq, free_mem)
-            continue
-        free_cores = info.devcore - usedcores[i]
+            return (Reason.CARD_INSUFFICIENT_MEMORY, memreq, free_mem)
+        free_cores = info.devcore - table.usedcores[i]
         if free_cores < cores:
-            miss(Reason.CARD_INSUFFICIENT_CORE, uuid, cores, free_cores)
-            continue
-        if cores >= 100 and used[i] > 0:
-            miss(Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT, uuid, cores, free_cores)
-            continue
-        if info.devcore != 0 and usedcores[i] >= info.devcore and cores == 0:
-            miss(Reason.CARD_COMPUTE_UNITS_EXHAUSTED, uuid, 0, 0)
-            continue
-        if info.mode == "mig" and info.mig_profiles:
-            # One container may take several instances of one MIG GPU (spec §6.8): keep placing on it.
-            mine = [p for p in accepted if p.index == i]
-            while True:
-                plan = plan_instances(info.mig_profiles, table.mig[i], [p.device.usedmem for p in mine] + [memreq])
-                if plan is None:
-                    if not mine:
-                        miss(Reason.CARD_MIG_TOPOLOGY_INFEASIBLE, uuid, memreq, free_mem)
-                    break
-                profile, placement = plan[-1]
-                # The instance holds its profile's memory and cores, not the request's (a profile rounds the
-                # request up): judge the quota on that too, or small requests would slip whole instances past it.
-                if ctx.quota is not None and not ctx.quota(accepted, profile.memory_mb, profile.core, uuid):
-                    miss(Reason.RESOURCE_QUOTA_NOT_FIT, uuid, profile.memory_mb)
-                    break
-                # Earlier instances keep their planned placement; re-planning from the same state is stable.
-                placed = Placement(
-                    i, ContainerDevice(uuid, vendor, profile.memory_mb, profile.core), profile.name, placement
-                )
-                accepted.append(placed)
-                mine.append(placed)
-                if not topology and len(accepted) == req.nums:
-                    return Fitted(tuple(accepted))
-                if topology:
-                    break
-            continue
-        accepted.append(Placement(i, ContainerDevice(uuid, vendor, memreq, cores)))
-        if not topology and len(accepted) == req.nums:
-            return Fitted(tuple(accepted))
+            return (Reason.CARD_INSUFFICIENT_CORE, cores, free_cores)
+        if cores >= 100 and table.used[i] > 0:
+            return (Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT, cores, free_cores)
+        if info.devcore != 0 and table.usedcores[i] >= info.devcore and cores == 0:
+            return (Reason.CARD_COMPUTE_UNITS_EXHAUSTED, 0, 0)
+        return None
 
-    if topology:
-        if numa_bind:
-            groups.append(accepted)
-            viable = [g for g in groups if len(g) >= req.nums]
+    def _place(self, i: int, memreq: int) -> Fitted | None:
+        self.accepted.append(Placement(i, ContainerDevice(self.table.infos[i].id, self.vendor, memreq, self.cores)))
+        if not self.ctx.policy.topology and len(self.accepted) == self.req.nums:
+            return Fitted(tuple(self.accepted))
+        return None
+
+    def _place_mig(self, i: int, memreq: int) -> Fitted | None:
+        """One container may take several instances of one MIG GPU (spec §6.8): keep placing on it."""
+        info, quota = self.table.infos[i], self.ctx.quota
+        mine = [p for p in self.accepted if p.index == i]
+        while True:
+            plan = plan_instances(info.mig_profiles, self.table.mig[i], [p.device.usedmem for p in mine] + [memreq])
+            if plan is None:
+                if not mine:
+                    free_mem = info.devmem - self.table.usedmem[i]
+                    self._miss(info.id, Reason.CARD_MIG_TOPOLOGY_INFEASIBLE, memreq, free_mem)
+                return None
+            profile, placement = plan[-1]
+            # The instance holds its profile's memory and cores, not the request's (a profile rounds the request
+            # up): judge the quota on that too, or small requests would slip whole instances past it.
+            if quota is not None and not quota(self.accepted, profile.memory_mb, profile.core, info.id):
+                self._miss(info.id, Reason.RESOURCE_QUOTA_NOT_FIT, profile.memory_mb)
+                return None
+            # Earlier instances keep their planned placement; re-planning from the same state is stable.
+            device = ContainerDevice(info.id, self.vendor, profile.memory_mb, profile.core)
+            placed = Placement(i, device, profile.name, placement)
+            self.accepted.append(placed)
+            mine.append(placed)
+            if self.ctx.policy.topology:
+                return None
+            if len(self.accepted) == self.req.nums:
+                return Fitted(tuple(self.accepted))
+
+    def _finish(self) -> Fitted | Unfit:
+        """After the last device: topology-aware picks the best group; otherwise (or if none) every reason."""
+        if self.ctx.policy.topology:
+            fitted = self._topology_fit()
+            if fitted is not None:
+                return fitted
+        elif self.accepted:
+            self.counts[Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(self.accepted)
+        self.misses.sort(key=lambda r: r.available, reverse=True)
+        return Unfit(self.counts, len(self.table.infos), tuple(self.misses[:_CLOSEST]))
+
+    def _topology_fit(self) -> Fitted | None:
+        nums, groups, counts = self.req.nums, self.groups, self.counts
+        if self.ctx.policy.numa_bind:
+            groups.append(self.accepted)
+            viable = [g for g in groups if len(g) >= nums]
             for g in groups:
-                if len(g) < req.nums and g:
+                if len(g) < nums and g:
                     counts[Reason.NUMA_NOT_FIT] = counts.get(Reason.NUMA_NOT_FIT, 0) + len(g)
         else:
-            viable = [accepted] if len(accepted) >= req.nums else []
+            viable = [self.accepted] if len(self.accepted) >= nums else []
         if viable:
-            return Fitted(_topology_choice(ctx, viable, req.nums))
-        partial = max((len(g) for g in groups), default=len(accepted))
+            return Fitted(_topology_choice(self.ctx, viable, nums))
+        partial = max((len(g) for g in groups), default=len(self.accepted))
         if partial:
             counts[Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = partial
-    elif accepted:
-        counts[Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(accepted)
-    misses.sort(key=lambda r: r.available, reverse=True)
-    return Unfit(counts, n, tuple(misses[:_CLOSEST]))
+        return None
 
 
 def _topology_choice(ctx: FitContext, groups: Sequence[Sequence[Placement]], nums: int) -> tuple[Placement, ...]:

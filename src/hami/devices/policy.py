@@ -37,20 +37,7 @@ class GpuPolicy:
             chain = self.chain
             if self.numa_bind and chain[0] != "numa":
                 chain = ("numa", *(k for k in chain if k != "numa"))
-
-            def chain_key(i: int) -> tuple[float, ...]:
-                parts: list[float] = []
-                for k in chain:
-                    if k == "binpack":
-                        parts.append(-score(i))
-                    elif k == "spread":
-                        parts.append(score(i))
-                    else:  # numa: HAMi tries the highest NUMA id first
-                        parts.append(-numa[i])
-                parts.append(i)
-                return tuple(parts)
-
-            return sorted(range(n), key=chain_key)
+            return _chain_order(chain, n, score, numa)
         policy = self.single
         if policy == "mutex":
             return sorted(range(n), key=lambda i: (used[i], -numa[i], i))
@@ -61,6 +48,24 @@ class GpuPolicy:
         if policy == "binpack":
             return sorted(range(n), key=lambda i: (-score(i), -numa[i], i))
         return sorted(range(n), key=lambda i: (score(i), -numa[i], i))
+
+
+def _chain_order(chain: Sequence[str], n: int, score: Callable[[int], float], numa: Sequence[int]) -> list[int]:
+    """Chain mode: sorted by each policy of the chain in turn, then by index."""
+
+    def chain_key(i: int) -> tuple[float, ...]:
+        parts: list[float] = []
+        for k in chain:
+            if k == "binpack":
+                parts.append(-score(i))
+            elif k == "spread":
+                parts.append(score(i))
+            else:  # numa: HAMi tries the highest NUMA id first
+                parts.append(-numa[i])
+        parts.append(i)
+        return tuple(parts)
+
+    return sorted(range(n), key=chain_key)
 
 
 def parse_gpu_policy(value: str, numa_bind: bool, field: str = keys.GPU_SCHEDULER_POLICY) -> GpuPolicy:

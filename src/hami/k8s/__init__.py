@@ -4,7 +4,7 @@ Modules, from the wire up: ``config`` (kubeconfig / in-cluster), ``ratelimit``, 
 (envelopes, Lease, Event), ``client`` (:class:`KubeClient`), ``tasks`` (:class:`Supervisor`), ``watch``
 (:class:`Reflector`), ``cluster`` (:class:`ClusterClient` and :class:`KubeCluster`), ``memory``
 (:class:`MemoryCluster`), ``nodelock`` (:class:`NodeLocker`), ``events`` (:class:`EventRecorder`),
-``extender_io`` (:class:`ExtenderIO`: the extender's calls assembled from the three before).
+``extender_io`` (:class:`ExtenderIO`: the scheduling cycle's port, assembled from the three before).
 """
 
 from hami.k8s.client import ClientSettings, KubeClient, ListPage, PatchType, WatchEvent, api_error
@@ -15,7 +15,7 @@ from hami.k8s.extender_io import ExtenderIO
 from hami.k8s.memory import MemoryCluster, RecordedEvent
 from hami.k8s.nodelock import NodeLocker
 from hami.k8s.ratelimit import TokenBucket
-from hami.k8s.records import NORMAL, WARNING, EventType, Lease, ObjectRef
+from hami.k8s.records import EventType, Lease, ObjectRef
 from hami.k8s.resources import EVENTS, LEASES, NODES, PODS, RESOURCE_QUOTAS, Resource
 from hami.k8s.tasks import Supervisor
 from hami.k8s.watch import Callbacks, EventHandler, Reflector, WatchSettings
@@ -24,10 +24,8 @@ __all__ = [
     "EVENTS",
     "LEASES",
     "NODES",
-    "NORMAL",
     "PODS",
     "RESOURCE_QUOTAS",
-    "WARNING",
     "Callbacks",
     "ClientSettings",
     "ClusterClient",

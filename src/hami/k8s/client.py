@@ -472,9 +472,8 @@ class KubeClient:
                 return None
             if kind is EventType.BOOKMARK:
                 # A bookmark's object is a zero-valued shell around metadata.resourceVersion, and the shell need
-                # not fit the compact view (a Pod's has "spec": {"containers": null}): read only the version.
-                # Decoding the whole shell failed for pods, and the reflector relisted every pod at each
-                # bookmark (found by the extender's e2e tests).
+                # not fit the compact view (a Pod's has "spec": {"containers": null}): read only the version
+                # (decoding the whole shell fails, and the reflector would relist every pod at each bookmark).
                 version = _bookmark_decoder.decode(raw.object).metadata.resource_version
                 return WatchEvent(kind, msgspec.convert({"metadata": {"resourceVersion": version}}, type=type))
             return WatchEvent(kind, decoder.decode(raw.object))

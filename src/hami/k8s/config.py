@@ -204,34 +204,14 @@ def load_kubeconfig(path: str | Path | list[Path], *, context: str | None = None
     cfield = f"{cluster_file}: clusters[{ctx.cluster}].cluster"
     if not cluster.server.startswith(("https://", "http://")):
         raise ConfigError(f"{cfield}.server", cluster.server, "must be an http(s) URL")
-    ca: bytes | None = None
-    if cluster.certificate_authority_data:
-        ca = _b64(f"{cfield}.certificate-authority-data", cluster.certificate_authority_data)
-    elif cluster.certificate_authority:
-        ca = _file_bytes(f"{cfield}.certificate-authority", cluster_file, cluster.certificate_authority)
-
+    ca = _inline_or_file(
+        f"{cfield}.certificate-authority",
+        cluster_file,
+        cluster.certificate_authority_data,
+        cluster.certificate_authority,
+    )
     user, user_file = merged.users.get(ctx.user, (_User(), ctx_file))
-    ufield = f"{user_file}: users[{ctx.user}].user"
-    for unsupported, value in (("exec", user.exec), ("auth-provider", user.auth_provider), ("username", user.username)):
-        if value is not None:
-            raise ConfigError(f"{ufield}.{unsupported}", value, "not supported by hami; use a token or a client cert")
-    cert = key = None
-    if user.client_certificate_data:
-        cert = _b64(f"{ufield}.client-certificate-data", user.client_certificate_data)
-    elif user.client_certificate:
-        cert = _file_bytes(f"{ufield}.client-certificate", user_file, user.client_certificate)
-    if user.client_key_data:
-        key = _b64(f"{ufield}.client-key-data", user.client_key_data)
-    elif user.client_key:
-        key = _file_bytes(f"{ufield}.client-key", user_file, user.client_key)
-    if (cert is None) != (key is None):
-        missing = "client-key" if key is None else "client-certificate"
-        raise ConfigError(f"{ufield}.{missing}", None, "a client certificate needs both certificate and key")
-    token_file = None
-    if user.token_file:
-        _file_bytes(f"{ufield}.tokenFile", user_file, user.token_file)  # readable now, re-read later
-        token_file = Path(user.token_file).expanduser()
-        token_file = token_file if token_file.is_absolute() else user_file.parent / token_file
+    cert, key, token_file = _credentials(user, user_file, f"{user_file}: users[{ctx.user}].user")
     return KubeConfig(
         server=cluster.server.rstrip("/"),
         ca_data=ca,
@@ -243,6 +223,35 @@ def load_kubeconfig(path: str | Path | list[Path], *, context: str | None = None
         namespace=ctx.namespace or "default",
         source=f"kubeconfig {where}, context {name}",
     )
+
+
+def _inline_or_file(field: str, origin: Path, data: str | None, path: str | None) -> bytes | None:
+    """``<field>-data`` (base64) if set, else the file ``<field>`` names (relative to ``origin``), else None."""
+    if data:
+        return _b64(f"{field}-data", data)
+    if path:
+        return _file_bytes(field, origin, path)
+    return None
+
+
+def _credentials(user: _User, user_file: Path, ufield: str) -> tuple[bytes | None, bytes | None, Path | None]:
+    """The user's client certificate, key and token file (a token is read as is)."""
+    for unsupported, value in (("exec", user.exec), ("auth-provider", user.auth_provider), ("username", user.username)):
+        if value is not None:
+            raise ConfigError(f"{ufield}.{unsupported}", value, "not supported by hami; use a token or a client cert")
+    cert = _inline_or_file(
+        f"{ufield}.client-certificate", user_file, user.client_certificate_data, user.client_certificate
+    )
+    key = _inline_or_file(f"{ufield}.client-key", user_file, user.client_key_data, user.client_key)
+    if (cert is None) != (key is None):
+        missing = "client-key" if key is None else "client-certificate"
+        raise ConfigError(f"{ufield}.{missing}", None, "a client certificate needs both certificate and key")
+    token_file = None
+    if user.token_file:
+        _file_bytes(f"{ufield}.tokenFile", user_file, user.token_file)  # readable now, re-read later
+        token_file = Path(user.token_file).expanduser()
+        token_file = token_file if token_file.is_absolute() else user_file.parent / token_file
+    return cert, key, token_file
 
 
 def load_incluster_config(*, env: Mapping[str, str] = os.environ, root: Path = SERVICE_ACCOUNT_DIR) -> KubeConfig:

@@ -1,10 +1,10 @@
-"""The Kubernetes calls of the scheduler extender, assembled from the seam, the node lock and the event recorder.
+"""The cycle's port to Kubernetes, assembled from the seam, the node lock and the event recorder.
 
-:class:`ExtenderIO` has the shape of ``hami.server.extender.ExtenderCluster`` (structurally; ``hami.k8s`` does
-not import the server): pod patches (with their UID and resourceVersion preconditions), pod GET and Binding go to
-a :class:`ClusterClient`, ``watched_pod`` to the pod watch's store, ``lock_node`` /
-``unlock_node`` to a :class:`NodeLocker`, and ``event`` to an :class:`EventRecorder` (fire and forget). The same
-class serves the real cluster (``KubeCluster``) and unit tests or simulations (``MemoryCluster``).
+:class:`ExtenderIO` is the one implementation of ``hami.scheduling.cycle.ClusterPort`` (structurally; the core
+does not import ``hami.k8s``): pod patches (with their UID and resourceVersion preconditions), pod GET and Binding
+go to a :class:`ClusterClient`, ``watched_pod`` to the pod watch's store, ``lock_node`` / ``unlock_node`` to a
+:class:`NodeLocker`, and ``event`` to an :class:`EventRecorder` (fire and forget). The same class serves the real
+cluster (``KubeCluster``) and the unit tests' in-memory one (``MemoryCluster``).
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ from hami.k8s.cluster import ClusterClient
 from hami.k8s.events import EventRecorder
 from hami.k8s.nodelock import NodeLocker
 from hami.k8s.records import ObjectRef
+from hami.protocol.events import EventReason, EventType
 from hami.protocol.objects import Node, Pod
 
 __all__ = ["ExtenderIO"]
 
 
 class ExtenderIO:
-    """``ExtenderCluster`` over hami.k8s. Lock failures raise ``LockContention`` (a ``HamiError``), API ones
+    """``ClusterPort`` over hami.k8s. Lock failures raise ``LockContention`` (a ``HamiError``), API ones
     ``ApiError``; ``event`` never raises."""
 
     def __init__(
@@ -70,5 +71,5 @@ class ExtenderIO:
     async def unlock_node(self, node: str, namespace: str, name: str) -> None:
         await self.locker.release(node, namespace, name)
 
-    def event(self, pod: Pod, type: str, reason: str, message: str) -> None:
+    def event(self, pod: Pod, type: EventType, reason: EventReason, message: str) -> None:
         self.recorder.record(ObjectRef.for_pod(pod), type, reason, message)

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import enum
 from datetime import UTC, datetime
-from typing import Final, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import msgspec
 
 from hami.protocol.objects import Node, ObjectMeta, Pod
 
 __all__ = [
-    "NORMAL",
-    "WARNING",
     "Binding",
     "Bookmark",
     "Event",
@@ -37,9 +35,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-NORMAL: Final = "Normal"  # core/v1 Event types
-WARNING: Final = "Warning"
 
 
 class KubeObject(Protocol):

@@ -170,17 +170,7 @@ class Reflector(Generic[T]):
                 log.info("%s: resourceVersion %s expired (%s); relisting", self.resource, self.resource_version, exc)
                 relist = True
             except ApiError as exc:
-                if _resumable(exc):
-                    # relist stays as it was: a failed list is listed again, a failed watch resumes
-                    if isinstance(exc, TooManyRequests) and exc.retry_after:
-                        server_wait = min(exc.retry_after, self.settings.backoff_max)
-                    if not relist:
-                        self.resumes += 1
-                    action = "listing again" if relist else f"resuming from {self.resource_version}"
-                    log.warning("%s: list/watch failed: %s; %s after a pause", self.resource, exc, action)
-                else:
-                    log.warning("%s: list/watch failed: %s; relisting", self.resource, exc)
-                    relist = True
+                relist, server_wait = self._api_failure(exc, relist)
             except InvalidInput as exc:
                 log.warning("%s: list/watch failed: %s; relisting", self.resource, exc)
                 relist = True
@@ -189,6 +179,21 @@ class Reflector(Generic[T]):
             delay = max(self.backoff(attempt), server_wait)
             attempt += 1
             await self._sleep(delay)
+
+    def _api_failure(self, exc: ApiError, relist: bool) -> tuple[bool, float]:
+        """After a failed list or watch: whether to list again, and how long the server asked to be left alone."""
+        if not _resumable(exc):
+            log.warning("%s: list/watch failed: %s; relisting", self.resource, exc)
+            return True, 0.0
+        # relist stays as it was: a failed list is listed again, a failed watch resumes
+        server_wait = 0.0
+        if isinstance(exc, TooManyRequests) and exc.retry_after:
+            server_wait = min(exc.retry_after, self.settings.backoff_max)
+        if not relist:
+            self.resumes += 1
+        action = "listing again" if relist else f"resuming from {self.resource_version}"
+        log.warning("%s: list/watch failed: %s; %s after a pause", self.resource, exc, action)
+        return relist, server_wait
 
     async def _list(self) -> None:
         seen: set[str] = set()

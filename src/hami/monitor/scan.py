@@ -85,23 +85,10 @@ def scan(
     removed) under ``root`` (``<hook>/vgpu/containers``)."""
     result = ScanResult()
     by_uid = {p.metadata.uid: p for p in pods} if pods is not None else None
-    try:
-        entries = sorted(os.listdir(root))
-    except FileNotFoundError:
-        return result
-    except OSError as exc:
-        result.skipped.append(Skipped(root, "unreadable", f"cannot list {root}: {exc.strerror or exc}"))
-        return result
-    if len(entries) > max_regions:
-        result.truncated = True
-        entries = entries[:max_regions]
-    for name in entries:
+    for name in _entries(root, max_regions, result):
         directory = root / name
-        try:
-            info = os.lstat(directory)
-        except OSError:
-            continue
-        if not stat.S_ISDIR(info.st_mode):
+        mtime = _directory_mtime(directory)
+        if mtime is None:
             continue
         uid, sep, container = name.partition("_")
         if not sep or not uid or not container:
@@ -110,26 +97,55 @@ def scan(
         if by_uid is None:
             continue
         pod = by_uid.get(uid)
-        if pod is None:
-            if clean_up and now - info.st_mtime >= grace_seconds:
-                _remove(directory, result)
-            continue
-        if container not in _containers(pod):
-            result.skipped.append(Skipped(directory, "foreign", f"pod {pod.key} has no container {container!r}"))
-            continue
-        found = _cache_file(directory)
-        if found is None:
-            continue
-        if isinstance(found, Skipped):
-            result.skipped.append(found)
-            continue
-        try:
-            region = read_region(found)
-        except RegionError as exc:
-            result.skipped.append(Skipped(found, exc.reason, str(exc)))
-            continue
-        result.regions.append(ContainerRegion(pod.metadata.namespace, pod.metadata.name, uid, container, region))
+        if pod is not None:
+            _read_container(directory, pod, container, result)
+        elif clean_up and now - mtime >= grace_seconds:
+            _remove(directory, result)
     return result
+
+
+def _entries(root: Path, max_regions: int, result: ScanResult) -> list[str]:
+    """The names under ``root``, at most ``max_regions`` of them (``truncated`` then set); none if it is missing."""
+    try:
+        entries = sorted(os.listdir(root))
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        result.skipped.append(Skipped(root, "unreadable", f"cannot list {root}: {exc.strerror or exc}"))
+        return []
+    if len(entries) > max_regions:
+        result.truncated = True
+        entries = entries[:max_regions]
+    return entries
+
+
+def _directory_mtime(path: Path) -> float | None:
+    """The modification time of ``path`` if it is a directory (not a link to one), else ``None``."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return info.st_mtime if stat.S_ISDIR(info.st_mode) else None
+
+
+def _read_container(directory: Path, pod: Pod, container: str, result: ScanResult) -> None:
+    """One container's region, or why it is skipped; nothing while it has not started CUDA yet."""
+    if container not in _containers(pod):
+        result.skipped.append(Skipped(directory, "foreign", f"pod {pod.key} has no container {container!r}"))
+        return
+    found = _cache_file(directory)
+    if found is None:
+        return
+    if isinstance(found, Skipped):
+        result.skipped.append(found)
+        return
+    try:
+        region = read_region(found)
+    except RegionError as exc:
+        result.skipped.append(Skipped(found, exc.reason, str(exc)))
+        return
+    uid = pod.metadata.uid
+    result.regions.append(ContainerRegion(pod.metadata.namespace, pod.metadata.name, uid, container, region))
 
 
 def _remove(directory: Path, result: ScanResult) -> None:

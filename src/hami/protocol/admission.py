@@ -87,6 +87,28 @@ def _text(value: object, field: str, api_version: str, uid: str) -> str:
 
 def decode_review(body: bytes) -> AdmissionRequest:
     """Decode an AdmissionReview; raises ``MalformedReview`` naming the offending field."""
+    api_version, request = _envelope(body)
+    uid = _text(request.get("uid"), "request.uid", api_version, "")
+    if not uid:
+        raise MalformedReview("request.uid", request.get("uid"), "the request has no uid", api_version)
+    gvk = request.get("kind")
+    object_kind = ""
+    if isinstance(gvk, dict):
+        object_kind = _text(gvk.get("kind"), "request.kind.kind", api_version, uid)
+    obj = _object(request.get("object"), api_version, uid)
+    return AdmissionRequest(
+        api_version=api_version,
+        uid=uid,
+        operation=_text(request.get("operation"), "request.operation", api_version, uid),
+        namespace=_text(request.get("namespace"), "request.namespace", api_version, uid),
+        kind=object_kind,
+        object=obj,
+        dry_run=request.get("dryRun") is True,
+    )
+
+
+def _envelope(body: bytes) -> tuple[str, dict[str, Any]]:
+    """The review's apiVersion and its request, checked: a JSON object of a known version and kind."""
     try:
         review = decode_body(body, "body")
     except InvalidInput as err:
@@ -102,14 +124,11 @@ def decode_review(body: bytes) -> AdmissionRequest:
     request = review.get("request")
     if not isinstance(request, dict):
         raise MalformedReview("request", request, "the AdmissionReview has no request", api_version)
-    uid = _text(request.get("uid"), "request.uid", api_version, "")
-    if not uid:
-        raise MalformedReview("request.uid", request.get("uid"), "the request has no uid", api_version)
-    gvk = request.get("kind")
-    object_kind = ""
-    if isinstance(gvk, dict):
-        object_kind = _text(gvk.get("kind"), "request.kind.kind", api_version, uid)
-    obj = request.get("object")
+    return api_version, request
+
+
+def _object(obj: object, api_version: str, uid: str) -> dict[str, Any]:
+    """The request's object: a non-empty JSON object whose pod spec has at most ``MAX_CONTAINERS`` containers."""
     if obj is None or obj == {}:
         raise MalformedReview("request.object", obj, "there is no content to decode", api_version, uid)
     if not isinstance(obj, dict):
@@ -121,15 +140,7 @@ def decode_review(body: bytes) -> AdmissionRequest:
         if count > MAX_CONTAINERS:
             reason = f"a pod hami admits has at most {MAX_CONTAINERS} containers (app, init and ephemeral)"
             raise MalformedReview("request.object.spec.containers", count, reason, api_version, uid)
-    return AdmissionRequest(
-        api_version=api_version,
-        uid=uid,
-        operation=_text(request.get("operation"), "request.operation", api_version, uid),
-        namespace=_text(request.get("namespace"), "request.namespace", api_version, uid),
-        kind=object_kind,
-        object=obj,
-        dry_run=request.get("dryRun") is True,
-    )
+    return obj
 
 
 def encode_review(api_version: str, response: AdmissionResponse) -> bytes:

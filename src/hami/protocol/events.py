@@ -16,8 +16,6 @@ __all__ = [
     "EventReason",
     "EventType",
     "binding_succeed_text",
-    "calc_score_failed_text",
-    "failed_to_get_node_text",
     "filtering_failed_texts",
     "filtering_succeed_text",
     "no_available_node_text",
@@ -37,6 +35,8 @@ class EventReason(enum.StrEnum):
     FILTERING_SUCCEED = "FilteringSucceed"
     BINDING_FAILED = "BindingFailed"
     BINDING_SUCCEED = "BindingSucceed"
+    FILTERED_NODES = "FilteredNodes"
+    """hami's own: the candidates not chosen and why, when a node was chosen (HAMi has no such event)."""
 
     @property
     def type(self) -> EventType:
@@ -74,14 +74,20 @@ def no_available_node_text(node_count: int) -> str:
     return f"no available node, {node_count} nodes do not meet"
 
 
-def filtering_succeed_text(chosen: str, node_count: int, fits: Sequence[tuple[str, float]]) -> str:
+def filtering_succeed_text(
+    chosen: str, node_count: int, fits: Sequence[tuple[str, float]], fitting: int | None = None
+) -> str:
     """``find fit node(<node>), <N - k> nodes not fit, <k> nodes fit(<n1>:<s1>,<n2>:<s2>)``.
 
-    ``node_count`` is N, the number of node names in the request; ``fits`` are the k fitting nodes with their
-    scores, in final sorted order; scores are printed as Go's ``%.2f``.
+    ``node_count`` is N, the number of node names in the request; ``fits`` are the fitting nodes listed with
+    their scores, in final sorted order; ``fitting`` is k when more nodes fit than are listed (the list then
+    starts with ``… <k - listed> more,``). Scores are printed as Go's ``%.2f``.
     """
+    k = len(fits) if fitting is None else fitting
     listed = ",".join(f"{name}:{_go_fixed2(score)}" for name, score in fits)
-    return f"find fit node({chosen}), {node_count - len(fits)} nodes not fit, {len(fits)} nodes fit({listed})"
+    if k > len(fits):
+        listed = f"… {k - len(fits)} more,{listed}"
+    return f"find fit node({chosen}), {node_count - k} nodes not fit, {k} nodes fit({listed})"
 
 
 def _go_fixed2(number: float) -> str:
@@ -91,16 +97,6 @@ def _go_fixed2(number: float) -> str:
     if math.isinf(number):
         return "+Inf" if number > 0 else "-Inf"
     return f"{number:.2f}"
-
-
-def calc_score_failed_text(error: str, pod_name: str) -> str:
-    """``calcScore failed <err> for pod <name>``: the ``FilteringFailed`` message and the ``/filter`` error."""
-    return f"calcScore failed {error} for pod {pod_name}"
-
-
-def failed_to_get_node_text(node: str) -> str:
-    """``BindingFailed`` when the target node is not known: ``failed to get node <node>``."""
-    return f"failed to get node {node}"
 
 
 def binding_succeed_text(node: str, namespace: str, name: str) -> str:

@@ -173,49 +173,63 @@ class Admission:
             return Verdict(False, NO_CONTAINERS)
         if self._assigned_elsewhere(pod.spec.scheduler_name):
             return Verdict(True, OTHER_SCHEDULER)
-
         patch = PodPatch(raw)
-        uses: dict[str, str] = {}  # container field -> the first vendor resource it asks for
-        runtime_class = ""  # the first runtimeClassName a vendor that found its devices wants
         try:
-            for section, index, container in _containers(pod):
-                field = _field(section, index, container)
-                if container.security_context is not None and container.security_context.privileged:
-                    for vendor in self.vendors.values():
-                        wanted = vendor.parse_request(container, field)
-                        if wanted is not None and wanted.nums > 0:
-                            uses.setdefault(field, vendor.resources.count)
-                    continue
-                edit = ContainerEdit()
-                for name, admitter in self.admitters.items():
-                    if admitter.admit(container, field, edit):
-                        uses.setdefault(field, self.vendors[name].resources.count)
-                        runtime_class = runtime_class or admitter.runtime_class_name
-                container.resources.limits.update(edit.limits)  # the parser below sees the defaults
-                patch.add_limits(section, index, edit.limits)
-                patch.set_env(section, index, edit.env)
-            if not uses:
-                return Verdict(True, patch=tuple(patch.ops))
-            if runtime_class and not _spec(raw).get("runtimeClassName"):
-                patch.set_spec_field("runtimeClassName", runtime_class)
-            request = prefilter(pod, self.vendors, self.defaults)
+            uses = self._admit_containers(pod, raw, patch)
+            request = prefilter(pod, self.vendors, self.defaults) if uses else None
         except InvalidInput as err:
             return Verdict(False, str(err))
-
-        if self.settings.scheduler_name:
-            if pod.spec.node_name:
-                field, resource = next(iter(uses.items()))
-                return Verdict(
-                    False,
-                    f"{NODE_ASSIGNED}: spec.nodeName is {pod.spec.node_name!r} but {field} asks for {resource}; "
-                    f"remove nodeName so that {self.settings.scheduler_name} chooses the node and its devices",
-                )
-            patch.set_spec_field("schedulerName", self.settings.scheduler_name)
-
-        problem = self._quota_problem(request, namespace or pod.metadata.namespace)
+        if request is None:
+            return Verdict(True, patch=tuple(patch.ops))
+        problem = self._assign_scheduler(pod, uses, patch)
+        if problem is None:
+            quota = self._quota_problem(request, namespace or pod.metadata.namespace)
+            problem = None if quota is None else f"{QUOTA_EXCEEDED}: {quota}"
         if problem is not None:
-            return Verdict(False, f"{QUOTA_EXCEEDED}: {problem}")
+            return Verdict(False, problem)
         return Verdict(True, patch=tuple(patch.ops))
+
+    def _admit_containers(self, pod: Pod, raw: Mapping[str, Any], patch: PodPatch) -> dict[str, str]:
+        """Run every admitter on every container, recording the edits in ``patch``; returns container field → the
+        first vendor resource it asks for (privileged containers included: they are only not edited)."""
+        uses: dict[str, str] = {}
+        runtime_class = ""  # the first runtimeClassName a vendor that found its devices wants
+        for section, index, container in _containers(pod):
+            field = _field(section, index, container)
+            if container.security_context is not None and container.security_context.privileged:
+                self._privileged_uses(container, field, uses)
+                continue
+            edit = ContainerEdit()
+            for name, admitter in self.admitters.items():
+                if admitter.admit(container, field, edit):
+                    uses.setdefault(field, self.vendors[name].resources.count)
+                    runtime_class = runtime_class or admitter.runtime_class_name
+            container.resources.limits.update(edit.limits)  # the parser sees the defaults
+            patch.add_limits(section, index, edit.limits)
+            patch.set_env(section, index, edit.env)
+        if uses and runtime_class and not _spec(raw).get("runtimeClassName"):
+            patch.set_spec_field("runtimeClassName", runtime_class)
+        return uses
+
+    def _privileged_uses(self, container: Container, field: str, uses: dict[str, str]) -> None:
+        for vendor in self.vendors.values():
+            wanted = vendor.parse_request(container, field)
+            if wanted is not None and wanted.nums > 0:
+                uses.setdefault(field, vendor.resources.count)
+
+    def _assign_scheduler(self, pod: Pod, uses: Mapping[str, str], patch: PodPatch) -> str | None:
+        """Set ``schedulerName`` to ours (when configured); refuses a pod whose node is already set."""
+        scheduler = self.settings.scheduler_name
+        if not scheduler:
+            return None
+        if pod.spec.node_name:
+            field, resource = next(iter(uses.items()))
+            return (
+                f"{NODE_ASSIGNED}: spec.nodeName is {pod.spec.node_name!r} but {field} asks for {resource}; "
+                f"remove nodeName so that {scheduler} chooses the node and its devices"
+            )
+        patch.set_spec_field("schedulerName", scheduler)
+        return None
 
     def _quota_problem(self, request: PodRequest, namespace: str) -> str | None:
         """None when the pod's demand fits its namespace's device quota, else which limit it breaks."""

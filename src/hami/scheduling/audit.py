@@ -1,4 +1,4 @@
-"""The ledger against the API: what a fresh list of pods says each pod holds, compared with the ledger (issue 11).
+"""The ledger against the API: what a fresh list of pods says each pod holds, compared with the ledger.
 
 ``ClusterState.verify`` recounts the ledger from its own records, so it cannot see a record that should not be
 there (a pod deleted while the watch was not looking) or one that is missing. This module compares the records

@@ -24,11 +24,11 @@ __all__ = ["NodeFit", "NodeRejection", "filter_node"]
 
 @dataclass(frozen=True, slots=True)
 class NodeFit:
-    """A node that can run the pod: per vendor, per container (init first), the placements chosen."""
+    """A node that can run the pod: per vendor, per container (init first), the placements chosen. (Its node
+    score is the next stage's: ``hami.scheduling.cycle.score``.)"""
 
     node: str
     placements: Mapping[str, tuple[tuple[Placement, ...], ...]]
-    score: float
 
     def pod_devices(self) -> dict[str, PodDevices]:
         return {v: tuple(tuple(p.device for p in c) for c in per) for v, per in self.placements.items()}
@@ -135,7 +135,7 @@ def filter_node(state: ClusterState, node: NodeState, req: PodRequest, empty: bo
     if failed:
         closest.sort(key=lambda r: r.available, reverse=True)
         return NodeRejection(node.name, counts, total, tuple(closest[:3]))
-    return NodeFit(node.name, {v: tuple(p) for v, p in placements.items()}, node.score())
+    return NodeFit(node.name, {v: tuple(p) for v, p in placements.items()})
 
 
 def _reserve_scratch(table: DeviceTable, fitted: Fitted) -> None:

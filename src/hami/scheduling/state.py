@@ -1,4 +1,4 @@
-"""Cluster state with an incremental usage ledger (issue: the scheduling decision, item 1).
+"""Cluster state with an incremental usage ledger.
 
 ``ClusterState`` holds nodes (their device tables per vendor), pod records (keyed by pod UID) and namespace
 quotas. There is exactly one mutation path for usage: ``apply(record, add=…)``, used by reserve, unreserve and
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from hami.devices.base import NodeInventory, Vendor
+from hami.devices.base import NodeInventory, Vendor, parse_uuid_list
 from hami.devices.table import DeviceTable
 from hami.errors import InvalidInput, LedgerError
 from hami.protocol import keys
@@ -82,9 +82,7 @@ class NodeState:
 
 def parse_cordon(value: str | None) -> frozenset[str]:
     """``hami.io/device-cordon``: comma-separated UUIDs, trimmed, blanks skipped (spec §2.8)."""
-    if not value:
-        return frozenset()
-    return frozenset(item.strip() for item in value.split(",") if item.strip())
+    return parse_uuid_list(value)
 
 
 class ClusterState:
@@ -103,21 +101,6 @@ class ClusterState:
             v.resources.memory: v.resources.memory_factor for v in self.vendors.values() if v.resources.memory
         }
         self.quotas = QuotaBook(tracked)
-        self.verdicts: dict[str, dict[int, tuple[int, object]]] = {}
-        """Memo for ``decide``: node → request signature id → (node generation, verdict). Never authoritative:
-        an entry is used only while the node's generation is unchanged (every charge and update bumps it)."""
-        self._signatures: dict[tuple[object, ...], int] = {}
-
-    def signature_id(self, signature: tuple[object, ...]) -> int:
-        """A small int standing for a request signature (hashing the full signature once per decision, not
-        once per node). The table is bounded: when it grows past 4096 shapes it starts over with the memo."""
-        sid = self._signatures.get(signature)
-        if sid is None:
-            if len(self._signatures) >= 4096:
-                self._signatures.clear()
-                self.verdicts.clear()
-            sid = self._signatures[signature] = len(self._signatures) + 1
-        return sid
 
     # --- nodes ----------------------------------------------------------------------------------------
     def upsert_node(self, node: Node) -> NodeState:
@@ -179,7 +162,6 @@ class ClusterState:
     def remove_node(self, name: str) -> None:
         """Forget a node; its pods' records are kept and count again if the node comes back."""
         self.nodes.pop(name, None)
-        self.verdicts.pop(name, None)
         for uid in self.pods_by_node.get(name, ()):
             self.dangling.pop(uid, None)
 
@@ -223,24 +205,7 @@ class ClusterState:
         return record
 
     def _charge(self, node: NodeState, record: PodRecord, sign: int) -> None:
-        missing: set[tuple[str, str]] = set()
-        mig_by_uuid: dict[str, list[MigPlacement]] = {}
-        for uuid, placement in record.mig:
-            mig_by_uuid.setdefault(uuid, []).append(placement)
-        for ch in record.charges:
-            table = node.tables.get(ch.vendor)
-            i = table.index_of.get(ch.uuid) if table is not None else None
-            if table is None or i is None:
-                missing.add((ch.vendor, ch.uuid))
-                continue
-            placements = mig_by_uuid.pop(ch.uuid, [])
-            table.charge(i, ch.slots, ch.mem, ch.cores, placements, sign)
-            if sign > 0:
-                mode = table.infos[i].mode
-                if mode == "mig" and not placements and record.mig_allocations:
-                    table.broken[i] = f"MIG task of {record.key} has no placement on this GPU"
-                elif mode != "mig" and placements:
-                    table.broken[i] = f"MIG task of {record.key} on a GPU in {mode or 'hami-core'} mode"
+        missing = _charge_tables(node.tables, record, sign)
         node.generation += 1
         if sign > 0 and missing:
             self.dangling[record.uid] = missing
@@ -283,24 +248,7 @@ class ClusterState:
         """
         diffs: list[str] = []
         for node in self.nodes.values():
-            fresh = {v: t.empty() for v, t in node.tables.items()}
-            for uid in self.pods_by_node.get(node.name, ()):
-                record = self.pods[uid]
-                mig_by_uuid: dict[str, list[MigPlacement]] = {}
-                for uuid, placement in record.mig:
-                    mig_by_uuid.setdefault(uuid, []).append(placement)
-                for ch in record.charges:
-                    table = fresh.get(ch.vendor)
-                    i = table.index_of.get(ch.uuid) if table is not None else None
-                    if table is not None and i is not None:
-                        table.charge(i, ch.slots, ch.mem, ch.cores, mig_by_uuid.pop(ch.uuid, []))
-            for vendor, table in node.tables.items():
-                ref = fresh[vendor]
-                for i, info in enumerate(table.infos):
-                    have = table.usage_of(i)
-                    want = ref.usage_of(i)
-                    if have[:3] != want[:3] or sorted(have[3], key=_pkey) != sorted(want[3], key=_pkey):
-                        diffs.append(f"{node.name}/{vendor}/{info.id}: ledger {have} != recount {want}")
+            diffs += self._recount(node)
         recount = QuotaBook()
         for record in self.pods.values():
             recount.add_usage(record.namespace, self._quota_amounts(record))
@@ -309,6 +257,21 @@ class ClusterState:
         for uid, record in self.pods.items():
             if uid not in self.pods_by_node.get(record.node, ()):
                 diffs.append(f"pod {record.key} missing from its node index")
+        return diffs
+
+    def _recount(self, node: NodeState) -> list[str]:
+        """The differences between a node's tables and its pods charged afresh to empty ones."""
+        fresh = {v: t.empty() for v, t in node.tables.items()}
+        for uid in self.pods_by_node.get(node.name, ()):
+            _charge_tables(fresh, self.pods[uid], 1)
+        diffs: list[str] = []
+        for vendor, table in node.tables.items():
+            ref = fresh[vendor]
+            for i, info in enumerate(table.infos):
+                have = table.usage_of(i)
+                want = ref.usage_of(i)
+                if have[:3] != want[:3] or sorted(have[3], key=_pkey) != sorted(want[3], key=_pkey):
+                    diffs.append(f"{node.name}/{vendor}/{info.id}: ledger {have} != recount {want}")
         return diffs
 
     def check(self) -> None:
@@ -320,3 +283,27 @@ class ClusterState:
 
 def _pkey(p: MigPlacement) -> tuple[int, int]:
     return (p.start, p.size)
+
+
+def _charge_tables(tables: Mapping[str, DeviceTable], record: PodRecord, sign: int) -> set[tuple[str, str]]:
+    """Charge (``sign`` 1) or discharge (-1) one pod's charges to a node's tables; returns the (vendor, UUID)
+    pairs it names that the tables do not have. A charge that contradicts the GPU's MIG mode marks it broken."""
+    missing: set[tuple[str, str]] = set()
+    mig_by_uuid: dict[str, list[MigPlacement]] = {}
+    for uuid, placement in record.mig:
+        mig_by_uuid.setdefault(uuid, []).append(placement)
+    for ch in record.charges:
+        table = tables.get(ch.vendor)
+        i = table.index_of.get(ch.uuid) if table is not None else None
+        if table is None or i is None:
+            missing.add((ch.vendor, ch.uuid))
+            continue
+        placements = mig_by_uuid.pop(ch.uuid, [])
+        table.charge(i, ch.slots, ch.mem, ch.cores, placements, sign)
+        if sign > 0:
+            mode = table.infos[i].mode
+            if mode == "mig" and not placements and record.mig_allocations:
+                table.broken[i] = f"MIG task of {record.key} has no placement on this GPU"
+            elif mode != "mig" and placements:
+                table.broken[i] = f"MIG task of {record.key} on a GPU in {mode or 'hami-core'} mode"
+    return missing

@@ -23,7 +23,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from hami.protocol.allocation import PodDevices
+from hami.protocol.allocation import ContainerDevice, PodDevices
 from hami.protocol.objects import Pod
 
 __all__ = ["Charge", "Kind", "container_kinds", "effective_charges"]
@@ -52,6 +52,51 @@ class Charge:
     cores: int
 
 
+@dataclass(slots=True)
+class _Usage:
+    """One container's usage of one device, or a sum or peak of such: MiB, core units, slots."""
+
+    mem: int = 0
+    cores: int = 0
+    slots: int = 0
+
+    def add(self, other: _Usage) -> None:
+        self.mem += other.mem
+        self.cores += other.cores
+        self.slots += other.slots
+
+
+@dataclass(slots=True)
+class _Phases:
+    """A pod's usage of one device by phase: ``init`` the peak of the regular init containers (each beside the
+    sidecars started before it), ``sidecars`` the sidecars started so far, ``apps`` the app containers."""
+
+    init: _Usage
+    sidecars: _Usage
+    apps: _Usage
+
+    def add(self, kind: Kind, own: _Usage) -> None:
+        if kind is Kind.INIT:
+            side, peak = self.sidecars, self.init
+            peak.mem = max(peak.mem, side.mem + own.mem)
+            peak.cores = max(peak.cores, side.cores + own.cores)
+            peak.slots = max(peak.slots, side.slots + own.slots)
+        elif kind is Kind.SIDECAR:
+            self.sidecars.add(own)
+        else:
+            self.apps.add(own)
+
+    def charge(self, vendor: str, uuid: str) -> Charge:
+        init, side, apps = self.init, self.sidecars, self.apps
+        return Charge(
+            vendor,
+            uuid,
+            slots=max(init.slots, side.slots + apps.slots, 1),
+            mem=max(init.mem, side.mem + apps.mem),
+            cores=max(init.cores, side.cores + apps.cores),
+        )
+
+
 def effective_charges(
     devices: Mapping[str, PodDevices], kinds: Sequence[Kind], init_done: bool = False
 ) -> tuple[Charge, ...]:
@@ -63,45 +108,29 @@ def effective_charges(
     """
     out: list[Charge] = []
     for vendor in sorted(devices):
-        # uuid -> [peak_mem, peak_cores, peak_slots,   (regular init containers, each beside earlier sidecars)
-        #          side_mem, side_cores, side_slots,   (sidecars started so far)
-        #          app_mem, app_cores, app_slots]
-        acc: dict[str, list[int]] = {}
+        acc: dict[str, _Phases] = {}
         for pos, container in enumerate(devices[vendor]):
             kind = kinds[pos] if pos < len(kinds) else Kind.APP
             if kind is Kind.INIT and init_done:
                 continue
-            own: dict[str, list[int]] = {}  # this container's usage per device: MiB, cores, slots
-            for dev in container:
-                o = own.setdefault(dev.uuid, [0, 0, 0])
-                o[0] += dev.usedmem
-                o[1] += dev.usedcores
-                o[2] += 1
-            for uuid, (mem, cores, slots) in own.items():
-                a = acc.get(uuid)
-                if a is None:
-                    a = acc[uuid] = [0] * 9
-                if kind is Kind.INIT:
-                    a[0] = max(a[0], a[3] + mem)
-                    a[1] = max(a[1], a[4] + cores)
-                    a[2] = max(a[2], a[5] + slots)
-                elif kind is Kind.SIDECAR:
-                    a[3] += mem
-                    a[4] += cores
-                    a[5] += slots
-                else:
-                    a[6] += mem
-                    a[7] += cores
-                    a[8] += slots
-        for uuid in sorted(acc):
-            a = acc[uuid]
-            out.append(
-                Charge(
-                    vendor,
-                    uuid,
-                    slots=max(a[2], a[5] + a[8], 1),
-                    mem=max(a[0], a[3] + a[6]),
-                    cores=max(a[1], a[4] + a[7]),
-                )
-            )
+            for uuid, own in _per_device(container).items():
+                phases = acc.get(uuid)
+                if phases is None:
+                    phases = acc[uuid] = _Phases(_Usage(), _Usage(), _Usage())
+                phases.add(kind, own)
+        out.extend(acc[uuid].charge(vendor, uuid) for uuid in sorted(acc))
     return tuple(out)
+
+
+def _per_device(container: Sequence[ContainerDevice]) -> dict[str, _Usage]:
+    """One container's usage per device (several MIG instances of one GPU are held at once: summed)."""
+    own: dict[str, _Usage] = {}
+    for dev in container:
+        o = own.get(dev.uuid)
+        if o is None:
+            own[dev.uuid] = _Usage(dev.usedmem, dev.usedcores, 1)
+        else:
+            o.mem += dev.usedmem
+            o.cores += dev.usedcores
+            o.slots += 1
+    return own

@@ -66,37 +66,16 @@ def build_app(
     """The main listener's application (extender, health; the webhook adds its route via ``extra_routes``)."""
 
     async def filter_route(request: Request) -> Response:
-        try:
-            body = await read_body(request, EXTENDER_BODY_LIMIT)
-        except BodyTooLarge as err:
-            return _too_large(err)
-        if not body:
-            return PlainTextResponse("Please send a request body", status_code=400)
-        try:
-            args = decode_filter_args(body)
-            result = await extender.filter(args)
-        except HamiError as err:
-            result = FilterResult(error=str(err))
-        except Exception as err:  # a bug: answer, log, keep serving
-            log.exception("filter failed")
-            result = FilterResult(error=f"internal error: {type(err).__name__}: {err}")
-        return Response(encode_filter_result(result), media_type=_JSON)
+        body = await _extender_body(request)
+        if isinstance(body, Response):
+            return body
+        return Response(encode_filter_result(await _filter(extender, body)), media_type=_JSON)
 
     async def bind_route(request: Request) -> Response:
-        try:
-            body = await read_body(request, EXTENDER_BODY_LIMIT)
-        except BodyTooLarge as err:
-            return _too_large(err)
-        if not body:
-            return PlainTextResponse("Please send a request body", status_code=400)
-        try:
-            result = await extender.bind(decode_binding_args(body))
-        except HamiError as err:
-            result = BindingResult(error=str(err))
-        except Exception as err:
-            log.exception("bind failed")
-            result = BindingResult(error=f"internal error: {type(err).__name__}: {err}")
-        return Response(encode_binding_result(result), media_type=_JSON)
+        body = await _extender_body(request)
+        if isinstance(body, Response):
+            return body
+        return Response(encode_binding_result(await _bind(extender, body)), media_type=_JSON)
 
     routes = [
         Route("/filter", filter_route, methods=["POST"]),
@@ -105,6 +84,37 @@ def build_app(
         *(extra_routes or []),
     ]
     return Starlette(routes=routes)
+
+
+async def _extender_body(request: Request) -> bytes | Response:
+    """The body of a /filter or /bind, or the answer when it is missing or too large."""
+    try:
+        body = await read_body(request, EXTENDER_BODY_LIMIT)
+    except BodyTooLarge as err:
+        return _too_large(err)
+    if not body:
+        return PlainTextResponse("Please send a request body", status_code=400)
+    return body
+
+
+async def _filter(extender: Extender, body: bytes) -> FilterResult:
+    try:
+        return await extender.filter(decode_filter_args(body))
+    except HamiError as err:
+        return FilterResult(error=str(err))
+    except Exception as err:  # a bug: answer, log, keep serving
+        log.exception("filter failed")
+        return FilterResult(error=f"internal error: {type(err).__name__}: {err}")
+
+
+async def _bind(extender: Extender, body: bytes) -> BindingResult:
+    try:
+        return await extender.bind(decode_binding_args(body))
+    except HamiError as err:
+        return BindingResult(error=str(err))
+    except Exception as err:  # a bug: answer, log, keep serving
+        log.exception("bind failed")
+        return BindingResult(error=f"internal error: {type(err).__name__}: {err}")
 
 
 def _health_routes(extender: Extender) -> list[Route]:

@@ -24,7 +24,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from hami.errors import HamiError
 
-__all__ = ["EXIT_CANNOT_LISTEN", "REQUEST_READ_TIMEOUT", "CannotListen", "guarded_h11", "listen"]
+__all__ = ["EXIT_CANNOT_LISTEN", "REQUEST_READ_TIMEOUT", "CannotListen", "GuardedH11", "guarded_h11", "listen"]
 
 EXIT_CANNOT_LISTEN: Final = 3
 """Exit status of ``hami scheduler`` when a listener cannot be bound (2 is a configuration error)."""
@@ -52,39 +52,42 @@ def listen(bind: str, flag: str, host: str, port: int) -> socket.socket:
     return sock
 
 
-def guarded_h11(timeout: float = REQUEST_READ_TIMEOUT) -> type[H11Protocol]:
-    """uvicorn's h11 protocol closing a connection whose request is not read completely within ``timeout``."""
+class GuardedH11(H11Protocol):
+    """uvicorn's h11 protocol closing a connection whose request is not read completely within ``read_timeout``."""
 
-    class GuardedH11(H11Protocol):
-        _read_deadline: asyncio.TimerHandle | None = None
+    read_timeout: float = REQUEST_READ_TIMEOUT
+    _read_deadline: asyncio.TimerHandle | None = None
 
-        def connection_made(self, transport: Any) -> None:
-            super().connection_made(transport)
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.conn.their_state is h11.DONE:
+            self._disarm()  # read completely: handling it is not limited here
+        elif self.conn.their_state in (h11.IDLE, h11.SEND_BODY):
             self._arm()
 
-        def data_received(self, data: bytes) -> None:
-            super().data_received(data)
-            if self.conn.their_state is h11.DONE:
-                self._disarm()  # read completely: handling it is not limited here
-            elif self.conn.their_state in (h11.IDLE, h11.SEND_BODY):
-                self._arm()
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
 
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            super().connection_lost(exc)
+    def _arm(self) -> None:
+        if self._read_deadline is None:
+            self._read_deadline = self.loop.call_later(self.read_timeout, self._read_timed_out)
 
-        def _arm(self) -> None:
-            if self._read_deadline is None:
-                self._read_deadline = self.loop.call_later(timeout, self._read_timed_out)
-
-        def _disarm(self) -> None:
-            if self._read_deadline is not None:
-                self._read_deadline.cancel()
-                self._read_deadline = None
-
-        def _read_timed_out(self) -> None:
+    def _disarm(self) -> None:
+        if self._read_deadline is not None:
+            self._read_deadline.cancel()
             self._read_deadline = None
-            if self.conn.their_state in (h11.IDLE, h11.SEND_BODY) and not self.transport.is_closing():
-                self.transport.close()
 
-    return GuardedH11
+    def _read_timed_out(self) -> None:
+        self._read_deadline = None
+        if self.conn.their_state in (h11.IDLE, h11.SEND_BODY) and not self.transport.is_closing():
+            self.transport.close()
+
+
+def guarded_h11(timeout: float = REQUEST_READ_TIMEOUT) -> type[H11Protocol]:
+    """:class:`GuardedH11` with a read deadline of ``timeout`` seconds (uvicorn takes a protocol class)."""
+    return type("GuardedH11", (GuardedH11,), {"read_timeout": timeout})

@@ -35,107 +35,116 @@ class _StateCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         state = self._state()
-        dev_labels = ["node", "device_uuid", "device_index", "device_type", "zone"]
-        mem_limit = GaugeMetricFamily("hami_gpu_memory_limit_bytes", "Device memory limit", labels=dev_labels)
-        core_limit = GaugeMetricFamily(
-            "hami_gpu_core_limit_ratio", "Device core limit (percent units)", labels=dev_labels
-        )
-        mem_alloc = GaugeMetricFamily(
-            "hami_gpu_memory_allocated_bytes",
-            "Device memory allocated",
-            labels=["node", "device_uuid", "device_index", "device_cores", "device_type", "zone"],
-        )
-        shared = GaugeMetricFamily("hami_gpu_shared_count", "Number of tasks sharing the device", labels=dev_labels)
-        core_alloc = GaugeMetricFamily("hami_gpu_core_allocated_ratio", "Device cores allocated", labels=dev_labels)
-        overview = GaugeMetricFamily(
-            "hami_node_gpu_overview",
-            "GPU overview on a node (allocated memory)",
-            labels=[
-                "node",
-                "device_uuid",
-                "device_index",
-                "device_cores",
-                "device_memory_limit",
-                "device_type",
-                "zone",
-            ],
-        )
-        mem_ratio = GaugeMetricFamily(
-            "hami_node_gpu_memory_allocated_ratio", "Allocated / total device memory", labels=dev_labels
-        )
-        for node in state.nodes.values():
-            for table in node.tables.values():
-                for i, info in enumerate(table.infos):
-                    base = [node.name, info.id, str(info.index), info.type]
-                    mem_limit.add_metric([*base, _ZONE], info.devmem * _MIB)
-                    core_limit.add_metric([*base, _ZONE], info.devcore)
-                    mem_alloc.add_metric(
-                        [node.name, info.id, str(info.index), str(info.devcore), info.type, _ZONE],
-                        table.usedmem[i] * _MIB,
-                    )
-                    shared.add_metric([*base, _ZONE], table.used[i])
-                    core_alloc.add_metric([*base, _ZONE], table.usedcores[i])
-                    overview.add_metric(
-                        [
-                            node.name,
-                            info.id,
-                            str(info.index),
-                            str(info.devcore),
-                            str(info.devmem * _MIB),
-                            info.type,
-                            _ZONE,
-                        ],
-                        table.usedmem[i] * _MIB,
-                    )
-                    if info.devmem > 0:
-                        mem_ratio.add_metric([*base, _ZONE], table.usedmem[i] / info.devmem)
-        yield from (mem_limit, core_limit, mem_alloc, shared, core_alloc, overview, mem_ratio)
+        yield from _device_metrics(state)
+        yield from _pod_metrics(state)
+        yield from _quota_metrics(state)
+        yield from _problem_metrics(state)
 
-        pod_labels = ["namespace", "node", "pod", "container_index", "device_uuid", "zone"]
-        vmem = GaugeMetricFamily(
-            "hami_vgpu_memory_allocated_bytes", "Memory allocated to a pod on a device", labels=pod_labels
-        )
-        vcore = GaugeMetricFamily(
-            "hami_vgpu_core_allocated_ratio", "Cores allocated to a pod on a device", labels=pod_labels
-        )
-        for record in state.pods.values():
-            for ch in record.charges:
-                if not ch.uuid:
-                    continue
-                labels = [record.namespace, record.node, record.name, "0", ch.uuid, _ZONE]
-                vmem.add_metric(labels, ch.mem * _MIB)
-                vcore.add_metric(labels, ch.cores)
-        yield from (vmem, vcore)
 
-        used = GaugeMetricFamily(
-            "hami_resource_quota_used", "Quota used", labels=["namespace", "quota_name", "limit", "zone"]
-        )
-        limit = GaugeMetricFamily(
-            "hami_resource_quota_limit", "Quota limit", labels=["namespace", "quota_name", "zone"]
-        )
-        for ns in sorted(state.quotas.used):
-            for resource, amount in sorted(state.quotas.used.get(ns, {}).items()):
-                lim = state.quotas.limit(ns, resource)
-                used.add_metric([ns, resource, "" if lim is None else str(lim), _ZONE], amount)
-                if lim is not None:
-                    limit.add_metric([ns, resource, _ZONE], lim)
-        yield from (used, limit)
+def _device_metrics(state: ClusterState) -> Iterator[Metric]:
+    dev_labels = ["node", "device_uuid", "device_index", "device_type", "zone"]
+    mem_limit = GaugeMetricFamily("hami_gpu_memory_limit_bytes", "Device memory limit", labels=dev_labels)
+    core_limit = GaugeMetricFamily("hami_gpu_core_limit_ratio", "Device core limit (percent units)", labels=dev_labels)
+    mem_alloc = GaugeMetricFamily(
+        "hami_gpu_memory_allocated_bytes",
+        "Device memory allocated",
+        labels=["node", "device_uuid", "device_index", "device_cores", "device_type", "zone"],
+    )
+    shared = GaugeMetricFamily("hami_gpu_shared_count", "Number of tasks sharing the device", labels=dev_labels)
+    core_alloc = GaugeMetricFamily("hami_gpu_core_allocated_ratio", "Device cores allocated", labels=dev_labels)
+    overview = GaugeMetricFamily(
+        "hami_node_gpu_overview",
+        "GPU overview on a node (allocated memory)",
+        labels=[
+            "node",
+            "device_uuid",
+            "device_index",
+            "device_cores",
+            "device_memory_limit",
+            "device_type",
+            "zone",
+        ],
+    )
+    mem_ratio = GaugeMetricFamily(
+        "hami_node_gpu_memory_allocated_ratio", "Allocated / total device memory", labels=dev_labels
+    )
+    for node in state.nodes.values():
+        for table in node.tables.values():
+            for i, info in enumerate(table.infos):
+                base = [node.name, info.id, str(info.index), info.type]
+                mem_limit.add_metric([*base, _ZONE], info.devmem * _MIB)
+                core_limit.add_metric([*base, _ZONE], info.devcore)
+                mem_alloc.add_metric(
+                    [node.name, info.id, str(info.index), str(info.devcore), info.type, _ZONE],
+                    table.usedmem[i] * _MIB,
+                )
+                shared.add_metric([*base, _ZONE], table.used[i])
+                core_alloc.add_metric([*base, _ZONE], table.usedcores[i])
+                overview.add_metric(
+                    [
+                        node.name,
+                        info.id,
+                        str(info.index),
+                        str(info.devcore),
+                        str(info.devmem * _MIB),
+                        info.type,
+                        _ZONE,
+                    ],
+                    table.usedmem[i] * _MIB,
+                )
+                if info.devmem > 0:
+                    mem_ratio.add_metric([*base, _ZONE], table.usedmem[i] / info.devmem)
+    yield from (mem_limit, core_limit, mem_alloc, shared, core_alloc, overview, mem_ratio)
 
-        quarantined = GaugeMetricFamily(
-            "hami_quarantined_nodes", "Nodes whose device registration could not be decoded", labels=["vendor"]
-        )
-        counts: dict[str, int] = {}
-        for node in state.nodes.values():
-            for vendor in node.problems:
-                counts[vendor] = counts.get(vendor, 0) + 1
-        for vendor, n in sorted(counts.items()):
-            quarantined.add_metric([vendor], n)
-        yield quarantined
-        undecodable = GaugeMetricFamily(
-            "hami_pods_undecodable", "Pods whose allocation annotations could not be decoded (charged as far as known)"
-        )
-        undecodable.add_metric([], sum(1 for r in state.pods.values() if r.problem))
-        yield undecodable
+
+def _pod_metrics(state: ClusterState) -> Iterator[Metric]:
+    pod_labels = ["namespace", "node", "pod", "container_index", "device_uuid", "zone"]
+    vmem = GaugeMetricFamily(
+        "hami_vgpu_memory_allocated_bytes", "Memory allocated to a pod on a device", labels=pod_labels
+    )
+    vcore = GaugeMetricFamily(
+        "hami_vgpu_core_allocated_ratio", "Cores allocated to a pod on a device", labels=pod_labels
+    )
+    for record in state.pods.values():
+        for ch in record.charges:
+            if not ch.uuid:
+                continue
+            labels = [record.namespace, record.node, record.name, "0", ch.uuid, _ZONE]
+            vmem.add_metric(labels, ch.mem * _MIB)
+            vcore.add_metric(labels, ch.cores)
+    yield from (vmem, vcore)
+
+
+def _quota_metrics(state: ClusterState) -> Iterator[Metric]:
+    used = GaugeMetricFamily(
+        "hami_resource_quota_used", "Quota used", labels=["namespace", "quota_name", "limit", "zone"]
+    )
+    limit = GaugeMetricFamily("hami_resource_quota_limit", "Quota limit", labels=["namespace", "quota_name", "zone"])
+    for ns in sorted(state.quotas.used):
+        for resource, amount in sorted(state.quotas.used.get(ns, {}).items()):
+            lim = state.quotas.limit(ns, resource)
+            used.add_metric([ns, resource, "" if lim is None else str(lim), _ZONE], amount)
+            if lim is not None:
+                limit.add_metric([ns, resource, _ZONE], lim)
+    yield from (used, limit)
+
+
+def _problem_metrics(state: ClusterState) -> Iterator[Metric]:
+    quarantined = GaugeMetricFamily(
+        "hami_quarantined_nodes", "Nodes whose device registration could not be decoded", labels=["vendor"]
+    )
+    counts: dict[str, int] = {}
+    for node in state.nodes.values():
+        for vendor in node.problems:
+            counts[vendor] = counts.get(vendor, 0) + 1
+    for vendor, n in sorted(counts.items()):
+        quarantined.add_metric([vendor], n)
+    yield quarantined
+    undecodable = GaugeMetricFamily(
+        "hami_pods_undecodable", "Pods whose allocation annotations could not be decoded (charged as far as known)"
+    )
+    undecodable.add_metric([], sum(1 for r in state.pods.values() if r.problem))
+    yield undecodable
 
 
 class Metrics:

@@ -43,6 +43,7 @@ from hami.k8s.reviews import AccessReviewer
 from hami.k8s.tasks import Supervisor
 from hami.k8s.watch import Callbacks, Reflector
 from hami.protocol import keys
+from hami.protocol.events import EventType
 from hami.protocol.handshake import decode_handshake, encode_requesting
 from hami.protocol.nodelock import decode_node_lock
 from hami.protocol.objects import Node, Pod, ResourceQuota
@@ -183,15 +184,14 @@ class Runtime:
 
     def _report_quarantine(self, node: Node, problems: Mapping[str, str], events: EventRecorder) -> None:
         """Log a refused registration and write a Warning event on the node — once per new problem, not on
-        every node update (the lock and the kubelet's status updates change nodes all the time). The issue asks
-        for the event; the extender tests found only the log line (written on every update)."""
+        every node update (the lock and the kubelet's status updates change nodes all the time)."""
         name = node.metadata.name
         before = self.quarantined.get(name, {})
         for vendor, problem in problems.items():
             if before.get(vendor) != problem:
                 log.warning("node %s: %s registration refused: %s", name, vendor, problem)
                 message = f"{vendor} devices of node {name} are not scheduled: registration refused: {problem}"
-                events.record(ObjectRef.for_node(node), "Warning", REGISTRATION_REFUSED, message)
+                events.record(ObjectRef.for_node(node), EventType.WARNING, REGISTRATION_REFUSED, message)
         for vendor in before.keys() - problems.keys():
             log.info("node %s: %s registration accepted again", name, vendor)
         if problems:
@@ -302,8 +302,7 @@ class Runtime:
         s = self.settings
         client_settings = api_client_settings(s)
         # Events get their own client and so their own rate limiter, as kube-scheduler does (its eventClient):
-        # found by the 60-pod e2e test, where hami's non-aggregated events ate the shared --kube-qps budget and
-        # doubled Filter and Bind latency (bind 220 ms → 100 ms on average with the split).
+        # sharing the --kube-qps budget with them slows Filter and Bind down.
         async with (
             KubeClient(self.kubeconfig, client_settings) as client,
             KubeClient(self.kubeconfig, client_settings) as event_client,
@@ -334,88 +333,118 @@ class Runtime:
                 lock_retry_timeout=s.node_lock_retry_timeout,
             )
             self.extender = extender
-
-            def mark(kind: str) -> Callable[[], None]:
-                def done() -> None:
-                    first = not all(synced.values())
-                    synced[kind] = True
-                    if first and all(synced.values()):
-                        settle_heap()
-
-                return done
-
-            selector = ",".join(f"{k}={v}" for k, v in sorted(s.node_label_selector.items())) or None
-            nodes = Reflector(
-                client,
-                NODES,
-                Node,
-                Callbacks(self._on_node(extender, cluster, supervisor, events), mark("nodes")),
-                label_selector=selector,
+            watched_nodes, watched_pods = self._start_watches(
+                client, cluster, extender, locker, events, supervisor, synced
             )
-            pods = Reflector(client, PODS, Pod, Callbacks(self._on_pod(extender, locker, supervisor), mark("pods")))
-            quotas = Reflector(client, RESOURCE_QUOTAS, ResourceQuota, Callbacks(extender.on_quota, mark("quotas")))
-            watched_nodes = nodes.store
-            watched_pods = pods.store
-            supervisor.start(nodes.run(), name="watch-nodes")
-            supervisor.start(pods.run(), name="watch-pods")
-            supervisor.start(quotas.run(), name="watch-quotas")
-            if s.leader_elect:
-                synced["lease"] = False
-                lease = Reflector(
-                    client,
-                    LEASES,
-                    Lease,
-                    Callbacks(self._on_lease, mark("lease")),
-                    namespace=s.leader_elect_resource_namespace or None,
-                    field_selector=f"metadata.name={s.lease_name}",
-                )
-                supervisor.start(lease.run(), name="watch-lease")
-                pod_name, pod_namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
-                if pod_name and pod_namespace:
-                    supervisor.start(self._label_role(cluster, pod_namespace, pod_name), name="role-label")
-                else:
-                    log.warning("POD_NAME or POD_NAMESPACE is not set: this replica's pod gets no role label")
             audit = LedgerAudit(
                 self.state, self.vendors, cluster, self.metrics, lambda: extender.pending, readiness.synced
             )
             supervisor.start(self._self_check(audit), name="self-check")
             supervisor.start(self._lock_sweep(locker), name="lock-sweep")
-            admission = admission_for(
-                extender, AdmissionSettings(s.scheduler_name, s.force_overwrite_default_scheduler)
-            )
-            routes = [webhook_route(admission, self.metrics), *self.extra_routes]
-            transport = self.transport or load_transport(s)
-            for i, tls in enumerate(transport.reloaders()):  # files rotated on disk are picked up without a restart
-                supervisor.start(tls.watch(TLS_RELOAD_SECONDS), name=f"tls-reload-{i}")
-            extender_app: ASGIApp = build_app(extender)
-            if transport.extender_tokens is not None:
-                extender_app = BearerTokenGate(extender_app, transport.extender_tokens)
-            metrics_app: ASGIApp = build_metrics_app(self.metrics)
-            if s.metrics_secure:  # its own client: its own rate limit, so scrapes never slow down scheduling
-                review_client = await stack.enter_async_context(KubeClient(self.kubeconfig, client_settings))
-                metrics_app = MetricsGate(metrics_app, AccessReviewer(review_client, "/metrics"))
-            servers = [
-                self._server(build_service_app(extender, routes), s.http_bind, transport.service_tls),
-                self._server(extender_app, s.extender_bind, transport.extender_tls),
-                self._server(metrics_app, s.metrics_bind_address, transport.metrics_tls),
-            ]
-            self._install_signals(*servers)
-            log.info(
-                "hami scheduler %s serving webhook on %s, extender on %s, metrics on %s",
-                s.scheduler_name, s.http_bind, s.extender_bind, s.metrics_bind_address,
-            )  # fmt: skip
-            serving = [
-                asyncio.create_task(server.serve(sockets=[sock]))
-                for server, sock in zip(servers, listeners, strict=True)
-            ]
-            stopper = asyncio.create_task(self.stop.wait())
-            await asyncio.wait([*serving, stopper], return_when=asyncio.FIRST_COMPLETED)
-            for server in servers:
-                server.should_exit = True
-            await asyncio.gather(*serving, return_exceptions=True)
+            servers = await self._servers(extender, supervisor, stack, client_settings)
+            await self._serve(servers, listeners)
             await extender.settle_all()
-            stopper.cancel()
             await events.aclose()
+
+    def _start_watches(
+        self,
+        client: KubeClient,
+        cluster: KubeCluster,
+        extender: Extender,
+        locker: NodeLocker,
+        events: EventRecorder,
+        supervisor: Supervisor,
+        synced: dict[str, bool],
+    ) -> tuple[Mapping[str, Node], Mapping[str, Pod]]:
+        """The node, pod and quota watches (and the Lease's with leader election); returns the node and pod
+        stores. ``synced`` records each watch's first sync; the first time all are, the heap is settled."""
+        s = self.settings
+
+        def mark(kind: str) -> Callable[[], None]:
+            def done() -> None:
+                first = not all(synced.values())
+                synced[kind] = True
+                if first and all(synced.values()):
+                    settle_heap()
+
+            return done
+
+        selector = ",".join(f"{k}={v}" for k, v in sorted(s.node_label_selector.items())) or None
+        nodes = Reflector(
+            client,
+            NODES,
+            Node,
+            Callbacks(self._on_node(extender, cluster, supervisor, events), mark("nodes")),
+            label_selector=selector,
+        )
+        pods = Reflector(client, PODS, Pod, Callbacks(self._on_pod(extender, locker, supervisor), mark("pods")))
+        quotas = Reflector(client, RESOURCE_QUOTAS, ResourceQuota, Callbacks(extender.on_quota, mark("quotas")))
+        supervisor.start(nodes.run(), name="watch-nodes")
+        supervisor.start(pods.run(), name="watch-pods")
+        supervisor.start(quotas.run(), name="watch-quotas")
+        if s.leader_elect:
+            synced["lease"] = False
+            lease = Reflector(
+                client,
+                LEASES,
+                Lease,
+                Callbacks(self._on_lease, mark("lease")),
+                namespace=s.leader_elect_resource_namespace or None,
+                field_selector=f"metadata.name={s.lease_name}",
+            )
+            supervisor.start(lease.run(), name="watch-lease")
+            pod_name, pod_namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
+            if pod_name and pod_namespace:
+                supervisor.start(self._label_role(cluster, pod_namespace, pod_name), name="role-label")
+            else:
+                log.warning("POD_NAME or POD_NAMESPACE is not set: this replica's pod gets no role label")
+        return nodes.store, pods.store
+
+    async def _servers(
+        self,
+        extender: Extender,
+        supervisor: Supervisor,
+        stack: contextlib.AsyncExitStack,
+        client_settings: ClientSettings,
+    ) -> list[_Server]:
+        """The webhook (service), extender and metrics servers, in the order of the listeners, with their TLS
+        reloaders and access gates."""
+        s = self.settings
+        admission = admission_for(extender, AdmissionSettings(s.scheduler_name, s.force_overwrite_default_scheduler))
+        routes = [webhook_route(admission, self.metrics), *self.extra_routes]
+        transport = self.transport or load_transport(s)
+        for i, tls in enumerate(transport.reloaders()):  # files rotated on disk are picked up without a restart
+            supervisor.start(tls.watch(TLS_RELOAD_SECONDS), name=f"tls-reload-{i}")
+        extender_app: ASGIApp = build_app(extender)
+        if transport.extender_tokens is not None:
+            extender_app = BearerTokenGate(extender_app, transport.extender_tokens)
+        metrics_app: ASGIApp = build_metrics_app(self.metrics)
+        if s.metrics_secure:  # its own client: its own rate limit, so scrapes never slow down scheduling
+            review_client = await stack.enter_async_context(KubeClient(self.kubeconfig, client_settings))
+            metrics_app = MetricsGate(metrics_app, AccessReviewer(review_client, "/metrics"))
+        return [
+            self._server(build_service_app(extender, routes), s.http_bind, transport.service_tls),
+            self._server(extender_app, s.extender_bind, transport.extender_tls),
+            self._server(metrics_app, s.metrics_bind_address, transport.metrics_tls),
+        ]
+
+    async def _serve(self, servers: list[_Server], listeners: list[socket.socket]) -> None:
+        """Serve on the listeners until a server ends or ``stop`` is set; then let every server finish."""
+        s = self.settings
+        self._install_signals(*servers)
+        log.info(
+            "hami scheduler %s serving webhook on %s, extender on %s, metrics on %s",
+            s.scheduler_name, s.http_bind, s.extender_bind, s.metrics_bind_address,
+        )  # fmt: skip
+        serving = [
+            asyncio.create_task(server.serve(sockets=[sock])) for server, sock in zip(servers, listeners, strict=True)
+        ]
+        stopper = asyncio.create_task(self.stop.wait())
+        await asyncio.wait([*serving, stopper], return_when=asyncio.FIRST_COMPLETED)
+        for server in servers:
+            server.should_exit = True
+        await asyncio.gather(*serving, return_exceptions=True)
+        stopper.cancel()
 
     def _server(self, app: ASGIApp, bind: str, tls: CertificateReloader | None) -> _Server:
         host, port = parse_bind(bind)

@@ -28,7 +28,7 @@ from hami.errors import InvalidInput
 from hami.protocol.allocation import ContainerDevice
 from hami.protocol.objects import Node, Pod
 from hami.protocol.reasons import Reason
-from hami.scheduling.cycle import Decision, decide, reserve
+from hami.scheduling.cycle import Decision, Verdicts, decide, reserve
 from hami.scheduling.filter import NodeRejection
 from hami.scheduling.records import holds_devices, record_from_pod
 from hami.scheduling.request import PodRequest, SchedulingDefaults, prefilter
@@ -107,6 +107,7 @@ class Simulator:
         self.vendors = vendors_from_config(config)
         self.defaults = defaults
         self.state = ClusterState(self.vendors)
+        self.memo = Verdicts()
         self.warnings: list[str] = []
         self._node_origin: dict[str, str] = {}
         self._uids: set[str] = set()
@@ -197,7 +198,7 @@ class Simulator:
         except InvalidInput as err:
             return Outcome(pod.key, item.origin, f"{item.origin}: {err}", containers=containers)
         names, excluded = self.candidates(pod)
-        decision = decide(self.state, req, names, now)
+        decision = decide(self.state, req, names, now, self.memo)
         reserve(self.state, req, decision)
         message = decision.message
         if excluded:

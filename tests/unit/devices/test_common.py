@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from hami.devices.base import ContainerRequest, Fitted, Placement, QuotaCheck, Selector, Unfit
-from hami.devices.common import EXHAUSTIVE_SUBSETS, best_combination, device_score, fit_shared, worst_single
+from hami.devices.common import EXHAUSTIVE_SUBSETS, best_combination, device_scores, fit_shared, worst_single
 from hami.devices.table import DeviceTable
 from hami.protocol.allocation import ContainerDevice
 from hami.protocol.inventory import DeviceInfo, MigPlacement
@@ -300,7 +300,7 @@ def test_device_score_example_11_75() -> None:
     """Count 10, Used 2, cores 1/4, memory 2048/8192, request {Memreq 1024, pct 0, cores 1}: 10 × (3/10 + 2/4 +
     3072/8192) = 11.75 (in HAMi the request term only applies when types match; hami always counts it)."""
     t = table(gpu("GPU-0", count=10, devcore=4, devmem=8192), usage={0: (2, 2048, 1)})
-    assert device_score(t, 0, req(memreq=1024, pct=0, cores=1), (1, 1, 1)) == 11.75
+    assert device_scores(t, req(memreq=1024, pct=0, cores=1), (1, 1, 1))[0] == 11.75
 
 
 @pytest.mark.parametrize(
@@ -313,18 +313,18 @@ def test_device_score_example_11_75() -> None:
 )
 def test_device_score_weights(weights: tuple[int, int, int], score: float) -> None:
     t = table(gpu("GPU-0", count=10, devcore=4, devmem=8192), usage={0: (2, 2048, 1)})
-    assert device_score(t, 0, req(memreq=1024, pct=0, cores=1), weights) == pytest.approx(score)
+    assert device_scores(t, req(memreq=1024, pct=0, cores=1), weights)[0] == pytest.approx(score)
 
 
 @pytest.mark.parametrize("field", ["count", "devcore", "devmem"])
 def test_device_score_zero_totals_score_zero(field: str) -> None:
     t = table(gpu("GPU-0", **{field: 0}))
-    assert device_score(t, 0, req(memreq=1), (1, 1, 1)) == 0.0
+    assert device_scores(t, req(memreq=1), (1, 1, 1))[0] == 0.0
 
 
 def test_device_score_percentage_request_uses_the_device_memory() -> None:
     t = table(gpu("GPU-0", count=10, devcore=100, devmem=1000))
-    assert device_score(t, 0, req(pct=50), (1, 1, 1)) == pytest.approx(10 * (1 / 10 + 0 + 500 / 1000))
+    assert device_scores(t, req(pct=50), (1, 1, 1))[0] == pytest.approx(10 * (1 / 10 + 0 + 500 / 1000))
 
 
 def test_own_request_changes_the_spread_choice() -> None:

@@ -8,7 +8,10 @@ import pytest
 from hami.errors import ApiError
 from hami.k8s.events import EventRecorder, EventStats
 from hami.k8s.memory import MemoryCluster, RecordedEvent
-from hami.k8s.records import NORMAL, WARNING, ObjectRef
+from hami.k8s.records import ObjectRef
+from hami.protocol.events import EventType
+
+NORMAL, WARNING = EventType.NORMAL, EventType.WARNING
 
 POD = ObjectRef("Pod", "p", "default", "uid-p")
 

@@ -10,14 +10,15 @@ from hami.k8s.extender_io import ExtenderIO
 from hami.k8s.memory import MemoryCluster, RecordedEvent
 from hami.k8s.nodelock import NodeLocker
 from hami.k8s.records import ObjectRef
+from hami.protocol.events import EventReason, EventType
 from hami.protocol.keys import NODE_LOCK
 from hami.protocol.objects import Node, ObjectMeta, Pod
-from hami.server.extender import ExtenderCluster
+from hami.scheduling.cycle import ClusterPort
 from tests.unit.k8s.conftest import NOW
 
 
-def test_it_has_the_shape_the_extender_expects() -> None:
-    members = [(n, m) for n, m in inspect.getmembers(ExtenderCluster, inspect.isfunction) if not n.startswith("_")]
+def test_it_has_the_shape_of_the_cycles_port() -> None:
+    members = [(n, m) for n, m in inspect.getmembers(ClusterPort, inspect.isfunction) if not n.startswith("_")]
     assert {n for n, _ in members} >= {
         "bind",
         "event",
@@ -48,7 +49,7 @@ async def test_calls_reach_the_cluster_the_lock_and_the_recorder() -> None:
         await io.lock_node("n1", "ns", "other")
     await io.bind("ns", "p", "u1", "n1")
     got = await io.get_pod("ns", "p")
-    io.event(got, "Normal", "BindingSucceed", "Successfully binding node [n1] to ns/p")
+    io.event(got, EventType.NORMAL, EventReason.BINDING_SUCCEED, "Successfully binding node [n1] to ns/p")
     await io.unlock_node("n1", "ns", "p")
     await recorder.flush()
 

@@ -8,8 +8,6 @@ from hami.protocol.events import (
     EventReason,
     EventType,
     binding_succeed_text,
-    calc_score_failed_text,
-    failed_to_get_node_text,
     filtering_failed_texts,
     filtering_succeed_text,
     no_available_node_text,
@@ -57,10 +55,13 @@ def test_non_finite_scores_print_as_go(score: float, printed: str) -> None:
     assert filtering_succeed_text("n", 1, [("n", score)]).endswith(f"(n:{printed})")
 
 
-def test_bind_and_error_texts() -> None:
+def test_bind_text() -> None:
     assert binding_succeed_text("node1", "default", "gpu-pod") == "Successfully binding node [node1] to default/gpu-pod"
-    assert failed_to_get_node_text("node1") == "failed to get node node1"
-    assert calc_score_failed_text("boom", "gpu-pod") == "calcScore failed boom for pod gpu-pod"
+
+
+def test_more_fitting_nodes_than_listed_are_counted_not_listed() -> None:
+    text = filtering_succeed_text("n1", 30, [("n2", 1.0), ("n1", 2.0)], fitting=12)
+    assert text == "find fit node(n1), 18 nodes not fit, 12 nodes fit(… 10 more,n2:1.00,n1:2.00)"
 
 
 @pytest.mark.parametrize(
@@ -70,6 +71,7 @@ def test_bind_and_error_texts() -> None:
         (EventReason.FILTERING_SUCCEED, EventType.NORMAL),
         (EventReason.BINDING_FAILED, EventType.WARNING),
         (EventReason.BINDING_SUCCEED, EventType.NORMAL),
+        (EventReason.FILTERED_NODES, EventType.NORMAL),
     ],
 )
 def test_event_reasons_and_types_are_hamis(reason: EventReason, kind: EventType) -> None:

@@ -8,8 +8,8 @@ from hami.protocol import keys
 from hami.protocol.allocation import ContainerDevice, MigAllocation
 from hami.protocol.inventory import MigPlacement
 from hami.protocol.reasons import Reason, Rejection
-from hami.scheduling.cycle import Decision, decide, reserve, select, unreserve
-from hami.scheduling.filter import NodeFit, NodeRejection
+from hami.scheduling.cycle import Decision, Verdicts, decide, reserve, select, unreserve
+from hami.scheduling.filter import NodeRejection
 from hami.scheduling.state import ClusterState
 from hami.scheduling.usage import Kind
 from tests.unit.scheduling.builders import (
@@ -127,9 +127,31 @@ def test_node_policy(policy: str, chosen: str, listed: str) -> None:
 
 
 def test_select_breaks_ties_by_node_name() -> None:
-    fits = [NodeFit(n, {}, s) for n, s in [("b", 1.0), ("c", 2.0), ("a", 1.0), ("d", 2.0)]]
-    assert [f.node for f in select(fits, "binpack")] == ["c", "d", "a", "b"]
-    assert [f.node for f in select(fits, "spread")] == ["a", "b", "c", "d"]
+    scores = {"b": 1.0, "c": 2.0, "a": 1.0, "d": 2.0}
+    assert select(scores, "binpack") == ["c", "d", "a", "b"]
+    assert select(scores, "spread") == ["a", "b", "c", "d"]
+
+
+def test_more_fitting_nodes_than_listed_are_counted_right() -> None:
+    names = [f"n{i:02d}" for i in range(12)]
+    s = state({n: gpus(1) for n in names})
+    decision = decide(s, pod_request(req(memreq=100)), names, NOW)
+    listed = ",".join(f"{n}:0.00" for n in reversed(names[:10]))
+    assert decision.message == f"find fit node(n00), 0 nodes not fit, 12 nodes fit(… 2 more,{listed})"
+
+
+def test_the_memo_never_changes_a_decision() -> None:
+    s = half_used(state({"node-a": gpus(1, devmem=8192), "node-b": gpus(1, devmem=8192)}), "node-b")
+    memo = Verdicts()
+    request = pod_request(req(memreq=100))
+    fresh = decide(s, request, ["node-a", "node-b"], NOW)
+    assert decide(s, request, ["node-a", "node-b"], NOW, memo) == fresh
+    assert decide(s, request, ["node-a", "node-b"], NOW, memo) == fresh  # served from the memo
+    # A node removed and registered again (a new NodeState, generation counted from 1 again) is judged afresh.
+    s.remove_node("node-b")
+    s.set_node("node-b", {})
+    again = decide(s, request, ["node-a", "node-b"], NOW, memo)
+    assert (again.node, again.rejected["node-b"].unresolvable) == ("node-a", True)
 
 
 # --- rejected nodes ----------------------------------------------------------------------------------------

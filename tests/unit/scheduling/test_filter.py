@@ -7,6 +7,7 @@ import pytest
 from hami.devices.base import NodeInventory, Placement
 from hami.protocol.allocation import ContainerDevice
 from hami.protocol.reasons import Reason, Rejection
+from hami.scheduling.cycle import score
 from hami.scheduling.filter import NodeFit, NodeRejection, filter_node
 from hami.scheduling.state import ClusterState
 from hami.scheduling.usage import Kind
@@ -30,7 +31,7 @@ def run(s: ClusterState, *containers: object, node: str = "node-1", **kwargs: ob
 
 
 def test_single_container_fits() -> None:
-    assert run(one_gpu(), req(memreq=3000, cores=30)) == NodeFit("node-1", {NVIDIA: (p(0, "GPU-0", 3000, 30),)}, 0.0)
+    assert run(one_gpu(), req(memreq=3000, cores=30)) == NodeFit("node-1", {NVIDIA: (p(0, "GPU-0", 3000, 30),)})
 
 
 def test_score_is_the_node_score_before_the_pod() -> None:
@@ -38,13 +39,13 @@ def test_score_is_the_node_score_before_the_pod() -> None:
     s.nodes["node-1"].tables[NVIDIA].charge(0, 5, 4000, 50)
     fit = run(s, req(memreq=1000))
     assert isinstance(fit, NodeFit)
-    assert fit.score == 15.0
+    assert score(s, [fit]) == {"node-1": 15.0}
 
 
 def test_app_containers_accumulate() -> None:
     s = state({"node-1": gpus(2)})
     assert run(s, req(memreq=5000), req(memreq=5000), gpu_policy="binpack") == NodeFit(
-        "node-1", {NVIDIA: (p(0, "GPU-0", 5000), p(1, "GPU-1", 5000))}, 0.0
+        "node-1", {NVIDIA: (p(0, "GPU-0", 5000), p(1, "GPU-1", 5000))}
     )
     assert run(one_gpu(), req(memreq=5000), req(memreq=5000)) == NodeRejection(
         "node-1", {R.CARD_INSUFFICIENT_MEMORY: 1}, 1, (Rejection(R.CARD_INSUFFICIENT_MEMORY, "GPU-0", 5000, 3192),)
@@ -53,7 +54,7 @@ def test_app_containers_accumulate() -> None:
 
 def test_init_containers_are_each_fitted_alone() -> None:
     fit = run(one_gpu(), req(memreq=8000), req(memreq=8000), req(memreq=8000), kinds=(INIT, INIT, APP))
-    assert fit == NodeFit("node-1", {NVIDIA: (p(0, "GPU-0", 8000),) * 3}, 0.0)
+    assert fit == NodeFit("node-1", {NVIDIA: (p(0, "GPU-0", 8000),) * 3})
 
 
 def test_sidecar_is_summed_with_app_containers() -> None:
@@ -70,7 +71,7 @@ def test_sidecar_runs_beside_later_init_containers() -> None:
 
 def test_sidecar_after_an_init_container_does_not_overlap_it() -> None:
     fit = run(one_gpu(), req(memreq=6000), req(memreq=4000), None, kinds=(INIT, SIDE, APP))
-    assert fit == NodeFit("node-1", {NVIDIA: (p(0, "GPU-0", 6000), p(0, "GPU-0", 4000), ())}, 0.0)
+    assert fit == NodeFit("node-1", {NVIDIA: (p(0, "GPU-0", 6000), p(0, "GPU-0", 4000), ())})
 
 
 def test_failing_init_container_rejects_the_node() -> None:
@@ -81,7 +82,7 @@ def test_failing_init_container_rejects_the_node() -> None:
 
 def test_containers_without_devices_keep_their_position() -> None:
     fit = run(one_gpu(), None, req(memreq=1000), None)
-    assert fit == NodeFit("node-1", {NVIDIA: ((), p(0, "GPU-0", 1000), ())}, 0.0)
+    assert fit == NodeFit("node-1", {NVIDIA: ((), p(0, "GPU-0", 1000), ())})
 
 
 def test_multi_vendor_pod() -> None:
@@ -93,7 +94,6 @@ def test_multi_vendor_pod() -> None:
             DCU: ((), p(0, "DCU-0", 16384, 100, DCU)),
             NVIDIA: (p(0, "GPU-0", 1000), p(0, "GPU-0", 500)),
         },
-        0.0,
     )
 
 
@@ -172,7 +172,7 @@ def test_quota_takes_the_init_peak_not_the_sum() -> None:
     # Init 6000 then app 6000 on the same GPU hold 6000 at most: within an 8000 MiB quota.
     s = with_quota(one_gpu(), 8000)
     fit = run(s, req(memreq=6000), req(memreq=6000), kinds=(INIT, APP))
-    assert fit == NodeFit("node-1", {NVIDIA: (p(0, "GPU-0", 6000), p(0, "GPU-0", 6000))}, 0.0)
+    assert fit == NodeFit("node-1", {NVIDIA: (p(0, "GPU-0", 6000), p(0, "GPU-0", 6000))})
 
 
 def test_quota_of_init_and_app_on_different_gpus_adds_up() -> None:
@@ -234,7 +234,7 @@ def test_summary(rejection: NodeRejection, text: str) -> None:
 
 
 def test_node_fit_pod_devices() -> None:
-    fit = NodeFit("n", {NVIDIA: ((), p(0, "GPU-0", 1000) + p(1, "GPU-1", 1000))}, 0.0)
+    fit = NodeFit("n", {NVIDIA: ((), p(0, "GPU-0", 1000) + p(1, "GPU-1", 1000))})
     assert fit.pod_devices() == {
         NVIDIA: ((), (ContainerDevice("GPU-0", NVIDIA, 1000, 0), ContainerDevice("GPU-1", NVIDIA, 1000, 0)))
     }

@@ -578,6 +578,9 @@ async def test_a_throttled_clean_up_keeps_the_reservation_and_is_retried_until_i
     assert world.state.pods == {}
     assert world.extender.cleanups == {}
     assert lock_of(world, "n1") is None
+    # the edge's share: the first failure is an API error, the landed retry a decision
+    assert world.metrics.registry.get_sample_value("hami_kube_api_errors_total", {"operation": "patch_pod"}) == 1
+    assert world.metrics.registry.get_sample_value("hami_filter_decisions_total", {"result": "cleanup-retried"}) == 1
 
 
 async def test_filtering_the_pod_again_stops_its_clean_up(world: World) -> None:

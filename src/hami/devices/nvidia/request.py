@@ -52,65 +52,71 @@ def parse_nvidia_request(container: Container, cfg: NvidiaConfig, field: str) ->
     annotations can carry (got '16Gi')``.
     """
 
-    def where(found: tuple[str, QuantityValue], name: str) -> str:
-        return f"{field}.{found[0]}[{name}]"
-
     count_found = lookup_resource(container, cfg.resource_count_name)
     if count_found is None:
         return None
-    count = whole_quantity(where(count_found, cfg.resource_count_name), count_found[1], INT32_MAX, _INT32_REASON)
+    count = whole_quantity(
+        _where(field, count_found, cfg.resource_count_name), count_found[1], INT32_MAX, _INT32_REASON
+    )
     if count == 0:
         return None
-
-    memory = 0
-    memory_found = lookup_resource(container, cfg.resource_memory_name)
-    if memory_found is not None:
-        memory_field = where(memory_found, cfg.resource_memory_name)
-        written = quantity_as_int(memory_found[1], memory_field)
-        if written < 0:
-            raise QuantityError(memory_field, memory_found[1], "must not be negative")
-        memory = written * cfg.memory_factor
-        if memory > INT32_MAX:
-            scaled = f" ({written} × memoryFactor {cfg.memory_factor})" if cfg.memory_factor > 1 else ""
-            raise QuantityError(memory_field, memory_found[1], f"{memory} MiB{scaled} {_INT32_REASON}")
-
-    percentage = MEM_PERCENTAGE_UNSET
-    percentage_found = lookup_resource(container, cfg.resource_memory_percentage_name)
-    if percentage_found is not None:
-        percentage_field = where(percentage_found, cfg.resource_memory_percentage_name)
-        exact: Fraction = parse_quantity(percentage_found[1], percentage_field)
-        if exact.denominator != 1:
-            raise QuantityError(percentage_field, percentage_found[1], "must be a whole number")
-        # HAMi: above 100 → 100 (also far beyond int32); 0 or below → ignored, i.e. still "unset".
-        if exact > 0:
-            percentage = min(exact.numerator, 100)
-
+    memory = _memory(container, cfg, field)
+    percentage = _percentage(container, cfg, field)
     if percentage == MEM_PERCENTAGE_UNSET and memory == 0:
         if cfg.default_memory != 0:
             memory = cfg.default_memory
         else:
             percentage = 100
-
-    cores = cfg.default_cores
-    cores_found = lookup_resource(container, cfg.resource_core_name)
-    if cores_found is not None:
-        cores_field = where(cores_found, cfg.resource_core_name)
-        cores = whole_quantity(cores_field, cores_found[1], 100, "must be at most 100 (percent of one GPU)")
-
-    priority = None
-    priority_found = lookup_resource(container, cfg.resource_priority_name)
-    if priority_found is not None:
-        priority_field = where(priority_found, cfg.resource_priority_name)
-        priority = whole_quantity(priority_field, priority_found[1], INT32_MAX, _INT32_REASON)
-
+    cores = _optional_whole(container, cfg.resource_core_name, field, 100, "must be at most 100 (percent of one GPU)")
+    priority = _optional_whole(container, cfg.resource_priority_name, field, INT32_MAX, _INT32_REASON)
     return ContainerRequest(
         vendor=_VENDOR,
         nums=count,
         memreq=memory,
         mem_percentage=percentage,
-        coresreq=cores,
+        coresreq=cfg.default_cores if cores is None else cores,
         priority=priority,
     )
+
+
+def _where(field: str, found: tuple[str, QuantityValue], name: str) -> str:
+    return f"{field}.{found[0]}[{name}]"
+
+
+def _memory(container: Container, cfg: NvidiaConfig, field: str) -> int:
+    """The memory request in MiB (times ``memoryFactor``), 0 when not asked."""
+    found = lookup_resource(container, cfg.resource_memory_name)
+    if found is None:
+        return 0
+    where = _where(field, found, cfg.resource_memory_name)
+    written = quantity_as_int(found[1], where)
+    if written < 0:
+        raise QuantityError(where, found[1], "must not be negative")
+    memory = written * cfg.memory_factor
+    if memory > INT32_MAX:
+        scaled = f" ({written} × memoryFactor {cfg.memory_factor})" if cfg.memory_factor > 1 else ""
+        raise QuantityError(where, found[1], f"{memory} MiB{scaled} {_INT32_REASON}")
+    return memory
+
+
+def _percentage(container: Container, cfg: NvidiaConfig, field: str) -> int:
+    """The memory percentage request, ``MEM_PERCENTAGE_UNSET`` when not asked."""
+    found = lookup_resource(container, cfg.resource_memory_percentage_name)
+    if found is None:
+        return MEM_PERCENTAGE_UNSET
+    where = _where(field, found, cfg.resource_memory_percentage_name)
+    exact: Fraction = parse_quantity(found[1], where)
+    if exact.denominator != 1:
+        raise QuantityError(where, found[1], "must be a whole number")
+    # HAMi: above 100 → 100 (also far beyond int32); 0 or below → ignored, i.e. still "unset".
+    return min(exact.numerator, 100) if exact > 0 else MEM_PERCENTAGE_UNSET
+
+
+def _optional_whole(container: Container, name: str, field: str, limit: int, reason: str) -> int | None:
+    found = lookup_resource(container, name)
+    if found is None:
+        return None
+    return whole_quantity(_where(field, found, name), found[1], limit, reason)
 
 
 def parse_pod_nvidia_requests(pod: Pod, cfg: NvidiaConfig) -> tuple[ContainerRequest | None, ...]:
