@@ -32,7 +32,7 @@ from typing import Final
 
 from hami.config.nvidia import NvidiaConfig
 from hami.devices.base import MEM_PERCENTAGE_UNSET, ContainerRequest
-from hami.devices.resources import lookup_resource, whole_quantity
+from hami.devices.resources import lookup_resource, mib_hint, whole_quantity
 from hami.errors import QuantityError
 from hami.protocol.keys import NVIDIA_KEYS
 from hami.protocol.objects import Container, Pod, QuantityValue
@@ -72,7 +72,8 @@ def parse_nvidia_request(container: Container, cfg: NvidiaConfig, field: str) ->
         memory = written * cfg.memory_factor
         if memory > INT32_MAX:
             scaled = f" ({written} × memoryFactor {cfg.memory_factor})" if cfg.memory_factor > 1 else ""
-            raise QuantityError(memory_field, memory_found[1], f"{memory} MiB{scaled} {_INT32_REASON}")
+            hint = mib_hint(memory_found[1])
+            raise QuantityError(memory_field, memory_found[1], f"{memory} MiB{scaled} {_INT32_REASON}{hint}")
 
     percentage = MEM_PERCENTAGE_UNSET
     percentage_found = lookup_resource(container, cfg.resource_memory_percentage_name)
