@@ -100,6 +100,14 @@ def simulate(
         int | None, typer.Option("--now", help="Unix seconds written into hami.io/vgpu-time (default: now).")
     ] = None,
     demo: Annotated[bool, typer.Option("--demo", help="Run the built-in example cluster and workload.")] = False,
+    report: Annotated[
+        Path | None,
+        typer.Option(
+            "--report",
+            metavar="FILE",
+            help="Also write a self-contained HTML page (heat maps, pending reasons, placements) to FILE.",
+        ),
+    ] = None,
 ) -> None:
     """Place pods on a cluster snapshot offline (help text: ``_SIMULATE_HELP``)."""
     from hami.simulate import SimulateOptions, run_simulate
@@ -115,6 +123,7 @@ def simulate(
         output="json" if output is OutputFormat.json else "table",
         now=int(time.time()) if now is None else now,
         demo=demo,
+        report=report,
     )
     code = run_simulate(opts, typer.echo, lambda line: typer.echo(line, err=True))
     raise typer.Exit(code)
