@@ -745,3 +745,28 @@ def test_the_monitor_can_be_left_out() -> None:
     assert ("Service", "hami-device-plugin-monitor") not in kinds(docs)
     volumes = [v["name"] for v in one(docs, "DaemonSet")["spec"]["template"]["spec"]["volumes"]]
     assert "vgpu-containers" not in volumes
+
+
+# --- the Grafana dashboard ---------------------------------------------------------------------------------
+
+
+def test_the_grafana_dashboard_is_a_sidecar_configmap_behind_a_value() -> None:
+    import json
+
+    assert [d for d in render() if d["metadata"]["name"].endswith("-dashboard")] == []  # off by default
+    docs = render(
+        "grafanaDashboard.enabled=true",
+        "grafanaDashboard.namespace=monitoring",
+        "grafanaDashboard.annotations.grafana_folder=GPU",
+    )
+    cm = one(docs, "ConfigMap", "hami-dashboard")
+    assert cm["metadata"]["namespace"] == "monitoring"
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"  # the grafana chart's sidecar default
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "GPU"}
+    dashboard = json.loads(cm["data"]["hami-scheduler.json"])
+    shipped = json.loads((CHART / "dashboards" / "hami-scheduler.json").read_text())
+    assert dashboard == shipped
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    assert len(exprs) >= 15
+    for name in ("hami_gpu_memory_allocated_bytes", "hami_request_duration_seconds", "hami_ledger_api_drift"):
+        assert any(name in e for e in exprs), name

@@ -49,7 +49,7 @@ def dry_run(kube: KubeClient, namespace: str, obj: dict[str, Any]) -> None:
     "sets",
     [
         pytest.param([], id="default values"),
-        pytest.param(["scheduler.certManager.enabled=true"], id="cert-manager"),
+        pytest.param(["scheduler.certManager.enabled=true", "grafanaDashboard.enabled=true"], id="cert-manager"),
         pytest.param(
             ["scheduler.admissionWebhook.enabled=false", "scheduler.metricsSecure=false"], id="without the webhook"
         ),

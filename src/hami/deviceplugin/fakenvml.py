@@ -267,7 +267,7 @@ def load_fake_nvml(path: Path) -> FakeNvmlLib:
     try:
         return FakeNvmlLib(data)
     except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(str(path), "", f"malformed fake NVML fixture: {exc!r}") from exc
+        raise ConfigError(str(path), "", f"malformed fake NVML fixture: {exc}") from exc
 
 
 def _required(spec: Mapping[str, Any], key: str, position: int) -> object:

@@ -115,7 +115,7 @@ def load_fake_stats(path: Path) -> FakeStatsNvml:
     try:
         return FakeStatsNvml(data)
     except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(str(path), "", f"malformed fake NVML fixture: {exc!r}") from exc
+        raise ConfigError(str(path), "", f"malformed fake NVML fixture: {exc}") from exc
 
 
 @dataclass(frozen=True, slots=True)

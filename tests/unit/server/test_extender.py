@@ -271,7 +271,7 @@ async def test_pod_without_gpu_passes_every_node_unchanged_without_side_effects(
         pytest.param(
             gpu_pod("p", mem="16Gi"),
             "containers[0](main).limits[nvidia.com/gpumem]: 17179869184 MiB exceeds the int32 range HAMi's "
-            "annotations can carry (got '16Gi')",
+            "annotations can carry; it counts MiB: did you mean 16384? (got '16Gi')",
             id="gpumem-16Gi-is-not-16-GiB",
         ),
         pytest.param(

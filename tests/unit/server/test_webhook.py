@@ -228,15 +228,11 @@ MALFORMED = [
         id="an unknown apiVersion",
     ),
     pytest.param({"kind": "Pod"}, "kind: expected AdmissionReview (got 'Pod')", id="not an AdmissionReview"),
-    pytest.param(
-        {"kind": "AdmissionReview"}, "request: the AdmissionReview has no request (got None)", id="no request"
-    ),
-    pytest.param(
-        {"request": {"object": {}}}, "request.uid: the request has no uid (got None)", id="a request without uid"
-    ),
+    pytest.param({"kind": "AdmissionReview"}, "request: the AdmissionReview has no request", id="no request"),
+    pytest.param({"request": {"object": {}}}, "request.uid: the request has no uid", id="a request without uid"),
     pytest.param(
         {"request": {"uid": "u1"}},
-        "request.object: there is no content to decode (got None)",
+        "request.object: there is no content to decode",
         id="a request without object",
     ),
     pytest.param(
