@@ -110,6 +110,8 @@ class Simulator:
         self.warnings: list[str] = []
         self._node_origin: dict[str, str] = {}
         self._uids: set[str] = set()
+        self.existing: dict[str, Pod] = {}
+        """The snapshot's pods that hold devices, by the UID their ledger record has."""
 
     # --- the snapshot ----------------------------------------------------------------------------------
     def add_snapshot(self, snap: Snapshot) -> None:
@@ -159,6 +161,7 @@ class Simulator:
             self.warnings.append(f"{item.origin}: uid {record.uid} already charged by another pod; skipped")
             return None
         self._uids.add(record.uid)
+        self.existing[record.uid] = pod
         missing = self.state.dangling.get(record.uid)
         if missing:
             uuids = ", ".join(sorted(uuid for _, uuid in missing))
