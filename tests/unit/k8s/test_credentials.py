@@ -188,7 +188,7 @@ def test_oidc_id_token_is_sent_until_it_expires(tmp_path: Path) -> None:
     source.clock = lambda: 1999999999.0
     assert source.token() == token
     source.clock = lambda: 2000000000.0
-    with pytest.raises(ConfigError, match="expired at .*log in again") as caught:
+    with pytest.raises(ConfigError, match=r"expired at .*log in again") as caught:
         source.token()
     assert caught.value.field.endswith("users[u1].user.auth-provider.config.id-token")
 
