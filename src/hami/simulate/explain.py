@@ -265,7 +265,7 @@ def explain(sim: Simulator, pod: Pod, suggest: bool = True) -> Explanation:
 def _excluded_reason(sim: Simulator, pod: Pod, node: str) -> str:
     state = sim.state.nodes[node]
     if state.unschedulable:
-        return "node is cordoned (spec.unschedulable)"
+        return "node cordoned (spec.unschedulable)"
     wrong = [f"{k}={v}" for k, v in sorted(pod.spec.node_selector.items()) if state.labels.get(k) != v]
     return f"nodeSelector {', '.join(wrong)} does not match"
 
@@ -347,7 +347,7 @@ def render_explain(e: Explanation) -> str:
     for v in e.verdicts:
         if v.excluded:
             alone = "would fit" if v.fits else f"would not fit: {v.summary}"
-            head = f"{v.node}: excluded ({v.excluded}); on its own it {alone}"
+            head = f"{v.node}: excluded, {v.excluded}; on its own it {alone}"
         elif v.fits:
             head = f"{v.node}: fits, score {v.score:.2f}" + (" <- chosen" if v.chosen else "")
         else:
