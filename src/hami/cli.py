@@ -5,13 +5,17 @@ from __future__ import annotations
 import time
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from hami import __version__
 from hami.deviceplugin.command import device_plugin
 from hami.monitor.command import monitor
+
+if TYPE_CHECKING:
+    from hami.protocol.objects import Pod
+    from hami.simulate.simulator import Simulator
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="hami: GPU-sharing scheduler for Kubernetes.")
 
@@ -149,7 +153,7 @@ class ColorMode(StrEnum):
 
 def _simulator_for(
     snapshot: list[Path] | None, kubeconfig: str | None, context: str | None, config: Path | None
-) -> tuple[object, list[str], list[object]]:
+) -> tuple[Simulator, list[str], list[Pod]]:
     """A ``Simulator`` over the snapshot files or the live cluster, its warnings, and the snapshot's pods."""
     import asyncio
 
@@ -165,18 +169,15 @@ def _simulator_for(
     else:
         from hami.k8s.client import KubeClient
         from hami.k8s.config import load_config
-        from hami.k8s.listing import list_cluster
+        from hami.k8s.listing import ClusterListing, list_cluster
 
         kube = load_config(kubeconfig, context=context)
 
-        async def fetch() -> object:
+        async def fetch() -> ClusterListing:
             async with KubeClient(kube) as client:
                 return await list_cluster(client)
 
         listing = asyncio.run(fetch())
-        from hami.k8s.listing import ClusterListing
-
-        assert isinstance(listing, ClusterListing)
         warnings += listing.notes
         where = kube.server
         snap = Snapshot(
@@ -249,9 +250,6 @@ def top(
         raise _fail(err) from None
     for w in warnings:
         typer.echo(f"warning: {w}", err=True)
-    from hami.simulate.simulator import Simulator
-
-    assert isinstance(sim, Simulator)
     view = build_top(sim.state, TopFilter(node, vendor, model, namespace, sort))
     if output is OutputFormat.json:
         typer.echo(json.dumps(top_json(view), indent=2))
@@ -279,17 +277,14 @@ def explain(
     import json
 
     from hami.errors import HamiError
-    from hami.protocol.objects import Pod
     from hami.simulate.explain import explain as explain_pod
     from hami.simulate.explain import explain_json, render_explain
     from hami.simulate.loading import load_pods, read_files
-    from hami.simulate.simulator import Simulator
 
     if (pod is None) == (file is None):
         raise typer.BadParameter("give a POD name or --file MANIFEST (one of them)", param_hint="POD")
     try:
         sim, warnings, pods = _simulator_for(snapshot, kubeconfig, context, config)
-        assert isinstance(sim, Simulator)
         if file is not None:
             loaded = load_pods(read_files([file]))
             if len(loaded) != 1:
@@ -299,11 +294,7 @@ def explain(
             assert pod is not None
             ns, _, name = pod.rpartition("/")
             ns = ns or namespace
-            found = [
-                p
-                for p in pods
-                if isinstance(p, Pod) and p.metadata.name == name and (p.metadata.namespace or "default") == ns
-            ]
+            found = [p for p in pods if p.metadata.name == name and (p.metadata.namespace or "default") == ns]
             if not found:
                 raise _fail(ValueError(f"pod {ns}/{name} not found (finished pods are not listed)"))
             target = found[0]

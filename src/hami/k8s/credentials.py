@@ -9,7 +9,8 @@ standard error goes to hami's. It must print an ``ExecCredential`` of the same a
 ``token`` or a ``clientCertificateData``/``clientKeyData`` pair, and may give ``expirationTimestamp``. The
 credential is cached until that time (for the process's life without one) and fetched again when it has expired
 or when the API server answers 401. A client certificate is read when the client is made (a new process picks up
-a rotated one).
+a rotated one). The plugin runs synchronously, in the request that needs the credential (as in client-go): with
+a cached credential that is once per expiry.
 
 **auth-provider ``oidc``**: the ``id-token`` is sent as the bearer token. Its ``exp`` claim is read (the token is
 not verified: the API server does that); an expired token is an error that says to log in again. hami does not

@@ -15,7 +15,7 @@ What would make it fit, for a pod no candidate can take:
 
 * **evictions**: per rejected node that could run the pod if it were emptier, the smallest set of the node's
   pods whose leaving makes ``decide`` accept it (sets of up to ``MAX_EVICT`` pods, fewest pods first, then least
-  memory freed; at most ``MAX_TRIES`` sets tried per node);
+  memory freed; at most ``MAX_TRIES`` sets tried in all, nodes with the fewest pods first);
 * **excluded nodes**: a node the pod's nodeSelector (or the node's cordon) leaves out that would take it;
 * **annotations**: one of the pod's own annotations whose removal (or a plain ``binpack``/``spread`` GPU policy
   instead of the one it asks for) lets ``decide`` place it.
@@ -55,7 +55,9 @@ __all__ = [
 ]
 
 MAX_EVICT: Final = 3
-MAX_TRIES: Final = 2000
+MAX_TRIES: Final = 20000
+"""Eviction sets tried for one pod, over all nodes (nodes with fewer pods are searched first), so explaining a
+pod on a large cluster stays a matter of seconds."""
 
 _WRITTEN_BY_HAMI: Final = frozenset(
     {keys.VGPU_NODE, keys.VGPU_TIME, keys.BIND_PHASE, keys.BIND_TIME, keys.NVIDIA_MIG_ALLOCATIONS}
@@ -171,23 +173,24 @@ def _card_verdicts(state: ClusterState, node: NodeState, req: PodRequest) -> tup
     return tuple(out)
 
 
-def _smallest_eviction(state: ClusterState, req: PodRequest, node: str) -> Eviction | None:
+def _smallest_eviction(state: ClusterState, req: PodRequest, node: str, budget: list[int]) -> Eviction | None:
+    """The smallest set of ``node``'s pods whose leaving lets ``req`` fit there; ``budget[0]`` counts down the
+    sets still allowed to be tried."""
     vendors = set(req.vendors)
     holders = [
         state.pods[uid]
         for uid in sorted(state.pods_by_node.get(node, ()))
         if any(ch.vendor in vendors for ch in state.pods[uid].charges)
     ]
-    tries = 0
     for size in range(1, min(MAX_EVICT, len(holders)) + 1):
         combos = sorted(
             itertools.combinations(holders, size),
             key=lambda rs: (sum(c.mem for r in rs for c in r.charges), [r.key for r in rs]),
         )
         for records in combos:
-            tries += 1
-            if tries > MAX_TRIES:
+            if budget[0] <= 0:
                 return None
+            budget[0] -= 1
             removed = take_out(state, [r.uid for r in records])
             try:
                 fits = judge(state, req, [node]).node == node
@@ -248,7 +251,7 @@ def explain(sim: Simulator, pod: Pod, suggest: bool = True) -> Explanation:
         names, _ = sim.candidates(pod)
         decision = judge(state, req, names)
         verdicts = _verdicts(sim, pod, req, names, decision, suggest and decision.node is None)
-        suggestions = _suggestions(sim, pod, req, names, verdicts) if suggest and decision.node is None else ()
+        suggestions = _suggestions(sim, pod, names, verdicts) if suggest and decision.node is None else ()
     finally:
         put_back(state, removed)
     if record is not None:
@@ -274,8 +277,14 @@ def _verdicts(
     sim: Simulator, pod: Pod, req: PodRequest, names: Sequence[str], decision: Decision, evict: bool
 ) -> tuple[NodeVerdict, ...]:
     state = sim.state
-    out: list[NodeVerdict] = []
     candidates = set(names)
+    evictions: dict[str, Eviction | None] = {}
+    if evict:
+        budget = [MAX_TRIES]
+        resolvable = [n for n in names if n in decision.rejected and not decision.rejected[n].unresolvable]
+        for node in sorted(resolvable, key=lambda n: (len(state.pods_by_node.get(n, ())), n)):
+            evictions[node] = _smallest_eviction(state, req, node, budget)
+    out: list[NodeVerdict] = []
     for node in sorted(state.nodes):
         cards = _card_verdicts(state, state.nodes[node], req)
         if node not in candidates:
@@ -294,7 +303,6 @@ def _verdicts(
             out.append(NodeVerdict(node, True, decision.node == node, decision.scores[node], "fits", cards=cards))
             continue
         rej: NodeRejection = decision.rejected[node]
-        eviction = _smallest_eviction(state, req, node) if evict and not rej.unresolvable else None
         out.append(
             NodeVerdict(
                 node,
@@ -303,15 +311,13 @@ def _verdicts(
                 counts={r.value: n for r, n in sorted(rej.counts.items())},
                 unresolvable=rej.unresolvable,
                 cards=cards,
-                eviction=eviction,
+                eviction=evictions.get(node),
             )
         )
     return tuple(out)
 
 
-def _suggestions(
-    sim: Simulator, pod: Pod, req: PodRequest, names: Sequence[str], verdicts: Sequence[NodeVerdict]
-) -> tuple[str, ...]:
+def _suggestions(sim: Simulator, pod: Pod, names: Sequence[str], verdicts: Sequence[NodeVerdict]) -> tuple[str, ...]:
     out: list[str] = []
     evictions = sorted((v.eviction for v in verdicts if v.eviction), key=lambda e: (len(e.pods), e.freed_mem, e.node))
     if evictions:
@@ -334,7 +340,6 @@ def _suggestions(
             out.append("no node could run it even if empty: it asks for more than any node has")
         else:
             out.append(f"no single change found (evicting up to {MAX_EVICT} pods of one node, one annotation)")
-    del req
     return tuple(out)
 
 
