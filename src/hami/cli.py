@@ -204,11 +204,19 @@ def _use_colour(mode: ColorMode) -> bool:
 
 _SnapshotOpt = Annotated[
     list[Path] | None,
-    typer.Option("--snapshot", "-s", help="Read this snapshot file instead of the live cluster (repeatable)."),
+    typer.Option(
+        "--snapshot", "-s", metavar="FILE", help="Read this snapshot file instead of the live cluster (repeatable)."
+    ),
 ]
-_KubeconfigOpt = Annotated[str | None, typer.Option("--kubeconfig", help="Kubeconfig file (live mode).")]
-_ContextOpt = Annotated[str | None, typer.Option("--context", help="Kubeconfig context (default: current).")]
-_ConfigOpt = Annotated[Path | None, typer.Option("--config", help="HAMi device-config.yaml (resource names).")]
+_KubeconfigOpt = Annotated[
+    str | None, typer.Option("--kubeconfig", metavar="FILE", help="Kubeconfig file (live mode).")
+]
+_ContextOpt = Annotated[
+    str | None, typer.Option("--context", metavar="NAME", help="Kubeconfig context (default: current).")
+]
+_ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", metavar="FILE", help="HAMi device-config.yaml (resource names).")
+]
 
 
 def _fail(err: Exception) -> typer.Exit:
@@ -225,13 +233,27 @@ def top(
     kubeconfig: _KubeconfigOpt = None,
     context: _ContextOpt = None,
     config: _ConfigOpt = None,
-    node: Annotated[str, typer.Option("--node", help="Only nodes matching this pattern (shell-style: gpu-*).")] = "",
-    vendor: Annotated[str, typer.Option("--vendor", help="Only this vendor's cards (NVIDIA, DCU, ...).")] = "",
-    model: Annotated[str, typer.Option("--model", help="Only card models matching this pattern (*A100*).")] = "",
-    namespace: Annotated[
-        str, typer.Option("--namespace", "-n", help="Only cards holding pods of this namespace, and only those pods.")
+    node: Annotated[
+        str, typer.Option("--node", metavar="PATTERN", help="Only nodes matching this pattern (shell-style: gpu-*).")
     ] = "",
-    sort: Annotated[str, typer.Option("--sort", help="node, free-memory, used-memory, stranded or pods.")] = "node",
+    vendor: Annotated[
+        str, typer.Option("--vendor", metavar="VENDOR", help="Only this vendor's cards (NVIDIA, DCU, ...).")
+    ] = "",
+    model: Annotated[
+        str, typer.Option("--model", metavar="PATTERN", help="Only card models matching this pattern (*A100*).")
+    ] = "",
+    namespace: Annotated[
+        str,
+        typer.Option(
+            "--namespace",
+            "-n",
+            metavar="NAMESPACE",
+            help="Only cards holding pods of this namespace, and only those pods.",
+        ),
+    ] = "",
+    sort: Annotated[
+        str, typer.Option("--sort", metavar="KEY", help="node, free-memory, used-memory, stranded or pods.")
+    ] = "node",
     output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table, or json.")] = OutputFormat.table,
     color: Annotated[
         ColorMode, typer.Option("--color", help="auto (on a terminal), always or never.")
@@ -260,13 +282,17 @@ def top(
 
 @app.command(
     help="Why a pod is pending (or why it sits where it is): every node's verdict with the numbers, "
-    "per card what it needs and what is free, and what would make it fit. " + _VIEW_SOURCE_HELP
+    "per card what it needs and what is free, and what would make it fit. " + _VIEW_SOURCE_HELP + " Exit status: 0 "
+    "when the pod was judged (whatever the verdict), 1 when it cannot be read, found or parsed."
 )
 def explain(
     pod: Annotated[str | None, typer.Argument(metavar="POD", help="[NAMESPACE/]NAME of a pod in the cluster.")] = None,
-    namespace: Annotated[str, typer.Option("--namespace", "-n", help="The pod's namespace.")] = "default",
+    namespace: Annotated[
+        str, typer.Option("--namespace", "-n", metavar="NAMESPACE", help="The pod's namespace.")
+    ] = "default",
     file: Annotated[
-        Path | None, typer.Option("--file", "-f", help="Explain this pod manifest instead (a pod not created yet).")
+        Path | None,
+        typer.Option("--file", "-f", metavar="FILE", help="Explain this pod manifest instead (a pod not created yet)."),
     ] = None,
     snapshot: _SnapshotOpt = None,
     kubeconfig: _KubeconfigOpt = None,

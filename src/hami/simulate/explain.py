@@ -255,7 +255,10 @@ def explain(sim: Simulator, pod: Pod, suggest: bool = True) -> Explanation:
     finally:
         put_back(state, removed)
     if record is not None:
-        status, message = "placed", f"placed on {record.node}; judged again without its own usage: {decision.message}"
+        status, message = (
+            "placed",
+            f"placed on {record.node}; were it pending now (its own usage taken out): {decision.message}",
+        )
     elif decision.node is not None:
         status, message = "would-place", decision.message
     else:

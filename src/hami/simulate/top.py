@@ -229,6 +229,8 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[tuple[str, str]]], col
 
 def render_top(view: TopView, colour: bool = False) -> str:
     """Per node a header line, then one line per card; then per model the fragmentation summary."""
+    if not view.nodes:
+        return "no node matches (or the cluster has none)"
     lines: list[str] = []
     for node in view.nodes:
         state = "schedulable" if node.schedulable else "cordoned (unschedulable)"

@@ -110,3 +110,9 @@ def test_cli_top_from_a_snapshot(tmp_path) -> None:
     bad = CliRunner().invoke(app, ["top", "-s", str(snap), "--sort", "size"])
     assert bad.exit_code == 2
     assert "--sort" in bad.stderr
+
+
+def test_nothing_to_show_says_so() -> None:
+    assert (
+        render_top(build_top(cluster().state, TopFilter(node="none-*"))) == "no node matches (or the cluster has none)"
+    )
