@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from hami.cli import app
@@ -100,3 +102,28 @@ def test_text_json_and_cli(tmp_path: Path) -> None:
     assert json.loads(result.stdout)["freedCards"] == [{"node": "a", "uuid": "GPU-a-0"}]
     missing = CliRunner().invoke(app, ["simulate", "--defrag"])
     assert missing.exit_code == 2
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        # the pods on one card (MiB each), as a real ledger holds them: never more than the card has
+        st.lists(st.sampled_from([1000, 2000, 4000, 6000, 8000]), max_size=3).filter(lambda ps: sum(ps) <= 16000),
+        min_size=2,
+        max_size=5,
+    )
+)
+def test_plans_never_over_allocate_and_only_ever_free_cards(cards: list[list[int]]) -> None:
+    objects = [node("a", [(16000, 4)] * len(cards))]
+    for c, pods in enumerate(cards):
+        objects += [pod(f"p{c}-{i}", mem, on="a", cards=(c,)) for i, mem in enumerate(pods)]
+    sim = simulator(*objects)
+    before = card_usage(sim)
+    plan = plan_defrag(sim)
+    after = card_usage(sim)
+    assert sim.state.verify() == []
+    assert all(0 <= used <= 16000 for used in after.values())
+    assert sum(after.values()) == sum(before.values())  # pods move, none is lost
+    assert plan.free_after == plan.free_before + len(plan.freed)
+    assert all(after[uuid] == 0 for _, uuid in plan.freed)
+    assert len(plan.moves) >= len(plan.freed)
