@@ -338,3 +338,23 @@ def top_json(view: TopView) -> dict[str, Any]:
             ],
         },
     }
+
+
+def fragmentation_json(state: ClusterState) -> dict[str, Any]:
+    """The cluster's fragmentation as JSON (the ``"fragmentation"`` field of ``hami simulate -o json`` and of
+    ``hami top -o json``): the index, per model totals, and per card the stranded memory/cores and largest slice."""
+    view = build_top(state)
+    doc = top_json(view)["fragmentation"]
+    doc["cards"] = [
+        {
+            "node": c.node,
+            "uuid": c.uuid,
+            "model": c.model,
+            "strandedMemoryMiB": c.fragment.stranded_mem,
+            "strandedCores": c.fragment.stranded_cores,
+            "largestSlice": {"memoryMiB": c.fragment.largest_mem, "cores": c.fragment.largest_cores},
+        }
+        for n in view.nodes
+        for c in n.cards
+    ]
+    return doc  # type: ignore[no-any-return]

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hami.cli import app
-from hami.simulate.top import TopFilter, build_top, render_top, top_json
+from hami.simulate.top import TopFilter, build_top, fragmentation_json, render_top, top_json
 from tests.unit.simulate.clusterfix import node, pod, simulator, snapshot_text
 
 
@@ -116,3 +116,18 @@ def test_nothing_to_show_says_so() -> None:
     assert (
         render_top(build_top(cluster().state, TopFilter(node="none-*"))) == "no node matches (or the cluster has none)"
     )
+
+
+def test_fragmentation_document_for_the_simulate_json() -> None:
+    doc = fragmentation_json(cluster().state)
+    assert doc["index"] == round(build_top(cluster().state).fragmentation_index, 4)
+    assert [m["model"] for m in doc["models"]] == ["NVIDIA A100", "NVIDIA-Tesla T4"]
+    card = next(c for c in doc["cards"] if c["uuid"] == "GPU-gpu-a-0")
+    assert card == {
+        "node": "gpu-a",
+        "uuid": "GPU-gpu-a-0",
+        "model": "NVIDIA-Tesla T4",
+        "strandedMemoryMiB": 4000,
+        "strandedCores": 40,
+        "largestSlice": {"memoryMiB": 10000, "cores": 70},
+    }
