@@ -5,13 +5,17 @@ from __future__ import annotations
 import time
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from hami import __version__
 from hami.deviceplugin.command import device_plugin
 from hami.monitor.command import monitor
+
+if TYPE_CHECKING:
+    from hami.protocol.objects import Pod
+    from hami.simulate.simulator import Simulator
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -143,10 +147,24 @@ def simulate(
             help="Also write a self-contained HTML page (heat maps, pending reasons, placements) to FILE.",
         ),
     ] = None,
+    defrag: Annotated[
+        bool,
+        typer.Option(
+            "--defrag",
+            help="Dry run: plan the fewest pod moves that free whole cards on the snapshot (no PODS needed).",
+        ),
+    ] = False,
 ) -> None:
     """Place pods on a cluster snapshot offline (help text: ``_SIMULATE_HELP``)."""
     from hami.simulate import SimulateOptions, run_simulate
 
+    if defrag:
+        from hami.simulate.defrag import run_defrag
+
+        if not snapshot:
+            raise typer.BadParameter("--defrag needs --snapshot FILE", param_hint="--snapshot")
+        echo_err = lambda line: typer.echo(line, err=True)  # noqa: E731
+        raise typer.Exit(run_defrag(snapshot, config, output.value, typer.echo, echo_err))
     if not demo and (not snapshot or not pods):
         raise typer.BadParameter("give --snapshot FILE and at least one PODS file, or --demo", param_hint="arguments")
     opts = SimulateOptions(
@@ -162,6 +180,204 @@ def simulate(
     )
     code = run_simulate(opts, typer.echo, lambda line: typer.echo(line, err=True))
     raise typer.Exit(code)
+
+
+_VIEW_SOURCE_HELP = (
+    "Reads the cluster live (kubeconfig: --kubeconfig, else KUBECONFIG, else ~/.kube/config; only list on nodes, "
+    "pods and resourcequotas is needed) or, with --snapshot, what `kubectl get nodes,pods,resourcequotas -A "
+    "-o json` printed."
+)
+
+
+class ColorMode(StrEnum):
+    auto = "auto"
+    always = "always"
+    never = "never"
+
+
+def _simulator_for(
+    snapshot: list[Path] | None, kubeconfig: str | None, context: str | None, config: Path | None
+) -> tuple[Simulator, list[str], list[Pod]]:
+    """A ``Simulator`` over the snapshot files or the live cluster, its warnings, and the snapshot's pods."""
+    import asyncio
+
+    from hami.scheduling.request import SchedulingDefaults
+    from hami.simulate.devconfig import device_config_from_text
+    from hami.simulate.loading import Snapshot, Sourced, load_snapshot, read_files
+    from hami.simulate.simulator import Simulator
+
+    config_text = read_files([config])[0][1] if config is not None else None
+    device_config, warnings = device_config_from_text(config_text, str(config))
+    if snapshot:
+        snap = load_snapshot(read_files(snapshot))
+    else:
+        from hami.k8s.client import KubeClient
+        from hami.k8s.config import load_config
+        from hami.k8s.listing import ClusterListing, list_cluster
+
+        kube = load_config(kubeconfig, context=context)
+
+        async def fetch() -> ClusterListing:
+            async with KubeClient(kube) as client:
+                return await list_cluster(client)
+
+        listing = asyncio.run(fetch())
+        warnings += listing.notes
+        where = kube.server
+        snap = Snapshot(
+            nodes=[Sourced(n, where, f"{where}: Node {n.metadata.name}") for n in listing.nodes],
+            pods=[Sourced(p, where, f"{where}: Pod {p.key}") for p in listing.pods],
+            quotas=[
+                Sourced(q, where, f"{where}: ResourceQuota {q.metadata.namespace}/{q.metadata.name}")
+                for q in listing.quotas
+            ],
+        )
+    sim = Simulator(device_config, SchedulingDefaults())
+    sim.add_snapshot(snap)
+    return sim, [*warnings, *sim.warnings], [p.obj for p in snap.pods]
+
+
+def _use_colour(mode: ColorMode) -> bool:
+    import os
+    import sys
+
+    if mode is ColorMode.auto:
+        return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    return mode is ColorMode.always
+
+
+_SnapshotOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--snapshot", "-s", metavar="FILE", help="Read this snapshot file instead of the live cluster (repeatable)."
+    ),
+]
+_KubeconfigOpt = Annotated[
+    str | None, typer.Option("--kubeconfig", metavar="FILE", help="Kubeconfig file (live mode).")
+]
+_ContextOpt = Annotated[
+    str | None, typer.Option("--context", metavar="NAME", help="Kubeconfig context (default: current).")
+]
+_ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", metavar="FILE", help="HAMi device-config.yaml (resource names).")
+]
+
+
+def _fail(err: Exception) -> typer.Exit:
+    typer.echo(f"error: {err}", err=True)
+    return typer.Exit(1)
+
+
+@app.command(
+    help="Per node and per card: slots, memory and cores used/total, the pods on each card, health, "
+    "cordon and fragmentation. " + _VIEW_SOURCE_HELP
+)
+def top(
+    snapshot: _SnapshotOpt = None,
+    kubeconfig: _KubeconfigOpt = None,
+    context: _ContextOpt = None,
+    config: _ConfigOpt = None,
+    node: Annotated[
+        str, typer.Option("--node", metavar="PATTERN", help="Only nodes matching this pattern (shell-style: gpu-*).")
+    ] = "",
+    vendor: Annotated[
+        str, typer.Option("--vendor", metavar="VENDOR", help="Only this vendor's cards (NVIDIA, DCU, ...).")
+    ] = "",
+    model: Annotated[
+        str, typer.Option("--model", metavar="PATTERN", help="Only card models matching this pattern (*A100*).")
+    ] = "",
+    namespace: Annotated[
+        str,
+        typer.Option(
+            "--namespace",
+            "-n",
+            metavar="NAMESPACE",
+            help="Only cards holding pods of this namespace, and only those pods.",
+        ),
+    ] = "",
+    sort: Annotated[
+        str, typer.Option("--sort", metavar="KEY", help="node, free-memory, used-memory, stranded or pods.")
+    ] = "node",
+    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table, or json.")] = OutputFormat.table,
+    color: Annotated[
+        ColorMode, typer.Option("--color", help="auto (on a terminal), always or never.")
+    ] = ColorMode.auto,
+) -> None:
+    import json
+
+    from hami.errors import HamiError
+    from hami.simulate.top import SORT_KEYS, TopFilter, build_top, render_top, top_json
+
+    if sort not in SORT_KEYS:
+        raise typer.BadParameter(f"{sort!r} is not one of {', '.join(SORT_KEYS)}", param_hint="--sort")
+    try:
+        sim, warnings, _ = _simulator_for(snapshot, kubeconfig, context, config)
+    except (HamiError, OSError) as err:
+        raise _fail(err) from None
+    for w in warnings:
+        typer.echo(f"warning: {w}", err=True)
+    view = build_top(sim.state, TopFilter(node, vendor, model, namespace, sort))
+    if output is OutputFormat.json:
+        typer.echo(json.dumps(top_json(view), indent=2))
+    else:
+        colour = _use_colour(color)
+        typer.echo(render_top(view, colour=colour), color=colour)
+
+
+@app.command(
+    help="Why a pod is pending (or why it sits where it is): every node's verdict with the numbers, "
+    "per card what it needs and what is free, and what would make it fit. " + _VIEW_SOURCE_HELP + " Exit status: 0 "
+    "when the pod was judged (whatever the verdict), 1 when it cannot be read, found or parsed."
+)
+def explain(
+    pod: Annotated[str | None, typer.Argument(metavar="POD", help="[NAMESPACE/]NAME of a pod in the cluster.")] = None,
+    namespace: Annotated[
+        str, typer.Option("--namespace", "-n", metavar="NAMESPACE", help="The pod's namespace.")
+    ] = "default",
+    file: Annotated[
+        Path | None,
+        typer.Option("--file", "-f", metavar="FILE", help="Explain this pod manifest instead (a pod not created yet)."),
+    ] = None,
+    snapshot: _SnapshotOpt = None,
+    kubeconfig: _KubeconfigOpt = None,
+    context: _ContextOpt = None,
+    config: _ConfigOpt = None,
+    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table, or json.")] = OutputFormat.table,
+) -> None:
+    import json
+
+    from hami.errors import HamiError
+    from hami.simulate.explain import explain as explain_pod
+    from hami.simulate.explain import explain_json, render_explain
+    from hami.simulate.loading import load_pods, read_files
+
+    if (pod is None) == (file is None):
+        raise typer.BadParameter("give a POD name or --file MANIFEST (one of them)", param_hint="POD")
+    try:
+        sim, warnings, pods = _simulator_for(snapshot, kubeconfig, context, config)
+        if file is not None:
+            loaded = load_pods(read_files([file]))
+            if len(loaded) != 1:
+                raise _fail(ValueError(f"{file}: expected one Pod, found {len(loaded)}"))
+            target = loaded[0].obj
+        else:
+            assert pod is not None
+            ns, _, name = pod.rpartition("/")
+            ns = ns or namespace
+            found = [p for p in pods if p.metadata.name == name and (p.metadata.namespace or "default") == ns]
+            if not found:
+                raise _fail(ValueError(f"pod {ns}/{name} not found (finished pods are not listed)"))
+            target = found[0]
+    except (HamiError, OSError) as err:
+        raise _fail(err) from None
+    for w in warnings:
+        typer.echo(f"warning: {w}", err=True)
+    result = explain_pod(sim, target)
+    if output is OutputFormat.json:
+        typer.echo(json.dumps(explain_json(result), indent=2))
+    else:
+        typer.echo(render_explain(result))
+    raise typer.Exit(1 if result.status == "invalid" else 0)
 
 
 app.command("device-plugin")(device_plugin)

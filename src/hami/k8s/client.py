@@ -237,6 +237,8 @@ class KubeClient:
         return headers
 
     def _bearer_token(self) -> str | None:
+        if self.config.credential is not None:
+            return self.config.credential.token()
         path = self.config.token_file
         if path is None:
             return self._token
@@ -263,6 +265,7 @@ class KubeClient:
             content_type = "application/json"
         what = f"{method} {path}"
         started = self._clock()
+        refreshed = False
         for attempt in range(self.settings.max_retries + 1):
             await self.limiter.acquire()
             try:
@@ -277,6 +280,9 @@ class KubeClient:
                     return response.content
                 error = _response_error(response, what)
                 delay = self._retry_delay(method, response, error, attempt)
+                if response.status_code == 401 and self.config.credential is not None and not refreshed:
+                    self.config.credential.invalidate()  # kubectl, too, runs an exec plugin again after a 401
+                    refreshed, delay = True, 0.0
             if delay is None or attempt == self.settings.max_retries:
                 raise error
             delay = min(

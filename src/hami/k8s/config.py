@@ -6,8 +6,9 @@ account when ``KUBERNETES_SERVICE_HOST`` is set, else ``~/.kube/config``. Everyt
 time, so a bad file fails at start-up with a :class:`~hami.errors.ConfigError` naming the file and the field.
 
 Supported credentials: bearer token, token file (re-read by the client, so rotated service-account tokens keep
-working), client certificate and key (inline data or files). ``exec`` and ``auth-provider`` plugins and basic
-auth are refused with a clear error, not ignored.
+working), client certificate and key (inline data or files), ``exec`` credential plugins and the ``oidc``
+auth-provider (``hami.k8s.credentials``: cached until expiry, as kubectl does). Basic auth and the other
+auth-providers are refused with a clear error, not ignored.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import re
 import ssl
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -27,6 +28,7 @@ import msgspec
 import yaml
 
 from hami.errors import ConfigError
+from hami.k8s.credentials import CredentialSource, exec_plugin, oidc_token
 
 __all__ = [
     "SERVICE_ACCOUNT_DIR",
@@ -56,6 +58,8 @@ class KubeConfig:
     client_key: bytes | None = None
     namespace: str = "default"
     source: str = ""
+    credential: CredentialSource | None = None
+    """An exec plugin or the oidc auth-provider: asked for the token on each request (it caches)."""
 
     def ssl_context(self) -> ssl.SSLContext:
         """A TLS context: the configured CA (else the system's), the client certificate, or no verification."""
@@ -63,6 +67,10 @@ class KubeConfig:
         if not self.verify:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
+        if self.client_cert is None and self.credential is not None:
+            pair = self.credential.client_pair()
+            if pair is not None:
+                return replace(self, client_cert=pair[0], client_key=pair[1], credential=None).ssl_context()
         if self.client_cert is not None and self.client_key is not None:
             # The ssl module loads a certificate chain only from files: write both to a private temporary
             # directory, load them, and remove them at once.
@@ -211,7 +219,9 @@ def load_kubeconfig(path: str | Path | list[Path], *, context: str | None = None
         cluster.certificate_authority,
     )
     user, user_file = merged.users.get(ctx.user, (_User(), ctx_file))
-    cert, key, token_file = _credentials(user, user_file, f"{user_file}: users[{ctx.user}].user")
+    ufield = f"{user_file}: users[{ctx.user}].user"
+    credential = _credential_source(user, user_file, ufield, cluster, ca)
+    cert, key, token_file = _credentials(user, user_file, ufield)
     return KubeConfig(
         server=cluster.server.rstrip("/"),
         ca_data=ca,
@@ -222,6 +232,7 @@ def load_kubeconfig(path: str | Path | list[Path], *, context: str | None = None
         client_key=key,
         namespace=ctx.namespace or "default",
         source=f"kubeconfig {where}, context {name}",
+        credential=credential,
     )
 
 
@@ -234,11 +245,27 @@ def _inline_or_file(field: str, origin: Path, data: str | None, path: str | None
     return None
 
 
+def _credential_source(
+    user: _User, user_file: Path, ufield: str, cluster: _Cluster, ca: bytes | None
+) -> CredentialSource | None:
+    """The user's ``exec`` plugin or ``oidc`` auth-provider, if any (basic auth is refused, as kubectl does)."""
+    if user.username is not None:
+        raise ConfigError(f"{ufield}.username", user.username, "basic auth is not supported by hami (nor by kubectl)")
+    if user.exec is not None:
+        info: dict[str, object] = {
+            "server": cluster.server,
+            "insecure-skip-tls-verify": cluster.insecure_skip_tls_verify,
+        }
+        if ca is not None:
+            info["certificate-authority-data"] = base64.b64encode(ca).decode()
+        return exec_plugin(user.exec, ufield, user_file, info)
+    if user.auth_provider is not None:
+        return oidc_token(user.auth_provider, ufield)
+    return None
+
+
 def _credentials(user: _User, user_file: Path, ufield: str) -> tuple[bytes | None, bytes | None, Path | None]:
     """The user's client certificate, key and token file (a token is read as is)."""
-    for unsupported, value in (("exec", user.exec), ("auth-provider", user.auth_provider), ("username", user.username)):
-        if value is not None:
-            raise ConfigError(f"{ufield}.{unsupported}", value, "not supported by hami; use a token or a client cert")
     cert = _inline_or_file(
         f"{ufield}.client-certificate", user_file, user.client_certificate_data, user.client_certificate
     )

@@ -7,7 +7,8 @@ carry ``container_index="0"``.
 
 hami adds latency histograms per stage and endpoint, decisions by result, Kubernetes API errors, ledger
 drift (differences found by the periodic self-check), ledger drift against the API (pods on which the ledger and a
-periodic re-list of pods disagree, and the repairs made) and quarantined nodes.
+periodic re-list of pods disagree, and the repairs made), quarantined nodes, and fragmentation (stranded memory and
+cores per card and per model, the largest slice per card, the cluster index).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from prometheus_client.registry import Collector
 
 from hami import __version__
 from hami.scheduling.audit import DriftKind
+from hami.scheduling.fragmentation import card_fragments, fragmentation_index, model_fragments
 from hami.scheduling.state import ClusterState
 
 __all__ = ["Metrics"]
@@ -39,6 +41,7 @@ class _StateCollector(Collector):
         yield from _pod_metrics(state)
         yield from _quota_metrics(state)
         yield from _problem_metrics(state)
+        yield from _fragmentation(state)
 
 
 def _device_metrics(state: ClusterState) -> Iterator[Metric]:
@@ -145,6 +148,41 @@ def _problem_metrics(state: ClusterState) -> Iterator[Metric]:
     )
     undecodable.add_metric([], sum(1 for r in state.pods.values() if r.problem))
     yield undecodable
+
+
+def _fragmentation(state: ClusterState) -> Iterator[Metric]:
+    """hami's fragmentation gauges (``hami.scheduling.fragmentation``): per card, per model, and the index."""
+    cards = card_fragments(state)
+    labels = ["node", "device_uuid", "device_type", "vendor"]
+    stranded_mem = GaugeMetricFamily(
+        "hami_gpu_stranded_memory_bytes", "Free device memory no pod shape seen in the cluster can use", labels=labels
+    )
+    stranded_cores = GaugeMetricFamily(
+        "hami_gpu_stranded_cores_ratio", "Free device cores no pod shape seen in the cluster can use", labels=labels
+    )
+    largest = GaugeMetricFamily(
+        "hami_gpu_largest_slice_memory_bytes", "Memory one more pod could get on the device (0: full)", labels=labels
+    )
+    for c in cards:
+        base = [c.node, c.uuid, c.model, c.vendor]
+        stranded_mem.add_metric(base, c.stranded_mem * _MIB)
+        stranded_cores.add_metric(base, c.stranded_cores)
+        largest.add_metric(base, c.largest_mem * _MIB)
+    yield from (stranded_mem, stranded_cores, largest)
+    model_labels = ["vendor", "device_type"]
+    model_mem = GaugeMetricFamily(
+        "hami_model_stranded_memory_bytes", "Stranded device memory per card model", labels=model_labels
+    )
+    model_free = GaugeMetricFamily("hami_model_free_cards", "Wholly free cards per card model", labels=model_labels)
+    for m in model_fragments(cards):
+        model_mem.add_metric([m.vendor, m.model], m.stranded_mem * _MIB)
+        model_free.add_metric([m.vendor, m.model], m.whole_free_cards)
+    yield from (model_mem, model_free)
+    index = GaugeMetricFamily(
+        "hami_fragmentation_index", "Share of the cluster's free device memory that is stranded (0..1)"
+    )
+    index.add_metric([], fragmentation_index(cards))
+    yield index
 
 
 class Metrics:

@@ -54,10 +54,11 @@ def decisions_document(outcomes: Iterable[Outcome]) -> dict[str, object]:
 
 
 def fragmentation_document(state: ClusterState) -> object | None:
-    """HOOK for the fragmentation view (issue 16 item 3, built on branch ops-top): return its JSON here and the
-    document gains a ``"fragmentation"`` field after ``"utilization"``. None (no field) until it exists."""
-    del state
-    return None
+    """The fragmentation view (``hami.simulate.top.fragmentation_json``: the cluster index, per-model totals, per-card
+    stranded memory/cores and largest slice), the document's ``"fragmentation"`` field after ``"utilization"``."""
+    from hami.simulate.top import fragmentation_json  # top renders with this module's helpers
+
+    return fragmentation_json(state)
 
 
 def utilization_document(state: ClusterState) -> list[dict[str, object]]:

@@ -132,6 +132,8 @@ class Simulator:
         self.known_resources = known_resource_names(config)
         owned = [n for v in self.vendors.values() for n in (v.resources.count, v.resources.memory, v.resources.core)]
         self.managed_domains = frozenset(n.partition("/")[0] for n in owned if n and "/" in n)
+        self.existing: dict[str, Pod] = {}
+        """The snapshot's pods that hold devices, by the UID their ledger record has."""
 
     # --- the snapshot ----------------------------------------------------------------------------------
     def add_snapshot(self, snap: Snapshot) -> None:
@@ -181,6 +183,7 @@ class Simulator:
             self.warnings.append(f"{item.origin}: uid {record.uid} already charged by another pod; skipped")
             return None
         self._uids.add(record.uid)
+        self.existing[record.uid] = pod
         missing = self.state.dangling.get(record.uid)
         if missing:
             uuids = ", ".join(sorted(uuid for _, uuid in missing))

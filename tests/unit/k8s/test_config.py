@@ -106,7 +106,8 @@ def test_insecure_skip_tls_verify_turns_verification_off(tmp_path: Path) -> None
             "cannot read",
         ),
         ({"user": {"client-certificate-data": b64(b"x")}}, "users[u1].user.client-key", "needs both"),
-        ({"user": {"exec": {"command": "aws"}}}, "users[u1].user.exec", "not supported by hami"),
+        ({"user": {"exec": {"command": "aws"}}}, "users[u1].user.exec.apiVersion", "must be one of"),
+        ({"user": {"auth-provider": {"name": "gcp"}}}, "users[u1].user.auth-provider.name", "gke-gcloud-auth-plugin"),
         ({"user": {"token": 5}}, "users[0].user.token", "Expected `str | null`, got `int`"),
     ],
     ids=[
@@ -116,7 +117,8 @@ def test_insecure_skip_tls_verify_turns_verification_off(tmp_path: Path) -> None
         "bad-base64",
         "missing-ca-file",
         "cert-without-key",
-        "exec-plugin",
+        "exec-plugin-without-api-version",
+        "removed-gcp-provider",
         "wrong-type",
     ],
 )

@@ -94,3 +94,24 @@ async def test_requests_and_results_are_counted(world: World, scrape: Callable[[
     assert counts == {"filter": 2, "bind": 1}
     stages = {s[0]["stage"]: s[1] for s in samples["hami_stage_duration_seconds_count"]}
     assert stages == {"decide": 2, "commit": 1}
+
+
+async def test_fragmentation_gauges(world: World, scrape: Callable[[], Awaitable[Samples]]) -> None:
+    world.add_node(gpu_node("n1", gpus=2, mem=24000))
+    await world.filter(world.add_pod(gpu_pod("p1", mem=10000, cores=40)), ["n1"])
+
+    samples = await scrape()
+
+    # binpack/spread aside, one card holds p1: 14000 MiB and 60 cores free there; one more 10000/40 pod fits
+    by_card = {labels["device_uuid"]: value for labels, value in samples["hami_gpu_stranded_memory_bytes"]}
+    used = next(uuid for uuid, value in by_card.items() if value)
+    assert by_card[used] == 4000 * MIB
+    assert sorted(by_card.values()) == [0, 4000 * MIB]
+    cores = {labels["device_uuid"]: value for labels, value in samples["hami_gpu_stranded_cores_ratio"]}
+    assert cores[used] == 20
+    largest = {labels["device_uuid"]: value for labels, value in samples["hami_gpu_largest_slice_memory_bytes"]}
+    assert sorted(largest.values()) == [14000 * MIB, 24000 * MIB]
+    model = {"vendor": "NVIDIA", "device_type": "NVIDIA-A100"}
+    assert samples["hami_model_stranded_memory_bytes"] == [(model, 4000 * MIB)]
+    assert samples["hami_model_free_cards"] == [(model, 1)]
+    assert samples["hami_fragmentation_index"] == [({}, 4000 / 38000)]

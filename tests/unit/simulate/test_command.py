@@ -12,7 +12,7 @@ def test_json_output_is_exactly_one_document_and_warnings_go_to_stderr() -> None
     result = run_cli("--snapshot", DATA / "malformed-node.yaml", DATA / "pods-web.yaml", "-o", "json", "--now", "42")
     assert result.code == 0
     doc = json.loads(result.stdout)  # the whole of stdout is one JSON document
-    assert list(doc) == ["summary", "decisions", "utilization"]  # fixed order; no "fragmentation" yet
+    assert list(doc) == ["summary", "decisions", "utilization", "fragmentation"]  # fixed order
     assert doc["summary"] == {
         "nodes": 2,
         "devices": 1,

@@ -88,7 +88,7 @@ def test_render_json_is_one_document_with_keys_in_the_documented_order() -> None
     sim, outcomes = simulate(["kubectl-list.json"], ["pods-web.yaml", "pods-fill.yaml"])
     text = render_json(sim.state, outcomes)
     doc = json.loads(text)
-    assert list(doc) == ["summary", "decisions", "utilization"]
+    assert list(doc) == ["summary", "decisions", "utilization", "fragmentation"]
     fields = ["node", "device", "vendor", "type", "slots", "memory", "cores"]
     fields += ["health", "cordoned", "unschedulable", "mig", "blocked"]
     assert [list(u) for u in doc["utilization"]] == [fields] * len(doc["utilization"])

@@ -1,0 +1,361 @@
+"""``hami top``: per node and per card, what is used, what is free, who holds it and what is stranded.
+
+``build_top`` turns a ``ClusterState`` (the scheduler's own ledger, built from a snapshot or a live listing)
+into plain rows, filtered and sorted; ``render_top`` prints them for a person (colour only when asked: the
+caller decides by whether standard output is a terminal) and ``top_json`` as one JSON document. Pure.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from hami.scheduling.fragmentation import (
+    CardFragment,
+    ModelFragment,
+    card_fragments,
+    fragmentation_index,
+    model_fragments,
+)
+from hami.scheduling.state import ClusterState
+
+__all__ = [
+    "SORT_KEYS",
+    "CardHolder",
+    "CardRow",
+    "NodeRow",
+    "TopFilter",
+    "TopView",
+    "build_top",
+    "render_top",
+    "top_json",
+]
+
+SORT_KEYS: Final = ("node", "free-memory", "used-memory", "stranded", "pods")
+
+
+@dataclass(frozen=True, slots=True)
+class TopFilter:
+    """What to show: shell-style patterns for node and model (case-insensitive for the model), an exact vendor
+    key (case-insensitive), and a namespace (only cards holding one of its pods, and only those pods)."""
+
+    node: str = ""
+    vendor: str = ""
+    model: str = ""
+    namespace: str = ""
+    sort: str = "node"
+
+
+@dataclass(frozen=True, slots=True)
+class CardHolder:
+    """One pod's share of one card."""
+
+    pod: str
+    mem: int
+    cores: int
+
+
+@dataclass(frozen=True, slots=True)
+class CardRow:
+    node: str
+    vendor: str
+    index: int
+    uuid: str
+    model: str
+    health: str  # "healthy", "unhealthy", "cordoned" or "blocked: <why>"
+    slots: tuple[int, int]  # used, total
+    memory: tuple[int, int]  # MiB used, total
+    cores: tuple[int, int]  # used, total
+    pods: tuple[CardHolder, ...]
+    fragment: CardFragment
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    name: str
+    schedulable: bool
+    cards: tuple[CardRow, ...]
+    problems: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TopView:
+    nodes: tuple[NodeRow, ...]
+    models: tuple[ModelFragment, ...]
+    fragmentation_index: float
+
+
+def _holders(state: ClusterState, namespace: str) -> dict[tuple[str, str], list[CardHolder]]:
+    out: dict[tuple[str, str], list[CardHolder]] = {}
+    for record in sorted(state.pods.values(), key=lambda r: r.key):
+        if namespace and record.namespace != namespace:
+            continue
+        for ch in record.charges:
+            out.setdefault((ch.vendor, ch.uuid), []).append(CardHolder(record.key, ch.mem, ch.cores))
+    return out
+
+
+def _health(state: ClusterState, node: str, vendor: str, i: int) -> str:
+    n = state.nodes[node]
+    table = n.tables[vendor]
+    info = table.infos[i]
+    if not info.health:
+        return "unhealthy"
+    if table.broken[i] is not None:
+        return f"blocked: {table.broken[i]}"
+    if info.id in n.cordoned:
+        return "cordoned"
+    return "healthy"
+
+
+def _sort_key(sort: str) -> Any:
+    if sort == "free-memory":
+        return lambda c: (-c.fragment.free_mem, c.node, c.index)
+    if sort == "used-memory":
+        return lambda c: (-c.memory[0], c.node, c.index)
+    if sort == "stranded":
+        return lambda c: (-c.fragment.stranded_mem, c.node, c.index)
+    if sort == "pods":
+        return lambda c: (-len(c.pods), c.node, c.index)
+    return lambda c: (c.node, c.vendor, c.index)
+
+
+def build_top(state: ClusterState, flt: TopFilter = TopFilter()) -> TopView:
+    """The rows ``hami top`` shows. Fragmentation is judged over the whole cluster (filters only hide rows)."""
+    if flt.sort not in SORT_KEYS:
+        raise ValueError(f"sort must be one of {', '.join(SORT_KEYS)}")
+    fragments = {(c.node, c.vendor, c.uuid): c for c in card_fragments(state)}
+    cards = sorted(_card_rows(state, flt, fragments), key=_sort_key(flt.sort))
+    order: list[str] = []
+    per_node: dict[str, list[CardRow]] = {}
+    for card in cards:
+        if card.node not in per_node:
+            order.append(card.node)
+        per_node.setdefault(card.node, []).append(card)
+    if not (flt.vendor or flt.model or flt.namespace):  # nodes without any card still show (say, unregistered)
+        for name in sorted(state.nodes):
+            if name not in per_node and (not flt.node or fnmatch.fnmatchcase(name, flt.node)):
+                order.append(name)
+                per_node[name] = []
+    nodes = tuple(
+        NodeRow(n, not state.nodes[n].unschedulable, tuple(per_node[n]), dict(state.nodes[n].problems)) for n in order
+    )
+    everything = list(fragments.values())
+    return TopView(nodes, tuple(model_fragments(everything)), fragmentation_index(everything))
+
+
+def _card_rows(state: ClusterState, flt: TopFilter, fragments: Mapping[tuple[str, str, str], Any]) -> Iterator[CardRow]:
+    """Every card the filter lets through, in node, vendor and registration order."""
+    holders = _holders(state, flt.namespace)
+    for name in sorted(state.nodes):
+        if flt.node and not fnmatch.fnmatchcase(name, flt.node):
+            continue
+        node = state.nodes[name]
+        for vendor in sorted(node.tables):
+            if flt.vendor and vendor.casefold() != flt.vendor.casefold():
+                continue
+            table = node.tables[vendor]
+            for i, info in enumerate(table.infos):
+                if flt.model and not fnmatch.fnmatch(info.type.casefold(), flt.model.casefold()):
+                    continue
+                pods = tuple(holders.get((vendor, info.id), ()))
+                if flt.namespace and not pods:
+                    continue
+                yield CardRow(
+                    node=name,
+                    vendor=vendor,
+                    index=info.index,
+                    uuid=info.id,
+                    model=info.type,
+                    health=_health(state, name, vendor, i),
+                    slots=(table.used[i], info.count),
+                    memory=(table.usedmem[i], info.devmem),
+                    cores=(table.usedcores[i], info.devcore),
+                    pods=pods,
+                    fragment=fragments[(name, vendor, info.id)],
+                )
+
+
+# --- text -----------------------------------------------------------------------------------------------
+
+_RESET: Final = "\033[0m"
+_BOLD: Final = "\033[1m"
+_RED: Final = "\033[31m"
+_YELLOW: Final = "\033[33m"
+_GREEN: Final = "\033[32m"
+_DIM: Final = "\033[2m"
+
+
+def _bar(used: int, total: int, width: int = 10) -> str:
+    if total <= 0:
+        return " " * width
+    filled = min(width, round(width * used / total))
+    return "#" * filled + "." * (width - filled)
+
+
+def _pct(used: int, total: int) -> int:
+    return round(100 * used / total) if total > 0 else 0
+
+
+def _pods_cell(pods: Sequence[CardHolder]) -> str:
+    return ", ".join(f"{p.pod} ({p.mem} MiB, {p.cores}%)" for p in pods) or "-"
+
+
+def _paint(text: str, code: str, colour: bool) -> str:
+    return f"{code}{text}{_RESET}" if colour and code else text
+
+
+def _usage_colour(used: int, total: int) -> str:
+    pct = _pct(used, total)
+    return _RED if pct >= 90 else _YELLOW if pct >= 60 else _GREEN
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[tuple[str, str]]], colour: bool) -> list[str]:
+    """Columns padded on the plain text; colour codes wrap each cell after padding."""
+    widths = [len(h) for h in header]
+    for row in rows:
+        for i, (text, _) in enumerate(row):
+            widths[i] = max(widths[i], len(text))
+    lines = [_paint("  ".join(h.ljust(widths[i]) for i, h in enumerate(header)).rstrip(), _BOLD, colour)]
+    for row in rows:
+        cells = [
+            _paint(text.ljust(widths[i]) if i < len(row) - 1 else text, code, colour)
+            for i, (text, code) in enumerate(row)
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return lines
+
+
+def render_top(view: TopView, colour: bool = False) -> str:
+    """Per node a header line, then one line per card; then per model the fragmentation summary."""
+    if not view.nodes:
+        return "no node matches (or the cluster has none)"
+    lines: list[str] = []
+    for node in view.nodes:
+        state = "schedulable" if node.schedulable else "cordoned (unschedulable)"
+        head = f"{node.name}  {len(node.cards)} card(s), {state}"
+        for vendor, problem in sorted(node.problems.items()):
+            head += f"; {vendor} registration refused: {problem}"
+        lines.append(_paint(head, _BOLD, colour) if node.schedulable else _paint(head, _YELLOW, colour))
+        rows = []
+        for c in node.cards:
+            health_code = "" if c.health == "healthy" else _RED
+            rows.append(
+                [
+                    (f"  {c.index}", ""),
+                    (c.uuid, ""),
+                    (c.model, ""),
+                    (f"{c.slots[0]}/{c.slots[1]}", _usage_colour(*c.slots)),
+                    (f"{c.memory[0]}/{c.memory[1]} {_bar(*c.memory)} {_pct(*c.memory)}%", _usage_colour(*c.memory)),
+                    (f"{c.cores[0]}/{c.cores[1]}", _usage_colour(*c.cores)),
+                    (
+                        str(c.fragment.stranded_mem) if c.fragment.stranded_mem else "-",
+                        _YELLOW if c.fragment.stranded_mem else "",
+                    ),
+                    (c.health, health_code),
+                    (_pods_cell(c.pods), _DIM if not c.pods else ""),
+                ]
+            )
+        if rows:
+            header = ["  #", "DEVICE", "MODEL", "SLOTS", "MEMORY MiB", "CORES", "STRANDED MiB", "HEALTH", "PODS"]
+            lines += _table(header, rows, colour)
+        lines.append("")
+    if view.models:
+        lines.append(_paint(f"Fragmentation (cluster index {view.fragmentation_index:.2f})", _BOLD, colour))
+        rows = [
+            [
+                (m.vendor, ""),
+                (m.model, ""),
+                (str(m.cards), ""),
+                (str(m.whole_free_cards), ""),
+                (str(m.free_mem), ""),
+                (str(m.stranded_mem), _YELLOW if m.stranded_mem else ""),
+                (str(m.stranded_cores), _YELLOW if m.stranded_cores else ""),
+                (f"{m.largest_mem} MiB, {m.largest_cores}%", ""),
+            ]
+            for m in view.models
+        ]
+        header = [
+            "VENDOR",
+            "MODEL",
+            "CARDS",
+            "FREE CARDS",
+            "FREE MiB",
+            "STRANDED MiB",
+            "STRANDED CORES",
+            "LARGEST SLICE",
+        ]
+        lines += _table(header, rows, colour)
+    return "\n".join(lines).rstrip()
+
+
+def top_json(view: TopView) -> dict[str, Any]:
+    """The view as one JSON-able document (field names are stable; memory in MiB, cores in percent)."""
+
+    def card(c: CardRow) -> dict[str, Any]:
+        f = c.fragment
+        return {
+            "vendor": c.vendor,
+            "index": c.index,
+            "uuid": c.uuid,
+            "model": c.model,
+            "health": c.health,
+            "slots": {"used": c.slots[0], "total": c.slots[1]},
+            "memoryMiB": {"used": c.memory[0], "total": c.memory[1]},
+            "cores": {"used": c.cores[0], "total": c.cores[1]},
+            "pods": [{"pod": p.pod, "memoryMiB": p.mem, "cores": p.cores} for p in c.pods],
+            "strandedMemoryMiB": f.stranded_mem,
+            "strandedCores": f.stranded_cores,
+            "largestSlice": {"memoryMiB": f.largest_mem, "cores": f.largest_cores},
+        }
+
+    return {
+        "nodes": [
+            {
+                "name": n.name,
+                "schedulable": n.schedulable,
+                "problems": dict(n.problems),
+                "cards": [card(c) for c in n.cards],
+            }
+            for n in view.nodes
+        ],
+        "fragmentation": {
+            "index": round(view.fragmentation_index, 4),
+            "models": [
+                {
+                    "vendor": m.vendor,
+                    "model": m.model,
+                    "cards": m.cards,
+                    "wholeFreeCards": m.whole_free_cards,
+                    "freeMemoryMiB": m.free_mem,
+                    "freeCores": m.free_cores,
+                    "strandedMemoryMiB": m.stranded_mem,
+                    "strandedCores": m.stranded_cores,
+                    "largestSlice": {"memoryMiB": m.largest_mem, "cores": m.largest_cores},
+                }
+                for m in view.models
+            ],
+        },
+    }
+
+
+def fragmentation_json(state: ClusterState) -> dict[str, Any]:
+    """The cluster's fragmentation as JSON (the ``"fragmentation"`` field of ``hami simulate -o json`` and of
+    ``hami top -o json``): the index, per model totals, and per card the stranded memory/cores and largest slice."""
+    view = build_top(state)
+    doc = top_json(view)["fragmentation"]
+    doc["cards"] = [
+        {
+            "node": c.node,
+            "uuid": c.uuid,
+            "model": c.model,
+            "strandedMemoryMiB": c.fragment.stranded_mem,
+            "strandedCores": c.fragment.stranded_cores,
+            "largestSlice": {"memoryMiB": c.fragment.largest_mem, "cores": c.fragment.largest_cores},
+        }
+        for n in view.nodes
+        for c in n.cards
+    ]
+    return doc  # type: ignore[no-any-return]

@@ -1,0 +1,59 @@
+"""The read-only listing behind ``hami top``/``hami explain``, and a credential source asked again after a 401."""
+
+from __future__ import annotations
+
+from hami.k8s.client import KubeClient
+from hami.k8s.config import KubeConfig
+from hami.k8s.credentials import CredentialSource
+from hami.k8s.listing import list_cluster
+from hami.k8s.resources import NODES
+from hami.protocol.objects import Node
+from tests.unit.k8s.conftest import FakeClock, FakeSleep
+from tests.unit.k8s.fakeapi import FakeApi, Reply, obj, status_body
+
+
+def listing(*items: dict[str, object]) -> dict[str, object]:
+    return {"kind": "List", "metadata": {"resourceVersion": "5"}, "items": list(items)}
+
+
+async def test_nodes_live_pods_and_quotas_are_listed(api: FakeApi, client: KubeClient) -> None:
+    api.script("GET", "/api/v1/nodes", Reply(body=listing(obj("n1", "1"))))
+    api.script("GET", "/api/v1/pods", Reply(body=listing(obj("p1", "2", namespace="ml"))))
+    api.script("GET", "/api/v1/resourcequotas", Reply(body=listing(obj("q", "3", namespace="ml"))))
+    got = await list_cluster(client)
+    assert [n.metadata.name for n in got.nodes] == ["n1"]
+    assert [p.key for p in got.pods] == ["ml/p1"]
+    assert [q.metadata.name for q in got.quotas] == ["q"]
+    assert got.notes == []
+    (pods,) = api.calls("GET", "/api/v1/pods")
+    assert pods.query["fieldSelector"] == "status.phase!=Succeeded,status.phase!=Failed"
+
+
+async def test_quotas_that_may_not_be_read_are_a_note(api: FakeApi, client: KubeClient) -> None:
+    api.script("GET", "/api/v1/nodes", Reply(body=listing()))
+    api.script("GET", "/api/v1/pods", Reply(body=listing()))
+    api.script("GET", "/api/v1/resourcequotas", Reply(403, status_body(403, "forbidden", "Forbidden")))
+    got = await list_cluster(client)
+    assert got.quotas == []
+    assert got.notes == ["resource quotas not readable with these credentials; quota limits are not applied"]
+
+
+class Rotating(CredentialSource):
+    def __init__(self) -> None:
+        self.tokens = ["stale", "fresh"]
+        self.invalidated = 0
+
+    def token(self) -> str | None:
+        return self.tokens[min(self.invalidated, 1)]
+
+    def invalidate(self) -> None:
+        self.invalidated += 1
+
+
+async def test_a_401_asks_the_credential_source_once_more(api: FakeApi, clock: FakeClock, sleep: FakeSleep) -> None:
+    api.script("GET", "/api/v1/nodes/n1", Reply(401, status_body(401, "Unauthorized", "Unauthorized")), Reply(body={}))
+    source = Rotating()
+    async with KubeClient(KubeConfig(server=api.url, credential=source), clock=clock, sleep=sleep) as kube:
+        await kube.get(NODES, "n1", type=Node)
+    assert [r.headers["authorization"] for r in api.calls("GET")] == ["Bearer stale", "Bearer fresh"]
+    assert source.invalidated == 1

@@ -1,0 +1,105 @@
+"""Small clusters for the views' tests, written as the objects ``kubectl get … -o json`` prints and read through
+the simulator's own loader (so the views see exactly what a snapshot gives them)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from hami.config import default_device_config
+from hami.protocol.inventory import DeviceInfo, encode_inventory_json
+from hami.scheduling.request import SchedulingDefaults
+from hami.simulate.loading import load_snapshot
+from hami.simulate.simulator import Simulator
+
+Card = tuple[int, int]  # MiB, slots
+
+
+def node(
+    name: str,
+    cards: Sequence[Card],
+    *,
+    model: str = "NVIDIA-Tesla T4",
+    labels: dict[str, str] | None = None,
+    unschedulable: bool = False,
+    unhealthy: Sequence[int] = (),
+    cordon: Sequence[int] = (),
+) -> dict[str, Any]:
+    devices = [
+        DeviceInfo(
+            id=f"GPU-{name}-{i}",
+            index=i,
+            count=slots,
+            devmem=mem,
+            devcore=100,
+            type=model,
+            mode="hami-core",
+            health=i not in unhealthy,
+        )
+        for i, (mem, slots) in enumerate(cards)
+    ]
+    annotations = {"hami.io/node-nvidia-register": encode_inventory_json(devices)}
+    if cordon:
+        annotations["hami.io/device-cordon"] = ",".join(f"GPU-{name}-{i}" for i in cordon)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, **(labels or {})},
+            "annotations": annotations,
+        },
+        "spec": {"unschedulable": unschedulable} if unschedulable else {},
+    }
+
+
+def pod(
+    name: str,
+    mem: int,
+    cores: int = 0,
+    *,
+    gpus: int = 1,
+    namespace: str = "team",
+    on: str | None = None,
+    cards: Sequence[int] = (0,),
+    annotations: dict[str, str] | None = None,
+    node_selector: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A pod asking for ``gpus`` × (``mem`` MiB, ``cores``%); with ``on`` it already holds ``cards`` of that node."""
+    notes = dict(annotations or {})
+    if on is not None:
+        allocated = "".join(f"GPU-{on}-{c},NVIDIA,{mem},{cores}:" for c in cards) + ";"
+        notes |= {
+            "hami.io/vgpu-node": on,
+            "hami.io/vgpu-time": "1700000000",
+            "hami.io/bind-phase": "success",
+            "hami.io/vgpu-devices-allocated": allocated,
+            "hami.io/vgpu-devices-to-allocate": ";",
+        }
+    limits = {"nvidia.com/gpu": gpus, "nvidia.com/gpumem": mem}
+    if cores:
+        limits["nvidia.com/gpucores"] = cores
+    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "x", "resources": {"limits": limits}}]}
+    if on is not None:
+        spec["nodeName"] = on
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{namespace}-{name}", "annotations": notes},
+        "spec": spec,
+        "status": {"phase": "Running" if on else "Pending"},
+    }
+
+
+def snapshot_text(*objects: dict[str, Any]) -> str:
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)})
+
+
+def simulator(*objects: dict[str, Any]) -> Simulator:
+    sim = Simulator(default_device_config(), SchedulingDefaults())
+    sim.add_snapshot(load_snapshot([("snapshot.json", snapshot_text(*objects))]))
+    assert sim.warnings == []
+    return sim

@@ -1,0 +1,129 @@
+"""``hami simulate --defrag``: the fewest moves that free whole cards, on fixtures whose optimum is known."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from hami.cli import app
+from hami.simulate.defrag import defrag_json, plan_defrag, render_defrag
+from tests.unit.simulate.clusterfix import node, pod, simulator, snapshot_text
+
+
+def card_usage(sim) -> dict[str, int]:
+    return {
+        info.id: table.usedmem[i]
+        for n in sim.state.nodes.values()
+        for table in n.tables.values()
+        for i, info in enumerate(table.infos)
+    }
+
+
+def test_one_move_frees_the_card_held_by_a_single_pod() -> None:
+    # 24000 MiB in use on 3 of 4 cards: at best they fit on 2, so one card can be freed, with one move (x1).
+    sim = simulator(
+        node("a", [(16000, 4)] * 4),
+        pod("x1", 4000, on="a", cards=(0,)),
+        pod("y1", 4000, on="a", cards=(1,)),
+        pod("y2", 4000, on="a", cards=(1,)),
+        pod("z1", 4000, on="a", cards=(2,)),
+        pod("z2", 4000, on="a", cards=(2,)),
+        pod("z3", 4000, on="a", cards=(2,)),
+    )
+    plan = plan_defrag(sim)
+    assert [m.pod for m in plan.moves] == ["team/x1"]
+    assert plan.freed == (("a", "GPU-a-0"),)
+    assert (plan.free_before, plan.free_after, plan.cards) == (1, 2, 4)
+    assert sim.state.verify() == []
+    assert all(used <= 16000 for used in card_usage(sim).values())
+
+
+def test_two_cards_freed_with_two_moves_across_nodes() -> None:
+    sim = simulator(
+        node("a", [(16000, 4)]),
+        node("b", [(16000, 4), (16000, 4)]),
+        pod("p", 8000, on="a"),
+        pod("q", 6000, on="b", cards=(0,)),
+        pod("r", 2000, on="b", cards=(1,)),
+    )
+    plan = plan_defrag(sim)
+    assert len(plan.moves) == 2  # the optimum: every freed card costs at least one move
+    assert len(plan.freed) == 2
+    assert (plan.free_before, plan.free_after) == (0, 2)
+    assert sorted(card_usage(sim).values()) == [0, 0, 16000]
+
+
+def test_nothing_moves_when_no_card_can_be_emptied() -> None:
+    sim = simulator(
+        node("a", [(16000, 4), (16000, 4)]),
+        pod("big1", 12000, on="a", cards=(0,)),
+        pod("big2", 12000, on="a", cards=(1,)),
+    )
+    plan = plan_defrag(sim)
+    assert plan.moves == ()
+    assert "no card can be freed" in render_defrag(plan)
+    assert sorted(card_usage(sim).values()) == [12000, 12000]  # the ledger is as it was
+
+
+def test_node_selector_is_respected() -> None:
+    sim = simulator(
+        node("a", [(16000, 4)], labels={"zone": "x"}),
+        node("b", [(16000, 4)], labels={"zone": "y"}),
+        pod("p", 4000, on="a", node_selector={"zone": "x"}),
+        pod("q", 4000, on="b", node_selector={"zone": "y"}),
+    )
+    assert plan_defrag(sim).moves == ()
+
+
+def test_text_json_and_cli(tmp_path: Path) -> None:
+    objects = [
+        node("a", [(16000, 4)] * 2),
+        pod("x1", 4000, on="a", cards=(0,)),
+        pod("y1", 4000, on="a", cards=(1,)),
+        pod("y2", 4000, on="a", cards=(1,)),
+    ]
+    plan = plan_defrag(simulator(*objects))
+    assert render_defrag(plan).splitlines() == [
+        "Defragmentation plan (dry run): 1 move(s) free 1 card(s); whole free cards 0 -> 1 of 2",
+        "  1. move team/x1: a (GPU-a-0) -> a (GPU-a-1)",
+        "  frees a/GPU-a-0",
+    ]
+    assert defrag_json(plan)["moves"] == [
+        {"pod": "team/x1", "from": {"node": "a", "devices": ["GPU-a-0"]}, "to": {"node": "a", "devices": ["GPU-a-1"]}}
+    ]
+    snap = tmp_path / "snap.json"
+    snap.write_text(snapshot_text(*objects))
+    result = CliRunner().invoke(app, ["simulate", "--snapshot", str(snap), "--defrag", "-o", "json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["freedCards"] == [{"node": "a", "uuid": "GPU-a-0"}]
+    missing = CliRunner().invoke(app, ["simulate", "--defrag"])
+    assert missing.exit_code == 2
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        # the pods on one card (MiB each), as a real ledger holds them: never more than the card has
+        st.lists(st.sampled_from([1000, 2000, 4000, 6000, 8000]), max_size=3).filter(lambda ps: sum(ps) <= 16000),
+        min_size=2,
+        max_size=5,
+    )
+)
+def test_plans_never_over_allocate_and_only_ever_free_cards(cards: list[list[int]]) -> None:
+    objects = [node("a", [(16000, 4)] * len(cards))]
+    for c, pods in enumerate(cards):
+        objects += [pod(f"p{c}-{i}", mem, on="a", cards=(c,)) for i, mem in enumerate(pods)]
+    sim = simulator(*objects)
+    before = card_usage(sim)
+    plan = plan_defrag(sim)
+    after = card_usage(sim)
+    assert sim.state.verify() == []
+    assert all(0 <= used <= 16000 for used in after.values())
+    assert sum(after.values()) == sum(before.values())  # pods move, none is lost
+    assert plan.free_after == plan.free_before + len(plan.freed)
+    assert all(after[uuid] == 0 for _, uuid in plan.freed)
+    assert len(plan.moves) >= len(plan.freed)
