@@ -22,7 +22,7 @@ An invalid pod has ``node: null``, empty fields and the error as ``message``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 
 from hami.devices.table import DeviceTable
 from hami.protocol.allocation import ContainerDevice
@@ -73,7 +73,11 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 def _mig_labels(o: Outcome) -> dict[tuple[int, int], str]:
     if o.decision is None:
         return {}
-    return {(m.container_index, m.device_index): f"{m.profile}@{m.placement.start}" for m in o.decision.mig}
+    return {
+        (s.container, s.device): f"{s.slice.template}@{s.slice.position.start}"
+        for s in o.decision.slices.get("NVIDIA", ())
+        if isinstance(s.slice.position, MigPlacement)
+    }
 
 
 def _devices_cell(o: Outcome) -> str:
@@ -136,8 +140,9 @@ def render_pending(outcomes: Sequence[Outcome]) -> list[str]:
     return lines
 
 
-def _mig_instances(info: DeviceInfo, placements: Sequence[MigPlacement]) -> str:
+def _mig_instances(info: DeviceInfo, positions: Sequence[Hashable]) -> str:
     names = []
+    placements = [p for p in positions if isinstance(p, MigPlacement)]
     for p in sorted(placements, key=lambda p: (p.start, p.size)):
         profile = next((m.name for m in info.mig_profiles if p in m.placements), f"{p.size}-slice")
         names.append(f"{profile}@{p.start}")
@@ -148,7 +153,7 @@ def _device_note(table: DeviceTable, i: int, cordoned: frozenset[str]) -> str:
     info = table.infos[i]
     notes = []
     if info.mode == "mig":
-        instances = _mig_instances(info, table.mig[i])
+        instances = _mig_instances(info, table.slices[i])
         notes.append(f"MIG: {instances}" if instances else "MIG: no instances")
     if not info.health:
         notes.append("unhealthy")
