@@ -194,10 +194,11 @@ def filter_nodes(
 
 
 def score(state: ClusterState, fits: Iterable[NodeFit], memo: Verdicts | None = None) -> dict[str, float]:
-    """The score stage: each fitting node's score before the pod (spec §5.2)."""
+    """The score stage: each fitting node's score before the pod (spec §5.2), plus the vendors' contributions for
+    the devices chosen there (``NodeFit.score``; 0 for vendors scored on usage alone)."""
     nodes = state.nodes
     if memo is None:
-        return {f.node: nodes[f.node].score() for f in fits}
+        return {f.node: nodes[f.node].score() + f.score for f in fits}
     out: dict[str, float] = {}
     entries = memo.nodes
     for f in fits:

@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from hami.devices.admission import ContainerEdit, CountInLimits
 from hami.devices.base import MEM_PERCENTAGE_UNSET, ContainerRequest, Fitted, NodeInventory, Placement
 from hami.devices.hygon import HygonVendor
 from hami.errors import QuantityError
@@ -109,3 +110,18 @@ def test_decode_inventory(dcu: HygonVendor) -> None:
         Node,
     )
     assert dcu.decode_inventory(node) == NodeInventory((gpu("DCU-a", count=4, devmem=16384, type="DCU-Z100", numa=1),))
+
+
+def test_what_it_owns_behind_the_interface(dcu: HygonVendor) -> None:
+    # HAMi's default admission (found iff the count is in limits), no NUMA annotation, no partitions or slices.
+    admitter = dcu.admitter()
+    assert isinstance(admitter, CountInLimits)
+    assert admitter.admit(_container({COUNT: 1}), "containers[0](c)", ContainerEdit()) is True
+    assert admitter.admit(_container(requests={COUNT: 1}), "containers[0](c)", ContainerEdit()) is False
+    assert (dcu.partitions, dcu.numa_bind({keys.NVIDIA_NUMA_BIND: "not read"}), dcu.extra_annotations(())) == (
+        None,
+        False,
+        {},
+    )
+    assert dcu.decode_slices({"hami.io/vgpu-mig-allocations": "not read"}) == ()
+    assert (dcu.keys.extra, dcu.keys.lock) == ((), "hami.io/mutex.lock")
