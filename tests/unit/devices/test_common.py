@@ -546,6 +546,15 @@ def test_a_second_mig_instance_that_does_not_fit_counts_topology_infeasible() ->
     assert outcome.counts == {R.CARD_MIG_TOPOLOGY_INFEASIBLE: 1, R.ALLOCATED_CARDS_INSUFFICIENT_REQUEST: 2}
 
 
+def test_a_mig_gpu_without_profiles_is_never_shared_as_a_whole_card() -> None:
+    # HAMi plans instances on every mig-mode GPU; with no profile registered none can be planned. (Handing such a
+    # GPU out as a shared card would give its pod no instance, and the ledger then fails the GPU closed.)
+    bare = gpu("GPU-M", devmem=40960, mode="mig")
+    assert fit(table(bare), req(memreq=1000)) == unfit(
+        R.CARD_MIG_TOPOLOGY_INFEASIBLE, Rejection(R.CARD_MIG_TOPOLOGY_INFEASIBLE, "GPU-M", 1000, 40960)
+    )
+
+
 def test_mig_excluded_by_mode_keeps_the_device_count_check() -> None:
     assert fit(table(mig_gpu("GPU-M")), req(nums=2), selector=Selector(modes=frozenset({"hami-core"}))) == Unfit(
         {R.NODE_INSUFFICIENT_DEVICE: 1}, 1, (Rejection(R.NODE_INSUFFICIENT_DEVICE, None, 2, 1),)

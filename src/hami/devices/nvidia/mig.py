@@ -61,8 +61,9 @@ def plan_instances(
 
 
 class MigPartitions:
-    """NVIDIA's partition hook (``hami.devices.base.Partitions``): a GPU in ``mig`` mode that registers profiles is
-    handed out as MIG instances; positions are ``MigPlacement`` slice intervals.
+    """NVIDIA's partition hook (``hami.devices.base.Partitions``): a GPU in ``mig`` mode is handed out as MIG
+    instances of the profiles it registers (none registered: none can be planned, as in HAMi, so the GPU is never
+    shared as a whole card); positions are ``MigPlacement`` slice intervals.
 
     Fail closed (spec §6.8 usage reconstruction): a pod's device on a ``mig`` GPU without a reservation for it
     (no ``hami.io/vgpu-mig-allocations`` entry, or none left) takes the GPU out of service, since its instance
@@ -72,7 +73,7 @@ class MigPartitions:
     infeasible = Reason.CARD_MIG_TOPOLOGY_INFEASIBLE
 
     def carves(self, info: DeviceInfo) -> bool:
-        return info.mode == "mig" and bool(info.mig_profiles)
+        return info.mode == "mig"
 
     def several_per_device(self, infos: Sequence[DeviceInfo], selector: Selector) -> bool:
         return any(self.carves(info) for info in infos) and (selector.modes is None or "mig" in selector.modes)
