@@ -70,10 +70,9 @@ class Decision:
     """The outcome of one decision for one pod.
 
     ``node`` is None when nothing fits. ``devices`` has, per vendor, one entry per container (init first);
-    ``slices``, per vendor, the slices chosen on partitioned devices. ``annotations`` are exactly what hami
-    writes on the pod. ``rejected`` has every candidate that was not
-    chosen *because it does not fit*; ``scores`` every candidate that fits (the chosen one included), best
-    first.
+    ``slices``, per vendor, the slices chosen on partitioned devices. ``annotations`` are exactly what hami writes
+    on the pod. ``rejected`` has every candidate that was not chosen *because it does not fit*; ``scores`` every
+    candidate that fits (the chosen one included), best first.
     """
 
     uid: str

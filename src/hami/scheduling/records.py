@@ -87,7 +87,7 @@ def record_from_pod(pod: Pod, vendors: Mapping[str, Vendor]) -> PodRecord | None
                 devices[name] = fallback
                 problems.append(f"charged from {vendor.keys.to_allocate} instead")
     slices: list[tuple[str, str, Hashable]] = []
-    for name, vendor in vendors.items():
+    for name, vendor in sorted(vendors.items()):  # in reserve's order, so equal records compare equal
         try:
             slices += [(name, uuid, position) for uuid, position in vendor.decode_slices(annotations)]
         except InvalidInput as err:
