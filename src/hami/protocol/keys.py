@@ -1,6 +1,9 @@
-"""Every annotation and label key hami reads or writes, in one place (spec: scheduler-core.md §2.1, §2.10).
+"""Every vendor-neutral annotation and label key hami reads or writes, and NVIDIA's, in one place (spec:
+scheduler-core.md §2.1, §2.10).
 
-No other module spells these strings; import the constants.
+No other module spells these strings; import the constants. NVIDIA's keys are here because the wire codecs and the
+node agent share them; every other vendor's keys (``VendorKeys`` and its pod filters) live in its own module in
+``hami.devices``.
 """
 
 from __future__ import annotations
@@ -105,11 +108,4 @@ NVIDIA_KEYS: Final = VendorKeys(
     allocated="hami.io/vgpu-devices-allocated",
     extra=(NVIDIA_MIG_ALLOCATIONS,),
 )
-HYGON_KEYS: Final = VendorKeys(
-    "DCU",
-    register="hami.io/node-dcu-register",
-    handshake="hami.io/node-handshake-dcu",
-    to_allocate="hami.io/dcu-devices-to-allocate",
-    allocated="hami.io/dcu-devices-allocated",
-)
-__all__ += ["HYGON_KEYS", "NVIDIA_KEYS"]
+__all__ += ["NVIDIA_KEYS"]
