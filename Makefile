@@ -14,17 +14,26 @@ PROTO  := src/hami/deviceplugin/api.proto
 GENDIR := src/hami/deviceplugin/_generated
 GEN    := $(GENDIR)/api_pb2.py
 
-.PHONY: help setup demo test test-fast test-e2e lint fmt typecheck imports testenv helm bench bench-quick bench-profile clean
+.PHONY: help setup test-deps demo test test-fast test-e2e lint fmt typecheck imports testenv helm bench bench-quick bench-profile clean
 
 help:
-	@echo "make demo        run hami's main job on a built-in example cluster (no cluster needed)"
-	@echo "make test        set up everything and run lint, type checks, import contracts and all tests"
-	@echo "make test-fast   the same without the end-to-end tests (no control plane needed)"
-	@echo "make setup       create $(VENV) and install hami with its dev tools"
-	@echo "make test-e2e    only the end-to-end tests (builds the control plane first if needed)"
-	@echo "make testenv     build the local Kubernetes control plane used by end-to-end tests"
-	@echo "make helm        build helm into the same cache (not needed by make test)"
-	@echo "make bench       run the benchmarks (bench-quick: small scenarios only)"
+	@echo "make demo          run hami's main job on a built-in example cluster (no cluster needed)"
+	@echo "make test          set up everything (virtualenv, Debian test packages, control plane, helm) and run"
+	@echo "                   lint, type checks, import contracts and all tests"
+	@echo "make test-fast     lint, type checks and the tests that need no control plane and no helm"
+	@echo "make test-e2e      only the end-to-end tests (builds the control plane and helm first if needed)"
+	@echo "make setup         create $(VENV) and install hami with its dev tools"
+	@echo "make test-deps     install the Debian packages tests run (chromium, prometheus) when missing"
+	@echo "make testenv       build the local Kubernetes control plane used by end-to-end tests"
+	@echo "make helm          build helm into the same cache (make test and make test-e2e run it)"
+	@echo "make lint          ruff lint and format check"
+	@echo "make fmt           format the code and apply ruff's safe fixes"
+	@echo "make typecheck     mypy --strict"
+	@echo "make imports       import-linter's layer contracts"
+	@echo "make bench         run the benchmarks (needs the control plane)"
+	@echo "make bench-quick   the small benchmark scenarios only"
+	@echo "make bench-profile profile the decision path"
+	@echo "make clean         remove the virtualenv, generated code and caches"
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; hami needs Python 3.11" >&2; exit 1; }
@@ -62,6 +71,10 @@ imports: setup
 
 # etcd, kube-apiserver and kube-scheduler built from the Go module proxy into ~/.cache/hami/k8s-v1.Y.Z/;
 # a no-op when that directory is complete. The script needs only the standard library and Go.
+# chromium renders the HTML report in tests; prometheus evaluates the Grafana dashboard's queries
+test-deps:
+	scripts/test-deps
+
 testenv:
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; hami needs Python 3.11" >&2; exit 1; }
 	$(PYTHON) scripts/k8s-testenv build
@@ -69,16 +82,16 @@ testenv:
 helm:
 	$(PYTHON) scripts/k8s-testenv helm
 
-test: setup testenv helm lint typecheck imports
+test: setup test-deps testenv helm lint typecheck imports
 	$(BIN)/pytest
 
-test-fast: setup lint typecheck imports
+test-fast: setup test-deps lint typecheck imports
 	$(BIN)/pytest -m "not e2e and not helm"
 
-test-e2e: setup testenv helm
+test-e2e: setup test-deps testenv helm
 	$(BIN)/pytest -m e2e
 
-bench: setup testenv
+bench: setup testenv helm
 	PYTHONPATH=. $(BIN)/python -m bench.run
 
 bench-quick: setup

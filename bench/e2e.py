@@ -8,7 +8,6 @@ releases it after kubelet's Allocate). Without it each node would bind one pod p
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -18,9 +17,11 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
-from tests.e2e.cluster import ApiError, ControlPlane, free_port, start_control_plane
+from tests.e2e.cluster import ApiError, ControlPlane, KubeClient, free_port, start_control_plane
+from tests.e2e.identities import HAMI_SA, chart_identities
 
 from bench.scenarios import node_devices, pair_scores
 from hami.protocol import keys
@@ -43,13 +44,21 @@ NVIDIA_RESOURCES = [
 
 
 def _release_locks(cp: ControlPlane, namespace: str, stop: threading.Event) -> None:
-    """The device plugin's part: release the node lock of every pod as soon as it is bound (watching pods)."""
-    kube = cp.client()
+    """The device plugin's part: release the node lock of every pod as soon as it is bound (watching pods; the
+    watch is opened again when it breaks, e.g. across a kube-apiserver restart, and starts with every pod)."""
+    while not stop.is_set():
+        try:
+            _watch_and_release(cp, namespace, stop)
+        except (httpx.HTTPError, ApiError):
+            time.sleep(0.2)
+
+
+def _watch_and_release(cp: ControlPlane, namespace: str, stop: threading.Event) -> None:
     headers = {"Authorization": f"Bearer {cp.token}"}
     with (
-        contextlib.suppress(httpx.HTTPError),
+        cp.client() as kube,
         httpx.Client(base_url=cp.server, verify=str(cp.ca_file), headers=headers, timeout=None) as http,
-    ):  # the stream ends with an error when the control plane stops
+    ):
         url = f"/api/v1/namespaces/{namespace}/pods"
         with http.stream("GET", url, params={"watch": "1"}) as stream:
             for line in stream.iter_lines():
@@ -92,97 +101,46 @@ def _mean_latencies(metrics: str) -> dict[str, float]:
     return {f"hami_{k}_mean_ms": 1e3 * sums[k] / counts[k] for k in sums if counts.get(k)}
 
 
-def bench_e2e(nodes: int = 100, gpus: int = 8, pods: int = 200, node_policy: str = "spread") -> dict[str, float]:
+THROTTLED = ("--max-requests-inflight=1", "--max-mutating-requests-inflight=1", "--enable-priority-and-fairness=false")
+"""kube-apiserver flags of the 429 storm: one request in flight (one mutating), no priority and fairness, so every
+request beyond that is answered ``429 Retry-After: 1``. The admin is exempt; hami then runs as the chart's
+ServiceAccount."""
+
+
+def bench_e2e(
+    nodes: int = 100,
+    gpus: int = 8,
+    pods: int = 200,
+    node_policy: str = "spread",
+    *,
+    apiserver_args: tuple[str, ...] = (),
+    restart_apiserver_at: int = 0,
+) -> dict[str, float]:
+    """Bind ``pods`` pods and time it. With ``apiserver_args`` (e.g. :data:`THROTTLED`) hami runs under the chart's
+    ServiceAccount, which the server's limits apply to (needs ``make helm``). With ``restart_apiserver_at`` > 0,
+    kube-apiserver is SIGKILLed once that many pods are bound and started again; the result then also has
+    ``apiserver_restart_s`` (until it answered /readyz again), ``recover_s`` (from then until the next pod was
+    bound) and ``restart_to_all_s`` (from then until every pod was)."""
     with tempfile.TemporaryDirectory(prefix="hami-bench-") as tmp:
-        cp = start_control_plane(Path(tmp))
+        cp = start_control_plane(Path(tmp), apiserver_args=apiserver_args)
         hami: subprocess.Popen[bytes] | None = None
         stop = threading.Event()
         try:
             kube = cp.client()
-            for n in range(nodes):
-                devs = list(node_devices(n, gpus))
-                scores = [PairScore(u, s) for u, s in pair_scores(n, gpus).items()]
-                kube.create_node(
-                    f"node-{n:05d}",
-                    extended={"nvidia.com/gpu": gpus * 10},
-                    annotations={
-                        keys.NVIDIA_REGISTER: encode_inventory_json(devs),
-                        keys.NVIDIA_SCORE: encode_pair_scores(scores),
-                    },
-                )
+            kubeconfig = cp.kubeconfig
+            if apiserver_args:  # the chart's ServiceAccount: the server's in-flight limits apply to it
+                kubeconfig = chart_identities(cp).kubeconfig(HAMI_SA)
+            _create_nodes(kube, nodes, gpus)
             port, metrics_port = free_port(), free_port()
-            log = open(Path(tmp) / "hami.log", "wb")  # noqa: SIM115 - closed with the process
-            hami = subprocess.Popen(
-                [
-                    sys.executable,
-                    *PROFILE,
-                    "-c",
-                    "from hami.cli import main; main()",
-                    "scheduler",
-                    "--kubeconfig",
-                    str(cp.kubeconfig),
-                    "--http_bind",
-                    f"127.0.0.1:{port}",
-                    "--metrics-bind-address",
-                    f"127.0.0.1:{metrics_port}",
-                    "--node-scheduler-policy",
-                    node_policy,
-                    *EXTRA,
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=os.environ | {"PYTHONUNBUFFERED": "1"},
-            )
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline or hami.poll() is not None:
-                    raise RuntimeError(f"hami did not become ready; see {tmp}/hami.log")
-                time.sleep(0.1)
-            cp.start_scheduler(
-                {
-                    "profiles": [{"schedulerName": "hami-scheduler"}],
-                    "extenders": [
-                        {
-                            "urlPrefix": f"http://127.0.0.1:{port}",
-                            "filterVerb": "filter",
-                            "bindVerb": "bind",
-                            "nodeCacheCapable": True,
-                            "weight": 1,
-                            "httpTimeout": "30s",
-                            "enableHTTPS": False,
-                            "managedResources": [{"name": r, "ignoredByScheduler": True} for r in NVIDIA_RESOURCES],
-                        }
-                    ],
-                }
-            )
+            hami = _start_hami(Path(tmp), kubeconfig, port, metrics_port, node_policy)
+            cp.start_scheduler(_scheduler_config(port))
             ns = kube.create_namespace()
             releaser = threading.Thread(target=_release_locks, args=(cp, ns, stop), daemon=True)
             releaser.start()
-            limits = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1024, "nvidia.com/gpucores": 10}
             t0 = time.perf_counter()
-            with ThreadPoolExecutor(8) as pool:
-                clients = [cp.client() for _ in range(8)]
-                list(
-                    pool.map(
-                        lambda i: clients[i % 8].create_pod(
-                            ns, f"p{i:04d}", limits=limits, scheduler_name="hami-scheduler"
-                        ),
-                        range(pods),
-                    )
-                )
+            _create_pods(cp, ns, pods)
             created = time.perf_counter() - t0
-            bound = 0
-            deadline = time.monotonic() + 300
-            while time.monotonic() < deadline:
-                bound = sum(1 for p in kube.list_pods(ns) if p["spec"].get("nodeName"))
-                if bound == pods:
-                    break
-                time.sleep(0.05)
+            bound, restart = _wait_bound(cp, kube, ns, pods, restart_apiserver_at)
             elapsed = time.perf_counter() - t0
             text = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).text
             result = {
@@ -193,6 +151,7 @@ def bench_e2e(nodes: int = 100, gpus: int = 8, pods: int = 200, node_policy: str
                 "create_s": created,
             }
             result |= _mean_latencies(text)
+            result |= restart
             return result
         finally:
             stop.set()
@@ -203,6 +162,116 @@ def bench_e2e(nodes: int = 100, gpus: int = 8, pods: int = 200, node_policy: str
                 except subprocess.TimeoutExpired:
                     hami.kill()
             cp.stop()
+
+
+def _create_nodes(kube: KubeClient, nodes: int, gpus: int) -> None:
+    for n in range(nodes):
+        devs = list(node_devices(n, gpus))
+        scores = [PairScore(u, s) for u, s in pair_scores(n, gpus).items()]
+        kube.create_node(
+            f"node-{n:05d}",
+            extended={"nvidia.com/gpu": gpus * 10},
+            annotations={
+                keys.NVIDIA_REGISTER: encode_inventory_json(devs),
+                keys.NVIDIA_SCORE: encode_pair_scores(scores),
+            },
+        )
+
+
+def _start_hami(tmp: Path, kubeconfig: Path, port: int, metrics_port: int, node_policy: str) -> subprocess.Popen[bytes]:
+    """``hami scheduler`` in its own process, once its extender answers /readyz."""
+    log = open(tmp / "hami.log", "wb")  # noqa: SIM115 - closed with the process
+    hami = subprocess.Popen(
+        [
+            sys.executable,
+            *PROFILE,
+            "-c",
+            "from hami.cli import main; main()",
+            "scheduler",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--http_bind",
+            f"127.0.0.1:{free_port()}",
+            "--extender-bind",
+            f"127.0.0.1:{port}",
+            "--metrics-bind-address",
+            f"127.0.0.1:{metrics_port}",
+            "--node-scheduler-policy",
+            node_policy,
+            *EXTRA,
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=os.environ | {"PYTHONUNBUFFERED": "1"},
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                return hami
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline or hami.poll() is not None:
+            hami.kill()
+            raise RuntimeError(f"hami did not become ready; see {tmp}/hami.log")
+        time.sleep(0.1)
+
+
+def _scheduler_config(port: int) -> dict[str, Any]:
+    return {
+        "profiles": [{"schedulerName": "hami-scheduler"}],
+        "extenders": [
+            {
+                "urlPrefix": f"http://127.0.0.1:{port}",
+                "filterVerb": "filter",
+                "bindVerb": "bind",
+                "nodeCacheCapable": True,
+                "weight": 1,
+                "httpTimeout": "30s",
+                "enableHTTPS": False,
+                "managedResources": [{"name": r, "ignoredByScheduler": True} for r in NVIDIA_RESOURCES],
+            }
+        ],
+    }
+
+
+def _create_pods(cp: ControlPlane, ns: str, pods: int) -> None:
+    """``pods`` one-GPU pods created at once by 8 client threads."""
+    limits = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1024, "nvidia.com/gpucores": 10}
+    with ThreadPoolExecutor(8) as pool:
+        clients = [cp.client() for _ in range(8)]
+        list(
+            pool.map(
+                lambda i: clients[i % 8].create_pod(ns, f"p{i:04d}", limits=limits, scheduler_name="hami-scheduler"),
+                range(pods),
+            )
+        )
+
+
+def _wait_bound(
+    cp: ControlPlane, kube: KubeClient, ns: str, pods: int, restart_apiserver_at: int
+) -> tuple[int, dict[str, float]]:
+    """Until every pod is bound (at most 300 s): how many are, and the restart figures (see ``bench_e2e``)."""
+    bound = 0
+    restart: dict[str, float] = {}
+    restarted_at = 0.0
+    bound_then = 0
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        bound = sum(1 for p in kube.list_pods(ns) if p["spec"].get("nodeName"))
+        if restarted_at and "recover_s" not in restart and bound > bound_then:
+            restart["recover_s"] = time.perf_counter() - restarted_at
+        if bound == pods:
+            break
+        if restart_apiserver_at and not restarted_at and bound >= restart_apiserver_at:
+            cp.kill_apiserver()
+            time.sleep(1.0)
+            restart["apiserver_restart_s"] = cp.start_apiserver()
+            restarted_at, bound_then = time.perf_counter(), bound
+        time.sleep(0.05)
+    if restarted_at:
+        restart["restart_to_all_s"] = time.perf_counter() - restarted_at
+    return bound, restart
 
 
 if __name__ == "__main__":

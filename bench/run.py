@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     table("HTTP /filter on a running server (stub API server)", ["scenario", "req KB", "p50", "p95", "p99"], rows)
 
     if not args.quick and args.e2e_pods > 0:
-        from bench.e2e import bench_e2e
+        from bench.e2e import THROTTLED, bench_e2e
 
         e2e = bench_e2e(nodes=100, gpus=8, pods=args.e2e_pods)
         results["e2e"] = e2e
@@ -147,6 +147,37 @@ def main(argv: list[str] | None = None) -> int:
                     fmt(e2e.get("hami_filter_mean_ms", 0)),
                     fmt(e2e.get("hami_bind_mean_ms", 0)),
                 ]
+            ],
+        )
+        storm = bench_e2e(nodes=100, gpus=8, pods=args.e2e_pods, apiserver_args=THROTTLED)
+        crash = bench_e2e(nodes=100, gpus=8, pods=args.e2e_pods, restart_apiserver_at=args.e2e_pods // 4)
+        results["e2e_429_storm"] = storm
+        results["e2e_apiserver_restart"] = crash
+        table(
+            "Faults, same scenario; baseline = the plain run above (this run)",
+            ["run", "bound", "seconds", "pods/s", "vs baseline", "apiserver back s", "next bind s", "all bound s"],
+            [
+                ["baseline", str(e2e["bound"]), fmt(e2e["seconds"]), fmt(e2e["pods_per_s"]), "1.00", "", "", ""],
+                [
+                    "429 storm",
+                    str(storm["bound"]),
+                    fmt(storm["seconds"]),
+                    fmt(storm["pods_per_s"]),
+                    fmt(storm["pods_per_s"] / e2e["pods_per_s"]),
+                    "",
+                    "",
+                    "",
+                ],
+                [
+                    f"apiserver SIGKILL at {args.e2e_pods // 4} bound",
+                    str(crash["bound"]),
+                    fmt(crash["seconds"]),
+                    fmt(crash["pods_per_s"]),
+                    fmt(crash["pods_per_s"] / e2e["pods_per_s"]),
+                    fmt(crash.get("apiserver_restart_s", 0)),
+                    fmt(crash.get("recover_s", 0)),
+                    fmt(crash.get("restart_to_all_s", 0)),
+                ],
             ],
         )
 

@@ -11,8 +11,34 @@ import typer
 
 from hami import __version__
 from hami.deviceplugin.command import device_plugin
+from hami.monitor.command import monitor
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="hami: GPU-sharing scheduler for Kubernetes.")
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,  # plain help that wraps at the terminal width, flag names never cut
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(__version__)
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print hami's version and exit."),
+    ] = False,
+) -> None:
+    """hami: a GPU-sharing scheduler for Kubernetes, wire-compatible with HAMi.
+
+    Run `hami COMMAND -h` for a command's options. `hami simulate --demo` shows what it does, no cluster needed.
+    """
+    del version
 
 
 @app.command()
@@ -74,31 +100,49 @@ def simulate(
         typer.Option(
             "--snapshot",
             "-s",
+            metavar="FILE",
             help="Cluster snapshot: what `kubectl get nodes,pods,resourcequotas -A -o json` (or -o yaml) prints, "
             "or any mix of Node/Pod/ResourceQuota/List documents. Repeat for several files.",
         ),
     ] = None,
     config: Annotated[
-        Path | None, typer.Option("--config", help="HAMi device-config.yaml (resource names, memory factor).")
+        Path | None,
+        typer.Option("--config", metavar="FILE", help="HAMi device-config.yaml (resource names, memory factor)."),
     ] = None,
     node_policy: Annotated[
-        str, typer.Option("--node-policy", callback=_node_policy, help="Default node policy: binpack or spread.")
+        str,
+        typer.Option(
+            "--node-policy", metavar="POLICY", callback=_node_policy, help="Default node policy: binpack or spread."
+        ),
     ] = "binpack",
     gpu_policy: Annotated[
         str,
         typer.Option(
             "--gpu-policy",
+            metavar="POLICY",
             callback=_gpu_policy,
             help="Default GPU policy: binpack, spread, topology-aware, mutex, numa, or a comma chain.",
         ),
     ] = "spread",
-    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table, or json (one document).")] = (
-        OutputFormat.table
-    ),
+    output: Annotated[
+        OutputFormat,
+        typer.Option("--output", "-o", metavar="FORMAT", help="table (for people), or json (one document)."),
+    ] = (OutputFormat.table),
     now: Annotated[
-        int | None, typer.Option("--now", help="Unix seconds written into hami.io/vgpu-time (default: now).")
+        int | None,
+        typer.Option(
+            "--now", metavar="SECONDS", help="Unix time written into hami.io/vgpu-time. [default: the current time]"
+        ),
     ] = None,
     demo: Annotated[bool, typer.Option("--demo", help="Run the built-in example cluster and workload.")] = False,
+    report: Annotated[
+        Path | None,
+        typer.Option(
+            "--report",
+            metavar="FILE",
+            help="Also write a self-contained HTML page (heat maps, pending reasons, placements) to FILE.",
+        ),
+    ] = None,
 ) -> None:
     """Place pods on a cluster snapshot offline (help text: ``_SIMULATE_HELP``)."""
     from hami.simulate import SimulateOptions, run_simulate
@@ -114,12 +158,14 @@ def simulate(
         output="json" if output is OutputFormat.json else "table",
         now=int(time.time()) if now is None else now,
         demo=demo,
+        report=report,
     )
     code = run_simulate(opts, typer.echo, lambda line: typer.echo(line, err=True))
     raise typer.Exit(code)
 
 
 app.command("device-plugin")(device_plugin)
+app.command("monitor")(monitor)
 
 
 @app.command()
@@ -191,31 +237,162 @@ def main() -> None:
     app()
 
 
-@app.command(context_settings={"help_option_names": ["-h", "--help"]})
+def _default(setting: str, shown: str | None = None) -> str:
+    """`` [default: X]`` from the settings model, so help and behaviour cannot disagree."""
+    from hami.config.settings import SchedulerSettings
+
+    if shown is None:
+        value = SchedulerSettings.model_fields[setting].default
+        shown = (
+            ("true" if value else "false")
+            if isinstance(value, bool)
+            else f"{value:g}"
+            if isinstance(value, float)
+            else str(value)
+        )
+    return f" [default: {shown}]"
+
+
+@app.command()
 def scheduler(
-    scheduler_name: str | None = typer.Option(None, "--scheduler-name", help="Scheduler name the webhook sets."),
-    node_scheduler_policy: str | None = typer.Option(None, "--node-scheduler-policy", help="binpack or spread."),
+    scheduler_name: str | None = typer.Option(
+        None,
+        "--scheduler-name",
+        metavar="NAME",
+        help="Scheduler name the webhook writes into pods' spec.schedulerName; also the events' source."
+        + _default("scheduler_name"),
+    ),
+    node_scheduler_policy: str | None = typer.Option(
+        None,
+        "--node-scheduler-policy",
+        metavar="POLICY",
+        help="Default node policy: binpack fills the busiest node first, spread the idlest."
+        + _default("node_scheduler_policy"),
+    ),
     gpu_scheduler_policy: str | None = typer.Option(
-        None, "--gpu-scheduler-policy", help="spread, binpack, topology-aware, mutex, numa, or a comma chain."
+        None,
+        "--gpu-scheduler-policy",
+        metavar="POLICY",
+        help="Default GPU policy: spread, binpack, topology-aware, mutex, numa, or a comma chain (numa,binpack)."
+        + _default("gpu_scheduler_policy"),
     ),
-    http_bind: str | None = typer.Option(None, "--http_bind", help="Listen address of extender and webhook."),
-    cert_file: str | None = typer.Option(None, "--cert_file", help="TLS certificate (reloaded when it changes)."),
-    key_file: str | None = typer.Option(None, "--key_file", help="TLS key."),
-    metrics_bind_address: str | None = typer.Option(None, "--metrics-bind-address", help="Prometheus listener."),
-    node_label_selector: str | None = typer.Option(None, "--node-label-selector", help="k=v,k2=v2: nodes to read."),
-    kube_qps: float | None = typer.Option(None, "--kube-qps", help="API requests per second (default 300)."),
-    kube_burst: int | None = typer.Option(None, "--kube-burst", help="API burst (default 600)."),
-    node_lock_timeout: str | None = typer.Option(None, "--node-lock-timeout", help="Node lock expiry, e.g. 5m."),
+    http_bind: str | None = typer.Option(
+        None,
+        "--http_bind",
+        metavar="HOST:PORT",
+        help="Service listener: /webhook, /healthz, /readyz." + _default("http_bind"),
+    ),
+    extender_bind: str | None = typer.Option(
+        None,
+        "--extender-bind",
+        metavar="HOST:PORT",
+        help="Extender listener: /filter, /bind; beyond loopback only with a client authentication."
+        + _default("extender_bind"),
+    ),
+    cert_file: str | None = typer.Option(
+        None, "--cert_file", metavar="FILE", help="TLS certificate, reloaded when it changes. [default: plain HTTP]"
+    ),
+    key_file: str | None = typer.Option(
+        None, "--key_file", metavar="FILE", help="TLS key; give it with --cert_file. [default: none]"
+    ),
+    extender_client_ca_file: str | None = typer.Option(
+        None,
+        "--extender-client-ca-file",
+        metavar="FILE",
+        help="Require extender client certificates signed by this CA (mutual TLS). [default: none]",
+    ),
+    extender_token_file: str | None = typer.Option(
+        None,
+        "--extender-token-file",
+        metavar="FILE",
+        help="Require a bearer token from this file (one a line) on /filter and /bind. [default: none]",
+    ),
+    metrics_bind_address: str | None = typer.Option(
+        None,
+        "--metrics-bind-address",
+        metavar="HOST:PORT",
+        help="Prometheus /metrics listener." + _default("metrics_bind_address"),
+    ),
+    metrics_secure: bool | None = typer.Option(
+        None,
+        "--metrics-secure/--no-metrics-secure",
+        help="Serve /metrics over TLS to callers allowed get on /metrics (TokenReview + SubjectAccessReview)."
+        + _default("metrics_secure"),
+    ),
+    node_label_selector: str | None = typer.Option(
+        None,
+        "--node-label-selector",
+        metavar="K=V,...",
+        help="Register only nodes with all these labels. [default: every node]",
+    ),
+    kube_qps: float | None = typer.Option(
+        None, "--kube-qps", metavar="N", help="API requests per second." + _default("kube_qps")
+    ),
+    kube_burst: int | None = typer.Option(
+        None, "--kube-burst", metavar="N", help="API requests allowed in a burst." + _default("kube_burst")
+    ),
+    node_lock_timeout: str | None = typer.Option(
+        None,
+        "--node-lock-timeout",
+        metavar="DURATION",
+        help="Age after which another scheduler may break a node lock." + _default("node_lock_timeout", "5m"),
+    ),
+    node_lock_retry_timeout: str | None = typer.Option(
+        None,
+        "--node-lock-retry-timeout",
+        metavar="DURATION",
+        help="How long a PodGroup member's bind waits for a locked node; 0 fails at once."
+        + _default("node_lock_retry_timeout", "28s"),
+    ),
+    kube_timeout: str | None = typer.Option(
+        None,
+        "--kube-timeout",
+        metavar="DURATION",
+        help="Timeout of one API request (watches excepted); 0 means 30s." + _default("kube_timeout", "0"),
+    ),
     force_overwrite_default_scheduler: bool | None = typer.Option(
-        None, "--force-overwrite-default-scheduler/--no-force-overwrite-default-scheduler"
+        None,
+        "--force-overwrite-default-scheduler/--no-force-overwrite-default-scheduler",
+        help="Let the webhook replace spec.schedulerName: default-scheduler."
+        + _default("force_overwrite_default_scheduler"),
     ),
-    leader_elect: bool | None = typer.Option(None, "--leader-elect/--no-leader-elect"),
-    leader_elect_resource_name: str | None = typer.Option(None, "--leader-elect-resource-name"),
-    leader_elect_resource_namespace: str | None = typer.Option(None, "--leader-elect-resource-namespace"),
-    device_config_file: str | None = typer.Option(None, "--device-config-file", help="HAMi device-config.yaml."),
-    kubeconfig: str | None = typer.Option(None, "--kubeconfig", help="Kubeconfig; default in-cluster or ~/.kube."),
-    debug: bool | None = typer.Option(None, "--debug/--no-debug"),
-    json_logs: bool = typer.Option(True, "--json-logs/--text-logs", help="Structured (JSON) logs."),
+    leader_elect: bool | None = typer.Option(
+        None,
+        "--leader-elect/--no-leader-elect",
+        help="Follow kube-scheduler's Lease: only the leader's hami decides (for several replicas)."
+        + _default("leader_elect"),
+    ),
+    leader_elect_resource_name: str | None = typer.Option(
+        None,
+        "--leader-elect-resource-name",
+        metavar="NAME",
+        help="Lease to hold. [default: the scheduler name]",
+    ),
+    leader_elect_resource_namespace: str | None = typer.Option(
+        None,
+        "--leader-elect-resource-namespace",
+        metavar="NAMESPACE",
+        help="Namespace of the Lease. [default: the pod's own, POD_NAMESPACE]",
+    ),
+    device_config_file: str | None = typer.Option(
+        None,
+        "--device-config-file",
+        metavar="FILE",
+        help="HAMi's device-config.yaml (resource names, memory factor). [default: built-in defaults]",
+    ),
+    kubeconfig: str | None = typer.Option(
+        None,
+        "--kubeconfig",
+        metavar="FILE",
+        help="Kubeconfig to use. [default: $KUBECONFIG, else in-cluster, else ~/.kube/config]",
+    ),
+    debug: bool | None = typer.Option(None, "--debug/--no-debug", help="Log at debug level." + _default("debug")),
+    json_logs: bool = typer.Option(
+        True,
+        "--json-logs/--text-logs",
+        show_default=False,
+        help="Structured JSON logs, or text for people. [default: json-logs]",
+    ),
 ) -> None:
     """Run the scheduler extender (and webhook) that kube-scheduler calls. Flags are HAMi's where they exist."""
     from hami.server.command import scheduler_main
@@ -225,13 +402,19 @@ def scheduler(
         "node_scheduler_policy": node_scheduler_policy,
         "gpu_scheduler_policy": gpu_scheduler_policy,
         "http_bind": http_bind,
+        "extender_bind": extender_bind,
         "cert_file": cert_file,
         "key_file": key_file,
+        "extender_client_ca_file": extender_client_ca_file,
+        "extender_token_file": extender_token_file,
         "metrics_bind_address": metrics_bind_address,
+        "metrics_secure": metrics_secure,
         "node_label_selector": node_label_selector,
         "kube_qps": kube_qps,
         "kube_burst": kube_burst,
         "node_lock_timeout": node_lock_timeout,
+        "node_lock_retry_timeout": node_lock_retry_timeout,
+        "kube_timeout": kube_timeout,
         "force_overwrite_default_scheduler": force_overwrite_default_scheduler,
         "leader_elect": leader_elect,
         "leader_elect_resource_name": leader_elect_resource_name,

@@ -21,6 +21,7 @@ not fit is *not* an exception: it is data (see ``hami.protocol.reasons``).
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 
 __all__ = [
@@ -35,15 +36,33 @@ __all__ = [
     "LockContention",
     "NotFound",
     "QuantityError",
+    "TooManyRequests",
 ]
 
 
 def _show(value: object, limit: int = 120) -> str:
-    """Render an offending value for a message: quoted, and cut when very long."""
-    text = value if isinstance(value, str) else repr(value)
+    """Render an offending value for a message: strings quoted, anything else as JSON (``true``, ``[1, 2]``,
+    never a Python repr), cut when very long."""
+    if isinstance(value, str):
+        text = value
+    else:
+        try:
+            text = json.dumps(value, ensure_ascii=False, default=str)
+        except ValueError:  # a circular structure: not something a person wrote
+            text = type(value).__name__
     if len(text) > limit:
         text = text[:limit] + f"…(+{len(text) - limit} chars)"
     return f"{text!r}" if isinstance(value, str) else text
+
+
+def _got(field: str, value: object, reason: str) -> str:
+    """`` (got <value>)``, or nothing when it would tell the reader nothing new: no value (``None``, ``''``),
+    or a value the field already spells out (a file path that is also the field) or the reason quotes."""
+    if value is None or value == "":
+        return ""
+    if isinstance(value, str) and (value == field or (len(value) >= 4 and value in field) or repr(value) in reason):
+        return ""
+    return f" (got {_show(value)})"
 
 
 class HamiError(Exception):
@@ -63,7 +82,7 @@ class InvalidInput(HamiError):
         super().__init__(self._message())
 
     def _message(self) -> str:
-        return f"{self.field}: {self.reason} (got {_show(self.value)})"
+        return f"{self.field}: {self.reason}{_got(self.field, self.value, self.reason)}"
 
 
 class AnnotationError(InvalidInput):
@@ -79,7 +98,8 @@ class AnnotationError(InvalidInput):
 
     def _message(self) -> str:
         where = "" if self.position is None else f" at position {self.position}"
-        return f"{self.field}: {self.reason}{where} (in {_show(self.value)})"
+        shown = f" (in {_show(self.value)})" if self.value not in (None, "") else ""
+        return f"{self.field}: {self.reason}{where}{shown}"
 
 
 class QuantityError(InvalidInput):
@@ -102,15 +122,20 @@ class LockContention(HamiError):
     ends with HAMi's sentinel text ``node lock contention``.
     """
 
-    def __init__(self, node: str, holder: str, since: datetime, timeout: float) -> None:
+    def __init__(self, node: str, holder: str, since: datetime, timeout: float, *, waited: float = 0.0) -> None:
         self.node = node
         self.holder = holder
         self.since = since
         self.timeout = timeout
+        self.waited = waited
         who = f"by {holder}" if holder else "(legacy lock, no owner recorded)"
-        super().__init__(
-            f"node {node} is locked {who} since {since.isoformat()} (expires after {timeout:g}s): node lock contention"
-        )
+        state = f"is locked {who} since {since.isoformat()} (expires after {timeout:g}s)"
+        if waited:  # a PodGroup member's bind waited for it (HAMi's text, with who holds it)
+            super().__init__(
+                f"timed out after {waited:g}s waiting for node {node} to be unlocked ({state}): node lock contention"
+            )
+        else:
+            super().__init__(f"node {node} {state}: node lock contention")
 
 
 class ApiError(HamiError):
@@ -132,3 +157,13 @@ class NotFound(ApiError):
 
 class Gone(ApiError):
     """HTTP 410: the resourceVersion is too old; a watch must relist."""
+
+
+class TooManyRequests(ApiError):
+    """HTTP 429: the API server is shedding load. ``retry_after`` is its ``Retry-After`` in seconds (``None`` when
+    it sent none or one that is not a number of seconds). The request was refused before it was processed, so
+    repeating it is safe for every verb."""
+
+    def __init__(self, message: str, status: int = 429, retry_after: float | None = None) -> None:
+        self.retry_after = retry_after
+        super().__init__(message, status)

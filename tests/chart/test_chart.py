@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from hami.protocol import keys
 from tests.helm import CHART, helm, template
 
 KUBE_VERSION = "1.36.3"
@@ -59,7 +60,10 @@ def scheduler_config(docs: list[dict[str, Any]]) -> dict[str, Any]:
     [
         pytest.param([], id="default values lint clean"),
         pytest.param(["scheduler.certManager.enabled=true"], id="cert-manager lints clean"),
-        pytest.param(["scheduler.admissionWebhook.enabled=false"], id="without the webhook lints clean"),
+        pytest.param(
+            ["scheduler.admissionWebhook.enabled=false", "scheduler.metricsSecure=false"],
+            id="without the webhook lints clean",
+        ),
     ],
 )
 def test_helm_lint(sets: list[str]) -> None:
@@ -78,6 +82,7 @@ def test_default_objects() -> None:
     assert kinds(render()) == [
         ("ClusterRole", "hami-certs"),
         ("ClusterRole", "hami-device-plugin"),
+        ("ClusterRole", "hami-metrics-reader"),
         ("ClusterRole", "hami-scheduler"),
         ("ClusterRoleBinding", "hami-certs"),
         ("ClusterRoleBinding", "hami-device-plugin"),
@@ -92,14 +97,22 @@ def test_default_objects() -> None:
         ("Job", "hami-certs-post"),
         ("Job", "hami-certs-pre"),
         ("MutatingWebhookConfiguration", "hami-webhook"),
+        ("PodDisruptionBudget", "hami-scheduler"),
         ("Role", "hami-certs"),
+        ("Role", "hami-kube-scheduler-leases"),
         ("Role", "hami-scheduler-leases"),
         ("RoleBinding", "hami-certs"),
+        ("RoleBinding", "hami-kube-scheduler-leases"),
         ("RoleBinding", "hami-scheduler-leases"),
+        ("Secret", "hami-kube-scheduler-token"),
+        ("Service", "hami-device-plugin-monitor"),
         ("Service", "hami-scheduler"),
         ("ServiceAccount", "hami-certs"),
         ("ServiceAccount", "hami-device-plugin"),
+        ("ServiceAccount", "hami-kube-scheduler"),
         ("ServiceAccount", "hami-scheduler"),
+        ("ValidatingAdmissionPolicy", "hami-device-plugin-node-restriction"),
+        ("ValidatingAdmissionPolicyBinding", "hami-device-plugin-node-restriction"),
     ]
 
 
@@ -117,7 +130,7 @@ def test_the_kube_scheduler_configuration_calls_hami_as_its_extender() -> None:
     (extender,) = config["extenders"]
     managed = extender.pop("managedResources")
     assert extender == {
-        "urlPrefix": "https://127.0.0.1:8443",
+        "urlPrefix": "https://127.0.0.1:8888",
         "filterVerb": "filter",
         "bindVerb": "bind",
         "nodeCacheCapable": True,
@@ -193,6 +206,47 @@ def test_the_webhook_configuration() -> None:
     assert webhook["objectSelector"] == {
         "matchExpressions": [{"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}]
     }
+    (condition,) = webhook["matchConditions"]
+    assert condition["name"] == "asks-for-managed-devices"
+    assert 'object.spec.schedulerName == "hami-scheduler"' in condition["expression"]
+    assert "object.spec.initContainers" in condition["expression"]
+    assert "c.resources.requests.exists(r, r in" in condition["expression"]
+    assert match_condition_resources(webhook) == MANAGED
+
+
+MANAGED = [
+    "nvidia.com/gpu",
+    "nvidia.com/gpumem",
+    "nvidia.com/gpumem-percentage",
+    "nvidia.com/gpucores",
+    "nvidia.com/priority",
+    "hygon.com/dcunum",
+    "hygon.com/dcumem",
+    "hygon.com/dcucores",
+]
+
+
+def match_condition_resources(webhook: dict[str, Any]) -> list[str]:
+    """The resource names the webhook's matchCondition looks for (the list after ``limits.exists(r, r in``)."""
+    expression = webhook["matchConditions"][0]["expression"]
+    start = expression.index("c.resources.limits.exists(r, r in ") + len("c.resources.limits.exists(r, r in ")
+    names: list[str] = yaml.safe_load(expression[start : expression.index("]", start) + 1])
+    return names
+
+
+def test_the_webhook_and_the_extender_manage_the_resources_of_the_device_config() -> None:
+    content = "nvidia:\n  resourceCountName: example.com/vgpu\n  resourcePriorityName: ''\n"
+    docs = render(f"scheduler.deviceConfig.content={content}", "devices.hygon.enabled=false")
+    expected = ["example.com/vgpu", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores"]
+    (extender,) = scheduler_config(docs)["extenders"]
+    assert [r["name"] for r in extender["managedResources"]] == expected
+    (webhook,) = one(docs, "MutatingWebhookConfiguration")["webhooks"]
+    assert match_condition_resources(webhook) == expected
+
+
+def test_overwrite_env_sends_every_pod_to_the_webhook() -> None:
+    (webhook,) = one(render("scheduler.overwriteEnv=true"), "MutatingWebhookConfiguration")["webhooks"]
+    assert "matchConditions" not in webhook
 
 
 def rules(role: dict[str, Any]) -> list[tuple[str, str, tuple[str, ...], tuple[str, ...]]]:
@@ -210,23 +264,181 @@ def test_rbac_grants_exactly_the_verbs_hami_uses() -> None:
         ("", "pods", ("get", "list", "watch", "patch"), ()),
         ("", "pods/binding", ("create",), ()),
         ("", "nodes", ("get", "list", "watch", "patch"), ()),
-        ("", "events", ("create", "patch"), ()),
-        ("", "resourcequotas", ("get", "list", "watch"), ()),
+        ("", "events", ("create",), ()),
+        ("", "resourcequotas", ("list", "watch"), ()),
+        ("authentication.k8s.io", "tokenreviews", ("create",), ()),
+        ("authorization.k8s.io", "subjectaccessreviews", ("create",), ()),
     ]
     assert rules(one(docs, "Role", "hami-scheduler-leases")) == [
-        ("coordination.k8s.io", "leases", ("get", "list", "watch"), ()),
-        ("coordination.k8s.io", "leases", ("update",), ("hami-scheduler",)),
+        ("coordination.k8s.io", "leases", ("get", "list", "watch"), ("hami-scheduler",)),
     ]
-    subject = [{"kind": "ServiceAccount", "name": "hami-scheduler", "namespace": NAMESPACE}]
-    for binding, role in [
-        ("hami-scheduler", "hami-scheduler"),
-        ("hami-scheduler-kube-scheduler", "system:kube-scheduler"),
-        ("hami-scheduler-volume-scheduler", "system:volume-scheduler"),
+    assert rules(one(docs, "Role", "hami-kube-scheduler-leases")) == [
+        ("coordination.k8s.io", "leases", ("get", "update"), ("hami-scheduler",)),
+    ]
+    hami = [{"kind": "ServiceAccount", "name": "hami-scheduler", "namespace": NAMESPACE}]
+    kube_scheduler = [{"kind": "ServiceAccount", "name": "hami-kube-scheduler", "namespace": NAMESPACE}]
+    for binding, role, subjects in [
+        ("hami-scheduler", "hami-scheduler", hami),
+        ("hami-scheduler-kube-scheduler", "system:kube-scheduler", kube_scheduler),
+        ("hami-scheduler-volume-scheduler", "system:volume-scheduler", kube_scheduler),
     ]:
         crb = one(docs, "ClusterRoleBinding", binding)
         assert crb["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role}
-        assert crb["subjects"] == subject
-    assert one(docs, "RoleBinding", "hami-scheduler-leases")["subjects"] == subject
+        assert crb["subjects"] == subjects
+    assert one(docs, "RoleBinding", "hami-scheduler-leases")["subjects"] == hami
+    assert one(docs, "RoleBinding", "hami-kube-scheduler-leases")["subjects"] == kube_scheduler
+
+
+def test_each_scheduler_container_gets_only_its_own_identitys_token() -> None:
+    docs = render()
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "hami-scheduler"
+    assert pod["automountServiceAccountToken"] is False  # no token for every container
+    for name in ("hami-scheduler", "hami-kube-scheduler"):
+        assert one(docs, "ServiceAccount", name)["automountServiceAccountToken"] is False
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    ca_and_namespace = [
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
+    ]
+    assert volumes["hami-token"]["projected"]["sources"] == [
+        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+        *ca_and_namespace,
+    ]
+    assert volumes["kube-scheduler-token"]["projected"]["sources"] == [
+        {"secret": {"name": "hami-kube-scheduler-token", "items": [{"key": "token", "path": "token"}]}},
+        *ca_and_namespace,
+    ]
+    secret = one(docs, "Secret", "hami-kube-scheduler-token")
+    assert secret["type"] == "kubernetes.io/service-account-token"
+    assert secret["metadata"]["annotations"] == {"kubernetes.io/service-account.name": "hami-kube-scheduler"}
+    in_cluster = "/var/run/secrets/kubernetes.io/serviceaccount"
+    for ctr, volume in [("hami", "hami-token"), ("kube-scheduler", "kube-scheduler-token")]:
+        mounts = [m for m in container(docs, ctr)["volumeMounts"] if m["mountPath"] == in_cluster]
+        assert mounts == [{"name": volume, "mountPath": in_cluster, "readOnly": True}]
+
+
+def test_the_device_plugin_may_read_and_annotate_nodes_and_pods_and_record_events() -> None:
+    docs = render()
+    assert rules(one(docs, "ClusterRole", "hami-device-plugin")) == [
+        ("", "nodes", ("get", "patch"), ()),
+        ("", "pods", ("get", "list", "patch"), ()),
+        ("", "events", ("create",), ()),
+    ]
+    assert one(docs, "DaemonSet")["spec"]["template"]["spec"]["serviceAccountName"] == "hami-device-plugin"
+
+
+def test_the_device_plugin_is_held_to_its_own_node_by_an_admission_policy() -> None:
+    docs = render()
+    policy = one(docs, "ValidatingAdmissionPolicy", "hami-device-plugin-node-restriction")["spec"]
+    assert policy["failurePolicy"] == "Fail"
+    (condition,) = policy["matchConditions"]
+    assert (
+        condition["expression"]
+        == f'request.userInfo.username == "system:serviceaccount:{NAMESPACE}:hami-device-plugin"'
+    )
+    (rule,) = policy["matchConstraints"]["resourceRules"]
+    assert rule["resources"] == ["nodes", "nodes/*", "pods", "pods/*", "events"]
+    variables = {v["name"]: v["expression"] for v in policy["variables"]}
+    assert 'request.userInfo.extra["authentication.kubernetes.io/node-name"][0]' in variables["nodeName"]
+    expressions = "\n".join(v["expression"] for v in policy["validations"])
+    assert 'variables.nodeName != ""' in expressions
+    assert "request.name == variables.nodeName" in expressions
+    assert "oldObject.spec.nodeName == variables.nodeName" in expressions
+    assert 'k.startsWith("hami.io/")' in expressions
+    binding = one(docs, "ValidatingAdmissionPolicyBinding", "hami-device-plugin-node-restriction")["spec"]
+    assert binding == {"policyName": "hami-device-plugin-node-restriction", "validationActions": ["Deny"]}
+
+
+def test_every_annotation_the_device_plugin_writes_is_one_the_policy_lets_it_write() -> None:
+    written = [
+        keys.NVIDIA_REGISTER,
+        keys.NVIDIA_SCORE,
+        keys.NODE_LOCK,
+        keys.BIND_PHASE,
+        keys.NVIDIA_KEYS.to_allocate,
+        keys.NVIDIA_MIG_ALLOCATIONS,
+    ]
+    assert [key for key in written if not (key or "").startswith("hami.io/")] == []
+
+
+def plugin_pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    spec: dict[str, Any] = one(docs, "DaemonSet", "hami-device-plugin")["spec"]["template"]["spec"]
+    return spec
+
+
+def plugin_container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(c for c in plugin_pod(docs)["containers"] if c["name"] == "device-plugin")
+
+
+def test_the_device_plugins_node_side_defaults_are_hamis() -> None:
+    docs = render()
+    daemonset = one(docs, "DaemonSet", "hami-device-plugin")
+    assert daemonset["spec"]["updateStrategy"] == {"type": "RollingUpdate"}
+    pod = plugin_pod(docs)
+    assert pod["hostPID"] is False
+    assert "runtimeClassName" not in pod
+    ctr = plugin_container(docs)
+    env = {e["name"]: e.get("value") for e in ctr["env"]}
+    assert env["DEVICE_LIST_STRATEGY"] == "envvar"
+    assert env["PASS_DEVICE_SPECS"] == "true"
+    assert not {"NVIDIA_DRIVER_ROOT", "NVIDIA_CDI_HOOK_PATH", "GDS_ENABLED", "MOFED_ENABLED", "CDI_SPECS_DIR"} & set(
+        env
+    )
+    assert "cdi-root" not in {v["name"] for v in pod["volumes"]}  # no host CDI directory without a CDI strategy
+    vgpu = next(v for v in pod["volumes"] if v["name"] == "vgpu")
+    assert vgpu["hostPath"]["path"] == "/usr/local/vgpu"
+
+
+def test_the_device_plugins_node_side_values() -> None:
+    docs = render(
+        "devicePlugin.deviceListStrategy=cdi-annotations\\,envvar",
+        "devicePlugin.passDeviceSpecsEnabled=false",
+        "devicePlugin.nvidiaDriverRoot=/run/nvidia/driver",
+        "devicePlugin.nvidiaHookPath=/usr/local/nvidia/toolkit/nvidia-cdi-hook",
+        "devicePlugin.gdsEnabled=true",
+        "devicePlugin.mofedEnabled=false",
+        "devicePlugin.libPath=/opt/hami/vgpu",
+        "devicePlugin.runtimeClassName=nvidia",
+        "devicePlugin.hostPID=true",
+        "devicePlugin.updateStrategy.type=OnDelete",
+        "devicePlugin.extraArgs[0]=--mig-reconcile-seconds=30",
+        "devicePlugin.extraEnvs[0].name=IMEX_CHANNEL_IDS",
+        "devicePlugin.extraEnvs[0].value=0\\,1",
+    )
+    daemonset = one(docs, "DaemonSet", "hami-device-plugin")
+    assert daemonset["spec"]["updateStrategy"] == {"type": "OnDelete"}
+    pod = plugin_pod(docs)
+    assert (pod["hostPID"], pod["runtimeClassName"]) == (True, "nvidia")
+    ctr = plugin_container(docs)
+    assert ctr["args"][-1] == "--mig-reconcile-seconds=30"
+    env = {e["name"]: e.get("value") for e in ctr["env"]}
+    assert {k: env[k] for k in env if k not in {"NODE_NAME", "HOOK_PATH", "ENABLE_TOPOLOGY_SCORE"}} == {
+        "NVIDIA_VISIBLE_DEVICES": "all",
+        "NVIDIA_DRIVER_CAPABILITIES": "utility",
+        "DEVICE_LIST_STRATEGY": "cdi-annotations,envvar",
+        "PASS_DEVICE_SPECS": "false",
+        "NVIDIA_DRIVER_ROOT": "/run/nvidia/driver",
+        "NVIDIA_CDI_HOOK_PATH": "/usr/local/nvidia/toolkit/nvidia-cdi-hook",
+        "GDS_ENABLED": "true",
+        "MOFED_ENABLED": "false",
+        "CDI_SPECS_DIR": "/var/run/cdi",
+        "IMEX_CHANNEL_IDS": "0,1",
+    }
+    assert {"name": "cdi-root", "mountPath": "/var/run/cdi"} in ctr["volumeMounts"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["cdi-root"]["hostPath"] == {"path": "/var/run/cdi", "type": "DirectoryOrCreate"}
+    assert volumes["vgpu"]["hostPath"]["path"] == "/opt/hami/vgpu"
+    assert {"name": "vgpu", "mountPath": "/usr/local/vgpu"} in ctr["volumeMounts"]
+
+
+def test_the_node_restriction_needs_kubernetes_1_30_or_an_explicit_opt_out() -> None:
+    result = run_helm("template", "hami", str(CHART), "--kube-version", "1.29.4")
+    assert result.returncode != 0
+    assert "devicePlugin.nodeRestriction needs Kubernetes 1.30 or newer" in result.stderr
+    assert "Set devicePlugin.nodeRestriction=false" in result.stderr
+    docs = render("devicePlugin.nodeRestriction=false")
+    assert not [d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy")]
 
 
 def test_the_certificate_jobs_may_touch_only_their_secret_and_webhook() -> None:
@@ -285,9 +497,11 @@ def test_the_deployment_runs_kube_scheduler_and_hami() -> None:
     assert hami["args"] == [
         "--scheduler-name=hami-scheduler",
         "--http_bind=0.0.0.0:8443",
+        "--extender-bind=127.0.0.1:8888",
         "--cert_file=/tls/tls.crt",
         "--key_file=/tls/tls.key",
         "--metrics-bind-address=:9395",
+        "--metrics-secure",
         "--node-scheduler-policy=binpack",
         "--gpu-scheduler-policy=spread",
         "--node-lock-timeout=5m",
@@ -298,6 +512,8 @@ def test_the_deployment_runs_kube_scheduler_and_hami() -> None:
     ]
     assert hami["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http", "scheme": "HTTPS"}
     assert hami["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http", "scheme": "HTTPS"}
+    # the extender listener is on the pod's loopback: no containerPort (nothing outside the pod can reach it)
+    assert [(p["name"], p["containerPort"]) for p in hami["ports"]] == [("http", 8443), ("metrics", 9395)]
     assert hami["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}
     assert ks["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
     for c in (ks, hami):
@@ -308,10 +524,35 @@ def test_the_deployment_runs_kube_scheduler_and_hami() -> None:
 
 
 def test_the_service_reaches_the_https_port() -> None:
-    service = one(render(), "Service")
+    service = one(render(), "Service", "hami-scheduler")
     assert service["spec"]["type"] == "ClusterIP"
     assert service["spec"]["ports"][0] == {"name": "https", "port": 443, "targetPort": "http", "protocol": "TCP"}
     assert service["spec"]["selector"]["app.kubernetes.io/component"] == "hami-scheduler"
+    assert service["spec"]["selector"]["hami.io/scheduler-role"] == "leader"  # hami labels its own pod
+
+
+def test_two_replicas_by_default_with_a_disruption_budget_and_a_surge_first_rolling_update() -> None:
+    docs = render()
+    deployment = one(docs, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},  # a new pod is ready before an old one stops
+    }
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"] == {
+        "minAvailable": 1,
+        "selector": {"matchLabels": deployment["spec"]["selector"]["matchLabels"]},
+    }
+    env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][1]["env"]}
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}  # whose role label
+    assert "PodDisruptionBudget" not in {d["kind"] for d in render("scheduler.replicas=1")}
+    assert (
+        "hami.io/scheduler-role"
+        not in one(render("scheduler.leaderElect=false", "scheduler.replicas=1"), "Service", "hami-scheduler")["spec"][
+            "selector"
+        ]
+    )
 
 
 # --- values that change the shape ------------------------------------------------------------------------
@@ -354,17 +595,41 @@ def test_a_custom_url_webhook_gets_its_host_into_the_certificate() -> None:
 
 
 def test_without_the_webhook_hami_serves_plain_http_to_kube_scheduler() -> None:
-    docs = render("scheduler.admissionWebhook.enabled=false")
+    docs = render("scheduler.admissionWebhook.enabled=false", "scheduler.metricsSecure=false")
     names = kinds(docs)
     assert ("MutatingWebhookConfiguration", "hami-webhook") not in names
     assert not [n for n in names if n[1].startswith("hami-certs")]
     (extender,) = scheduler_config(docs)["extenders"]
-    assert extender["urlPrefix"] == "http://127.0.0.1:8443"
+    assert extender["urlPrefix"] == "http://127.0.0.1:8888"
     assert extender["enableHTTPS"] is False
     assert "tlsConfig" not in extender
     hami = container(docs, "hami")
     assert not [a for a in hami["args"] if a.startswith(("--cert_file", "--key_file"))]
     assert hami["readinessProbe"]["httpGet"]["scheme"] == "HTTP"
+
+
+def test_metrics_are_served_to_rbac_subjects_only() -> None:
+    docs = render()
+    reader = one(docs, "ClusterRole", "hami-metrics-reader")
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    assert "--metrics-secure" in container(docs, "hami")["args"]
+
+
+def test_open_metrics_drop_the_review_rights() -> None:
+    docs = render("scheduler.metricsSecure=false")
+    assert "--metrics-secure" not in container(docs, "hami")["args"]
+    assert ("ClusterRole", "hami-metrics-reader") not in kinds(docs)
+    groups = {group for group, *_ in rules(one(docs, "ClusterRole", "hami-scheduler"))}
+    assert groups == {""}
+
+
+def test_secure_metrics_without_the_webhooks_certificate_are_refused() -> None:
+    result = run_helm(
+        "template", "hami", str(CHART), "--kube-version", KUBE_VERSION,
+        "--set", "scheduler.admissionWebhook.enabled=false",
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "scheduler.metricsSecure serves /metrics over TLS" in result.stderr
 
 
 def test_verifying_the_extender_mounts_the_ca_into_kube_scheduler() -> None:
@@ -405,3 +670,103 @@ def test_old_clusters_are_refused() -> None:
     result = run_helm("template", "hami", str(CHART), "--kube-version", "1.25.0")
     assert result.returncode != 0
     assert "kubeVersion: >=1.26.0-0" in result.stderr
+
+
+# --- the vGPU monitor --------------------------------------------------------------------------------------
+
+
+def daemonset_container(docs: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    spec = one(docs, "DaemonSet")["spec"]["template"]["spec"]
+    return next(c for c in spec["containers"] if c["name"] == name)
+
+
+def test_the_monitor_runs_beside_the_plugin_with_only_the_containers_directory() -> None:
+    docs = render()
+    daemonset = one(docs, "DaemonSet")
+    monitor = daemonset_container(docs, "vgpu-monitor")
+    plugin = daemonset_container(docs, "device-plugin")
+    assert monitor["image"] == plugin["image"]
+    assert monitor["command"] == ["hami", "monitor"]
+    assert monitor["args"] == ["--port=9394", "--log-level=info"]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in monitor["env"]}
+    assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["HOOK_PATH"] == "/usr/local"
+    assert monitor["ports"] == [{"name": "monitorport", "containerPort": 9394, "protocol": "TCP"}]
+    assert monitor["volumeMounts"] == [{"name": "vgpu-containers", "mountPath": "/usr/local/vgpu/containers"}]
+    volumes = {v["name"]: v for v in daemonset["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["vgpu-containers"]["hostPath"] == {"path": "/usr/local/vgpu/containers", "type": "DirectoryOrCreate"}
+    security = monitor["securityContext"]
+    assert "privileged" not in security
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"], "add": ["DAC_OVERRIDE"]}
+
+
+def test_the_monitor_follows_the_hook_path_and_its_own_values() -> None:
+    docs = render(
+        "global.gpuHookPath=/opt/hami",
+        "devicePlugin.vgpuMonitor.logLevel=debug",
+        "devicePlugin.vgpuMonitor.resources.limits.memory=128Mi",
+    )
+    monitor = daemonset_container(docs, "vgpu-monitor")
+    assert "--log-level=debug" in monitor["args"]
+    assert monitor["resources"] == {"limits": {"memory": "128Mi"}}
+    assert monitor["volumeMounts"][0]["mountPath"] == "/opt/hami/vgpu/containers"
+    assert {e["name"]: e.get("value") for e in monitor["env"]}["HOOK_PATH"] == "/opt/hami"
+
+
+def test_the_monitor_service_uses_hamis_values() -> None:
+    docs = render()
+    service = one(docs, "Service", "hami-device-plugin-monitor")
+    assert service["spec"]["type"] == "ClusterIP"
+    assert service["spec"]["ports"] == [
+        {"name": "monitorport", "port": 31992, "targetPort": "monitorport", "protocol": "TCP"}
+    ]
+    pod_labels = one(docs, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+
+    docs = render(
+        "devicePlugin.service.type=NodePort",
+        "devicePlugin.service.httpPort=31999",
+        "devicePlugin.service.labels.team=gpu",
+        "devicePlugin.service.annotations.prometheus\\.io/scrape=true",
+    )
+    service = one(docs, "Service", "hami-device-plugin-monitor")
+    assert service["spec"]["type"] == "NodePort"
+    (port,) = service["spec"]["ports"]
+    assert (port["port"], port["nodePort"], port["targetPort"]) == (31999, 31999, "monitorport")
+    assert service["metadata"]["labels"]["team"] == "gpu"
+    assert service["metadata"]["annotations"] == {"prometheus.io/scrape": "true"}
+
+
+def test_the_monitor_can_be_left_out() -> None:
+    docs = render("devicePlugin.vgpuMonitor.enabled=false")
+    names = [c["name"] for c in one(docs, "DaemonSet")["spec"]["template"]["spec"]["containers"]]
+    assert names == ["device-plugin"]
+    assert ("Service", "hami-device-plugin-monitor") not in kinds(docs)
+    volumes = [v["name"] for v in one(docs, "DaemonSet")["spec"]["template"]["spec"]["volumes"]]
+    assert "vgpu-containers" not in volumes
+
+
+# --- the Grafana dashboard ---------------------------------------------------------------------------------
+
+
+def test_the_grafana_dashboard_is_a_sidecar_configmap_behind_a_value() -> None:
+    import json
+
+    assert [d for d in render() if d["metadata"]["name"].endswith("-dashboard")] == []  # off by default
+    docs = render(
+        "grafanaDashboard.enabled=true",
+        "grafanaDashboard.namespace=monitoring",
+        "grafanaDashboard.annotations.grafana_folder=GPU",
+    )
+    cm = one(docs, "ConfigMap", "hami-dashboard")
+    assert cm["metadata"]["namespace"] == "monitoring"
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"  # the grafana chart's sidecar default
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "GPU"}
+    dashboard = json.loads(cm["data"]["hami-scheduler.json"])
+    shipped = json.loads((CHART / "dashboards" / "hami-scheduler.json").read_text())
+    assert dashboard == shipped
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    assert len(exprs) >= 15
+    for name in ("hami_gpu_memory_allocated_bytes", "hami_request_duration_seconds", "hami_ledger_api_drift"):
+        assert any(name in e for e in exprs), name

@@ -38,7 +38,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -734,6 +734,7 @@ class ControlPlane:
         name: str | None = None,
         extra_args: list[str] | None = None,
         timeout: float = START_TIMEOUT_S,
+        wrapper: Sequence[str] = (),
     ) -> Scheduler:
         """Start kube-scheduler with a KubeSchedulerConfiguration (``kubescheduler.config.k8s.io/v1``).
 
@@ -741,7 +742,8 @@ class ControlPlane:
         filled in: ``apiVersion``/``kind``, ``clientConnection.kubeconfig`` (this control plane's admin
         kubeconfig) and ``leaderElection.leaderElect: false``. Waits until ``/healthz`` and ``/readyz``
         answer 200 on its https port. Stop it with ``Scheduler.stop()`` (``stop()`` of the control
-        plane stops it too).
+        plane stops it too). ``wrapper`` runs it through another command (``unshare --uts …``: a host name of
+        its own, which kube-scheduler's leader election uses as its identity).
         """
         name = name or f"kube-scheduler-{len(self.schedulers) + 1}"
         document: dict[str, Any] = {
@@ -762,6 +764,7 @@ class ControlPlane:
             process = ManagedProcess(
                 name,
                 [
+                    *wrapper,
                     str(self.binaries.kube_scheduler),
                     f"--config={config_file}",
                     "--bind-address=127.0.0.1",
@@ -794,6 +797,41 @@ class ControlPlane:
                 raise ControlPlaneError(_failure_message(f"{name} did not become healthy: {err}", [process])) from err
             return scheduler
         raise AssertionError("unreachable")
+
+    def pause_apiserver(self) -> None:
+        """SIGSTOP kube-apiserver: connections stay open and nothing answers (a hung or swapped-out server)."""
+        _signal_group(self._apiserver_pid(), signal.SIGSTOP)
+
+    def resume_apiserver(self) -> None:
+        _signal_group(self._apiserver_pid(), signal.SIGCONT)
+
+    def kill_apiserver(self) -> None:
+        """SIGKILL kube-apiserver (a crash: connections reset, nothing finished); etcd keeps the data."""
+        popen = self.apiserver.popen
+        if popen is not None and popen.poll() is None:
+            _signal_group(popen.pid, signal.SIGKILL)
+            popen.wait()
+        self.apiserver.stop()  # reaps and forgets it
+
+    def start_apiserver(self, timeout: float = START_TIMEOUT_S) -> float:
+        """Start kube-apiserver again on the same port and etcd; returns the seconds until ``/readyz`` said 200."""
+        started = time.monotonic()
+        self.apiserver.start()
+        with self.client(timeout=10.0) as client:
+            wait_until(
+                functools.partial(client.healthy, "readyz"),
+                timeout=timeout,
+                interval=0.1,
+                description="kube-apiserver /readyz after a restart",
+                check=functools.partial(_check_alive, self.etcd, self.apiserver),
+            )
+        return time.monotonic() - started
+
+    def _apiserver_pid(self) -> int:
+        pid = self.apiserver.pid
+        if pid is None or self.apiserver.exited() is not None:
+            raise ControlPlaneError("kube-apiserver is not running")
+        return pid
 
     def stop(self) -> None:
         """Stop schedulers, kube-apiserver, then etcd (each by its own process group); idempotent."""
@@ -854,9 +892,16 @@ def _write_kubeconfig(path: Path, server: str, ca_pem: bytes, token: str) -> Non
 
 
 def start_control_plane(
-    workdir: Path, binaries: Binaries | None = None, *, timeout: float = START_TIMEOUT_S
+    workdir: Path,
+    binaries: Binaries | None = None,
+    *,
+    timeout: float = START_TIMEOUT_S,
+    apiserver_args: Sequence[str] = (),
 ) -> ControlPlane:
     """Start etcd and kube-apiserver in ``workdir`` and wait until ``/readyz`` answers 200.
+
+    ``apiserver_args`` are added to kube-apiserver's command line (say, ``--max-requests-inflight=1`` for a
+    server that sheds load with 429s).
 
     Ports are picked free just before use; if another process grabs one first, the start is retried
     on new ports (up to 3 times). On any failure (or KeyboardInterrupt) what was started is stopped
@@ -921,6 +966,7 @@ def start_control_plane(
                 "--allow-privileged=true",
                 "--profiling=false",
                 "--v=1",
+                *apiserver_args,
             ],
             logs / "kube-apiserver.log",
         )

@@ -1,9 +1,11 @@
 """hami's scheduler extender end to end: ``hami scheduler`` as a subprocess beside a real kube-scheduler.
 
 ``HamiScheduler`` runs ``hami scheduler`` exactly as users run it (the console script, a kubeconfig, HAMi's
-flags) in its own process group, logging to ``<control plane>/logs/hami-scheduler.log``; it can be stopped
+flags) in its own process group, as the chart's hami ServiceAccount (``tests/e2e/identities.py``) unless given
+another kubeconfig, logging to ``<control plane>/logs/hami-scheduler.log``; it can be stopped
 (SIGTERM: graceful) and started again on the same ports, so kube-scheduler keeps calling it.
-``extender_config`` is the KubeSchedulerConfiguration that makes kube-scheduler call it (as HAMi's chart does).
+``extender_config`` is the KubeSchedulerConfiguration that makes kube-scheduler call it (as HAMi's chart does),
+with kube-scheduler running as the chart's kube-scheduler ServiceAccount.
 
 ``FakeDevicePlugin`` plays the one part of HAMi's device plugin the scheduler depends on (spec webhook §6.2):
 after the kubelet asks it to Allocate — i.e. once a pod hami bound is on its node — it marks the pod
@@ -29,6 +31,7 @@ from hami.protocol import keys
 from hami.protocol.allocation import decode_pod_devices
 from hami.protocol.inventory import DeviceInfo, encode_inventory_json
 from tests.e2e.cluster import ApiError, ControlPlane, KubeClient, ManagedProcess, free_port, wait_until
+from tests.e2e.identities import HAMI_SA, KUBE_SCHEDULER_SA, chart_identities
 
 SCHEDULER_NAME = "hami-scheduler"
 HAMI = Path(sys.executable).parent / "hami"
@@ -44,19 +47,38 @@ Usage = dict[str, tuple[int, int, int]]
 class HamiScheduler:
     """``hami scheduler`` in a subprocess on fixed loopback ports (kept across restarts)."""
 
-    def __init__(self, plane: ControlPlane, args: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        plane: ControlPlane,
+        args: Iterable[str] = (),
+        kubeconfig: Path | None = None,
+        *,
+        wrapper: Iterable[str] = (),
+        log_name: str = "hami-scheduler",
+    ) -> None:
         self.plane = plane
-        self.port = free_port()
+        self.kubeconfig = kubeconfig or chart_identities(plane).kubeconfig(HAMI_SA)
+        """The identity it runs as: the chart's hami ServiceAccount unless given (``plane.kubeconfig``: admin)."""
+        self.port = free_port()  # --http_bind: webhook and health (the Service listener)
+        self.extender_port = free_port()  # --extender-bind: /filter, /bind and health, for kube-scheduler
         self.metrics_port = free_port()
         self.args = list(args)
+        self.wrapper = list(wrapper)
+        """A command that runs hami (``unshare --uts …`` to give a replica a host name of its own)."""
         self.process: ManagedProcess | None = None
         self.exit_codes: list[int] = []
-        self.log_file = plane.log_dir / "hami-scheduler.log"
+        self.log_file = plane.log_dir / f"{log_name}.log"
         self.log_start = self.log_file.stat().st_size if self.log_file.exists() else 0
         """Where this instance's part of the (session-wide) log starts."""
 
     @property
     def url(self) -> str:
+        """The extender listener, which kube-scheduler calls."""
+        return f"http://127.0.0.1:{self.extender_port}"
+
+    @property
+    def service_url(self) -> str:
+        """The Service listener (``--http_bind``)."""
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
@@ -64,10 +86,12 @@ class HamiScheduler:
         self.process = ManagedProcess(
             "hami-scheduler",
             [
+                *self.wrapper,
                 str(HAMI),
                 "scheduler",
-                f"--kubeconfig={self.plane.kubeconfig}",
+                f"--kubeconfig={self.kubeconfig}",
                 f"--http_bind=127.0.0.1:{self.port}",
+                f"--extender-bind=127.0.0.1:{self.extender_port}",
                 f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
                 f"--scheduler-name={SCHEDULER_NAME}",
                 *self.args,
@@ -148,6 +172,7 @@ def extender_config(hami: HamiScheduler) -> dict[str, Any]:
     """kube-scheduler calling hami as HAMi's chart configures it (spec webhook §8.4): filter and bind,
     ``nodeCacheCapable``, the NVIDIA resources managed and ignored by kube-scheduler's own fit check."""
     return {
+        "clientConnection": {"kubeconfig": str(chart_identities(hami.plane).kubeconfig(KUBE_SCHEDULER_SA))},
         "profiles": [{"schedulerName": SCHEDULER_NAME}],
         "extenders": [
             {

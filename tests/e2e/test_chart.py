@@ -13,9 +13,11 @@ from tests.helm import template
 # kind -> (API prefix, plural, namespaced)
 PATHS = {
     "ServiceAccount": ("/api/v1", "serviceaccounts", True),
+    "Secret": ("/api/v1", "secrets", True),
     "ConfigMap": ("/api/v1", "configmaps", True),
     "Service": ("/api/v1", "services", True),
     "Deployment": ("/apis/apps/v1", "deployments", True),
+    "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets", True),
     "DaemonSet": ("/apis/apps/v1", "daemonsets", True),
     "Job": ("/apis/batch/v1", "jobs", True),
     "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),
@@ -25,6 +27,12 @@ PATHS = {
     "MutatingWebhookConfiguration": (
         "/apis/admissionregistration.k8s.io/v1",
         "mutatingwebhookconfigurations",
+        False,
+    ),
+    "ValidatingAdmissionPolicy": ("/apis/admissionregistration.k8s.io/v1", "validatingadmissionpolicies", False),
+    "ValidatingAdmissionPolicyBinding": (
+        "/apis/admissionregistration.k8s.io/v1",
+        "validatingadmissionpolicybindings",
         False,
     ),
 }
@@ -41,8 +49,11 @@ def dry_run(kube: KubeClient, namespace: str, obj: dict[str, Any]) -> None:
     "sets",
     [
         pytest.param([], id="default values"),
-        pytest.param(["scheduler.certManager.enabled=true"], id="cert-manager"),
-        pytest.param(["scheduler.admissionWebhook.enabled=false"], id="without the webhook"),
+        pytest.param(["scheduler.certManager.enabled=true", "grafanaDashboard.enabled=true"], id="cert-manager"),
+        pytest.param(
+            ["scheduler.admissionWebhook.enabled=false", "scheduler.metricsSecure=false"], id="without the webhook"
+        ),
+        pytest.param(["scheduler.overwriteEnv=true"], id="webhook without matchConditions"),
         pytest.param(
             [
                 "scheduler.replicas=2",

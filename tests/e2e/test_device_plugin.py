@@ -3,13 +3,17 @@
 The plugin registers its node's GPUs; a pod is bound and annotated exactly as hami's scheduler leaves it after
 Filter and Bind (node lock held); the fake kubelet calls Allocate over the plugin's unix socket and gets the
 scheduler's GPU and limits; the pod ends with bind-phase ``success``, its allocation consumed and the node lock
-gone; SIGTERM stops the plugin cleanly.
+gone; SIGTERM stops the plugin cleanly. On a MIG node (second test) the plugin reconciles the MIG instances at
+start-up and creates a MIG pod's reserved instance at Allocate. The plugin runs as the chart's device-plugin
+ServiceAccount with a token bound to a pod on its node (``tests/e2e/identities.py``), under the chart's
+node-restriction policy.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import shutil
 import signal
 import sys
@@ -25,6 +29,7 @@ import pytest
 from hami.deviceplugin import kubeletapi as api
 from hami.protocol.nodelock import NodeLock, encode_node_lock
 from tests.e2e.cluster import ControlPlane, KubeClient
+from tests.e2e.identities import chart_identities
 
 NODE = "hami-dp-e2e-1"
 WAIT = 30.0
@@ -71,6 +76,14 @@ def sockets() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.fixture
+def plugin_kubeconfig(control_plane: ControlPlane, make_node: Callable[..., dict[str, Any]]) -> Iterator[Path]:
+    """The GPU node, and a kubeconfig for the chart's device-plugin ServiceAccount bound to a pod on it."""
+    make_node(NODE, labels={"gpu": "on"}, extended={"nvidia.com/gpu": 20})
+    with chart_identities(control_plane).device_plugin(NODE) as kubeconfig:
+        yield kubeconfig
+
+
 async def until(check: Callable[[], Any], what: str) -> Any:
     async with asyncio.timeout(WAIT):
         while True:
@@ -82,14 +95,12 @@ async def until(check: Callable[[], Any], what: str) -> Any:
 
 
 async def test_plugin_registers_and_serves_allocate(
-    control_plane: ControlPlane,
+    plugin_kubeconfig: Path,
     kube: KubeClient,
-    make_node: Callable[..., dict[str, Any]],
     namespace: str,
     sockets: Path,
     tmp_path: Path,
 ) -> None:
-    make_node(NODE, labels={"gpu": "on"}, extended={"nvidia.com/gpu": 20})
     fixture = tmp_path / "gpus.yaml"
     fixture.write_text(FIXTURE)
     hook = tmp_path / "hook"
@@ -102,7 +113,7 @@ async def test_plugin_registers_and_serves_allocate(
                 "hami.deviceplugin",
                 f"--node-name={NODE}",
                 f"--fake-nvml={fixture}",
-                f"--kubeconfig={control_plane.kubeconfig}",
+                f"--kubeconfig={plugin_kubeconfig}",
                 f"--plugin-dir={sockets}",
                 f"--hook-path={hook}",
                 f"--node-config-file={tmp_path / 'absent.json'}",
@@ -169,3 +180,161 @@ async def test_plugin_registers_and_serves_allocate(
     assert code == 0, output
     assert "device plugin stopped" in output
     assert not (sockets / "hami-nvidia.sock").exists()
+
+
+MIG_NODE_CONFIG = json.dumps({"nodeconfig": [{"name": NODE, "operatingmode": "mig"}]})
+MIG_DEVICE_CONFIG = """
+nvidia:
+  migProfileAllowlist:
+    - models: ["A100-SXM4-40GB"]
+      profiles: ["1g.5gb", "3g.20gb"]
+"""
+MIG_FIXTURE = """
+devices:
+  - uuid: GPU-e2e-mig
+    name: NVIDIA A100-SXM4-40GB
+    memory_mib: 40960
+    mig: true
+    profiles:
+      - {id: 19, name: 1g.5gb, memory_mib: 4864, slices: 1, instances: 7,
+         placements: [[0, 1], [1, 1], [2, 1], [3, 1], [4, 1], [5, 1], [6, 1]]}
+      - {id: 9, name: 3g.20gb, memory_mib: 19968, slices: 3, instances: 2, placements: [[0, 4], [4, 4]]}
+    instances:   # left by the plugin's previous run
+      - {gi: 1, profile: 9, placement: [0, 4], ci: 0, uuid: MIG-e2e-held}
+      - {gi: 3, profile: 19, placement: [5, 1], ci: 0, uuid: MIG-e2e-stale}
+"""
+
+
+def mig_reservation(start: int, size: int, profile: str, **runtime: object) -> str:
+    entry = {
+        "containerIndex": 0,
+        "deviceIndex": 0,
+        "gpuUUID": "GPU-e2e-mig",
+        "profile": profile,
+        "placement": {"start": start, "size": size},
+        **runtime,
+    }
+    return json.dumps([entry], separators=(",", ":"))
+
+
+async def test_mig_pod_gets_its_instance_and_restart_reconciliation_keeps_held_ones(
+    plugin_kubeconfig: Path,
+    kube: KubeClient,
+    namespace: str,
+    sockets: Path,
+    tmp_path: Path,
+) -> None:
+    """A plugin (re)starting on a MIG node keeps the instance a running pod holds and destroys the one nobody
+    holds; then a MIG pod's Allocate creates its reserved instance and hands over its MIG device by CDI name."""
+    fixture = tmp_path / "gpus.yaml"
+    fixture.write_text(MIG_FIXTURE)
+    (tmp_path / "config.json").write_text(MIG_NODE_CONFIG)
+    (tmp_path / "device-config.yaml").write_text(MIG_DEVICE_CONFIG)
+    cdi_dir = tmp_path / "cdi"
+    spec_file = cdi_dir / "hami-nvidia-gpu.json"
+    now = datetime.now(UTC)
+    slot = "GPU-e2e-mig,NVIDIA,19968,43:;"
+    kube.create_pod(
+        namespace,
+        "holder",
+        limits={"nvidia.com/gpu": 1},
+        node_name=NODE,
+        annotations={
+            "hami.io/vgpu-node": NODE,
+            "hami.io/vgpu-devices-allocated": slot,
+            "hami.io/vgpu-devices-to-allocate": ";",
+            "hami.io/bind-phase": "success",
+            "hami.io/vgpu-mig-allocations": mig_reservation(
+                0, 4, "3g.20gb", migUUID="MIG-e2e-held", gpuInstanceID=1, computeInstanceID=0
+            ),
+        },
+    )
+    kube.patch(f"/api/v1/namespaces/{namespace}/pods/holder/status", {"status": {"phase": "Running"}})
+    log = tmp_path / "plugin.log"
+    async with fake_kubelet(sockets) as kubelet:
+        with log.open("wb") as out:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "hami.deviceplugin",
+                f"--node-name={NODE}",
+                f"--fake-nvml={fixture}",
+                f"--kubeconfig={plugin_kubeconfig}",
+                f"--plugin-dir={sockets}",
+                f"--hook-path={tmp_path / 'hook'}",
+                f"--node-config-file={tmp_path / 'config.json'}",
+                f"--device-config-file={tmp_path / 'device-config.yaml'}",
+                "--device-list-strategy=cdi-cri,envvar",
+                f"--cdi-spec-dir={cdi_dir}",
+                stdout=out,
+                stderr=asyncio.subprocess.STDOUT,
+            )
+        try:
+            await asyncio.wait_for(kubelet.requests.get(), WAIT)
+
+            def spec_devices() -> list[str]:
+                try:
+                    return [d["name"] for d in json.loads(spec_file.read_text())["devices"]]
+                except (OSError, ValueError):
+                    return []
+
+            # Start-up reconciliation: the stale instance is gone, the held one stays (the spec lists what exists).
+            await until(lambda: spec_devices() == ["GPU-e2e-mig", "MIG-e2e-held"], "the reconciled CDI spec")
+
+            def registered() -> bool:
+                notes = kube.get(f"/api/v1/nodes/{NODE}")["metadata"].get("annotations", {})
+                return '"mode":"mig","migProfiles":[{"name":"1g.5gb"' in notes.get("hami.io/node-nvidia-register", "")
+
+            await until(registered, "the MIG register annotation")
+
+            kube.create_pod(
+                namespace,
+                "mig-pod",
+                limits={"nvidia.com/gpu": 1},
+                node_name=NODE,
+                annotations={
+                    "hami.io/vgpu-node": NODE,
+                    "hami.io/vgpu-time": str(int(now.timestamp())),
+                    "hami.io/vgpu-devices-to-allocate": "GPU-e2e-mig,NVIDIA,4864,15:;",
+                    "hami.io/vgpu-devices-allocated": "GPU-e2e-mig,NVIDIA,4864,15:;",
+                    "hami.io/vgpu-mig-allocations": mig_reservation(6, 1, "1g.5gb"),
+                    "hami.io/bind-time": str(int(now.timestamp())),
+                    "hami.io/bind-phase": "allocating",
+                },
+            )
+            kube.set_node_annotations(
+                NODE,
+                {"hami.io/mutex.lock": encode_node_lock(NodeLock(now.replace(microsecond=0), namespace, "mig-pod"))},
+            )
+            async with grpc.aio.insecure_channel(f"unix://{sockets / 'hami-nvidia.sock'}") as channel:
+                client = api.DevicePluginClient(channel)
+                first = await anext(aiter(client.list_and_watch()))
+                assert len(first.devices) == 7  # the largest instance count of an allowed profile
+                response = await client.allocate(
+                    api.AllocateRequest(
+                        container_requests=[api.ContainerAllocateRequest(devices_ids=[first.devices[0].id])]
+                    )
+                )
+            (ctr,) = response.container_responses
+            mig_uuid = ctr.envs["NVIDIA_VISIBLE_DEVICES"]
+            assert mig_uuid.startswith("MIG-")
+            assert mig_uuid not in {"MIG-e2e-held", "MIG-e2e-stale"}
+            assert [d.name for d in ctr.cdi_devices] == [f"k8s.device-plugin.nvidia.com/gpu={mig_uuid}"]
+            assert "CUDA_DEVICE_MEMORY_LIMIT_0" not in ctr.envs  # the MIG instance is the limit
+            pod = kube.get_pod(namespace, "mig-pod")
+            notes = pod["metadata"]["annotations"]
+            assert notes["hami.io/bind-phase"] == "success"
+            assert notes["hami.io/vgpu-devices-to-allocate"] == ";"
+            (entry,) = json.loads(notes["hami.io/vgpu-mig-allocations"])
+            assert entry["migUUID"] == mig_uuid
+            assert entry["placement"] == {"start": 6, "size": 1}
+            assert {"gpuInstanceID", "computeInstanceID"} <= set(entry)
+            assert sorted(spec_devices()) == sorted(["GPU-e2e-mig", "MIG-e2e-held", mig_uuid])
+            assert "hami.io/mutex.lock" not in kube.get(f"/api/v1/nodes/{NODE}")["metadata"].get("annotations", {})
+        finally:
+            if process.returncode is None:
+                process.send_signal(signal.SIGTERM)
+            code = await asyncio.wait_for(process.wait(), WAIT)
+    output = log.read_text()
+    assert code == 0, output
+    assert "destroyed MIG instance nobody holds: GPU-e2e-mig/GI 3 (MIG-e2e-stale)" in output

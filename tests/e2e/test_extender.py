@@ -33,6 +33,7 @@ from tests.e2e.hami_stack import (
     register_annotation,
     usage_from_annotations,
 )
+from tests.e2e.invariants import check_invariants
 
 NVIDIA = keys.NVIDIA_KEYS
 
@@ -328,6 +329,7 @@ def test_restarts_rebuild_the_ledger_and_deleted_pods_free_capacity(stack: Stack
     # finish; SIGKILL loses them. Either way kube-scheduler retries what failed.
     s.hami.restart(crash=crash)
     wait_until(lambda: s.settled(4), description="4 pods bound, 2 unschedulable")
+    check_invariants(s.kube, s.namespace, s.hami, {f"GPU-{node}-0": (10, 16000, 100)}, s.nodes, bound=4)
     before = s.usage()
     assert before == full  # no double allocation across the restart
     assert s.hami.ledger() == before

@@ -2,8 +2,9 @@
 its extender binds the mutated pod to the fake node that fits.
 
 ``hami scheduler`` runs as a subprocess (as in the chart): HTTPS with a certificate from ``hami.server.certs``,
-webhook, extender. A MutatingWebhookConfiguration points at it by URL with our CA as ``caBundle``; it only
-sees the test's namespace (a label), so the rest of the session is never blocked by its ``Fail`` policy.
+webhook, extender, as the chart's hami ServiceAccount. The chart's own webhook entry (rules, matchConditions,
+failurePolicy ``Fail``) points at it by URL with our CA as ``caBundle``; it only sees the test's namespace (a
+label), so the rest of the session is never blocked by its ``Fail`` policy.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from tests.e2e.cluster import (
     free_port,
     wait_until,
 )
+from tests.e2e.identities import HAMI_SA, KUBE_SCHEDULER_SA, chart_identities
 
 SCHEDULER = "hami-scheduler"
 WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
@@ -53,15 +55,21 @@ def new_pair(ca_name: str) -> CertBundle:
 
 @dataclass
 class Hami:
-    """A running ``hami scheduler``: its HTTPS port and the directory its certificate files are read from."""
+    """A running ``hami scheduler``: its HTTPS ports (Service listener, extender listener) and the directory its
+    certificate files are read from."""
 
     process: ManagedProcess
     port: int
+    extender_port: int
     tls_dir: Path
 
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def extender_url(self) -> str:
+        return f"https://127.0.0.1:{self.extender_port}"
 
     def check_alive(self) -> None:
         code = self.process.exited()
@@ -79,15 +87,16 @@ def hami(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Hami]:
     tls_dir = tmp_path / "tls"
     first = new_pair("hami-e2e-ca-1")
     write_files(first, tls_dir)
-    port = free_port()
+    port, extender_port = free_port(), free_port()
     process = ManagedProcess(
         "hami-scheduler",
         [
             str(Path(sys.executable).parent / "hami"),
             "scheduler",
-            f"--kubeconfig={control_plane.kubeconfig}",
+            f"--kubeconfig={chart_identities(control_plane).kubeconfig(HAMI_SA)}",
             f"--scheduler-name={SCHEDULER}",
             f"--http_bind=127.0.0.1:{port}",
+            f"--extender-bind=127.0.0.1:{extender_port}",
             f"--cert_file={tls_dir / 'tls.crt'}",
             f"--key_file={tls_dir / 'tls.key'}",
             f"--metrics-bind-address=127.0.0.1:{free_port()}",
@@ -97,7 +106,7 @@ def hami(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Hami]:
         control_plane.log_dir / f"hami-scheduler-{port}.log",
     )
     process.start()
-    running = Hami(process, port, tls_dir)
+    running = Hami(process, port, extender_port, tls_dir)
     try:
         wait_until(
             lambda: running.serves(first.ca_cert), description="hami scheduler /readyz", check=running.check_alive
@@ -108,38 +117,28 @@ def hami(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Hami]:
 
 
 @pytest.fixture
-def webhook(kube: KubeClient, namespace: str, hami: Hami) -> Iterator[Callable[[bytes], None]]:
-    """Registers hami's webhook for the test namespace only; call it again with a new CA bundle to rotate."""
+def webhook(
+    control_plane: ControlPlane, kube: KubeClient, namespace: str, hami: Hami
+) -> Iterator[Callable[[bytes], None]]:
+    """Registers the chart's webhook entry, calling hami by URL, for the test namespace only; call it again with a
+    new CA bundle to rotate."""
     label = f"hami-e2e-{uuid.uuid4().hex[:8]}"
     kube.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {"hami-e2e/webhook": label}}})
     name = f"hami-e2e-{label}"
+    (chart_entry,) = chart_identities(control_plane).one("MutatingWebhookConfiguration", "hami-webhook")["webhooks"]
+    assert chart_entry["failurePolicy"] == "Fail"
+    assert chart_entry["matchConditions"]
 
     def register(ca_bundle: bytes) -> None:
+        entry = chart_entry | {
+            "clientConfig": {"url": f"{hami.url}/webhook", "caBundle": base64.b64encode(ca_bundle).decode()},
+            "namespaceSelector": {"matchLabels": {"hami-e2e/webhook": label}},
+        }
         body: dict[str, Any] = {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "MutatingWebhookConfiguration",
             "metadata": {"name": name},
-            "webhooks": [
-                {
-                    "name": "vgpu.hami.io",
-                    "admissionReviewVersions": ["v1", "v1beta1"],
-                    "sideEffects": "None",
-                    "failurePolicy": "Fail",
-                    "reinvocationPolicy": "Never",
-                    "timeoutSeconds": 10,
-                    "rules": [
-                        {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}
-                    ],
-                    "clientConfig": {
-                        "url": f"{hami.url}/webhook",
-                        "caBundle": base64.b64encode(ca_bundle).decode(),
-                    },
-                    "namespaceSelector": {"matchLabels": {"hami-e2e/webhook": label}},
-                    "objectSelector": {
-                        "matchExpressions": [{"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}]
-                    },
-                }
-            ],
+            "webhooks": [entry],
         }
         try:
             current = kube.get(f"{WEBHOOKS}/{name}")
@@ -192,6 +191,7 @@ def gpu_node(make_node: Callable[..., dict[str, Any]], name: str, pool: str, dev
 
 
 def test_a_gpu_pod_is_sent_to_hami_and_bound_to_the_node_that_fits(
+    control_plane: ControlPlane,
     kube: KubeClient,
     namespace: str,
     hami: Hami,
@@ -205,10 +205,11 @@ def test_a_gpu_pod_is_sent_to_hami_and_bound_to_the_node_that_fits(
     gpu_node(make_node, big, pool, devmem=16384)
     start_scheduler(
         {
+            "clientConnection": {"kubeconfig": str(chart_identities(control_plane).kubeconfig(KUBE_SCHEDULER_SA))},
             "profiles": [{"schedulerName": SCHEDULER}],
             "extenders": [
                 {
-                    "urlPrefix": hami.url,
+                    "urlPrefix": hami.extender_url,
                     "filterVerb": "filter",
                     "bindVerb": "bind",
                     "nodeCacheCapable": True,
@@ -272,3 +273,40 @@ def test_rotating_the_certificate_files_keeps_the_webhook_working(
     wait_until(admitted(kube, namespace, ONE_GPU), description="admission trusting only the new CA")
     with pytest.raises(httpx.ConnectError):  # the old CA no longer vouches for the server
         hami.serves(old_ca)
+
+
+def test_while_hami_is_down_only_pods_for_hami_are_refused(
+    kube: KubeClient, namespace: str, hami: Hami, webhook: Callable[[bytes], None]
+) -> None:
+    wait_until(admitted(kube, namespace, ONE_GPU), description="hami's webhook to be in effect")
+    hami.process.stop()
+
+    # The chart's matchConditions never send these to the webhook: hami being down changes nothing for them.
+    web = kube.create_pod(namespace, "web", limits={"cpu": "1"}, requests={"cpu": "1", "memory": "1Gi"})
+    assert web["spec"]["schedulerName"] == "default-scheduler"
+    other = {
+        "name": "init",
+        "image": "registry.invalid/hami-e2e:none",
+        "resources": {"limits": {"example.com/fpga": "1"}},
+    }
+    assert kube.create_pod(namespace, "fpga", spec={"initContainers": [other]})["metadata"]["name"] == "fpga"
+
+    # Pods that ask for a managed resource (limits or requests, any container) or name hami's scheduler are sent,
+    # and failurePolicy Fail refuses them while hami cannot answer.
+    init_dcu = {
+        "name": "init",
+        "image": "registry.invalid/hami-e2e:none",
+        "resources": {"limits": {"hygon.com/dcunum": "1"}},
+    }
+    for name, kwargs in [
+        ("gpu", {"limits": ONE_GPU}),
+        ("gpumem-request", {"requests": {"nvidia.com/gpumem": "1000"}}),
+        ("dcu-init", {"spec": {"initContainers": [init_dcu]}}),
+        ("names-hami", {"scheduler_name": SCHEDULER}),
+    ]:
+        with pytest.raises(ApiError) as refused:
+            kube.create_pod(namespace, name, **kwargs)  # type: ignore[arg-type]
+        assert 'failed calling webhook "vgpu.hami.io"' in str(refused.value), name
+    assert sorted(
+        p["metadata"]["name"] for p in kube.list_pods(namespace) if not p["metadata"]["name"].startswith("probe-")
+    ) == ["fpga", "web"]

@@ -17,3 +17,13 @@ def test_annotation_error_names_position() -> None:
 def test_long_values_are_cut() -> None:
     err = InvalidInput("f", "x" * 500, "bad")
     assert "(+380 chars)" in str(err)
+
+
+def test_messages_are_written_for_people() -> None:
+    # no empty "(got '')", no value the field already spells, JSON rather than Python reprs
+    assert str(InvalidInput("settings.yaml", "", "cannot read the file")) == "settings.yaml: cannot read the file"
+    assert str(InvalidInput("/etc/x.yaml", "/etc/x.yaml", "not found")) == "/etc/x.yaml: not found"
+    assert str(InvalidInput("f", None, "missing")) == "f: missing"
+    assert str(InvalidInput("f", True, "not a number")) == "f: not a number (got true)"
+    assert str(InvalidInput("f", ["a", 1], "bad")) == 'f: bad (got ["a", 1])'
+    assert str(InvalidInput("containers[1]", "1", "too short")) == "containers[1]: too short (got '1')"

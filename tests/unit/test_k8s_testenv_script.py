@@ -102,3 +102,28 @@ def test_locate_without_a_build_says_to_run_make_testenv(
     monkeypatch.delenv("HAMI_K8S_VERSION", raising=False)
     assert testenv.main(["locate"]) == 1
     assert "make testenv" in capsys.readouterr().err
+
+
+def test_waiting_on_another_builds_lock_prints_progress(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import fcntl
+    import threading
+
+    lock = tmp_path / "k8s-v0.lock"
+    entered = threading.Event()
+    with lock.open("a+") as other:  # another run holds the lock
+        fcntl.flock(other, fcntl.LOCK_EX)
+
+        def second_run() -> None:
+            with testenv.build_lock(lock, progress_every=0.05, poll=0.01):
+                entered.set()
+
+        thread = threading.Thread(target=second_run)
+        thread.start()
+        assert not entered.wait(0.3)  # still waiting while the other holds it
+        fcntl.flock(other, fcntl.LOCK_UN)
+        thread.join(5)
+    assert entered.is_set()
+    out = capsys.readouterr().out
+    assert "waiting for it" in out
+    assert out.count("still waiting for the other build") >= 2
+    assert "the other build finished after" in out

@@ -82,14 +82,36 @@ app.kubernetes.io/component: hami-scheduler
 {{- end -}}
 
 {{/* Every resource the extender manages: kube-scheduler calls hami for pods asking for any of them and
-     leaves their node accounting to hami. */}}
+     leaves their node accounting to hami; the webhook sees only pods asking for one of them (or naming hami's
+     scheduler). One source of truth: the resource names of the device config hami reads
+     (scheduler.deviceConfig.content when given, else the values it is built from), for the enabled vendors. */}}
 {{- define "hami.managedResources" -}}
+{{- $content := dict -}}
+{{- if .Values.scheduler.deviceConfig.content -}}
+{{- $content = fromYaml .Values.scheduler.deviceConfig.content -}}
+{{- if hasKey $content "Error" -}}
+{{- fail (printf "scheduler.deviceConfig.content is not valid YAML: %s" (get $content "Error")) -}}
+{{- end -}}
+{{- end -}}
 {{- $names := list -}}
 {{- if .Values.devices.nvidia.enabled -}}
-{{- $names = concat $names (list .Values.resourceName .Values.resourceMem .Values.resourceMemPercentage .Values.resourceCores .Values.resourcePriority) -}}
+{{- $nv := get $content "nvidia" | default dict -}}
+{{- $defaults := dict "resourceCountName" .Values.resourceName "resourceMemoryName" .Values.resourceMem "resourceMemoryPercentageName" .Values.resourceMemPercentage "resourceCoreName" .Values.resourceCores "resourcePriorityName" .Values.resourcePriority -}}
+{{- range $key := list "resourceCountName" "resourceMemoryName" "resourceMemoryPercentageName" "resourceCoreName" "resourcePriorityName" -}}
+{{- $names = append $names (ternary (get $nv $key) (get $defaults $key) (hasKey $nv $key)) -}}
+{{- end -}}
 {{- end -}}
 {{- if .Values.devices.hygon.enabled -}}
-{{- $names = concat $names (list .Values.dcuResourceName .Values.dcuResourceMem .Values.dcuResourceCores) -}}
+{{- $dcu := get $content "hygon" | default dict -}}
+{{- $defaults := dict "resourceCountName" .Values.dcuResourceName "resourceMemoryName" .Values.dcuResourceMem "resourceCoreName" .Values.dcuResourceCores -}}
+{{- range $key := list "resourceCountName" "resourceMemoryName" "resourceCoreName" -}}
+{{- $names = append $names (ternary (get $dcu $key) (get $defaults $key) (hasKey $dcu $key)) -}}
+{{- end -}}
 {{- end -}}
 {{- $names | compact | uniq | toJson -}}
+{{- end -}}
+
+{{/* The kube-scheduler sidecar's own ServiceAccount (hami's is hami.scheduler). */}}
+{{- define "hami.kubeScheduler" -}}
+{{- printf "%s-kube-scheduler" (include "hami.fullname" .) -}}
 {{- end -}}

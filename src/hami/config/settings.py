@@ -16,6 +16,12 @@ Deliberate differences from HAMi:
 * ``scheduler_name`` defaults to ``hami-scheduler`` (the chart's value) instead of ``""``.
 * ``gpu_scheduler_policy`` must name known policies; HAMi treats an unknown value as ``spread``.
 * The device-config file is optional: without one, :func:`~hami.config.default_device_config` applies.
+* ``profiling``, ``legacy_metrics``, ``enable_ascend`` and ``enable_iluvatar`` are accepted only as ``false``
+  (HAMi's default, so HAMi's chart and environment load unchanged): hami has no pprof routes, exports only
+  HAMi's current metric names, and schedules no Ascend or Iluvatar devices. ``true`` is refused with an error
+  saying so, rather than accepted and ignored.
+* ``/filter`` and ``/bind`` have their own listener (``extender_bind``, loopback by default); ``http_bind``
+  serves the webhook and health only. HAMi serves all of them on ``http_bind`` without client authentication.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from hami.config._model import config_error
 from hami.config.duration import parse_go_duration
 from hami.errors import ConfigError
 
-__all__ = ["GPU_POLICY_TOKENS", "NodeSchedulerPolicy", "SchedulerSettings", "load_settings"]
+__all__ = ["GPU_POLICY_TOKENS", "NodeSchedulerPolicy", "SchedulerSettings", "is_loopback", "load_settings"]
 
 NodeSchedulerPolicy = Literal["binpack", "spread"]
 
@@ -59,6 +65,15 @@ def _check_bind(value: str) -> str:
     return value
 
 
+_UNSUPPORTED: Final = {
+    "profiling": "is not supported: hami serves no pprof routes (profile it with py-spy instead); leave it false",
+    "legacy_metrics": "is not supported: hami exports HAMi's current metric names (hami_*) only, not the legacy "
+    "ones (GPUDeviceMemoryLimit, vGPUMemoryAllocated, …); leave it false",
+    "enable_ascend": "is not supported: hami schedules NVIDIA and Hygon devices only; leave it false",
+    "enable_iluvatar": "is not supported: hami schedules NVIDIA and Hygon devices only; leave it false",
+}
+
+
 def _env_alias(name: str, *legacy: str) -> AliasChoices:
     return AliasChoices(f"HAMI_{name.upper()}", *legacy)
 
@@ -82,17 +97,26 @@ class SchedulerSettings(BaseSettings):
     gpu_scheduler_policy: str = "spread"
     """Default GPU policy: spread, binpack, topology-aware, mutex, numa, or a comma chain (numa,binpack)."""
     http_bind: str = "127.0.0.1:8080"
-    """Listen address of the extender/webhook HTTP server."""
+    """Listen address of the Service-facing server: ``/webhook``, ``/healthz``, ``/readyz`` (not the extender)."""
+    extender_bind: str = "127.0.0.1:8888"
+    """Listen address of ``/filter`` and ``/bind`` (and health). Loopback unless a client authentication is set."""
     cert_file: str = ""
     key_file: str = ""
-    """TLS certificate and key; both or neither."""
+    """TLS certificate and key; both or neither. Every listener but metrics (unless ``metrics_secure``) uses them."""
+    extender_client_ca_file: str = ""
+    """CA bundle that extender clients' certificates must chain to (mutual TLS on the extender listener)."""
+    extender_token_file: str = ""
+    """File of bearer tokens (one a line) an extender call must present in ``Authorization: Bearer``."""
     metrics_bind_address: str = ":9395"
+    metrics_secure: bool = False
+    """Serve ``/metrics`` over TLS to callers allowed ``get`` on ``/metrics`` (TokenReview + SubjectAccessReview)."""
     node_label_selector: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
     """Only nodes with all these labels are registered (``gpu=on,zone=a``)."""
     kube_qps: Annotated[float, Field(gt=0)] = 300.0
     kube_burst: Annotated[int, Field(ge=1)] = 600
     kube_timeout: Annotated[float, Field(ge=0)] = 0.0
-    """API request timeout in seconds; 0 = the client's default."""
+    """Timeout of one API request (connect, send, read; watches excepted) in seconds; 0 = the client's default
+    (30 s). Retries of a throttled request are bounded separately (``ClientSettings.retry_budget``)."""
     node_lock_timeout: Annotated[
         float, Field(gt=0, validation_alias=_env_alias("node_lock_timeout", "HAMI_NODELOCK_EXPIRE"))
     ] = 300.0
@@ -110,10 +134,20 @@ class SchedulerSettings(BaseSettings):
     device_config_file: str | None = None
     """Path of ``device-config.yaml``; None = the built-in defaults."""
     profiling: bool = False
+    """HAMi's pprof routes; hami has none (only ``false`` is accepted)."""
     legacy_metrics: bool = False
+    """HAMi's pre-2.4 metric names; hami exports the current names only (only ``false`` is accepted)."""
     debug: bool = False
     enable_ascend: bool = False
     enable_iluvatar: bool = False
+    """HAMi's switches for its Ascend and Iluvatar backends; hami has neither (only ``false`` is accepted)."""
+
+    @field_validator("profiling", "legacy_metrics", "enable_ascend", "enable_iluvatar")
+    @classmethod
+    def _unsupported(cls, value: bool, info: Any) -> bool:
+        if value:
+            raise ValueError(_UNSUPPORTED[info.field_name])
+        return value
 
     @field_validator("node_lock_timeout", "node_lock_retry_timeout", "kube_timeout", mode="before")
     @classmethod
@@ -129,7 +163,7 @@ class SchedulerSettings(BaseSettings):
             raise ValueError(f"unknown policy {unknown[0]!r}; use {', '.join(sorted(GPU_POLICY_TOKENS))}")
         return ",".join(tokens)
 
-    @field_validator("http_bind", "metrics_bind_address")
+    @field_validator("http_bind", "extender_bind", "metrics_bind_address")
     @classmethod
     def _bind(cls, value: str) -> str:
         return _check_bind(value)
@@ -156,7 +190,70 @@ class SchedulerSettings(BaseSettings):
         if bool(self.cert_file) != bool(self.key_file):
             missing = "key_file" if self.cert_file else "cert_file"
             raise ConfigError(missing, "", "cert_file and key_file must be given together")
+        _check_access(self)
 
+
+def is_loopback(host: str) -> bool:
+    """Whether a listen host is reachable only from this machine (or pod): 127.0.0.0/8, ::1, localhost."""
+    return host in {"localhost", "::1"} or host.startswith("127.")
+
+
+def _host_port(bind: str) -> tuple[str, int]:
+    host, _, port = bind.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def _check_access(s: SchedulerSettings) -> None:
+    """Listener combinations that would expose the extender or half-configure an authentication."""
+    host, _ = _host_port(s.extender_bind)
+    authenticated = bool(s.extender_client_ca_file or s.extender_token_file)
+    if not is_loopback(host) and not authenticated:
+        raise ConfigError(
+            "--extender-bind",
+            s.extender_bind,
+            "/filter and /bind may bind any pod to any node, so they listen beyond loopback only with client "
+            "authentication: add --extender-client-ca-file (client certificates) or --extender-token-file "
+            "(bearer token), or listen on 127.0.0.1",
+        )
+    if s.extender_client_ca_file and not s.cert_file:
+        raise ConfigError(
+            "--extender-client-ca-file",
+            s.extender_client_ca_file,
+            "client certificates need TLS on the extender listener: give --cert_file and --key_file as well",
+        )
+    if s.metrics_secure and not s.cert_file:
+        raise ConfigError(
+            "--metrics-secure",
+            True,
+            "authenticated metrics are served over TLS (a bearer token over plain HTTP can be read on the way): "
+            "give --cert_file and --key_file as well",
+        )
+    _check_distinct(s)
+
+
+def _check_distinct(s: SchedulerSettings) -> None:
+    listeners = {
+        "--http_bind": s.http_bind,
+        "--extender-bind": s.extender_bind,
+        "--metrics-bind-address": s.metrics_bind_address,
+    }
+    seen: dict[int, tuple[str, str]] = {}
+    for flag, bind in listeners.items():
+        host, port = _host_port(bind)
+        if port == 0:  # any free port: never the same as another listener's
+            continue
+        if port in seen:
+            other_flag, other_host = seen[port]
+            if host == other_host or host in _WILDCARD or other_host in _WILDCARD:
+                raise ConfigError(
+                    flag,
+                    bind,
+                    f"the same port as {other_flag} ({listeners[other_flag]}): give each listener its own port",
+                )
+        seen.setdefault(port, (flag, host))
+
+
+_WILDCARD: Final = frozenset({"", "0.0.0.0", "::"})
 
 _ALIASES: Final = {"HAMI_NODE_LOCK_TIMEOUT": "node_lock_timeout", "HAMI_NODELOCK_EXPIRE": "node_lock_timeout"}
 

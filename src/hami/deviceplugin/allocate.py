@@ -7,11 +7,15 @@ One call, under one process-wide lock:
    container left to serve — else the oldest pod on this node that checks out the same way;
 2. **take** the next non-empty container slot of ``hami.io/vgpu-devices-to-allocate`` per container request
    (slots are positional: init containers first), checking the device count kubelet asks for;
-3. **answer** with the scheduler's UUIDs and HAMi-core's env and mounts (:mod:`.response`);
-4. **commit**: write the annotation back with the taken slots emptied, and when no vendor has a slot left set
-   ``bind-phase=success`` in the same patch and release the node lock (owner-checked);
-5. on any error after the pod is found: ``bind-phase=failed``, release the lock (owner-checked), and fail the
-   call with a message naming the pod.
+3. **MIG** (a pod with ``hami.io/vgpu-mig-allocations``, on a node in ``mig`` operating mode): make each taken
+   device's reservation real — reuse, adopt or create its GPU and compute instance (:mod:`.mig`);
+4. **answer** with the scheduler's UUIDs and HAMi-core's env and mounts, or for MIG with the MIG device UUIDs
+   only (:mod:`.response`);
+5. **commit**: write the annotation back with the taken slots emptied (and the MIG reservations with their
+   runtime identity), and when no vendor has a slot left set ``bind-phase=success`` in the same patch and
+   release the node lock (owner-checked);
+6. on any error after the pod is found: destroy the MIG instances this call created, ``bind-phase=failed``,
+   release the lock (owner-checked), and fail the call with a message naming the pod.
 
 Differences from HAMi (spec §11 items 13–14), each deliberate:
 
@@ -20,13 +24,14 @@ Differences from HAMi (spec §11 items 13–14), each deliberate:
   a pod that still waits for another vendor's plugin keeps ``allocating`` and its lock;
 * the lock holder is verified before use, so another vendor's pod holding the shared lock is never failed;
 * a pod with nothing left for NVIDIA is never chosen, so a retried or late call cannot fail a bound pod;
-* not implemented: dynamic MIG (creating the reserved GPU/compute instances at Allocate). A node in ``mig``
-  operating mode registers its profiles, but Allocate fails such pods with a clear error.
+* a MIG instance is created only where no live pod holds an overlapping one, and the instances a failed call
+  created are destroyed again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import logging
 import shutil
@@ -35,14 +40,24 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from hami.deviceplugin import kubeletapi as api
-from hami.deviceplugin.response import HostFiles, container_response
+from hami.deviceplugin.discovery import GpuInfo
+from hami.deviceplugin.mig import MigError, MigInstances, holders
+from hami.deviceplugin.response import HostFiles, container_response, mig_container_response
 from hami.deviceplugin.settings import NodeSettings
 from hami.devices import registered_keys
 from hami.errors import AnnotationError, ApiError, HamiError, NotFound
 from hami.k8s.cluster import ClusterClient
 from hami.k8s.nodelock import NodeLocker
 from hami.protocol import keys
-from hami.protocol.allocation import ContainerDevices, PodDevices, decode_pod_devices, encode_pod_devices
+from hami.protocol.allocation import (
+    ContainerDevices,
+    MigAllocation,
+    PodDevices,
+    decode_mig_allocations,
+    decode_pod_devices,
+    encode_mig_allocations,
+    encode_pod_devices,
+)
 from hami.protocol.bindphase import BindPhase
 from hami.protocol.nodelock import decode_node_lock
 from hami.protocol.objects import Container, Pod
@@ -91,6 +106,7 @@ class Grant:
     slot: int
     container: Container | None
     devices: ContainerDevices
+    mig_uuids: tuple[str, ...] = ()  # MIG pods: the MIG device of each device, in order
 
 
 def containers_in_slot_order(pod: Pod) -> list[Container]:
@@ -152,6 +168,9 @@ class Allocator:
         settings: NodeSettings,
         host: HostFiles,
         new_cache_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+        gpus: Callable[[], Sequence[GpuInfo]] = tuple,
+        mig: MigInstances | None = None,
+        mig_changed: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._cluster = cluster
         self._pods_on_node = pods_on_node
@@ -160,6 +179,9 @@ class Allocator:
         self._settings = settings
         self._host = host
         self._new_cache_id = new_cache_id
+        self._gpus = gpus
+        self._mig = mig
+        self._mig_changed = mig_changed
         self._mutex = asyncio.Lock()
 
     # --- finding the pod ----------------------------------------------------------------------------------
@@ -218,16 +240,21 @@ class Allocator:
                 raise
             except HamiError as exc:
                 raise _as_allocation_error(exc, "finding the pod to allocate for") from exc
+            created: list[MigAllocation] = []
             try:
                 grants, remaining = self._plan(pod, [len(ids) for ids in requests])
+                mig_value = None
+                if self._is_mig(pod):
+                    grants, mig_value = await self._realise_mig(pod, grants, created)
                 responses = [self._respond(pod, grant) for grant in grants]
-                await self._commit(pod, remaining)
+                await self._commit(pod, remaining, mig_value)
             except Exception as exc:
+                await self._undo(created)
                 await self._fail(pod, exc)
                 raise _as_allocation_error(exc, f"pod {pod.key}") from exc
             log.info(
                 "allocated %s to pod %s",
-                "; ".join(f"{g.container.name if g.container else g.slot}={_uuids(g.devices)}" for g in grants),
+                "; ".join(f"{g.container.name if g.container else g.slot}={_uuids(g)}" for g in grants),
                 pod.key,
             )
             return responses
@@ -239,18 +266,121 @@ class Allocator:
         if value is None:
             raise AllocationError(Failure.BAD_REQUEST, f"device request not found: pod has no {field} annotation")
         devices = decode_pod_devices(value, field)
-        if self._settings.operating_mode == "mig" or keys.NVIDIA_MIG_ALLOCATIONS in pod.metadata.annotations:
-            # Difference from HAMi: creating MIG instances at Allocate (dynamic MIG) is not implemented; fail
-            # clearly rather than hand out a whole MIG-mode GPU without its instance.
-            raise AllocationError(
-                Failure.BAD_REQUEST, "dynamic MIG allocation is not implemented by hami's device plugin"
-            )
         taken, remaining = take_slots(devices, wanted)
         containers = containers_in_slot_order(pod)
         grants = [Grant(slot, containers[slot] if slot < len(containers) else None, ctr) for slot, ctr in taken]
         return grants, remaining
 
+    # --- MIG ----------------------------------------------------------------------------------------------
+
+    def _is_mig(self, pod: Pod) -> bool:
+        """Whether this allocation is a MIG one; refuses a mismatch between the pod and the node's mode."""
+        has_mig = bool(pod.metadata.annotations.get(keys.NVIDIA_MIG_ALLOCATIONS))
+        mig_node = self._settings.operating_mode == "mig"
+        if has_mig and not mig_node:
+            raise AllocationError(
+                Failure.BAD_REQUEST,
+                f"the pod carries {keys.NVIDIA_MIG_ALLOCATIONS} but node {self._node} is in "
+                f"{self._settings.operating_mode} operating mode",
+            )
+        if mig_node and not has_mig:
+            raise AllocationError(
+                Failure.BAD_REQUEST,
+                f"node {self._node} is in mig operating mode but the pod has no {keys.NVIDIA_MIG_ALLOCATIONS} "
+                "reservation (was it placed by a scheduler without dynamic MIG?)",
+            )
+        return mig_node
+
+    async def _realise_mig(
+        self, pod: Pod, grants: list[Grant], created: list[MigAllocation]
+    ) -> tuple[list[Grant], str]:
+        """Make the MIG reservations of the taken slots real; returns the grants with their MIG UUIDs and the
+        annotation value with the runtime identities. Appends what it creates to ``created``."""
+        if self._mig is None:
+            raise AllocationError(Failure.INTERNAL, "MIG instances are not available on this plugin")
+        entries = decode_mig_allocations(pod.metadata.annotations[keys.NVIDIA_MIG_ALLOCATIONS])
+        index = {(e.container_index, e.device_index): i for i, e in enumerate(entries)}
+        held = holders(await self._pods_on_node(self._node), skip_uid=pod.metadata.uid)
+        mine = dict(held.instances)
+        realised_grants = []
+        for grant in grants:
+            uuids = []
+            for position, device in enumerate(grant.devices):
+                at = index.get((grant.slot, position))
+                if at is None:
+                    raise AllocationError(
+                        Failure.BAD_REQUEST,
+                        f"container slot {grant.slot} device {position} ({device.uuid}) has no MIG reservation in "
+                        f"{keys.NVIDIA_MIG_ALLOCATIONS}",
+                    )
+                entry = entries[at]
+                if entry.gpu_uuid != device.uuid:
+                    raise AllocationError(
+                        Failure.BAD_REQUEST,
+                        f"container slot {grant.slot} device {position}: the MIG reservation is on "
+                        f"{entry.gpu_uuid}, the allocation on {device.uuid}",
+                    )
+                try:
+                    result = await asyncio.to_thread(
+                        self._mig.realise, entry, dataclasses.replace(held, instances=dict(mine))
+                    )
+                except MigError as exc:
+                    raise AllocationError(Failure.BAD_REQUEST, str(exc)) from exc
+                if result.created:
+                    created.append(result.entry)
+                assert result.entry.gpu_instance_id is not None
+                assert result.entry.mig_uuid is not None
+                mine[(entry.gpu_uuid, result.entry.gpu_instance_id)] = pod.key
+                entries[at] = result.entry
+                uuids.append(result.entry.mig_uuid)
+            realised_grants.append(dataclasses.replace(grant, mig_uuids=tuple(uuids)))
+        if created and self._mig_changed is not None:
+            await self._mig_changed()
+        return realised_grants, encode_mig_allocations(entries)
+
+    async def _undo(self, created: list[MigAllocation]) -> None:
+        """Destroy the instances a failed call created (a failure is logged: reconciliation retries)."""
+        if not created or self._mig is None:
+            return
+        for entry in created:
+            try:
+                await asyncio.to_thread(self._mig.destroy, entry)
+                log.info("destroyed MIG instance %s again (GI %s)", entry.mig_uuid, entry.gpu_instance_id)
+            except HamiError as exc:
+                log.error("cannot destroy MIG instance %s: %s", entry.mig_uuid, exc)
+        if self._mig_changed is not None:
+            await self._mig_changed()
+
+    async def reconcile_mig(self) -> list[str]:
+        """Destroy the MIG instances no live pod on this node holds (module :mod:`.mig`). Does nothing when the
+        pods cannot be listed: an instance is never destroyed on a guess."""
+        if self._mig is None:
+            return []
+        async with self._mutex:
+            try:
+                pods = await self._pods_on_node(self._node)
+            except HamiError as exc:
+                log.warning("MIG reconciliation skipped, cannot list the pods on %s: %s", self._node, exc)
+                return []
+            destroyed = await asyncio.to_thread(self._mig.reconcile, holders(pods))
+            for text in destroyed:
+                log.info("destroyed MIG instance nobody holds: %s", text)
+            if destroyed and self._mig_changed is not None:
+                await self._mig_changed()
+            return destroyed
+
+    # --- the answer and the commit ------------------------------------------------------------------------
+
+    def _minors(self) -> dict[str, int]:
+        return {g.uuid: g.minor for g in self._gpus() if g.minor is not None}
+
     def _respond(self, pod: Pod, grant: Grant) -> api.ContainerAllocateResponse:
+        if grant.mig_uuids:
+            minors = self._minors()
+            by_mig = {
+                m: minors[d.uuid] for m, d in zip(grant.mig_uuids, grant.devices, strict=True) if d.uuid in minors
+            }
+            return mig_container_response(grant.mig_uuids, self._settings, by_mig)
         name = grant.container.name if grant.container is not None else str(grant.slot)
         directory = self._host.on_host(self._host.container_dir(pod.metadata.uid, name))
         shutil.rmtree(directory, ignore_errors=True)
@@ -262,12 +392,15 @@ class Allocator:
             settings=self._settings,
             host=self._host,
             new_cache_id=self._new_cache_id,
+            minors=self._minors(),
         )
 
-    async def _commit(self, pod: Pod, remaining: PodDevices) -> None:
+    async def _commit(self, pod: Pod, remaining: PodDevices, mig_value: str | None = None) -> None:
         field = keys.NVIDIA_KEYS.to_allocate
         assert field is not None
         update = {field: encode_pod_devices(remaining)}
+        if mig_value:
+            update[keys.NVIDIA_MIG_ALLOCATIONS] = mig_value
         waiting_for = vendor_work_left(pod.metadata.annotations, update)
         done = not waiting_for
         patch: dict[str, str | None] = {**update, keys.BIND_PHASE: BindPhase.SUCCESS.value} if done else dict(update)
@@ -337,8 +470,8 @@ def _bind_time(pod: Pod) -> int:
         return 0
 
 
-def _uuids(devices: ContainerDevices) -> str:
-    return ",".join(d.uuid for d in devices)
+def _uuids(grant: Grant) -> str:
+    return ",".join(grant.mig_uuids or tuple(d.uuid for d in grant.devices))
 
 
 def _as_allocation_error(exc: BaseException, doing: str) -> AllocationError:

@@ -2,9 +2,11 @@
 
 Settings come from the scheduler's device config (``--device-config-file``, HAMi's ``--config-file``), the node
 config file (``--node-config-file``, default ``/config/config.json``) and the environment HAMi's chart sets
-(``NODE_NAME``, ``HOOK_PATH``, ``ENABLE_TOPOLOGY_SCORE``). ``--dry-run`` discovers the GPUs once, prints the
-annotations the plugin would write and exits, without a cluster or kubelet. ``--fake-nvml`` replaces NVML with a
-YAML fixture (``hami.deviceplugin.fakenvml``), for clusters and tests without GPUs.
+(``NODE_NAME``, ``HOOK_PATH``, ``ENABLE_TOPOLOGY_SCORE``, ``DEVICE_LIST_STRATEGY``, ``PASS_DEVICE_SPECS``,
+``NVIDIA_DRIVER_ROOT``, ``NVIDIA_CDI_HOOK_PATH``, ``GDRCOPY_ENABLED``, ``GDS_ENABLED``, ``MOFED_ENABLED``, …).
+``--dry-run`` discovers the GPUs once, prints the annotations the plugin would write and exits, without a cluster or
+kubelet. ``--fake-nvml`` replaces NVML with a YAML fixture (``hami.deviceplugin.fakenvml``), for clusters and
+tests without GPUs.
 
 This module only declares the options; :mod:`hami.deviceplugin.launch` does the work and is imported when the
 command runs.
@@ -45,6 +47,39 @@ def device_plugin(
     topology_score: Annotated[
         bool, typer.Option(envvar="ENABLE_TOPOLOGY_SCORE", help="Publish hami.io/node-nvidia-score.")
     ] = False,
+    device_list_strategy: Annotated[
+        str,
+        typer.Option(
+            envvar="DEVICE_LIST_STRATEGY",
+            help="How containers learn their GPUs: envvar, volume-mounts, cdi-annotations, cdi-cri (comma list).",
+        ),
+    ] = "envvar",
+    pass_device_specs: Annotated[
+        bool, typer.Option(envvar="PASS_DEVICE_SPECS", help="Also hand kubelet the GPUs' device nodes.")
+    ] = False,
+    driver_root: Annotated[
+        str, typer.Option(envvar="NVIDIA_DRIVER_ROOT", help="The driver's root on the host (device node paths).")
+    ] = "/",
+    nvidia_cdi_hook_path: Annotated[
+        str, typer.Option(envvar="NVIDIA_CDI_HOOK_PATH", help="nvidia-cdi-hook on the host, for the CDI spec.")
+    ] = "",
+    cdi_annotation_prefix: Annotated[
+        str, typer.Option(envvar="CDI_ANNOTATION_PREFIX", help="Prefix of the cdi-annotations annotation.")
+    ] = "cdi.k8s.io/",
+    cdi_spec_dir: Annotated[
+        str, typer.Option(envvar="CDI_SPECS_DIR", help="Where the CDI specs are written (CDI strategies).")
+    ] = "/var/run/cdi",
+    gdrcopy_enabled: Annotated[
+        bool, typer.Option(envvar="GDRCOPY_ENABLED", help="Set NVIDIA_GDRCOPY=enabled.")
+    ] = False,
+    gds_enabled: Annotated[bool, typer.Option(envvar="GDS_ENABLED", help="Set NVIDIA_GDS=enabled.")] = False,
+    mofed_enabled: Annotated[bool, typer.Option(envvar="MOFED_ENABLED", help="Set NVIDIA_MOFED=enabled.")] = False,
+    imex_channel_ids: Annotated[
+        str, typer.Option(envvar="IMEX_CHANNEL_IDS", help="IMEX channels every GPU container gets (comma list).")
+    ] = "",
+    mig_reconcile_seconds: Annotated[
+        float, typer.Option(help="MIG nodes: how often instances nobody holds are destroyed.")
+    ] = 60.0,
     fake_nvml: Annotated[Path | None, typer.Option(help="Use a YAML fixture instead of NVML (no GPU needed).")] = None,
     kubeconfig: Annotated[Path | None, typer.Option(help="Default: KUBECONFIG, in-cluster, ~/.kube/config.")] = None,
     dry_run: Annotated[bool, typer.Option(help="Print the annotations this node would get, then exit.")] = False,
@@ -62,6 +97,19 @@ def device_plugin(
         hook_path=hook_path,
         libvgpu_version=libvgpu_version,
         topology_score=topology_score,
+        node_side={
+            "device_list_strategy": device_list_strategy,
+            "pass_device_specs": pass_device_specs,
+            "driver_root": driver_root,
+            "cdi_hook_path": nvidia_cdi_hook_path,
+            "cdi_annotation_prefix": cdi_annotation_prefix,
+            "cdi_spec_dir": cdi_spec_dir,
+            "gdrcopy_enabled": gdrcopy_enabled,
+            "gds_enabled": gds_enabled,
+            "mofed_enabled": mofed_enabled,
+            "imex_channel_ids": imex_channel_ids,
+        },
+        mig_reconcile_s=mig_reconcile_seconds,
         fake_nvml=fake_nvml,
         kubeconfig=kubeconfig,
         dry_run=dry_run,

@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from hami.deviceplugin.nvml import GpuInstanceProfile, NvmlError, NvmlLib, TopologyLevel, XidEvent
 from hami.errors import HamiError
@@ -39,6 +40,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class DiscoveryError(HamiError):
@@ -66,6 +69,7 @@ class GpuInfo:
     mig_enabled: bool = False
     mig_profiles: tuple[GpuInstanceProfile, ...] = ()
     links: Mapping[str, Links] = field(default_factory=dict)  # peer UUID -> links from this GPU to it
+    minor: int | None = None  # N of /dev/nvidiaN; None when NVML cannot tell
 
 
 _HINTS = {
@@ -103,6 +107,11 @@ class GpuSource:
                 self._lib.init()
                 self._ready = True
                 log.info("NVML initialised (driver %s)", self._lib.driver_version())
+
+    def call(self, work: Callable[[NvmlLib], T]) -> T:
+        """Run ``work`` with the initialised library (MIG changes at Allocate). Raises ``NvmlError``."""
+        self._ensure_init()
+        return work(self._lib)
 
     def discover(self) -> tuple[GpuInfo, ...]:
         """The GPUs now. Raises ``DiscoveryError`` (and starts a fresh NVML session next time)."""
@@ -194,6 +203,11 @@ def _describe(lib: NvmlLib, handle: object, index: int, numa: Callable[[str], in
             raise
         mig_enabled = False
     profiles = tuple(lib.gpu_instance_profiles(handle)) if mig_enabled else ()
+    try:
+        minor: int | None = lib.minor_number(handle)
+    except NvmlError as exc:
+        log.warning("GPU %s: no device node number (%s); CDI specs and device specs leave it out", uuid, exc)
+        minor = None
     return GpuInfo(
         uuid=uuid,
         index=index,
@@ -203,6 +217,7 @@ def _describe(lib: NvmlLib, handle: object, index: int, numa: Callable[[str], in
         numa=numa(bus_id),
         mig_enabled=mig_enabled,
         mig_profiles=profiles,
+        minor=minor,
     )
 
 

@@ -10,9 +10,12 @@ code as on real GPUs. Fixture format (every key but ``devices[].uuid`` optional)
         memory_mib: 15360
         bus_id: "00000000:3B:00.0"     # default: derived from the position
         numa: 1                        # what sysfs would say (-1 reads as 0)
+        minor: 0                       # N of /dev/nvidiaN (default: the position)
         mig: true                      # MIG mode enabled
         profiles:                      # MIG GPU-instance profiles (only read when mig is true)
           - {id: 0, name: 1g.5gb, memory_mib: 4864, slices: 1, instances: 7, placements: [[0, 1], [1, 1]]}
+        instances:                     # MIG instances that exist when the fake starts (a plugin restart)
+          - {gi: 13, profile: 0, placement: [6, 1], ci: 0, uuid: MIG-3c5e...}   # ci: null = no compute instance
         errors: {memory_total_bytes: NOT_SUPPORTED}   # this call always fails for this GPU
     links:                             # PCIe level: internal|single|multiple|hostbridge|node|system
       - {between: [GPU-0a1, GPU-0a2], pcie: single, nvlinks: 2}   # both directions
@@ -24,19 +27,26 @@ code as on real GPUs. Fixture format (every key but ``devices[].uuid`` optional)
 
 Pairs without a ``links`` entry report PCIe level ``system`` and no NVLink. Tests can also inject XIDs
 (:meth:`FakeNvmlLib.inject_xid`) and errors (:meth:`FakeNvmlLib.fail_next`) while the plugin runs.
+
+MIG instances behave as NVML's do: a GPU instance is created only on a MIG-enabled GPU, for one of its profiles,
+at one of that profile's possible placements (else ``INVALID_ARGUMENT``), never overlapping another GPU instance's
+slices and never beyond the profile's instance count (``INSUFFICIENT_RESOURCES``). It gets the lowest free GPU
+instance id (0 is valid), its compute instance id 0, and a fresh MIG UUID each time it is created, so a
+recreated instance is told apart from a reused one. ``created`` and ``destroyed`` count the calls.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import uuid as uuidlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from hami.deviceplugin.nvml import GpuInstanceProfile, NvmlError, TopologyLevel, XidEvent
+from hami.deviceplugin.nvml import GpuInstanceProfile, MigInstance, NvmlError, TopologyLevel, XidEvent
 from hami.errors import ConfigError
 
 __all__ = ["FakeGpu", "FakeNvmlLib", "load_fake_nvml"]
@@ -51,8 +61,13 @@ class FakeGpu:
         self.memory_mib = int(spec.get("memory_mib", 15360))
         self.bus_id = str(spec.get("bus_id", f"00000000:{position + 1:02X}:00.0"))
         self.numa = int(spec.get("numa", 0))
+        self.minor = int(spec.get("minor", position))
         self.mig = bool(spec.get("mig", False))
         self.profiles = tuple(_profile(p) for p in spec.get("profiles", ()))
+        self.instances: dict[int, MigInstance] = {}
+        for entry in spec.get("instances", ()):
+            instance = _instance(entry)
+            self.instances[instance.gpu_instance_id] = instance
         self.errors: dict[str, str] = {str(k): str(v) for k, v in dict(spec.get("errors", {})).items()}
 
 
@@ -80,6 +95,8 @@ class FakeNvmlLib:
         self._lock = threading.Lock()
         self.initialised = False
         self.watched: list[str] = []
+        self.created = 0
+        self.destroyed = 0
 
     # --- test controls -----------------------------------------------------------------------
     def fail_next(self, call: str, *codes: str) -> None:
@@ -160,6 +177,59 @@ class FakeNvmlLib:
         self._check("gpu_instance_profiles", gpu)
         return list(gpu.profiles)
 
+    def minor_number(self, handle: object) -> int:
+        gpu = self._gpu(handle)
+        self._check("minor_number", gpu)
+        return gpu.minor
+
+    def mig_instances(self, handle: object) -> list[MigInstance]:
+        gpu = self._gpu(handle)
+        self._check("mig_instances", gpu)
+        if not gpu.mig:
+            raise NvmlError("NOT_SUPPORTED", "mig_instances", f"MIG is disabled on {gpu.uuid}")
+        with self._lock:
+            return sorted(gpu.instances.values(), key=lambda i: i.gpu_instance_id)
+
+    def create_mig_instance(self, handle: object, profile_id: int, placement: tuple[int, int]) -> MigInstance:
+        gpu = self._gpu(handle)
+        self._check("create_mig_instance", gpu)
+        call = "create_mig_instance"
+        if not gpu.mig:
+            raise NvmlError("NOT_SUPPORTED", call, f"MIG is disabled on {gpu.uuid}")
+        profile = next((p for p in gpu.profiles if p.profile_id == profile_id), None)
+        if profile is None:
+            raise NvmlError("INVALID_ARGUMENT", call, f"{gpu.uuid} has no GPU instance profile {profile_id}")
+        start, size = placement
+        if (start, size) not in profile.placements:
+            raise NvmlError("INVALID_ARGUMENT", call, f"{start}+{size} is not a placement of {profile.name}")
+        with self._lock:
+            for other in gpu.instances.values():
+                other_start, other_size = other.placement
+                if start < other_start + other_size and other_start < start + size:
+                    raise NvmlError(
+                        "INSUFFICIENT_RESOURCES",
+                        call,
+                        f"slices {start}+{size} overlap GPU instance {other.gpu_instance_id}",
+                    )
+            if sum(i.profile_id == profile_id for i in gpu.instances.values()) >= profile.instance_count:
+                raise NvmlError("INSUFFICIENT_RESOURCES", call, f"no {profile.name} instance left")
+            gi = next(i for i in range(len(gpu.instances) + 1) if i not in gpu.instances)
+            self.created += 1
+            mig_uuid = f"MIG-{uuidlib.uuid5(uuidlib.NAMESPACE_OID, f'{gpu.uuid}/{gi}/{self.created}')}"
+            instance = MigInstance(gi, profile_id, (start, size), 0, mig_uuid)
+            gpu.instances[gi] = instance
+            return instance
+
+    def destroy_mig_instance(self, handle: object, gpu_instance_id: int) -> None:
+        gpu = self._gpu(handle)
+        self._check("destroy_mig_instance", gpu)
+        with self._lock:
+            if gpu.instances.pop(gpu_instance_id, None) is None:
+                raise NvmlError(
+                    "NOT_FOUND", "destroy_mig_instance", f"{gpu.uuid} has no GPU instance {gpu_instance_id}"
+                )
+            self.destroyed += 1
+
     def common_ancestor(self, a: object, b: object) -> TopologyLevel:
         first, second = self._gpu(a), self._gpu(b)
         self._check("common_ancestor", first)
@@ -197,7 +267,7 @@ def load_fake_nvml(path: Path) -> FakeNvmlLib:
     try:
         return FakeNvmlLib(data)
     except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(str(path), "", f"malformed fake NVML fixture: {exc!r}") from exc
+        raise ConfigError(str(path), "", f"malformed fake NVML fixture: {exc}") from exc
 
 
 def _required(spec: Mapping[str, Any], key: str, position: int) -> object:
@@ -214,6 +284,18 @@ def _profile(spec: Mapping[str, Any]) -> GpuInstanceProfile:
         slice_count=int(spec.get("slices", 1)),
         instance_count=int(spec.get("instances", 1)),
         placements=tuple((int(start), int(size)) for start, size in spec.get("placements", ())),
+    )
+
+
+def _instance(spec: Mapping[str, Any]) -> MigInstance:
+    start, size = (int(v) for v in spec["placement"])
+    ci = spec.get("ci", 0)
+    return MigInstance(
+        gpu_instance_id=int(spec["gi"]),
+        profile_id=int(spec.get("profile", 0)),
+        placement=(start, size),
+        compute_instance_id=None if ci is None else int(ci),
+        mig_uuid=str(spec.get("uuid", "")) if ci is not None else "",
     )
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "DevicePluginClient",
     "DevicePluginOptions",
     "DevicePluginServicer",
+    "DeviceSpec",
     "Empty",
     "ListAndWatchResponse",
     "Mount",
@@ -69,6 +70,7 @@ ContainerPreferredAllocationRequest = _pb.ContainerPreferredAllocationRequest
 ContainerPreferredAllocationResponse = _pb.ContainerPreferredAllocationResponse
 Device = _pb.Device
 DevicePluginOptions = _pb.DevicePluginOptions
+DeviceSpec = _pb.DeviceSpec
 Empty = _pb.Empty
 ListAndWatchResponse = _pb.ListAndWatchResponse
 Mount = _pb.Mount

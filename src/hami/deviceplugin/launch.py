@@ -14,8 +14,9 @@ import asyncio
 import functools
 import logging
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -28,7 +29,7 @@ from hami.deviceplugin.register import desired_annotations
 from hami.deviceplugin.response import HostFiles
 from hami.deviceplugin.server import KubeletPaths
 from hami.deviceplugin.settings import NodeSettings, apply_node_config, settings_from_device_config
-from hami.errors import HamiError
+from hami.errors import ConfigError, HamiError
 from hami.k8s.client import KubeClient
 from hami.k8s.cluster import KubeCluster
 from hami.k8s.config import load_config
@@ -40,6 +41,27 @@ __all__ = ["launch", "load_settings"]
 log = logging.getLogger("hami.deviceplugin")
 
 
+def node_side_settings(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The node-side options (command line or the chart's environment) as ``NodeSettings`` fields: the comma
+    lists become tuples. Raises ``ConfigError`` naming the variable for a channel id that is not a number."""
+    fields = dict(values)
+    if "device_list_strategy" in fields:
+        fields["device_list_strategy"] = _comma_list(str(fields["device_list_strategy"]))
+    if "imex_channel_ids" in fields:
+        ids = _comma_list(str(fields["imex_channel_ids"]))
+        try:
+            fields["imex_channel_ids"] = tuple(int(i) for i in ids)
+        except ValueError:
+            raise ConfigError(
+                "IMEX_CHANNEL_IDS", fields["imex_channel_ids"], "must be comma-separated numbers"
+            ) from None
+    return fields
+
+
+def _comma_list(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
 def load_settings(
     *,
     node_name: str,
@@ -47,9 +69,11 @@ def load_settings(
     node_config_file: Path | None,
     hook_path: str,
     topology_score: bool,
+    node_side: Mapping[str, Any] | None = None,
 ) -> NodeSettings:
-    """The effective settings: defaults, then the device config, then this node's node-config entry."""
-    settings = NodeSettings(hook_path=hook_path, topology_score=topology_score)
+    """The effective settings: defaults and the node-side options, then the device config, then this node's
+    node-config entry."""
+    settings = NodeSettings(hook_path=hook_path, topology_score=topology_score, **node_side_settings(node_side or {}))
     if device_config_file is not None and not device_config_file.exists():
         log.warning("no device config at %s; using the built-in defaults", device_config_file)
     elif device_config_file is not None:
@@ -84,6 +108,8 @@ def launch(
     topology_score: bool,
     fake_nvml: Path | None,
     kubeconfig: Path | None,
+    node_side: Mapping[str, Any] | None = None,
+    mig_reconcile_s: float = 60.0,
     dry_run: bool,
     log_level: str,
 ) -> None:
@@ -99,6 +125,7 @@ def launch(
             node_config_file=node_config_file,
             hook_path=hook_path,
             topology_score=topology_score,
+            node_side=node_side,
         )
         fake = load_fake_nvml(fake_nvml) if fake_nvml is not None else None
         lib: NvmlLib = fake if fake is not None else PynvmlLib()
@@ -112,6 +139,7 @@ def launch(
             paths=KubeletPaths(directory=plugin_dir, endpoint=socket_name),
             host=HostFiles(hook_path=hook_path, libvgpu_version=libvgpu_version),
             numa=numa,
+            mig_reconcile_s=mig_reconcile_s,
         )
         asyncio.run(_serve(lib, options, kubeconfig))
     except HamiError as exc:

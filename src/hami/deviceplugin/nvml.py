@@ -12,6 +12,7 @@ Every failure is an :class:`NvmlError` carrying NVML's error name without the pr
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +24,7 @@ from hami.errors import HamiError
 __all__ = [
     "APPLICATION_XIDS",
     "GpuInstanceProfile",
+    "MigInstance",
     "NvmlError",
     "NvmlLib",
     "PynvmlLib",
@@ -70,6 +72,21 @@ class GpuInstanceProfile:
 
 
 @dataclass(frozen=True, slots=True)
+class MigInstance:
+    """A MIG GPU instance and its compute instance, as they exist on a GPU.
+
+    ``compute_instance_id`` is ``None`` (and ``mig_uuid`` empty) for a GPU instance without a compute instance,
+    which no container can use: left behind by a creation that failed half way.
+    """
+
+    gpu_instance_id: int
+    profile_id: int
+    placement: tuple[int, int]  # (start, size) in GPU slices
+    compute_instance_id: int | None = None
+    mig_uuid: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class XidEvent:
     """A critical XID reported for one GPU."""
 
@@ -96,6 +113,25 @@ class NvmlLib(Protocol):
 
     def gpu_instance_profiles(self, handle: object) -> list[GpuInstanceProfile]:
         """Every GPU-instance profile the GPU supports (MIG mode must be enabled)."""
+        ...
+
+    def minor_number(self, handle: object) -> int:
+        """The N of the GPU's ``/dev/nvidiaN`` device node."""
+        ...
+
+    def mig_instances(self, handle: object) -> list[MigInstance]:
+        """Every GPU instance on the GPU (MIG mode enabled), each with its first compute instance."""
+        ...
+
+    def create_mig_instance(self, handle: object, profile_id: int, placement: tuple[int, int]) -> MigInstance:
+        """Create a GPU instance of ``profile_id`` at ``placement`` and one compute instance spanning it.
+        Raises ``INSUFFICIENT_RESOURCES`` when the placement overlaps an existing GPU instance. On a failure
+        after the GPU instance was created, that instance is destroyed again."""
+        ...
+
+    def destroy_mig_instance(self, handle: object, gpu_instance_id: int) -> None:
+        """Destroy the GPU instance's compute instances, then the GPU instance. ``IN_USE`` while a process
+        runs on it; ``NOT_FOUND`` when it does not exist."""
         ...
 
     def common_ancestor(self, a: object, b: object) -> TopologyLevel: ...
@@ -209,6 +245,139 @@ class PynvmlLib:
                 )
             )
         return profiles
+
+    def minor_number(self, handle: object) -> int:
+        with self._call("nvmlDeviceGetMinorNumber"):
+            return int(self._nv.nvmlDeviceGetMinorNumber(handle))
+
+    def mig_instances(self, handle: object) -> list[MigInstance]:
+        import ctypes
+
+        nv = self._nv
+        uuids = self._mig_uuids(handle)
+        found: list[MigInstance] = []
+        for profile in self.gpu_instance_profiles(handle):
+            with self._call("nvmlDeviceGetGpuInstances"):
+                slots = (nv.c_nvmlGpuInstance_t * max(profile.instance_count, 1))()
+                count = ctypes.c_uint(0)
+                nv.nvmlDeviceGetGpuInstances(handle, profile.profile_id, slots, ctypes.byref(count))
+            for i in range(count.value):
+                with self._call("nvmlGpuInstanceGetInfo"):
+                    info = nv.nvmlGpuInstanceGetInfo(slots[i])
+                gi = int(info.id)
+                ci = self._first_compute_instance(slots[i])
+                found.append(
+                    MigInstance(
+                        gpu_instance_id=gi,
+                        profile_id=int(info.profileId),
+                        placement=(int(info.placement.start), int(info.placement.size)),
+                        compute_instance_id=ci,
+                        mig_uuid=uuids.get((gi, ci), "") if ci is not None else "",
+                    )
+                )
+        return found
+
+    def _mig_uuids(self, handle: object) -> dict[tuple[int, int], str]:
+        """(GPU instance id, compute instance id) → MIG device UUID, for every MIG device of the GPU."""
+        nv = self._nv
+        uuids: dict[tuple[int, int], str] = {}
+        with self._call("nvmlDeviceGetMaxMigDeviceCount"):
+            most = int(nv.nvmlDeviceGetMaxMigDeviceCount(handle))
+        for index in range(most):
+            try:
+                mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
+            except nv.NVMLError as exc:
+                if self._code(exc) in {"NOT_FOUND", "INVALID_ARGUMENT"}:
+                    continue  # no MIG device at this index
+                raise NvmlError(self._code(exc), "nvmlDeviceGetMigDeviceHandleByIndex", str(exc)) from exc
+            with self._call("nvmlDeviceGetGpuInstanceId"):
+                key = (int(nv.nvmlDeviceGetGpuInstanceId(mig)), int(nv.nvmlDeviceGetComputeInstanceId(mig)))
+            with self._call("nvmlDeviceGetUUID"):
+                uuids[key] = _text(nv.nvmlDeviceGetUUID(mig))
+        return uuids
+
+    def _first_compute_instance(self, gpu_instance: Any) -> int | None:
+        import ctypes
+
+        nv = self._nv
+        for profile_index in range(nv.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
+            try:
+                info = nv.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                    gpu_instance, profile_index, nv.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
+                )
+            except nv.NVMLError:
+                continue  # a compute profile this GPU instance does not offer
+            slots = (nv.c_nvmlComputeInstance_t * max(int(info.instanceCount), 1))()
+            count = ctypes.c_uint(0)
+            with self._call("nvmlGpuInstanceGetComputeInstances"):
+                nv.nvmlGpuInstanceGetComputeInstances(gpu_instance, info.id, slots, ctypes.byref(count))
+            if count.value:
+                with self._call("nvmlComputeInstanceGetInfo"):
+                    return int(nv.nvmlComputeInstanceGetInfo(slots[0]).id)
+        return None
+
+    def create_mig_instance(self, handle: object, profile_id: int, placement: tuple[int, int]) -> MigInstance:
+        nv = self._nv
+        where = nv.c_nvmlGpuInstancePlacement_t()
+        where.start, where.size = placement
+        with self._call("nvmlDeviceCreateGpuInstanceWithPlacement"):
+            gpu_instance = nv.nvmlDeviceCreateGpuInstanceWithPlacement(handle, profile_id, where)
+        try:
+            with self._call("nvmlGpuInstanceGetInfo"):
+                gi = int(nv.nvmlGpuInstanceGetInfo(gpu_instance).id)
+            compute_profile = self._full_compute_profile(gpu_instance)
+            with self._call("nvmlGpuInstanceCreateComputeInstance"):
+                compute_instance = nv.nvmlGpuInstanceCreateComputeInstance(gpu_instance, compute_profile)
+            with self._call("nvmlComputeInstanceGetInfo"):
+                ci = int(nv.nvmlComputeInstanceGetInfo(compute_instance).id)
+            uuid = self._mig_uuids(handle).get((gi, ci), "")
+            if not uuid:
+                raise NvmlError("NOT_FOUND", "nvmlDeviceGetMigDeviceHandleByIndex", f"no MIG device for GI {gi}")
+        except NvmlError:
+            with contextlib.suppress(nv.NVMLError):
+                nv.nvmlGpuInstanceDestroy(gpu_instance)
+            raise
+        return MigInstance(gi, profile_id, placement, ci, uuid)
+
+    def _full_compute_profile(self, gpu_instance: Any) -> int:
+        """The id of the compute-instance profile with the most slices this GPU instance offers."""
+        nv = self._nv
+        best: tuple[int, int] | None = None
+        for profile_index in range(nv.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
+            try:
+                info = nv.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                    gpu_instance, profile_index, nv.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
+                )
+            except nv.NVMLError:
+                continue
+            if best is None or int(info.sliceCount) > best[0]:
+                best = (int(info.sliceCount), int(info.id))
+        if best is None:
+            raise NvmlError("NOT_SUPPORTED", "nvmlGpuInstanceGetComputeInstanceProfileInfo", "no compute profile")
+        return best[1]
+
+    def destroy_mig_instance(self, handle: object, gpu_instance_id: int) -> None:
+        import ctypes
+
+        nv = self._nv
+        with self._call("nvmlDeviceGetGpuInstanceById"):
+            gpu_instance = nv.nvmlDeviceGetGpuInstanceById(handle, gpu_instance_id)
+        for profile_index in range(nv.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
+            try:
+                info = nv.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                    gpu_instance, profile_index, nv.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
+                )
+            except nv.NVMLError:
+                continue
+            slots = (nv.c_nvmlComputeInstance_t * max(int(info.instanceCount), 1))()
+            count = ctypes.c_uint(0)
+            with self._call("nvmlGpuInstanceGetComputeInstances"):
+                nv.nvmlGpuInstanceGetComputeInstances(gpu_instance, info.id, slots, ctypes.byref(count))
+            for i in range(count.value):
+                with self._call("nvmlComputeInstanceDestroy"):
+                    nv.nvmlComputeInstanceDestroy(slots[i])
+        with self._call("nvmlGpuInstanceDestroy"):
+            nv.nvmlGpuInstanceDestroy(gpu_instance)
 
     def common_ancestor(self, a: object, b: object) -> TopologyLevel:
         with self._call("nvmlDeviceGetTopologyCommonAncestor"):

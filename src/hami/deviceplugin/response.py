@@ -4,7 +4,7 @@ Exactly HAMi's contract (webhook-bind-plugin-vendors.md §6.2 step 5), so HAMi-c
 container enforces the limits the scheduler chose:
 
 env
-    ``NVIDIA_VISIBLE_DEVICES``            the chosen GPU UUIDs, comma-separated (the "envvar" strategy)
+    ``NVIDIA_VISIBLE_DEVICES``            the chosen GPU UUIDs, comma-separated (the device list, below)
     ``CUDA_DEVICE_MEMORY_LIMIT_<i>``      ``<usedmem>m`` for the container's i-th GPU
     ``CUDA_DEVICE_SM_LIMIT``              usedcores of the first GPU (percent of a card)
     ``CUDA_DEVICE_MEMORY_SHARED_CACHE``   ``<hook>/vgpu/<random uuid>.cache``
@@ -20,23 +20,54 @@ mounts (container ← host)
     ``/tmp/license``, ``/usr/bin/vgpuvalidator`` ← ``<hook>/vgpu/license``, ``<hook>/vgpu/vgpuvalidator`` (ro),
                                   only when the license file exists
 
-*Not implemented (difference from HAMi):* the CDI and volume-mount device-list strategies, the
-GDRCopy/GDS/MOFED and IMEX-channel variables.
+The device list (HAMi's ``DEVICE_LIST_STRATEGY``, any combination; :func:`device_list`):
+
+``envvar``           ``NVIDIA_VISIBLE_DEVICES=<id>,<id>`` for the NVIDIA container runtime;
+``volume-mounts``    ``NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices`` and one mount of ``/dev/null``
+                     per device at ``/var/run/nvidia-container-devices/<id>``;
+``cdi-annotations``  the annotation ``<CDI_ANNOTATION_PREFIX>hami-nvidia`` = the CDI device names, comma-separated;
+``cdi-cri``          the CDI device names in the answer's ``cdi_devices`` field (kubelet passes them to the runtime).
+
+Without ``envvar`` or ``volume-mounts``, ``NVIDIA_VISIBLE_DEVICES=void``, so an image's default ``all`` does not
+hand the container every GPU through the legacy runtime hook. ``<id>`` is a GPU UUID, or a MIG device UUID on a
+MIG node. ``GDRCOPY_ENABLED``/``GDS_ENABLED``/``MOFED_ENABLED`` add ``NVIDIA_GDRCOPY``/``NVIDIA_GDS``/
+``NVIDIA_MOFED=enabled``; ``IMEX_CHANNEL_IDS`` adds ``NVIDIA_IMEX_CHANNELS=<ids>`` (and, with CDI, the channels'
+CDI devices). ``PASS_DEVICE_SPECS`` adds the device nodes (``/dev/nvidiactl``, ``/dev/nvidia-uvm``,
+``/dev/nvidia-uvm-tools``, ``/dev/nvidia<minor>``; host paths under ``NVIDIA_DRIVER_ROOT``).
+
+A MIG container (:func:`mig_container_response`) gets the device list of its MIG devices and the extra
+variables, but no HAMi-core limits or mounts: the MIG instance is the limit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from hami.deviceplugin import cdi
 from hami.deviceplugin import kubeletapi as api
 from hami.deviceplugin.settings import NodeSettings
 from hami.protocol.allocation import ContainerDevice
 from hami.protocol.objects import Container
 
-__all__ = ["GO_TRUE", "HostFiles", "container_response", "disables_control"]
+__all__ = [
+    "CDI_ANNOTATION",
+    "DEVICE_MOUNT_DIR",
+    "GO_TRUE",
+    "DeviceList",
+    "HostFiles",
+    "container_response",
+    "device_list",
+    "disables_control",
+    "mig_container_response",
+]
+
+CDI_ANNOTATION: Final = "hami-nvidia"
+"""The CDI annotation's name after the prefix: one per container answer, so the fixed name never collides."""
+DEVICE_MOUNT_DIR: Final = "/var/run/nvidia-container-devices"
+CONTROL_NODES: Final = cdi.CONTROL_NODES
 
 GO_TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 """The strings Go's ``strconv.ParseBool`` reads as true."""
@@ -86,6 +117,97 @@ def disables_control(container: Container | None) -> bool:
     return any(var.name == "CUDA_DISABLE_CONTROL" and var.value in GO_TRUE for var in container.env)
 
 
+@dataclass(slots=True)
+class DeviceList:
+    """What the device-list strategies add to one container's answer."""
+
+    envs: dict[str, str] = field(default_factory=dict)
+    mounts: list[api.Mount] = field(default_factory=list)
+    devices: list[api.DeviceSpec] = field(default_factory=list)
+    annotations: dict[str, str] = field(default_factory=dict)
+    cdi_devices: list[api.CDIDevice] = field(default_factory=list)
+
+
+def device_list(ids: Sequence[str], settings: NodeSettings, minors: Mapping[str, int] | None = None) -> DeviceList:
+    """The device list for devices ``ids`` (GPU or MIG UUIDs; see the module docstring). ``minors`` maps an id
+    to its GPU's ``/dev/nvidia<minor>`` for ``PASS_DEVICE_SPECS``; ids without one get no node."""
+    out = DeviceList()
+    _visible_devices(out, ids, settings.device_list_strategy)
+    _cdi_devices(out, ids, settings)
+    _feature_envs(out, settings)
+    if settings.pass_device_specs:
+        out.devices.extend(_device_specs(ids, settings, minors or {}))
+    return out
+
+
+def _visible_devices(out: DeviceList, ids: Sequence[str], strategies: Sequence[str]) -> None:
+    """``NVIDIA_VISIBLE_DEVICES`` (the ids, the mount directory, or ``void``) and the volume-mounts strategy."""
+    if "envvar" in strategies:
+        out.envs["NVIDIA_VISIBLE_DEVICES"] = ",".join(ids)
+    elif "volume-mounts" in strategies:
+        out.envs["NVIDIA_VISIBLE_DEVICES"] = DEVICE_MOUNT_DIR
+    else:
+        out.envs["NVIDIA_VISIBLE_DEVICES"] = "void"
+    if "volume-mounts" in strategies:
+        out.mounts.extend(
+            api.Mount(container_path=f"{DEVICE_MOUNT_DIR}/{i}", host_path="/dev/null", read_only=True) for i in ids
+        )
+
+
+def _cdi_devices(out: DeviceList, ids: Sequence[str], settings: NodeSettings) -> None:
+    """The CDI device names (GPUs, then IMEX channels) as an annotation and/or CRI CDI devices."""
+    strategies = settings.device_list_strategy
+    names = [cdi.device_name(cdi.GPU_KIND, i) for i in ids]
+    names += [cdi.device_name(cdi.IMEX_KIND, str(c)) for c in settings.imex_channel_ids]
+    if "cdi-annotations" in strategies:
+        out.annotations[f"{settings.cdi_annotation_prefix}{CDI_ANNOTATION}"] = ",".join(names)
+    if "cdi-cri" in strategies:
+        out.cdi_devices.extend(api.CDIDevice(name=n) for n in names)
+
+
+def _feature_envs(out: DeviceList, settings: NodeSettings) -> None:
+    """GDRCopy, GDS, MOFED and the IMEX channels."""
+    for flag, variable in (
+        (settings.gdrcopy_enabled, "NVIDIA_GDRCOPY"),
+        (settings.gds_enabled, "NVIDIA_GDS"),
+        (settings.mofed_enabled, "NVIDIA_MOFED"),
+    ):
+        if flag:
+            out.envs[variable] = "enabled"
+    if settings.imex_channel_ids:
+        out.envs["NVIDIA_IMEX_CHANNELS"] = ",".join(str(c) for c in settings.imex_channel_ids)
+
+
+def _device_specs(ids: Sequence[str], settings: NodeSettings, minors: Mapping[str, int]) -> list[api.DeviceSpec]:
+    """``PASS_DEVICE_SPECS``: the control nodes and each GPU's ``/dev/nvidia<minor>``, once each."""
+    paths = [*CONTROL_NODES]
+    for i in ids:
+        minor = minors.get(i)
+        if minor is not None and f"/dev/nvidia{minor}" not in paths:
+            paths.append(f"/dev/nvidia{minor}")
+    return [
+        api.DeviceSpec(container_path=path, host_path=cdi.host_path(settings.driver_root, path), permissions="rw")
+        for path in paths
+    ]
+
+
+def _answer(listing: DeviceList, envs: dict[str, str], mounts: list[api.Mount]) -> api.ContainerAllocateResponse:
+    return api.ContainerAllocateResponse(
+        envs={**envs, **listing.envs},
+        mounts=[*mounts, *listing.mounts],
+        devices=listing.devices,
+        annotations=listing.annotations,
+        cdi_devices=listing.cdi_devices,
+    )
+
+
+def mig_container_response(
+    mig_uuids: Sequence[str], settings: NodeSettings, minors: Mapping[str, int] | None = None
+) -> api.ContainerAllocateResponse:
+    """kubelet's answer for a container that got these MIG devices: the device list only."""
+    return _answer(device_list(mig_uuids, settings, minors), {}, [])
+
+
 def container_response(
     devices: Sequence[ContainerDevice],
     *,
@@ -94,9 +216,11 @@ def container_response(
     settings: NodeSettings,
     host: HostFiles,
     new_cache_id: Callable[[], str],
+    minors: Mapping[str, int] | None = None,
 ) -> api.ContainerAllocateResponse:
     """kubelet's answer for one container that got ``devices`` (the scheduler's choice, in order)."""
-    envs = {"NVIDIA_VISIBLE_DEVICES": ",".join(d.uuid for d in devices)}
+    listing = device_list([d.uuid for d in devices], settings, minors)
+    envs: dict[str, str] = {}
     for i, device in enumerate(devices):
         envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{device.usedmem}m"
     envs["CUDA_DEVICE_SM_LIMIT"] = str(devices[0].usedcores) if devices else "0"
@@ -125,4 +249,4 @@ def container_response(
                 container_path="/usr/bin/vgpuvalidator", host_path=f"{host.vgpu_dir}/vgpuvalidator", read_only=True
             )
         )
-    return api.ContainerAllocateResponse(envs=envs, mounts=mounts)
+    return _answer(listing, envs, mounts)

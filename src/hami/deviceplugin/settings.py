@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from hami.config import NvidiaConfig
 
 __all__ = [
+    "DEVICE_LIST_STRATEGIES",
     "OPERATING_MODES",
     "MigAllowEntry",
     "NodeSettings",
@@ -37,6 +38,9 @@ log = logging.getLogger(__name__)
 
 OPERATING_MODES: Final = ("hami-core", "mig")
 """Modes hami's plugin can serve. *Difference from HAMi:* ``mps`` is refused at start-up (no MPS support)."""
+
+DEVICE_LIST_STRATEGIES: Final = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
+"""How a container is told its GPUs (HAMi's ``DEVICE_LIST_STRATEGY``; several may be combined)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +71,20 @@ class NodeSettings:
     mig_allowlist: tuple[MigAllowEntry, ...] = ()
     topology_score: bool = False  # env ENABLE_TOPOLOGY_SCORE=true: publish hami.io/node-nvidia-score
     hook_path: str = "/usr/local"  # env HOOK_PATH: where HAMi-core lives on the host (<hook>/vgpu/libvgpu.so)
+    device_list_strategy: tuple[str, ...] = ("envvar",)  # env DEVICE_LIST_STRATEGY
+    pass_device_specs: bool = False  # env PASS_DEVICE_SPECS: device nodes in Allocate's answer
+    driver_root: str = "/"  # env NVIDIA_DRIVER_ROOT: where the driver's /dev and libraries are on the host
+    cdi_hook_path: str = ""  # env NVIDIA_CDI_HOOK_PATH: nvidia-cdi-hook on the host, run by CDI specs
+    cdi_annotation_prefix: str = "cdi.k8s.io/"  # env CDI_ANNOTATION_PREFIX
+    cdi_spec_dir: str = "/var/run/cdi"  # env CDI_SPECS_DIR: where the generated CDI specs are written
+    gdrcopy_enabled: bool = False  # env GDRCOPY_ENABLED
+    gds_enabled: bool = False  # env GDS_ENABLED
+    mofed_enabled: bool = False  # env MOFED_ENABLED
+    imex_channel_ids: tuple[int, ...] = ()  # env IMEX_CHANNEL_IDS: IMEX channels every GPU container gets
+
+    @property
+    def uses_cdi(self) -> bool:
+        return any(s.startswith("cdi-") for s in self.device_list_strategy)
 
     def validate(self, source: str) -> NodeSettings:
         """Return self, or raise ``ConfigError`` naming ``source`` and the bad key."""
@@ -88,6 +106,15 @@ class NodeSettings:
             )
         if self.preconfigured_memory_mib < 0:
             raise ConfigError(f"{source}: preconfigureddevicememory", self.preconfigured_memory_mib, "negative")
+        unknown = [s for s in self.device_list_strategy if s not in DEVICE_LIST_STRATEGIES]
+        if unknown or not self.device_list_strategy:
+            raise ConfigError(
+                "DEVICE_LIST_STRATEGY",
+                ",".join(self.device_list_strategy),
+                f"each strategy must be one of {', '.join(DEVICE_LIST_STRATEGIES)}",
+            )
+        if any(i < 0 for i in self.imex_channel_ids):
+            raise ConfigError("IMEX_CHANNEL_IDS", self.imex_channel_ids, "channel ids are never negative")
         if self.operating_mode not in OPERATING_MODES:
             raise ConfigError(
                 f"{source}: operatingmode",

@@ -23,7 +23,7 @@ from hami.devices.base import (
     parse_uuid_list,
 )
 from hami.devices.common import SharedDeviceVendor
-from hami.devices.resources import lookup_resource, whole_quantity
+from hami.devices.resources import lookup_resource, mib_hint, whole_quantity
 from hami.errors import QuantityError
 from hami.protocol import keys
 from hami.protocol.inventory import decode_inventory_legacy
@@ -75,7 +75,8 @@ class HygonVendor(SharedDeviceVendor):
         if mem is not None:
             memreq = mem * factor
             if memreq > _INT32_MAX:
-                raise QuantityError(mem_field, raw_mem, f"× memoryFactor {factor} exceeds the int32 range")
+                hint = mib_hint(raw_mem) if raw_mem is not None else ""
+                raise QuantityError(mem_field, raw_mem, f"× memoryFactor {factor} exceeds the int32 range{hint}")
         if cores is not None and cores > 100:
             raise QuantityError(cores_field, raw_cores, "cores are a percentage of one DCU and cannot exceed 100")
         return ContainerRequest(

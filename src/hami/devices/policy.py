@@ -78,7 +78,9 @@ def parse_gpu_policy(value: str, numa_bind: bool, field: str = keys.GPU_SCHEDULE
         raise InvalidInput(field, value, "empty GPU scheduler policy")
     unknown = [t for t in tokens if t not in GPU_POLICIES]
     if unknown:
-        raise InvalidInput(field, value, f"unknown GPU policy {unknown[0]!r}; expected one of {sorted(GPU_POLICIES)}")
+        raise InvalidInput(
+            field, value, f"unknown GPU policy {unknown[0]!r}; expected one of {', '.join(sorted(GPU_POLICIES))}"
+        )
     chain: tuple[str, ...] | None = None
     if "," in value or value.strip() == "numa":
         seen: list[str] = []
@@ -99,5 +101,5 @@ def parse_gpu_policy(value: str, numa_bind: bool, field: str = keys.GPU_SCHEDULE
 def parse_node_policy(value: str, field: str = keys.NODE_SCHEDULER_POLICY) -> str:
     policy = value.strip()
     if policy not in NODE_POLICIES:
-        raise InvalidInput(field, value, f"unknown node policy; expected one of {sorted(NODE_POLICIES)}")
+        raise InvalidInput(field, value, f"unknown node policy; expected one of {', '.join(sorted(NODE_POLICIES))}")
     return policy

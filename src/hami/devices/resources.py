@@ -10,7 +10,9 @@ from hami.errors import QuantityError
 from hami.protocol.objects import Container, QuantityValue
 from hami.protocol.quantity import quantity_as_int
 
-__all__ = ["lookup_resource", "whole_quantity"]
+__all__ = ["lookup_resource", "mib_hint", "whole_quantity"]
+
+_MIB = 1 << 20
 
 
 def lookup_resource(container: Container, name: str) -> tuple[str, QuantityValue] | None:
@@ -36,3 +38,17 @@ def whole_quantity(field: str, value: QuantityValue, maximum: int, too_large: st
     if number > maximum:
         raise QuantityError(field, value, too_large)
     return number
+
+
+def mib_hint(value: QuantityValue) -> str:
+    """For a memory resource counted in MiB but written in bytes (``16Gi``, ``500M``): ``"; it counts MiB: did
+    you mean 16384?"``; empty when the value carries no byte suffix."""
+    text = str(value).strip()
+    if not text or text[-1].isdigit() or isinstance(value, bool):
+        return ""
+    try:
+        number = quantity_as_int(value, "")
+    except (QuantityError, ValueError):
+        return ""
+    mib = number // _MIB
+    return f"; it counts MiB: did you mean {mib}?" if mib > 0 else ""

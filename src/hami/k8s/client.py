@@ -3,9 +3,19 @@
 Responses are decoded from bytes straight into the caller's msgspec view type with a reused Decoder per type
 (STYLE rule 8); nothing builds a dict of the whole object. Every request passes the client-side rate limiter.
 Failures are mapped onto :mod:`hami.errors`: 409 → :class:`Conflict`, 404 → :class:`NotFound`, 410 →
-:class:`Gone`, any other status → :class:`ApiError` with that status and the message of the API's ``Status``
-body; a transport failure (refused, reset, timed out, broken stream) → :class:`ApiError` with status 0. A body
-that does not decode into the view raises :class:`InvalidInput`.
+:class:`Gone`, 429 → :class:`TooManyRequests` (with its ``Retry-After``), any other status → :class:`ApiError`
+with that status and the message of the API's ``Status`` body; a transport failure (refused, reset, timed out,
+broken stream) → :class:`ApiError` with status 0. A body that does not decode into the view raises
+:class:`InvalidInput`.
+
+Retries (as client-go does, within a per-call budget, see :class:`ClientSettings`): a request the server did not
+process is sent again — 429, or any 5xx that carries ``Retry-After`` (every verb: the server says it refused it),
+and a connection that could not be opened (every verb: nothing was sent). A GET is also repeated after a 5xx
+without ``Retry-After`` or a transport failure after sending, because reading twice changes nothing. A write
+whose fate is unknown (the connection broke after the request went out) is never repeated here: the callers'
+preconditions (UID, resourceVersion, a Binding's 409) let them find out what happened instead. The wait is the
+server's ``Retry-After`` (capped) or an exponential backoff. Watches are not retried here: the reflector resumes
+them (``hami.k8s.watch``).
 """
 
 from __future__ import annotations
@@ -14,6 +24,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+import random
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -23,7 +34,7 @@ import httpx
 import msgspec
 
 from hami import __version__
-from hami.errors import ApiError, Conflict, Gone, InvalidInput, NotFound
+from hami.errors import ApiError, Conflict, Gone, InvalidInput, NotFound, TooManyRequests
 from hami.k8s.config import KubeConfig
 from hami.k8s.ratelimit import Clock, Sleep, TokenBucket
 from hami.k8s.records import Binding, Bookmark, EventType, ObjectList, ObjectRef, Status, WatchLine
@@ -71,6 +82,20 @@ class ClientSettings:
     stream itself at ``timeoutSeconds``, so silence beyond that means a lost connection."""
     max_connections: int = 100
     """Pool size. Each watch holds one HTTP/1.1 connection for its whole life; the rest serve requests."""
+    max_retries: int = 10
+    """Retries of one call at most (client-go's default, too)."""
+    retry_wait_max: float = 10.0
+    """Longest single wait before a retry: a larger ``Retry-After`` is cut to this."""
+    retry_budget: float = 20.0
+    """Seconds from the start of a call after which no retry is begun (the last error is raised instead): a call
+    takes at most this plus one ``request_timeout``. Below kube-scheduler's 30 s extender timeout, so a throttled
+    /bind still answers in time."""
+    retry_backoff: float = 0.2
+    """First wait when the server names none (doubling per retry, up to ``retry_wait_max``)."""
+    retry_jitter: float = 0.5
+    """Each wait is stretched by up to this fraction at random. The API server answers every request it sheds
+    with the same ``Retry-After: 1``; without jitter they would all come back in the same instant and be shed
+    again (client-go waits exactly; hami's 429-storm test bound pods faster with jitter)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +137,30 @@ def api_error(status: int, body: bytes, what: str) -> ApiError:
 
 
 def _error_for(status: int, message: str) -> ApiError:
-    cls = {409: Conflict, 404: NotFound, 410: Gone}.get(status, ApiError)
+    cls = {409: Conflict, 404: NotFound, 410: Gone, 429: TooManyRequests}.get(status, ApiError)
     return cls(message, status)
+
+
+def retry_after(value: str | None) -> float | None:
+    """``Retry-After`` as seconds (the API server sends whole seconds); ``None`` if absent or not a number."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 else None
+
+
+def _response_error(response: httpx.Response, what: str) -> ApiError:
+    error = api_error(response.status_code, response.content, what)
+    if isinstance(error, TooManyRequests):
+        error.retry_after = retry_after(response.headers.get("Retry-After"))
+    return error
+
+
+_UNSENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+"""Transport failures that happen before a request leaves: repeating them is safe for every verb."""
 
 
 class KubeClient:
@@ -151,6 +198,10 @@ class KubeClient:
         self._decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
         self._token: str | None = config.token
         self._token_read_at: float | None = None
+        self._sleep = sleep
+        self._random = random.Random()
+        self.retries = 0
+        """Requests sent again so far (429s, refused connections, server errors; see the module docstring)."""
 
     async def __aenter__(self) -> KubeClient:
         return self
@@ -207,19 +258,49 @@ class KubeClient:
         body: object = None,
         content_type: str | None = None,
     ) -> bytes:
-        await self.limiter.acquire()
         content = None if body is None else body if isinstance(body, bytes) else _encoder.encode(body)
         if content is not None and content_type is None:
             content_type = "application/json"
-        try:
-            response = await self._http.request(
-                method, path, params=params, content=content, headers=self._headers(content_type)
+        what = f"{method} {path}"
+        started = self._clock()
+        for attempt in range(self.settings.max_retries + 1):
+            await self.limiter.acquire()
+            try:
+                response = await self._http.request(
+                    method, path, params=params, content=content, headers=self._headers(content_type)
+                )
+            except httpx.HTTPError as exc:
+                error = ApiError(f"{what}: {_type_name(exc)}: {exc}", 0)
+                delay = self._backoff(attempt) if isinstance(exc, _UNSENT) or method == "GET" else None
+            else:
+                if response.status_code < 400:
+                    return response.content
+                error = _response_error(response, what)
+                delay = self._retry_delay(method, response, error, attempt)
+            if delay is None or attempt == self.settings.max_retries:
+                raise error
+            delay = min(
+                self.settings.retry_wait_max, delay * (1.0 + self.settings.retry_jitter * self._random.random())
             )
-        except httpx.HTTPError as exc:
-            raise ApiError(f"{method} {path}: {_type_name(exc)}: {exc}", 0) from exc
-        if response.status_code >= 400:
-            raise api_error(response.status_code, response.content, f"{method} {path}")
-        return response.content
+            if self._clock() - started + delay > self.settings.retry_budget:
+                raise error
+            log.info("%s: %s; retry %d in %.2fs", what, error, attempt + 1, delay)
+            self.retries += 1
+            await self._sleep(delay)
+        raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
+
+    def _backoff(self, attempt: int) -> float:
+        return float(min(self.settings.retry_wait_max, self.settings.retry_backoff * 2**attempt))
+
+    def _retry_delay(self, method: str, response: httpx.Response, error: ApiError, attempt: int) -> float | None:
+        """Seconds to wait before sending the request again, or ``None`` if it must not be repeated."""
+        status = response.status_code
+        after = retry_after(response.headers.get("Retry-After"))
+        if status == 429 or (status >= 500 and after is not None):
+            return self._backoff(attempt) if after is None else min(after, self.settings.retry_wait_max)
+        if status in (500, 502, 503, 504) and method == "GET":
+            return self._backoff(attempt)
+        return None
 
     # --- verbs --------------------------------------------------------------------------------------------
 
@@ -344,7 +425,8 @@ class KubeClient:
         events = self._events(response, type, what)
         try:
             if response.status_code >= 400:
-                raise api_error(response.status_code, await self._read_all(response, what), what)
+                await self._read_all(response, what)
+                raise _response_error(response, what)
             yield events
         finally:
             await events.aclose()

@@ -6,7 +6,16 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import quote
 
-__all__ = ["EVENTS", "LEASES", "NODES", "PODS", "RESOURCE_QUOTAS", "Resource"]
+__all__ = [
+    "EVENTS",
+    "LEASES",
+    "NODES",
+    "PODS",
+    "RESOURCE_QUOTAS",
+    "SUBJECT_ACCESS_REVIEWS",
+    "TOKEN_REVIEWS",
+    "Resource",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,3 +48,5 @@ NODES: Final = Resource("", "v1", "nodes", namespaced=False)
 RESOURCE_QUOTAS: Final = Resource("", "v1", "resourcequotas", namespaced=True)
 EVENTS: Final = Resource("", "v1", "events", namespaced=True)
 LEASES: Final = Resource("coordination.k8s.io", "v1", "leases", namespaced=True)
+TOKEN_REVIEWS: Final = Resource("authentication.k8s.io", "v1", "tokenreviews", namespaced=False)
+SUBJECT_ACCESS_REVIEWS: Final = Resource("authorization.k8s.io", "v1", "subjectaccessreviews", namespaced=False)

@@ -14,8 +14,12 @@ One :class:`Reflector` per kind, run as one task. The loop:
    ``ADDED``. ``BOOKMARK`` only advances the resourceVersion.
 3. The server ends the stream after ``timeout_seconds``: **resume** at once from the last resourceVersion seen
    (a stream that ends at once without any event is paused first, see ``min_watch_seconds``).
-   On ``410 Gone`` (from the watch or an ``ERROR`` event), any other API error, an undecodable object or a broken
-   stream: wait (exponential backoff with jitter, capped) and **relist**. The backoff restarts from its first
+   On ``429 Too Many Requests``, a server error (5xx) or a transport failure (refused connection, broken
+   stream): wait (exponential backoff with jitter, capped; at least the server's ``Retry-After``) and **resume**
+   from the last resourceVersion: a server that is shedding load is not handed a full list on top (client-go
+   resumes after 429s, too). If that version has expired meanwhile the resumed watch answers 410 and the
+   reflector relists then. On ``410 Gone`` (from the watch or an ``ERROR`` event), any other API error (403, …)
+   or an undecodable object (an event was skipped): wait and **relist**. The backoff restarts from its first
    step once a watch has delivered an event.
 
 Handlers are synchronous and must not block: they update in-memory state (and may start tasks for I/O). A
@@ -34,7 +38,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Generic, Protocol, TypeVar
 
-from hami.errors import ApiError, Gone, InvalidInput
+from hami.errors import ApiError, Gone, InvalidInput, TooManyRequests
 from hami.k8s.client import KubeClient
 from hami.k8s.ratelimit import Clock, Sleep
 from hami.k8s.records import EventType, KubeObject, object_key
@@ -134,6 +138,8 @@ class Reflector(Generic[T]):
         self.lists = 0
         self.watches = 0
         self.handler_errors = 0
+        self.resumes = 0
+        """Watches resumed from their resourceVersion after a 429, a server error or a broken connection."""
         self._watch_events = 0
 
     def backoff(self, attempt: int) -> float:
@@ -148,6 +154,7 @@ class Reflector(Generic[T]):
         relist = True
         while True:
             self._watch_events = 0
+            server_wait = 0.0
             try:
                 if relist:
                     await self._list()
@@ -162,14 +169,31 @@ class Reflector(Generic[T]):
             except Gone as exc:
                 log.info("%s: resourceVersion %s expired (%s); relisting", self.resource, self.resource_version, exc)
                 relist = True
-            except (ApiError, InvalidInput) as exc:
+            except ApiError as exc:
+                relist, server_wait = self._api_failure(exc, relist)
+            except InvalidInput as exc:
                 log.warning("%s: list/watch failed: %s; relisting", self.resource, exc)
                 relist = True
             if self._watch_events:
                 attempt = 0
-            delay = self.backoff(attempt)
+            delay = max(self.backoff(attempt), server_wait)
             attempt += 1
             await self._sleep(delay)
+
+    def _api_failure(self, exc: ApiError, relist: bool) -> tuple[bool, float]:
+        """After a failed list or watch: whether to list again, and how long the server asked to be left alone."""
+        if not _resumable(exc):
+            log.warning("%s: list/watch failed: %s; relisting", self.resource, exc)
+            return True, 0.0
+        # relist stays as it was: a failed list is listed again, a failed watch resumes
+        server_wait = 0.0
+        if isinstance(exc, TooManyRequests) and exc.retry_after:
+            server_wait = min(exc.retry_after, self.settings.backoff_max)
+        if not relist:
+            self.resumes += 1
+        action = "listing again" if relist else f"resuming from {self.resource_version}"
+        log.warning("%s: list/watch failed: %s; %s after a pause", self.resource, exc, action)
+        return relist, server_wait
 
     async def _list(self) -> None:
         seen: set[str] = set()
@@ -243,6 +267,11 @@ class Reflector(Generic[T]):
         except Exception:
             self.handler_errors += 1
             log.exception("%s: handler failed on sync", self.resource)
+
+
+def _resumable(exc: ApiError) -> bool:
+    """Failures after which the watch resumes from its resourceVersion instead of relisting."""
+    return isinstance(exc, TooManyRequests) or exc.status == 0 or exc.status >= 500
 
 
 _module_random = random.Random()

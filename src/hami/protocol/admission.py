@@ -15,11 +15,13 @@ from typing import Any, Final
 import msgspec
 
 from hami.errors import InvalidInput
+from hami.protocol.jsonbody import decode_body
 from hami.protocol.podpatch import PatchOp
 
 __all__ = [
     "ADMISSION_V1",
     "ADMISSION_V1BETA1",
+    "MAX_CONTAINERS",
     "AdmissionRequest",
     "AdmissionResponse",
     "MalformedReview",
@@ -32,8 +34,12 @@ ADMISSION_V1BETA1: Final = "admission.k8s.io/v1beta1"
 _VERSIONS: Final = frozenset({ADMISSION_V1, ADMISSION_V1BETA1})
 _KIND: Final = "AdmissionReview"
 
-_decoder = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
+
+MAX_CONTAINERS: Final = 1000
+"""Containers (app, init and ephemeral together) a reviewed pod may have. Admission does per-container work on
+the event loop that also answers /healthz and /filter; without a bound, one 5 MB review of 60,000 containers held
+it for seconds. Kubernetes sets no such limit, but no kubelet runs a pod anywhere near it."""
 
 
 class MalformedReview(InvalidInput):
@@ -81,21 +87,7 @@ def _text(value: object, field: str, api_version: str, uid: str) -> str:
 
 def decode_review(body: bytes) -> AdmissionRequest:
     """Decode an AdmissionReview; raises ``MalformedReview`` naming the offending field."""
-    try:
-        review = _decoder.decode(body)
-    except msgspec.DecodeError as err:
-        raise MalformedReview("body", body[:80].decode("utf-8", "replace"), f"not JSON: {err}") from None
-    if not isinstance(review, dict):
-        raise MalformedReview("body", review, "an AdmissionReview must be a JSON object")
-    api_version = review.get("apiVersion") or ADMISSION_V1
-    if api_version not in _VERSIONS:
-        raise MalformedReview("apiVersion", api_version, f"expected {ADMISSION_V1} or {ADMISSION_V1BETA1}")
-    kind = review.get("kind") or _KIND
-    if kind != _KIND:
-        raise MalformedReview("kind", kind, f"expected {_KIND}", api_version)
-    request = review.get("request")
-    if not isinstance(request, dict):
-        raise MalformedReview("request", request, "the AdmissionReview has no request", api_version)
+    api_version, request = _envelope(body)
     uid = _text(request.get("uid"), "request.uid", api_version, "")
     if not uid:
         raise MalformedReview("request.uid", request.get("uid"), "the request has no uid", api_version)
@@ -103,11 +95,7 @@ def decode_review(body: bytes) -> AdmissionRequest:
     object_kind = ""
     if isinstance(gvk, dict):
         object_kind = _text(gvk.get("kind"), "request.kind.kind", api_version, uid)
-    obj = request.get("object")
-    if obj is None or obj == {}:
-        raise MalformedReview("request.object", obj, "there is no content to decode", api_version, uid)
-    if not isinstance(obj, dict):
-        raise MalformedReview("request.object", obj, "the object must be a JSON object", api_version, uid)
+    obj = _object(request.get("object"), api_version, uid)
     return AdmissionRequest(
         api_version=api_version,
         uid=uid,
@@ -117,6 +105,42 @@ def decode_review(body: bytes) -> AdmissionRequest:
         object=obj,
         dry_run=request.get("dryRun") is True,
     )
+
+
+def _envelope(body: bytes) -> tuple[str, dict[str, Any]]:
+    """The review's apiVersion and its request, checked: a JSON object of a known version and kind."""
+    try:
+        review = decode_body(body, "body")
+    except InvalidInput as err:
+        raise MalformedReview("body", err.value, err.reason) from None
+    if not isinstance(review, dict):
+        raise MalformedReview("body", review, "an AdmissionReview must be a JSON object")
+    api_version = review.get("apiVersion") or ADMISSION_V1
+    if not isinstance(api_version, str) or api_version not in _VERSIONS:
+        raise MalformedReview("apiVersion", api_version, f"expected {ADMISSION_V1} or {ADMISSION_V1BETA1}")
+    kind = review.get("kind") or _KIND
+    if kind != _KIND:
+        raise MalformedReview("kind", kind, f"expected {_KIND}", api_version)
+    request = review.get("request")
+    if not isinstance(request, dict):
+        raise MalformedReview("request", request, "the AdmissionReview has no request", api_version)
+    return api_version, request
+
+
+def _object(obj: object, api_version: str, uid: str) -> dict[str, Any]:
+    """The request's object: a non-empty JSON object whose pod spec has at most ``MAX_CONTAINERS`` containers."""
+    if obj is None or obj == {}:
+        raise MalformedReview("request.object", obj, "there is no content to decode", api_version, uid)
+    if not isinstance(obj, dict):
+        raise MalformedReview("request.object", obj, "the object must be a JSON object", api_version, uid)
+    spec = obj.get("spec")
+    if isinstance(spec, dict):
+        lists = [spec.get(k) for k in ("containers", "initContainers", "ephemeralContainers")]
+        count = sum(len(v) for v in lists if isinstance(v, list))
+        if count > MAX_CONTAINERS:
+            reason = f"a pod hami admits has at most {MAX_CONTAINERS} containers (app, init and ephemeral)"
+            raise MalformedReview("request.object.spec.containers", count, reason, api_version, uid)
+    return obj
 
 
 def encode_review(api_version: str, response: AdmissionResponse) -> bytes:

@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 
 from hami.errors import InvalidInput
+from hami.protocol.jsonbody import convert_body, decode_body
 from hami.protocol.objects import Node, Pod
 
 __all__ = [
@@ -98,10 +99,7 @@ class BindingResult(msgspec.Struct, omit_defaults=True, rename={"error": "Error"
 
 
 def _lower_keys(raw: bytes, what: str) -> dict[str, Any]:
-    try:
-        obj = msgspec.json.decode(raw)
-    except msgspec.DecodeError as err:
-        raise InvalidInput(what, raw[:200].decode("utf-8", "replace"), f"not valid JSON: {err}") from None
+    obj = decode_body(raw, what)
     if not isinstance(obj, dict):
         raise InvalidInput(what, type(obj).__name__, "expected a JSON object")
     return {str(k).lower(): v for k, v in obj.items()}
@@ -118,19 +116,13 @@ def decode_filter_args(raw: bytes) -> FilterArgs:
         items = nodes.get("items") or []
         raw_nodes = [n for n in items if isinstance(n, dict)]
         obj["nodes"] = items
-    try:
-        args = msgspec.convert(obj, type=_Args)
-    except msgspec.ValidationError as err:
-        raise InvalidInput("ExtenderArgs", "…", str(err)) from None
+    args = convert_body(obj, _Args, "ExtenderArgs")
     return FilterArgs(args.pod, args.nodenames, args.nodes, raw_nodes)
 
 
 def decode_binding_args(raw: bytes) -> BindingArgs:
     obj = _lower_keys(raw, "ExtenderBindingArgs")
-    try:
-        args = msgspec.convert(obj, type=BindingArgs)
-    except msgspec.ValidationError as err:
-        raise InvalidInput("ExtenderBindingArgs", "…", str(err)) from None
+    args = convert_body(obj, BindingArgs, "ExtenderBindingArgs")
     for name in ("podname", "podnamespace", "node"):
         if not getattr(args, name):
             raise InvalidInput(f"ExtenderBindingArgs.{name}", "", "required field is empty")

@@ -25,6 +25,7 @@ __all__ = [
     "ResourceQuota",
     "ResourceQuotaSpec",
     "ResourceRequirements",
+    "SchedulingGroup",
     "SecurityContext",
 ]
 
@@ -66,6 +67,12 @@ class Container(msgspec.Struct, rename="camel", omit_defaults=True):
     restart_policy: str | None = None  # "Always" on an init container = a sidecar (runs beside the app)
 
 
+class SchedulingGroup(msgspec.Struct, rename="camel", omit_defaults=True):
+    """``spec.schedulingGroup`` (gang scheduling, Kubernetes 1.35+): the PodGroup a pod belongs to."""
+
+    pod_group_name: str = ""
+
+
 class PodSpec(msgspec.Struct, rename="camel", omit_defaults=True):
     containers: list[Container] = []
     init_containers: list[Container] = []
@@ -73,6 +80,7 @@ class PodSpec(msgspec.Struct, rename="camel", omit_defaults=True):
     scheduler_name: str = ""
     node_selector: dict[str, str] = {}
     priority: int | None = None
+    scheduling_group: SchedulingGroup | None = None
 
 
 class ContainerStatus(msgspec.Struct, omit_defaults=True):

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from hami.devices.base import SliceAt, Vendor
-from hami.errors import ApiError, Conflict, HamiError, InvalidInput, NotFound
+from hami.errors import ApiError, Conflict, HamiError, InvalidInput, LockContention, NotFound
 from hami.protocol import keys
 from hami.protocol.allocation import PodDevices
 from hami.protocol.events import (
@@ -38,7 +38,7 @@ from hami.protocol.events import (
 from hami.protocol.objects import ObjectMeta, Pod
 from hami.scheduling.filter import NodeFit, NodeRejection, filter_node
 from hami.scheduling.quota import QuotaBook
-from hami.scheduling.records import holds_devices, is_terminal, record_from_pod
+from hami.scheduling.records import holds_devices, is_terminal, pod_group, record_from_pod
 from hami.scheduling.request import PodRequest, SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState, NodeState, PodRecord
 from hami.scheduling.usage import effective_charges
@@ -48,6 +48,8 @@ __all__ = [
     "ApiFailure",
     "BindOutcome",
     "Bound",
+    "Cleanup",
+    "Cleared",
     "ClusterPort",
     "Cycle",
     "Decision",
@@ -399,6 +401,27 @@ class BindOutcome:
     api_errors: tuple[ApiFailure, ...] = ()
 
 
+class Cleared(enum.StrEnum):
+    """How one retry of an allocation clean-up ended (the first try is part of the bind: see ``BindOutcome``)."""
+
+    RETRYING = "retrying"  # this try failed (``error`` says why); another follows after a pause
+    LANDED = "landed"  # the annotations are gone and the reservation with them
+    GONE = "gone"  # no pod with that UID any more (deleted, or re-created): nothing to remove
+    MOOT = "moot"  # bound meanwhile (the allocation is in use) or nothing left on it: the pod watch keeps the ledger
+    CRASHED = "crashed"  # the retries stopped on an unexpected error (``error``)
+
+
+@dataclass(frozen=True, slots=True)
+class Cleanup:
+    """One retry of the clean-up of a pod's allocation after a failed bind, as data."""
+
+    result: Cleared
+    namespace: str
+    name: str
+    uid: str
+    error: str = ""
+
+
 _NOT_PENDING = frozenset({"Running", "Succeeded", "Failed"})
 _ALREADY_BOUND = "already bound to that node"
 
@@ -418,6 +441,11 @@ class Cycle:
     /filter calls can never be handed the same capacity: the second one sees the first one's reservation. A
     reservation whose annotations have not yet come back through the pod watch is *pending*; a watch event that
     does not carry them yet (an older version of the pod) does not drop it.
+
+    Retries: an allocation clean-up that fails (429 storm, API down) keeps the reservation and is retried in the
+    background until it lands (``cleanups``; stopped by a new /filter of the pod, its deletion or ``settle_all``);
+    a PodGroup member's bind waits for a locked node (``lock_retry_timeout``). The pauses go through the injected
+    ``sleep``, the waits are measured with the injected ``stopwatch``: the cycle reads no clock itself.
     """
 
     state: ClusterState
@@ -431,9 +459,22 @@ class Cycle:
     timed: Callable[[str, float], None] = lambda stage, seconds: None
     """Receives each stage's duration (``decide``, ``commit``) as measured with ``stopwatch``."""
     stopwatch: Callable[[], float] = lambda: 0.0
+    """Monotonic seconds: stage durations and the PodGroup lock wait (which never counts less than its pauses)."""
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    """Pauses between retries (clean-ups, the PodGroup lock wait)."""
+    report_cleanup: Callable[[Cleanup], None] = lambda cleanup: None
+    """Receives each background retry of a clean-up (see ``Cleared``)."""
+    cleanup_backoff: tuple[float, float] = (0.5, 30.0)
+    """First and longest pause between the retries of a clean-up."""
+    lock_retry_timeout: float = 0.0
+    """``--node-lock-retry-timeout``: how long the bind of a PodGroup member waits for a locked node (0: not)."""
+    lock_retry_interval: float = 0.1
+    """Pause between two tries of such a wait (HAMi's 100 ms)."""
     memo: Verdicts = field(default_factory=Verdicts)
     pending: set[str] = field(default_factory=set)
     commits: dict[str, asyncio.Task[FilterOutcome | None]] = field(default_factory=dict)
+    cleanups: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    """Allocation clean-ups that failed once and are being retried, by pod UID."""
 
     # --- /filter ---------------------------------------------------------------------------------------------
     async def filter(self, pod: Pod, candidates: Sequence[str], not_ready: str | None = None) -> FilterOutcome:
@@ -452,8 +493,9 @@ class Cycle:
         if refusal is not None:
             return FilterOutcome(Filtered.REFUSED, pod, names, error=refusal)
         guard = replace_guard(pod, watched)
-        # A pod filtered again must not count its old reservation; an earlier commit still in flight finishes
-        # first, so patches of one pod never overtake each other.
+        # A pod filtered again must not count its old reservation (nor have it cleared by an old clean-up); an
+        # earlier commit still in flight finishes first, so patches of one pod never overtake each other.
+        self.cancel_cleanup(req.uid)
         await self.settle(req.uid)
         self.forget(req.uid)
         decision = self._decide_and_reserve(req, names)
@@ -541,9 +583,12 @@ class Cycle:
         return await task
 
     async def settle_all(self) -> None:
-        """Wait for every commit in flight (shutdown, tests)."""
+        """Wait for every commit in flight (shutdown, tests); stop the clean-up retries (a restarted hami charges
+        what the pods carry, and kube-scheduler's next /filter of such a pod replaces or clears it)."""
         while self.commits:
             await self.settle(next(iter(self.commits)))
+        for uid in list(self.cleanups):
+            self.cancel_cleanup(uid)
 
     def forget(self, uid: str) -> None:
         self.pending.discard(uid)
@@ -625,7 +670,7 @@ class Cycle:
         locked = False
         try:
             if wants_devices:
-                await self.port.lock_node(node, ns, name)
+                await self._lock(node, pod)
                 locked = True
                 if record is None:  # not committed by this process: mark the bind phase now, as HAMi does, on
                     # the version just read (unbound, allocated on this node): replaced only if still so
@@ -640,6 +685,27 @@ class Cycle:
         except HamiError as err:
             return await self._bind_failed(pod, node, locked, err)
         return BindOutcome(Bound.BOUND, pod, node, binding_succeed_text(node, ns, name))
+
+    async def _lock(self, node: str, pod: Pod) -> None:
+        """Take the node lock for ``pod``. A PodGroup member that finds the node locked tries again every
+        ``lock_retry_interval`` for up to ``lock_retry_timeout`` (its group's other members are being bound one
+        after the other and each holds the lock until its device plugin allocates), as HAMi v2.10 does; any other
+        pod, or any other failure, fails at once."""
+        ns, name = pod.metadata.namespace, pod.metadata.name
+        waits = self.lock_retry_timeout > 0 and bool(pod_group(pod))
+        started, paused = self.stopwatch(), 0.0
+        while True:
+            try:
+                await self.port.lock_node(node, ns, name)
+                return
+            except LockContention as err:
+                if not waits:
+                    raise
+                if max(self.stopwatch() - started, paused) + self.lock_retry_interval > self.lock_retry_timeout:
+                    waited = self.lock_retry_timeout
+                    raise LockContention(err.node, err.holder, err.since, err.timeout, waited=waited) from None
+            await self.sleep(self.lock_retry_interval)
+            paused += self.lock_retry_interval
 
     async def _bind_failed(self, pod: Pod, node: str, locked: bool, err: HamiError) -> BindOutcome:
         ns, name, uid = pod.metadata.namespace, pod.metadata.name, pod.metadata.uid
@@ -678,11 +744,29 @@ class Cycle:
         return []
 
     async def release_allocation(self, pod: Pod, uid: str, guard: str | None = None) -> tuple[ApiFailure, ...]:
-        """Drop the reservation and the annotations that would re-create it; returns the failed operations.
+        """Remove the annotations that hold the pod's devices, then the reservation; returns the failed operations.
 
         The removal is written only to the pod with ``uid`` and, with ``guard``, only to that resourceVersion of
-        it (the version read when deciding it holds no devices in use)."""
+        it (the version read when deciding it holds no devices in use). The reservation is dropped once the
+        annotations are gone, so the ledger never frees what the API still shows allocated; if the write fails
+        (throttled, API down, the pod changed meanwhile) it is retried in the background until it lands or is no
+        longer needed (``cleanups``, each retry reported to ``report_cleanup``)."""
+        self.cancel_cleanup(uid)
+        ns, name = pod.metadata.namespace, pod.metadata.name
+        try:
+            await self._clear(ns, name, uid, guard)
+        except ApiError as err:
+            if _pod_gone(err):
+                self.forget(uid)
+                return ()
+            task = asyncio.get_running_loop().create_task(self._clear_until_done(ns, name, uid), name=f"clear-{uid}")
+            self.cleanups[uid] = task
+            task.add_done_callback(lambda done: self._cleanup_done(ns, name, uid, done))
+            return (ApiFailure("patch_pod", f"clearing the allocation of {pod.key} failed: {err}; retrying"),)
         self.forget(uid)
+        return ()
+
+    async def _clear(self, ns: str, name: str, uid: str, guard: str | None) -> None:
         removals: dict[str, str | None] = dict.fromkeys(
             (keys.VGPU_NODE, keys.VGPU_TIME, keys.BIND_PHASE, keys.BIND_TIME, *_extra_keys(self.vendors))
         )
@@ -690,18 +774,53 @@ class Cycle:
             removals[vendor.keys.allocated] = None
             if vendor.keys.to_allocate:
                 removals[vendor.keys.to_allocate] = None
+        await self.port.patch_pod_metadata(ns, name, removals, {keys.VGPU_NODE: None}, uid=uid, resource_version=guard)
+
+    async def _clear_until_done(self, ns: str, name: str, uid: str) -> None:
+        """Retry a clean-up with a doubling pause (``cleanup_backoff``) until it lands or is moot."""
+        delay, longest = self.cleanup_backoff
+        while True:
+            await self.sleep(delay)
+            delay = min(longest, delay * 2)
+            cleanup = await self._clear_again(ns, name, uid)
+            self.report_cleanup(cleanup)
+            if cleanup.result is not Cleared.RETRYING:
+                return
+
+    async def _clear_again(self, ns: str, name: str, uid: str) -> Cleanup:
+        """One retry: read the pod, then remove its allocation only from the version read, only while it is still
+        unbound and still the pod ``uid``."""
         try:
-            await self.port.patch_pod_metadata(
-                pod.metadata.namespace,
-                pod.metadata.name,
-                removals,
-                {keys.VGPU_NODE: None},
-                uid=uid,
-                resource_version=guard,
-            )
+            pod = await self.port.get_pod(ns, name)
+        except NotFound:
+            pod = None
         except ApiError as err:
-            return (ApiFailure("patch_pod", f"clearing the allocation of {pod.key} failed: {err}"),)
-        return ()
+            return Cleanup(Cleared.RETRYING, ns, name, uid, f"reading the pod failed: {err}")
+        if pod is None or pod.metadata.uid != uid:
+            self.forget(uid)
+            return Cleanup(Cleared.GONE, ns, name, uid)
+        if pod.spec.node_name or not holds_devices(pod):
+            return Cleanup(Cleared.MOOT, ns, name, uid)
+        try:
+            await self._clear(ns, name, uid, pod.metadata.resource_version or None)
+        except ApiError as err:
+            if not _pod_gone(err):
+                return Cleanup(Cleared.RETRYING, ns, name, uid, str(err))
+            self.forget(uid)
+            return Cleanup(Cleared.GONE, ns, name, uid)
+        self.forget(uid)
+        return Cleanup(Cleared.LANDED, ns, name, uid)
+
+    def cancel_cleanup(self, uid: str) -> None:
+        task = self.cleanups.pop(uid, None)
+        if task is not None:
+            task.cancel()
+
+    def _cleanup_done(self, ns: str, name: str, uid: str, task: asyncio.Task[None]) -> None:
+        if self.cleanups.get(uid) is task:
+            del self.cleanups[uid]
+        if not task.cancelled() and task.exception() is not None:
+            self.report_cleanup(Cleanup(Cleared.CRASHED, ns, name, uid, repr(task.exception())))
 
     # --- the pod watch ---------------------------------------------------------------------------------------
     def watch_pod(self, pod: Pod, deleted: bool = False) -> str | None:
@@ -713,6 +832,7 @@ class Cycle:
             # back nothing that is still held)
             self.pending.discard(uid)
             self.commits.pop(uid, None)
+            self.cancel_cleanup(uid)
             unreserve(self.state, uid)
         elif not holds_devices(pod):
             if uid not in self.pending:

@@ -23,7 +23,7 @@ from hami.protocol.objects import Pod
 from hami.scheduling.state import PodRecord
 from hami.scheduling.usage import container_kinds, effective_charges
 
-__all__ = ["holds_devices", "init_containers_done", "is_terminal", "record_from_pod"]
+__all__ = ["holds_devices", "init_containers_done", "is_terminal", "pod_group", "record_from_pod"]
 
 _TERMINAL = frozenset({"Succeeded", "Failed"})
 
@@ -31,6 +31,15 @@ _TERMINAL = frozenset({"Succeeded", "Failed"})
 def is_terminal(pod: Pod) -> bool:
     """A finished pod holds no devices any more."""
     return pod.status.phase in _TERMINAL
+
+
+def pod_group(pod: Pod) -> str:
+    """The PodGroup the pod belongs to (label ``scheduling.x-k8s.io/pod-group``, else
+    ``spec.schedulingGroup.podGroupName``), or ``""``: its Bind waits for a locked node (spec webhook §3.1)."""
+    group = pod.metadata.labels.get(keys.POD_GROUP_LABEL, "")
+    if not group and pod.spec.scheduling_group is not None:
+        group = pod.spec.scheduling_group.pod_group_name
+    return group
 
 
 def holds_devices(pod: Pod) -> bool:

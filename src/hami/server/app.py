@@ -1,4 +1,5 @@
-"""The HTTP surface (starlette): ``/filter``, ``/bind``, ``/healthz``, ``/readyz``; ``/metrics`` separately.
+"""The HTTP surface (starlette): the extender listener (``/filter``, ``/bind``, ``/healthz``, ``/readyz``), the
+Service listener (``/webhook``, ``/healthz``, ``/readyz``; ``/filter`` and ``/bind`` answer 404) and ``/metrics``.
 
 Malformed bodies get HTTP 200 with a JSON ``{"Error": "..."}`` naming what is wrong (kube-scheduler reads
 the error from the body, as with HAMi); bodies over the size limit are refused with 413 before decoding. No
@@ -27,7 +28,7 @@ from hami.protocol.extender import (
 from hami.server.extender import Extender
 from hami.server.metrics import Metrics
 
-__all__ = ["EXTENDER_BODY_LIMIT", "BodyTooLarge", "build_app", "build_metrics_app", "read_body"]
+__all__ = ["EXTENDER_BODY_LIMIT", "BodyTooLarge", "build_app", "build_metrics_app", "build_service_app", "read_body"]
 
 log = logging.getLogger("hami.server")
 
@@ -58,62 +59,92 @@ def _too_large(err: BodyTooLarge) -> Response:
     return JSONResponse({"Error": str(err)}, status_code=413)
 
 
-def build_app(  # noqa: C901 -- the route table; split across two listeners by the sec-access branch
+def build_app(
     extender: Extender,
     extra_routes: list[Route] | None = None,
 ) -> Starlette:
     """The main listener's application (extender, health; the webhook adds its route via ``extra_routes``)."""
 
     async def filter_route(request: Request) -> Response:
-        try:
-            body = await read_body(request, EXTENDER_BODY_LIMIT)
-        except BodyTooLarge as err:
-            return _too_large(err)
-        if not body:
-            return PlainTextResponse("Please send a request body", status_code=400)
-        try:
-            args = decode_filter_args(body)
-            result = await extender.filter(args)
-        except HamiError as err:
-            result = FilterResult(error=str(err))
-        except Exception as err:  # a bug: answer, log, keep serving
-            log.exception("filter failed")
-            result = FilterResult(error=f"internal error: {type(err).__name__}: {err}")
-        return Response(encode_filter_result(result), media_type=_JSON)
+        body = await _extender_body(request)
+        if isinstance(body, Response):
+            return body
+        return Response(encode_filter_result(await _filter(extender, body)), media_type=_JSON)
 
     async def bind_route(request: Request) -> Response:
-        try:
-            body = await read_body(request, EXTENDER_BODY_LIMIT)
-        except BodyTooLarge as err:
-            return _too_large(err)
-        if not body:
-            return PlainTextResponse("Please send a request body", status_code=400)
-        try:
-            result = await extender.bind(decode_binding_args(body))
-        except HamiError as err:
-            result = BindingResult(error=str(err))
-        except Exception as err:
-            log.exception("bind failed")
-            result = BindingResult(error=f"internal error: {type(err).__name__}: {err}")
-        return Response(encode_binding_result(result), media_type=_JSON)
-
-    async def healthz(_: Request) -> Response:
-        return PlainTextResponse("ok")
-
-    async def readyz(_: Request) -> Response:
-        problem = extender.readiness.problem()
-        if problem is None:
-            return PlainTextResponse("ok")
-        return PlainTextResponse(problem, status_code=503)
+        body = await _extender_body(request)
+        if isinstance(body, Response):
+            return body
+        return Response(encode_binding_result(await _bind(extender, body)), media_type=_JSON)
 
     routes = [
         Route("/filter", filter_route, methods=["POST"]),
         Route("/bind", bind_route, methods=["POST"]),
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/readyz", readyz, methods=["GET"]),
+        *_health_routes(extender),
         *(extra_routes or []),
     ]
     return Starlette(routes=routes)
+
+
+async def _extender_body(request: Request) -> bytes | Response:
+    """The body of a /filter or /bind, or the answer when it is missing or too large."""
+    try:
+        body = await read_body(request, EXTENDER_BODY_LIMIT)
+    except BodyTooLarge as err:
+        return _too_large(err)
+    if not body:
+        return PlainTextResponse("Please send a request body", status_code=400)
+    return body
+
+
+async def _filter(extender: Extender, body: bytes) -> FilterResult:
+    try:
+        return await extender.filter(decode_filter_args(body))
+    except HamiError as err:
+        return FilterResult(error=str(err))
+    except Exception as err:  # a bug: answer, log, keep serving
+        log.exception("filter failed")
+        return FilterResult(error=f"internal error: {type(err).__name__}: {err}")
+
+
+async def _bind(extender: Extender, body: bytes) -> BindingResult:
+    try:
+        return await extender.bind(decode_binding_args(body))
+    except HamiError as err:
+        return BindingResult(error=str(err))
+    except Exception as err:  # a bug: answer, log, keep serving
+        log.exception("bind failed")
+        return BindingResult(error=f"internal error: {type(err).__name__}: {err}")
+
+
+def _health_routes(extender: Extender) -> list[Route]:
+    async def healthz(_: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    async def readyz(_: Request) -> Response:
+        problem = extender.readiness.ready_problem()
+        if problem is None:
+            return PlainTextResponse("ok")
+        return PlainTextResponse(problem, status_code=503)
+
+    return [Route("/healthz", healthz, methods=["GET"]), Route("/readyz", readyz, methods=["GET"])]
+
+
+def build_service_app(extender: Extender, routes: list[Route]) -> Starlette:
+    """The Service-facing listener: ``routes`` (the webhook) and health. ``/filter`` and ``/bind`` answer 404
+    without reading the body: they are served on the extender listener only (``--extender-bind``)."""
+
+    async def not_here(request: Request) -> Response:
+        log.warning("%s %s on the Service listener from %s refused (the extender listens on --extender-bind)",
+                    request.method, request.url.path, request.client and request.client.host)  # fmt: skip
+        return PlainTextResponse(
+            f"{request.url.path} is not served on this listener (the extender listens on --extender-bind)",
+            status_code=404,
+        )
+
+    every = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+    extender_paths = [Route(path, not_here, methods=every) for path in ("/filter", "/bind")]
+    return Starlette(routes=[*routes, *_health_routes(extender), *extender_paths])
 
 
 def build_metrics_app(metrics: Metrics) -> Starlette:

@@ -11,6 +11,7 @@ from pathlib import Path
 from hami.config import DeviceConfig, default_device_config, load_settings, parse_device_config
 from hami.errors import HamiError
 from hami.k8s.config import load_config
+from hami.server.listen import EXIT_CANNOT_LISTEN, CannotListen
 from hami.server.runtime import Runtime
 
 __all__ = ["JsonFormatter", "configure_logging", "scheduler_main"]
@@ -56,14 +57,20 @@ def load_device_config(path: str | None) -> DeviceConfig:
 
 
 def scheduler_main(overrides: dict[str, object], kubeconfig: str | None, json_logs: bool) -> int:
-    """Run the scheduler until SIGTERM; returns the exit code. Configuration errors exit 2 with one message."""
+    """Run the scheduler until SIGTERM; returns the exit code. Configuration errors exit 2 with one message, a
+    listener that cannot be bound (port in use) exits 3 with one message."""
     try:
         settings = load_settings(overrides)
         configure_logging(settings.debug, json_logs)
         device_config = load_device_config(settings.device_config_file)
         kube = load_config(kubeconfig)
+        runtime = Runtime(settings, device_config, kube)  # loads the TLS and token files
     except HamiError as err:
         print(f"hami scheduler: {err}", file=sys.stderr)
         return 2
-    asyncio.run(Runtime(settings, device_config, kube).run())
+    try:
+        asyncio.run(runtime.run())
+    except CannotListen as err:
+        print(f"hami scheduler: {err}", file=sys.stderr)
+        return EXIT_CANNOT_LISTEN
     return 0

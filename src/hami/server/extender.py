@@ -17,7 +17,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from hami.devices.base import Vendor
 from hami.protocol.events import EventReason, filtering_failed_texts, no_available_node_text
@@ -28,6 +28,8 @@ from hami.scheduling.cycle import (
     ApiFailure,
     BindOutcome,
     Bound,
+    Cleanup,
+    Cleared,
     ClusterPort,
     Cycle,
     Decision,
@@ -47,7 +49,8 @@ FAILED, SUCCEED = EventReason.FILTERING_FAILED, EventReason.FILTERING_SUCCEED
 
 @dataclass(slots=True)
 class Readiness:
-    """What ``/readyz`` and ``/filter`` check: caches synced, and leadership when HA is on."""
+    """What ``/filter`` checks (caches synced, and leadership when HA is on) and ``/readyz`` (caches synced: a
+    follower is ready to take over; the Service reaches the leader by its ``hami.io/scheduler-role`` label)."""
 
     synced: Callable[[], bool] = lambda: True
     leader: Callable[[], bool] = lambda: True
@@ -55,36 +58,50 @@ class Readiness:
     def problem(self) -> str | None:
         if not self.leader():
             return "this hami replica is not the leader; kube-scheduler must call the leader (check the Service)"
+        return self.ready_problem()
+
+    def ready_problem(self) -> str | None:
         if not self.synced():
             return "hami is starting: its node and pod caches are not synced yet"
         return None
 
 
-@dataclass(slots=True)
 class Extender:
-    """The cycle plus its edge; one instance per process."""
+    """The cycle plus its edge; one instance per process. The cycle's state (``pending``, ``commits``,
+    ``cleanups``) and retry settings (``cleanup_backoff``, ``lock_retry_timeout``, ``lock_retry_interval``) are
+    read and set through it."""
 
-    state: ClusterState
-    vendors: Mapping[str, Vendor]
-    defaults: SchedulingDefaults
-    cluster: ClusterPort
-    metrics: Metrics
-    readiness: Readiness = field(default_factory=Readiness)
-    clock: Callable[[], float] = time.time
-    background_commit: bool = True
-    cycle: Cycle = field(init=False)
-
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        vendors: Mapping[str, Vendor],
+        defaults: SchedulingDefaults,
+        cluster: ClusterPort,
+        metrics: Metrics,
+        readiness: Readiness | None = None,
+        clock: Callable[[], float] = time.time,
+        background_commit: bool = True,
+        lock_retry_timeout: float = 0.0,
+    ) -> None:
+        self.state = state
+        self.vendors = vendors
+        self.defaults = defaults
+        self.cluster = cluster
+        self.metrics = metrics
+        self.readiness = readiness or Readiness()
         self.cycle = Cycle(
-            self.state,
-            self.vendors,
-            self.defaults,
-            self.cluster,
-            self.clock,
-            self.background_commit,
+            state,
+            vendors,
+            defaults,
+            cluster,
+            clock,
+            background_commit,
             report=self._filtered,
-            timed=lambda stage, seconds: self.metrics.stage_latency.labels(stage).observe(seconds),
+            timed=lambda stage, seconds: metrics.stage_latency.labels(stage).observe(seconds),
             stopwatch=time.perf_counter,
+            sleep=asyncio.sleep,
+            report_cleanup=self._cleaned,
+            lock_retry_timeout=lock_retry_timeout,
         )
 
     @property
@@ -97,8 +114,40 @@ class Extender:
         """Annotation commits still running beside /filter's answer, by pod UID."""
         return self.cycle.commits
 
+    @property
+    def cleanups(self) -> dict[str, asyncio.Task[None]]:
+        """Allocation clean-ups that failed once (429 storm, API down) and are being retried, by pod UID."""
+        return self.cycle.cleanups
+
+    @property
+    def cleanup_backoff(self) -> tuple[float, float]:
+        """First and longest pause between the retries of a clean-up."""
+        return self.cycle.cleanup_backoff
+
+    @cleanup_backoff.setter
+    def cleanup_backoff(self, value: tuple[float, float]) -> None:
+        self.cycle.cleanup_backoff = value
+
+    @property
+    def lock_retry_timeout(self) -> float:
+        """``--node-lock-retry-timeout``: how long the bind of a PodGroup member waits for a locked node."""
+        return self.cycle.lock_retry_timeout
+
+    @lock_retry_timeout.setter
+    def lock_retry_timeout(self, value: float) -> None:
+        self.cycle.lock_retry_timeout = value
+
+    @property
+    def lock_retry_interval(self) -> float:
+        """Pause between two tries of a PodGroup member's lock wait."""
+        return self.cycle.lock_retry_interval
+
+    @lock_retry_interval.setter
+    def lock_retry_interval(self, value: float) -> None:
+        self.cycle.lock_retry_interval = value
+
     async def settle_all(self) -> None:
-        """Wait for every commit in flight (shutdown, tests)."""
+        """Wait for every commit in flight and stop the clean-up retries (shutdown, tests)."""
         await self.cycle.settle_all()
 
     # --- /filter -------------------------------------------------------------------------------------------
@@ -174,6 +223,17 @@ class Extender:
             self._event(outcome.pod, EventReason.BINDING_SUCCEED, outcome.message)
         elif outcome.result not in _NO_BIND_EVENT:
             self._event(outcome.pod, EventReason.BINDING_FAILED, outcome.message)
+
+    def _cleaned(self, cleanup: Cleanup) -> None:
+        """Log lines and metrics of one background retry of a clean-up."""
+        pod = f"{cleanup.namespace}/{cleanup.name}"
+        if cleanup.result is Cleared.RETRYING:
+            log.info("clean-up of %s failed: %s; retrying", pod, cleanup.error)
+        elif cleanup.result is Cleared.LANDED:
+            self.metrics.decisions.labels("cleanup-retried").inc()
+            log.info("clean-up of %s landed after retries", pod)
+        elif cleanup.result is Cleared.CRASHED:
+            log.error("clean-up of %s (UID %s) stopped: %s", pod, cleanup.uid, cleanup.error)
 
     # --- watch handlers ------------------------------------------------------------------------------------
     def on_pod(self, pod: Pod, deleted: bool = False) -> None:

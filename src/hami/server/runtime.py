@@ -1,7 +1,8 @@
 """``hami scheduler``: assemble the watches, the state, the extender and the HTTP servers, and run them.
 
 One asyncio loop runs everything: one reflector task per resource kind (nodes, pods, resource quotas and, with
-leader election, the Lease), the main HTTP server (extender, webhook, health), the metrics server, and two
+leader election, the Lease), three HTTP servers (the Service listener: webhook and health; the extender
+listener: filter, bind and health, loopback-only by default; metrics; see ``hami.server.access``), and two
 housekeeping loops (the ledger self-check and the release of node locks whose holder is gone). SIGTERM and
 SIGINT stop accepting connections, let in-flight requests finish (uvicorn's graceful shutdown), then cancel the
 tasks. Every task is started through one ``Supervisor`` that logs failures.
@@ -13,18 +14,19 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import signal
 import socket
 import time
 from collections.abc import Callable, Coroutine, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import uvicorn
-from starlette.applications import Starlette
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from hami.config import DeviceConfig, SchedulerSettings
 from hami.devices import vendors_from_config
@@ -37,6 +39,7 @@ from hami.k8s.extender_io import ExtenderIO
 from hami.k8s.nodelock import NodeLocker
 from hami.k8s.records import Lease, ObjectRef
 from hami.k8s.resources import LEASES, NODES, PODS, RESOURCE_QUOTAS
+from hami.k8s.reviews import AccessReviewer
 from hami.k8s.tasks import Supervisor
 from hami.k8s.watch import Callbacks, Reflector
 from hami.protocol import keys
@@ -48,9 +51,11 @@ from hami.scheduling.admission import AdmissionSettings
 from hami.scheduling.records import is_terminal
 from hami.scheduling.request import SchedulingDefaults
 from hami.scheduling.state import ClusterState
-from hami.server.app import build_app, build_metrics_app
+from hami.server.access import BearerTokenGate, MetricsGate, Transport, load_transport
+from hami.server.app import build_app, build_metrics_app, build_service_app
 from hami.server.audit import API_AUDIT_SECONDS, LedgerAudit
 from hami.server.extender import Extender, Readiness
+from hami.server.listen import guarded_h11, listen
 from hami.server.metrics import Metrics
 from hami.server.tls import CertificateReloader
 from hami.server.webhook import admission_for, webhook_route
@@ -66,6 +71,8 @@ REGISTRATION_REFUSED = "RegistrationRefused"
 LOCK_SWEEP_SECONDS = 30.0
 """How often nodes holding a lock are checked for a finished or deleted holder (HAMi never does this)."""
 TLS_RELOAD_SECONDS = 10.0
+ROLE_CHECK_SECONDS = 0.5
+"""How often leadership is compared with the pod's role label (no API call unless it changed)."""
 """How often the certificate files are checked for a change (cert-manager renews days before expiry)."""
 
 
@@ -92,6 +99,8 @@ class Runtime:
     kubeconfig: KubeConfig
     identity: str = field(default_factory=socket.gethostname)
     extra_routes: list[Route] = field(default_factory=list)
+    transport: Transport | None = None
+    """TLS contexts and the extender's token file; None: loaded from the settings when the runtime is built."""
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     state: ClusterState = field(init=False)
     metrics: Metrics = field(init=False)
@@ -99,10 +108,14 @@ class Runtime:
     quarantined: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> vendor -> refused registration
     lease_holder: str = ""
     lease_expiry: float = 0.0
+    role_written: str = ""
+    """The ``hami.io/scheduler-role`` value last written on this replica's own pod ("" before the first)."""
 
     _writes: set[asyncio.Task[None]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
+        if self.transport is None:  # read the files now: a missing or bad one is a ConfigError at start-up
+            self.transport = load_transport(self.settings)
         self.vendors = vendors_from_config(self.device_config)
         self.state = ClusterState(self.vendors)
         self.metrics = Metrics(lambda: self.state)
@@ -126,6 +139,25 @@ class Runtime:
         renew = _parse_time(spec.renew_time) if spec.renew_time else None
         duration = spec.lease_duration_seconds or 15
         self.lease_expiry = (renew.timestamp() if renew else time.time()) + duration
+
+    async def _label_role(self, cluster: KubeCluster, namespace: str, name: str) -> None:
+        """Keep this replica's pod labelled ``hami.io/scheduler-role: leader`` or ``follower`` (HAMi's label, which
+        its Service selects), checked every ``ROLE_CHECK_SECONDS``: the role changes with Lease events and with
+        the time a Lease expires. A failed write is tried again at the next check."""
+        uid: str | None = None
+        while True:
+            role = "leader" if self.is_leader() else "follower"
+            if role != self.role_written:
+                try:
+                    if uid is None:
+                        uid = (await cluster.get_pod(namespace, name)).metadata.uid
+                    await cluster.patch_pod_metadata(namespace, name, labels={keys.SCHEDULER_ROLE_LABEL: role}, uid=uid)
+                    self.role_written = role
+                    log.info("this replica is the %s now: pod %s/%s labelled %s", role, namespace, name, role)
+                except ApiError as err:
+                    self.metrics.api_errors.labels("patch_pod").inc()
+                    log.warning("labelling pod %s/%s as %s failed: %s", namespace, name, role, err)
+            await asyncio.sleep(ROLE_CHECK_SECONDS)
 
     # --- handlers -------------------------------------------------------------------------------------
     def _on_node(
@@ -249,15 +281,33 @@ class Runtime:
                     log.warning("checking the lock on %s failed: %s", node, err)
 
     # --- run ------------------------------------------------------------------------------------------
-    async def run(self) -> None:  # noqa: PLR0915 -- listener wiring; being reworked by the sec-access branch
+    async def run(self) -> None:
         s = self.settings
-        client_settings = ClientSettings(qps=s.kube_qps, burst=s.kube_burst)
+        # Every listener is bound first: a port in use ends the process before the API is touched.
+        listeners = [
+            listen(bind, flag, *parse_bind(bind))
+            for bind, flag in (
+                (s.http_bind, "--http_bind"),
+                (s.extender_bind, "--extender-bind"),
+                (s.metrics_bind_address, "--metrics-bind-address"),
+            )
+        ]
+        try:
+            await self._run(listeners)
+        finally:
+            for sock in listeners:
+                sock.close()
+
+    async def _run(self, listeners: list[socket.socket]) -> None:
+        s = self.settings
+        client_settings = api_client_settings(s)
         # Events get their own client and so their own rate limiter, as kube-scheduler does (its eventClient):
         # sharing the --kube-qps budget with them slows Filter and Bind down.
         async with (
             KubeClient(self.kubeconfig, client_settings) as client,
             KubeClient(self.kubeconfig, client_settings) as event_client,
             Supervisor(log) as supervisor,
+            contextlib.AsyncExitStack() as stack,
         ):
             cluster = KubeCluster(client, instance=self.identity)
             locker = NodeLocker(cluster, timeout=timedelta(seconds=s.node_lock_timeout))
@@ -280,72 +330,123 @@ class Runtime:
                 ),
                 metrics=self.metrics,
                 readiness=readiness,
+                lock_retry_timeout=s.node_lock_retry_timeout,
             )
             self.extender = extender
-
-            def mark(kind: str) -> Callable[[], None]:
-                def done() -> None:
-                    first = not all(synced.values())
-                    synced[kind] = True
-                    if first and all(synced.values()):
-                        settle_heap()
-
-                return done
-
-            selector = ",".join(f"{k}={v}" for k, v in sorted(s.node_label_selector.items())) or None
-            nodes = Reflector(
-                client,
-                NODES,
-                Node,
-                Callbacks(self._on_node(extender, cluster, supervisor, events), mark("nodes")),
-                label_selector=selector,
+            watched_nodes, watched_pods = self._start_watches(
+                client, cluster, extender, locker, events, supervisor, synced
             )
-            pods = Reflector(client, PODS, Pod, Callbacks(self._on_pod(extender, locker, supervisor), mark("pods")))
-            quotas = Reflector(client, RESOURCE_QUOTAS, ResourceQuota, Callbacks(extender.on_quota, mark("quotas")))
-            watched_nodes = nodes.store
-            watched_pods = pods.store
-            supervisor.start(nodes.run(), name="watch-nodes")
-            supervisor.start(pods.run(), name="watch-pods")
-            supervisor.start(quotas.run(), name="watch-quotas")
-            if s.leader_elect:
-                synced["lease"] = False
-                lease = Reflector(
-                    client,
-                    LEASES,
-                    Lease,
-                    Callbacks(self._on_lease, mark("lease")),
-                    namespace=s.leader_elect_resource_namespace or None,
-                    field_selector=f"metadata.name={s.leader_elect_resource_name}",
-                )
-                supervisor.start(lease.run(), name="watch-lease")
             audit = LedgerAudit(
                 self.state, self.vendors, cluster, self.metrics, lambda: extender.pending, readiness.synced
             )
             supervisor.start(self._self_check(audit), name="self-check")
             supervisor.start(self._lock_sweep(locker), name="lock-sweep")
-            admission = admission_for(
-                extender, AdmissionSettings(s.scheduler_name, s.force_overwrite_default_scheduler)
-            )
-            routes = [webhook_route(admission, self.metrics), *self.extra_routes]
-            tls = CertificateReloader(s.cert_file, s.key_file) if s.cert_file and s.key_file else None
-            if tls is not None:  # certificates rotated on disk are picked up without a restart
-                supervisor.start(tls.watch(TLS_RELOAD_SECONDS), name="tls-reload")
-            main = self._server(build_app(extender, routes), s.http_bind, tls)
-            metrics = self._server(build_metrics_app(self.metrics), s.metrics_bind_address, None)
-            self._install_signals(main, metrics)
-            log.info(
-                "hami scheduler %s serving on %s (metrics %s)", s.scheduler_name, s.http_bind, s.metrics_bind_address
-            )
-            servers = [asyncio.create_task(main.serve()), asyncio.create_task(metrics.serve())]
-            stopper = asyncio.create_task(self.stop.wait())
-            await asyncio.wait([*servers, stopper], return_when=asyncio.FIRST_COMPLETED)
-            main.should_exit = metrics.should_exit = True
-            await asyncio.gather(*servers, return_exceptions=True)
+            servers = await self._servers(extender, supervisor, stack, client_settings)
+            await self._serve(servers, listeners)
             await extender.settle_all()
-            stopper.cancel()
             await events.aclose()
 
-    def _server(self, app: Starlette, bind: str, tls: CertificateReloader | None) -> _Server:
+    def _start_watches(
+        self,
+        client: KubeClient,
+        cluster: KubeCluster,
+        extender: Extender,
+        locker: NodeLocker,
+        events: EventRecorder,
+        supervisor: Supervisor,
+        synced: dict[str, bool],
+    ) -> tuple[Mapping[str, Node], Mapping[str, Pod]]:
+        """The node, pod and quota watches (and the Lease's with leader election); returns the node and pod
+        stores. ``synced`` records each watch's first sync; the first time all are, the heap is settled."""
+        s = self.settings
+
+        def mark(kind: str) -> Callable[[], None]:
+            def done() -> None:
+                first = not all(synced.values())
+                synced[kind] = True
+                if first and all(synced.values()):
+                    settle_heap()
+
+            return done
+
+        selector = ",".join(f"{k}={v}" for k, v in sorted(s.node_label_selector.items())) or None
+        nodes = Reflector(
+            client,
+            NODES,
+            Node,
+            Callbacks(self._on_node(extender, cluster, supervisor, events), mark("nodes")),
+            label_selector=selector,
+        )
+        pods = Reflector(client, PODS, Pod, Callbacks(self._on_pod(extender, locker, supervisor), mark("pods")))
+        quotas = Reflector(client, RESOURCE_QUOTAS, ResourceQuota, Callbacks(extender.on_quota, mark("quotas")))
+        supervisor.start(nodes.run(), name="watch-nodes")
+        supervisor.start(pods.run(), name="watch-pods")
+        supervisor.start(quotas.run(), name="watch-quotas")
+        if s.leader_elect:
+            synced["lease"] = False
+            lease = Reflector(
+                client,
+                LEASES,
+                Lease,
+                Callbacks(self._on_lease, mark("lease")),
+                namespace=s.leader_elect_resource_namespace or None,
+                field_selector=f"metadata.name={s.lease_name}",
+            )
+            supervisor.start(lease.run(), name="watch-lease")
+            pod_name, pod_namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
+            if pod_name and pod_namespace:
+                supervisor.start(self._label_role(cluster, pod_namespace, pod_name), name="role-label")
+            else:
+                log.warning("POD_NAME or POD_NAMESPACE is not set: this replica's pod gets no role label")
+        return nodes.store, pods.store
+
+    async def _servers(
+        self,
+        extender: Extender,
+        supervisor: Supervisor,
+        stack: contextlib.AsyncExitStack,
+        client_settings: ClientSettings,
+    ) -> list[_Server]:
+        """The webhook (service), extender and metrics servers, in the order of the listeners, with their TLS
+        reloaders and access gates."""
+        s = self.settings
+        admission = admission_for(extender, AdmissionSettings(s.scheduler_name, s.force_overwrite_default_scheduler))
+        routes = [webhook_route(admission, self.metrics), *self.extra_routes]
+        transport = self.transport or load_transport(s)
+        for i, tls in enumerate(transport.reloaders()):  # files rotated on disk are picked up without a restart
+            supervisor.start(tls.watch(TLS_RELOAD_SECONDS), name=f"tls-reload-{i}")
+        extender_app: ASGIApp = build_app(extender)
+        if transport.extender_tokens is not None:
+            extender_app = BearerTokenGate(extender_app, transport.extender_tokens)
+        metrics_app: ASGIApp = build_metrics_app(self.metrics)
+        if s.metrics_secure:  # its own client: its own rate limit, so scrapes never slow down scheduling
+            review_client = await stack.enter_async_context(KubeClient(self.kubeconfig, client_settings))
+            metrics_app = MetricsGate(metrics_app, AccessReviewer(review_client, "/metrics"))
+        return [
+            self._server(build_service_app(extender, routes), s.http_bind, transport.service_tls),
+            self._server(extender_app, s.extender_bind, transport.extender_tls),
+            self._server(metrics_app, s.metrics_bind_address, transport.metrics_tls),
+        ]
+
+    async def _serve(self, servers: list[_Server], listeners: list[socket.socket]) -> None:
+        """Serve on the listeners until a server ends or ``stop`` is set; then let every server finish."""
+        s = self.settings
+        self._install_signals(*servers)
+        log.info(
+            "hami scheduler %s serving webhook on %s, extender on %s, metrics on %s",
+            s.scheduler_name, s.http_bind, s.extender_bind, s.metrics_bind_address,
+        )  # fmt: skip
+        serving = [
+            asyncio.create_task(server.serve(sockets=[sock])) for server, sock in zip(servers, listeners, strict=True)
+        ]
+        stopper = asyncio.create_task(self.stop.wait())
+        await asyncio.wait([*serving, stopper], return_when=asyncio.FIRST_COMPLETED)
+        for server in servers:
+            server.should_exit = True
+        await asyncio.gather(*serving, return_exceptions=True)
+        stopper.cancel()
+
+    def _server(self, app: ASGIApp, bind: str, tls: CertificateReloader | None) -> _Server:
         host, port = parse_bind(bind)
         kwargs: dict[str, object] = {}
         if tls is not None:
@@ -362,6 +463,7 @@ class Runtime:
             log_level="warning",
             lifespan="off",
             access_log=False,
+            http=guarded_h11(),  # a request not read completely in 10 s closes its connection (slowloris)
             **kwargs,  # type: ignore[arg-type]
         )
         return _Server(config)
@@ -378,6 +480,14 @@ class Runtime:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread (tests)
                 loop.add_signal_handler(sig, shutdown)
+
+
+def api_client_settings(settings: SchedulerSettings) -> ClientSettings:
+    """The API client's settings from ``--kube-qps``, ``--kube-burst`` and ``--kube-timeout`` (0: the default)."""
+    client = ClientSettings(qps=settings.kube_qps, burst=settings.kube_burst)
+    if settings.kube_timeout > 0:
+        client = replace(client, request_timeout=settings.kube_timeout)
+    return client
 
 
 def settle_heap() -> None:

@@ -16,8 +16,9 @@ from hami.errors import InvalidInput
 from hami.scheduling.request import SchedulingDefaults
 from hami.simulate.demo import demo_sources, render_demo
 from hami.simulate.devconfig import device_config_from_text
-from hami.simulate.loading import load_pods, load_snapshot, read_files
-from hami.simulate.report import render_json, render_pending, render_placements
+from hami.simulate.html import render_html
+from hami.simulate.loading import load_pods, load_snapshot, read_files, require_nodes
+from hami.simulate.report import render_json, render_summary
 from hami.simulate.simulator import Simulator
 
 __all__ = ["EXIT_INVALID_INPUT", "EXIT_OK", "SimulateOptions", "run_simulate"]
@@ -38,6 +39,7 @@ class SimulateOptions:
     output: Literal["table", "json"] = "table"
     now: int = 0
     demo: bool = False
+    report: Path | None = None
 
 
 def run_simulate(opts: SimulateOptions, out: Callable[[str], None], err: Callable[[str], None]) -> int:
@@ -50,6 +52,7 @@ def run_simulate(opts: SimulateOptions, out: Callable[[str], None], err: Callabl
         else:
             snapshot_sources, pod_sources = read_files(opts.snapshots), read_files(opts.pods)
         snapshot = load_snapshot(snapshot_sources)
+        require_nodes(snapshot, [label for label, _ in snapshot_sources])
         pods = load_pods(pod_sources)
     except InvalidInput as error:
         err(f"error: {error}")
@@ -59,14 +62,18 @@ def run_simulate(opts: SimulateOptions, out: Callable[[str], None], err: Callabl
     outcomes = [sim.place(pod, opts.now) for pod in pods]
     for warning in [*warnings, *sim.warnings]:
         err(f"warning: {warning}")
+    title = "hami simulate --demo" if opts.demo else "hami simulate"
+    if opts.report is not None:
+        try:
+            opts.report.write_text(render_html(title, sim.state, outcomes), encoding="utf-8")
+        except OSError as error:
+            err(f"error: {opts.report}: cannot write the report: {error.strerror or error}")
+            return EXIT_INVALID_INPUT
+        err(f"report written to {opts.report}")
     if opts.output == "json":
-        out(render_json(outcomes))
+        out(render_json(sim.state, outcomes))
     elif opts.demo:
         out(render_demo(sim.state, outcomes))
     else:
-        lines = render_placements(outcomes)
-        pending = render_pending(outcomes)
-        if pending:
-            lines += ["", *pending]
-        out("\n".join(lines))
+        out(render_summary(title, sim.state, outcomes))
     return EXIT_OK

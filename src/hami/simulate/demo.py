@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from importlib import resources
 
 from hami.scheduling.state import ClusterState
-from hami.simulate.report import render_pending, render_placements, render_utilization
+from hami.simulate.report import render_summary
 from hami.simulate.simulator import Outcome
 
 __all__ = ["DEMO_CLUSTER", "DEMO_WORKLOAD", "demo_sources", "render_demo"]
@@ -31,19 +31,4 @@ def demo_sources() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
 
 def render_demo(state: ClusterState, outcomes: Sequence[Outcome]) -> str:
     """Placements, then every device's utilization after them, then why the pending pods did not fit."""
-    placed = sum(1 for o in outcomes if o.node is not None)
-    devices = sum(len(t) for n in state.nodes.values() for t in n.tables.values())
-    lines = [
-        f"hami simulate --demo: {len(state.nodes)} nodes, {devices} devices; "
-        f"{len(outcomes)} pods in order: {placed} placed, {len(outcomes) - placed} pending",
-        "",
-        "Placements",
-        *render_placements(outcomes),
-        "",
-        "Per-device utilization after placement",
-        *render_utilization(state),
-    ]
-    pending = render_pending(outcomes)
-    if pending:
-        lines += ["", "Pending pods and why each node was rejected", *pending]
-    return "\n".join(lines)
+    return render_summary("hami simulate --demo", state, outcomes)

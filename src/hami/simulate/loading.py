@@ -27,7 +27,7 @@ import yaml
 from hami.errors import InvalidInput
 from hami.protocol.objects import Node, Pod, ResourceQuota
 
-__all__ = ["Snapshot", "Sourced", "load_pods", "load_snapshot", "read_documents", "read_files"]
+__all__ = ["Snapshot", "Sourced", "load_pods", "load_snapshot", "read_documents", "read_files", "require_nodes"]
 
 T = TypeVar("T")
 
@@ -232,3 +232,25 @@ def load_snapshot(sources: Sequence[tuple[str, str]]) -> Snapshot:
 def load_pods(sources: Sequence[tuple[str, str]]) -> list[Sourced[Pod]]:
     """Decode the pods to place, given as ``(label, text)``, in file then document order; raises ``InvalidInput``."""
     return [item for label, text in sources for _, item in _load(text, label, frozenset({"Pod"}), "a pods file")]
+
+
+_SNAPSHOT_HINT: Final = "a snapshot is what `kubectl get nodes,pods,resourcequotas -A -o json` prints"
+
+
+def require_nodes(snap: Snapshot, labels: Sequence[str]) -> None:
+    """Refuse a snapshot without a Node: nothing could be placed on it, so it is a mistake (an empty file,
+    ``[]``, or the pods file given as the snapshot). Raises ``InvalidInput`` naming the files."""
+    if snap.nodes:
+        return
+    where = ", ".join(labels) or "--snapshot"
+    if snap.pods:
+        pods = len(snap.pods)
+        reason = (
+            f"holds {pods} pod{'s' if pods != 1 else ''} but no Node; is this the pods file? Give the cluster with "
+            f"--snapshot and the pods to place as arguments ({_SNAPSHOT_HINT})"
+        )
+    elif snap.quotas:
+        reason = f"holds ResourceQuotas but no Node ({_SNAPSHOT_HINT})"
+    else:
+        reason = f"holds no Kubernetes object ({_SNAPSHOT_HINT})"
+    raise InvalidInput(where, None, f"the snapshot {reason}")

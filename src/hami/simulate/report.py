@@ -1,22 +1,7 @@
 """What ``hami simulate`` prints: the stable JSON document, and tables for people.
 
-JSON (``--output json``) is one object, ``{"decisions": [...]}``, one entry per pod in the order placed::
-
-    {"pod": "<ns>/<name>",
-     "node": "<name>" | null,
-     "devices": [[{"uuid", "type", "usedmem", "usedcores"}, ...], ...],   # per container, init first
-     "annotations": {...},                                                # what hami would write
-     "reasons": {"<node>": {"<ReasonCode>": <count>, ...}, ...},          # every rejected node
-     "message": "..."}
-
-Entries keep this field order; the keys of ``annotations`` and ``reasons`` (and of each node's codes) are
-sorted. ``devices`` follows the allocation annotation: one list per container (init containers first),
-empty lists for containers without devices, and ``[]`` when the pod was not placed. ``type`` is the vendor key
-(``NVIDIA``, ``DCU``), as on the wire; a pod asking for several vendors gets each container's devices of every
-vendor, vendors in sorted order. A reason count is the number of devices that failed that check; a node that
-cannot be considered at all has one node-level code with count 1: ``NodeUnregistered`` (no registration for
-a vendor the pod asks for, or not a known node) or ``NodeQuarantined`` (its registration does not decode).
-An invalid pod has ``node: null``, empty fields and the error as ``message``.
+The JSON document (``--output json``) is described field by field in the README ("The JSON document of hami
+simulate"); ``document`` builds it. Tables: ``render_summary`` (header, placements, utilization, pending).
 """
 
 from __future__ import annotations
@@ -31,7 +16,18 @@ from hami.scheduling.state import ClusterState
 from hami.scheduling.usage import Kind
 from hami.simulate.simulator import Outcome, container_devices
 
-__all__ = ["decisions_document", "render_json", "render_pending", "render_placements", "render_utilization"]
+__all__ = [
+    "decisions_document",
+    "document",
+    "fragmentation_document",
+    "render_json",
+    "render_pending",
+    "render_placements",
+    "render_summary",
+    "render_utilization",
+    "summary_line",
+    "utilization_document",
+]
 
 
 def _device_json(d: ContainerDevice) -> dict[str, object]:
@@ -57,8 +53,92 @@ def decisions_document(outcomes: Iterable[Outcome]) -> dict[str, object]:
     return {"decisions": decisions}
 
 
-def render_json(outcomes: Iterable[Outcome]) -> str:
-    return json.dumps(decisions_document(outcomes), indent=2, ensure_ascii=False)
+def fragmentation_document(state: ClusterState) -> object | None:
+    """HOOK for the fragmentation view (issue 16 item 3, built on branch ops-top): return its JSON here and the
+    document gains a ``"fragmentation"`` field after ``"utilization"``. None (no field) until it exists."""
+    del state
+    return None
+
+
+def utilization_document(state: ClusterState) -> list[dict[str, object]]:
+    """One entry per device of every node (nodes by name, vendors sorted, devices in registration order)."""
+    rows: list[dict[str, object]] = []
+    for name, node in sorted(state.nodes.items()):
+        for vendor in sorted(node.tables):
+            table = node.tables[vendor]
+            for i, info in enumerate(table.infos):
+                rows.append(
+                    {
+                        "node": name,
+                        "device": info.id,
+                        "vendor": vendor,
+                        "type": info.type,
+                        "slots": {"used": table.used[i], "total": info.count},
+                        "memory": {"used": table.usedmem[i], "total": info.devmem},
+                        "cores": {"used": table.usedcores[i], "total": info.devcore},
+                        "health": info.health,
+                        "cordoned": info.id in node.cordoned,
+                        "unschedulable": node.unschedulable,
+                        "mig": _mig_instances(info, table.slices[i]).split() if info.mode == "mig" else None,
+                        "blocked": table.broken[i],
+                    }
+                )
+    return rows
+
+
+def _counts(state: ClusterState, outcomes: Sequence[Outcome]) -> dict[str, int]:
+    statuses = [o.status for o in outcomes]
+    return {
+        "nodes": len(state.nodes),
+        "devices": sum(len(t) for n in state.nodes.values() for t in n.tables.values()),
+        "pods": len(outcomes),
+        "placed": statuses.count("placed"),
+        "pending": statuses.count("pending"),
+        "invalid": statuses.count("invalid"),
+        "noDevices": statuses.count("no-devices"),
+    }
+
+
+def document(state: ClusterState, outcomes: Sequence[Outcome]) -> dict[str, object]:
+    """The whole JSON document: ``summary``, ``decisions``, ``utilization`` (and ``fragmentation`` via the hook)."""
+    doc: dict[str, object] = {"summary": _counts(state, outcomes), **decisions_document(outcomes)}
+    doc["utilization"] = utilization_document(state)
+    fragmentation = fragmentation_document(state)
+    if fragmentation is not None:
+        doc["fragmentation"] = fragmentation
+    return doc
+
+
+def render_json(state: ClusterState, outcomes: Sequence[Outcome]) -> str:
+    return json.dumps(document(state, outcomes), indent=2, ensure_ascii=False)
+
+
+def summary_line(title: str, state: ClusterState, outcomes: Sequence[Outcome]) -> str:
+    """``<title>: 6 nodes, 20 devices; 14 pods in order: 13 placed, 1 pending`` (invalid pods counted apart)."""
+    c = _counts(state, outcomes)
+    parts = [f"{c['placed']} placed", f"{c['pending']} pending"]
+    if c["invalid"]:
+        parts.append(f"{c['invalid']} invalid")
+    if c["noDevices"]:
+        parts.append(f"{c['noDevices']} asking for no device")
+    return f"{title}: {c['nodes']} nodes, {c['devices']} devices; {c['pods']} pods in order: {', '.join(parts)}"
+
+
+def render_summary(title: str, state: ClusterState, outcomes: Sequence[Outcome]) -> str:
+    """The header, the placements, every device's utilization after them, then why pending pods did not fit."""
+    lines = [
+        summary_line(title, state, outcomes),
+        "",
+        "Placements",
+        *render_placements(outcomes),
+        "",
+        "Per-device utilization after placement",
+        *render_utilization(state),
+    ]
+    pending = render_pending(outcomes)
+    if pending:
+        lines += ["", "Pending pods and why each node was rejected", *pending]
+    return "\n".join(lines)
 
 
 # --- tables -------------------------------------------------------------------------------------------

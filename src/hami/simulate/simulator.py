@@ -17,7 +17,8 @@ the field.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import msgspec
@@ -91,6 +92,23 @@ def container_devices(decision: Decision | None) -> list[list[ContainerDevice]]:
     return [[d for v in vendors if i < len(decision.devices[v]) for d in decision.devices[v][i]] for i in range(n)]
 
 
+def known_resource_names(config: DeviceConfig) -> frozenset[str]:
+    """Every resource name the device config spells (``resource_*_name`` keys of every vendor section)."""
+
+    def walk(value: object) -> Iterator[str]:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if isinstance(item, str) and key.startswith("resource_") and key.endswith("_name") and item:
+                    yield item
+                else:
+                    yield from walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                yield from walk(item)
+
+    return frozenset(walk(config.model_dump()))
+
+
 def _with_identity(pod: Pod, uid: str) -> Pod:
     ns = pod.metadata.namespace or DEFAULT_NAMESPACE
     meta = msgspec.structs.replace(pod.metadata, namespace=ns, uid=uid)
@@ -111,6 +129,9 @@ class Simulator:
         self.warnings: list[str] = []
         self._node_origin: dict[str, str] = {}
         self._uids: set[str] = set()
+        self.known_resources = known_resource_names(config)
+        owned = [n for v in self.vendors.values() for n in (v.resources.count, v.resources.memory, v.resources.core)]
+        self.managed_domains = frozenset(n.partition("/")[0] for n in owned if n and "/" in n)
 
     # --- the snapshot ----------------------------------------------------------------------------------
     def add_snapshot(self, snap: Snapshot) -> None:
@@ -189,6 +210,7 @@ class Simulator:
     def place(self, item: Sourced[Pod], now: int) -> Outcome:
         """Decide for one pod and reserve the decision, so the next pod sees it."""
         pod = _with_identity(item.obj, self._unique_uid(item.obj))
+        self.warnings += self.unknown_resources(item)
         containers = tuple(
             (c.name, kind)
             for c, kind in zip([*pod.spec.init_containers, *pod.spec.containers], container_kinds(pod), strict=True)
@@ -215,3 +237,23 @@ class Simulator:
         if node is not None and any(v in node.problems and v not in node.tables for v in req.vendors):
             return {Reason.NODE_QUARANTINED.value: NODE_LEVEL_COUNT}
         return {Reason.NODE_UNREGISTERED.value: NODE_LEVEL_COUNT}
+
+    def unknown_resources(self, item: Sourced[Pod]) -> list[str]:
+        """A warning for each resource under a vendor domain hami manages (``nvidia.com/``) that no vendor owns:
+        most likely a misspelling, which would otherwise be ignored silently. Names the closest known name."""
+        warnings: list[str] = []
+        spec = item.obj.spec
+        for prefix, containers in (("initContainers", spec.init_containers), ("containers", spec.containers)):
+            for i, c in enumerate(containers):
+                for section, values in (("limits", c.resources.limits), ("requests", c.resources.requests)):
+                    for name in sorted(values):
+                        domain, slash, _ = name.partition("/")
+                        if not slash or domain not in self.managed_domains or name in self.known_resources:
+                            continue
+                        close = difflib.get_close_matches(name, sorted(self.known_resources), n=1, cutoff=0.6)
+                        hint = f"; did you mean {close[0]}?" if close else ""
+                        warnings.append(
+                            f"{item.origin}: {prefix}[{i}]({c.name}).{section}[{name}]: no vendor hami schedules "
+                            f"owns this resource, so hami ignores it{hint}"
+                        )
+        return warnings

@@ -125,8 +125,7 @@ def test_unprefixed_variables_are_ignored(monkeypatch: pytest.MonkeyPatch) -> No
         ),
         pytest.param(
             {"node_lock_timeout": "5 minutes"},
-            "node_lock_timeout: has an invalid part '5 minutes': expected a number and a unit (ns, us, ms, s, m, h) "
-            "(got '5 minutes')",
+            "node_lock_timeout: has an invalid part '5 minutes': expected a number and a unit (ns, us, ms, s, m, h)",
             id="not-a-duration",
         ),
         pytest.param({"node_lock_timeout": 0}, "node_lock_timeout: must be > 0 (got 0)", id="zero-lock-timeout"),
@@ -136,8 +135,19 @@ def test_unprefixed_variables_are_ignored(monkeypatch: pytest.MonkeyPatch) -> No
             id="negative-retry",
         ),
         pytest.param({"kube_qps": 0}, "kube_qps: must be > 0 (got 0)", id="zero-qps"),
+        pytest.param(
+            {"legacy_metrics": "true"},
+            "legacy_metrics: is not supported: hami exports HAMi's current metric names (hami_*) only, not the legacy "
+            "ones (GPUDeviceMemoryLimit, vGPUMemoryAllocated, …); leave it false (got 'true')",
+            id="legacy-metrics-refused",
+        ),
+        pytest.param(
+            {"enable_ascend": True},
+            "enable_ascend: is not supported: hami schedules NVIDIA and Hygon devices only; leave it false (got true)",
+            id="ascend-refused",
+        ),
         pytest.param({"kube_burst": 0}, "kube_burst: must be >= 1 (got 0)", id="zero-burst"),
-        pytest.param({"scheduler_name": ""}, "scheduler_name: must not be empty (got '')", id="no-name"),
+        pytest.param({"scheduler_name": ""}, "scheduler_name: must not be empty", id="no-name"),
         pytest.param(
             {"http_bind": "8080"},
             "http_bind: must be host:port (for example 0.0.0.0:443, :9395 or [::]:80) (got '8080')",
@@ -150,12 +160,12 @@ def test_unprefixed_variables_are_ignored(monkeypatch: pytest.MonkeyPatch) -> No
         ),
         pytest.param(
             {"node_label_selector": "gpu"},
-            "node_label_selector: expected key=value pairs separated by commas, not 'gpu' (got 'gpu')",
+            "node_label_selector: expected key=value pairs separated by commas, not 'gpu'",
             id="selector-without-value",
         ),
         pytest.param(
             {"cert_file": "/tls/cert.pem"},
-            "key_file: cert_file and key_file must be given together (got '')",
+            "key_file: cert_file and key_file must be given together",
             id="cert-without-key",
         ),
         pytest.param({"leader_elect": "maybe"}, "leader_elect: must be true or false (got 'maybe')", id="bad-bool"),
@@ -218,4 +228,70 @@ def test_parse_go_duration(text: str, seconds: float) -> None:
 def test_parse_go_duration_rejects(text: str, reason: str) -> None:
     with pytest.raises(ConfigError) as caught:
         parse_go_duration(text, "--node-lock-timeout")
-    assert str(caught.value) == f"--node-lock-timeout: {reason} (got {text!r})"
+    # the value is shown once: not at all when empty, not again when the reason quotes it
+    shown = "" if not text or repr(text) in reason else f" (got {text!r})"
+    assert str(caught.value) == f"--node-lock-timeout: {reason}{shown}"
+
+
+# --- listeners and their authentication ---------------------------------------------------------------
+
+TLS = {"cert_file": "tls.crt", "key_file": "tls.key"}
+
+
+def test_the_extender_listens_on_loopback_by_default_and_metrics_are_open() -> None:
+    settings = load_settings()
+    assert settings.extender_bind == "127.0.0.1:8888"
+    assert (settings.extender_client_ca_file, settings.extender_token_file, settings.metrics_secure) == ("", "", False)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "reason"),
+    [
+        pytest.param({"extender_bind": "0.0.0.0:8888"}, "--extender-bind", "listen beyond loopback only", id="any-v4"),
+        pytest.param({"extender_bind": ":8888"}, "--extender-bind", "listen beyond loopback only", id="port-only"),
+        pytest.param({"extender_bind": "[::]:8888"}, "--extender-bind", "listen beyond loopback only", id="any-v6"),
+        pytest.param(
+            {"extender_bind": "10.0.0.7:8888", **TLS}, "--extender-bind", "--extender-client-ca-file", id="pod-ip"
+        ),
+        pytest.param(
+            {"extender_bind": "0.0.0.0:8888", "extender_client_ca_file": "ca.crt"},
+            "--extender-client-ca-file",
+            "give --cert_file and --key_file as well",
+            id="client-ca-without-a-serving-certificate",
+        ),
+        pytest.param(
+            {"metrics_secure": True}, "--metrics-secure", "give --cert_file and --key_file", id="metrics-token-in-clear"
+        ),
+        pytest.param(
+            {"extender_bind": "127.0.0.1:8080"}, "--extender-bind", "the same port as --http_bind", id="same-port"
+        ),
+        pytest.param(
+            {"extender_bind": "127.0.0.1:9395", "metrics_bind_address": ":9395"},
+            "--metrics-bind-address",
+            "the same port as --extender-bind",
+            id="metrics-on-every-address-of-that-port",
+        ),
+    ],
+)
+def test_half_configured_listeners_are_refused(overrides: dict[str, object], field: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(overrides)
+    assert caught.value.field == field
+    assert caught.value.value == overrides.get(field.removeprefix("--").replace("-", "_"), True)
+    assert reason in caught.value.reason
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        pytest.param({"extender_bind": "127.0.0.2:8888"}, id="another-loopback-address"),
+        pytest.param({"extender_bind": "[::1]:8888"}, id="ipv6-loopback"),
+        pytest.param({"extender_bind": "localhost:8888"}, id="localhost"),
+        pytest.param({"extender_bind": "0.0.0.0:8888", "extender_token_file": "t"}, id="any-with-a-token"),
+        pytest.param({"extender_bind": "0.0.0.0:8888", "extender_client_ca_file": "ca", **TLS}, id="any-with-mtls"),
+        pytest.param({"metrics_secure": True, **TLS}, id="secure-metrics-with-tls"),
+        pytest.param({"http_bind": "127.0.0.1:0", "extender_bind": "127.0.0.1:0"}, id="two-free-ports"),
+    ],
+)
+def test_safe_listener_settings_are_accepted(overrides: dict[str, object]) -> None:
+    load_settings(overrides)

@@ -250,11 +250,12 @@ async def test_preferred_allocation_falls_back_to_kubelets_order(tmp_path: Path)
     assert await allocator(cluster, tmp_path).preferred(["x-0", "y-0", "z-0"], ["z-0"], 2) == ["z-0", "x-0"]
 
 
-async def test_dynamic_mig_is_refused_clearly(tmp_path: Path) -> None:
+async def test_a_mig_pod_on_a_hami_core_node_is_refused_clearly(tmp_path: Path) -> None:
     mig = '[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-a","profile":"1g.5gb","placement":{"start":6,"size":1}}]'
     pod = bound_pod("p", A + ";", annotations={keys.NVIDIA_MIG_ALLOCATIONS: mig})
     cluster = MemoryCluster(nodes=[node(locked_by=("default", "p"))], pods=[pod])
-    with pytest.raises(AllocationError, match="dynamic MIG allocation is not implemented"):
+    message = "carries hami.io/vgpu-mig-allocations but node gpu-1 is in hami-core operating mode"
+    with pytest.raises(AllocationError, match=message):
         await allocator(cluster, tmp_path).allocate([["GPU-a-0"]])
     assert annotations(cluster)[keys.BIND_PHASE] == "failed"
     assert lock_of(cluster) is None

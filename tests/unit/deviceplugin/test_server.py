@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ from hami.deviceplugin.fakenvml import FakeNvmlLib
 from hami.deviceplugin.register import RegisterTiming
 from hami.deviceplugin.response import HostFiles
 from hami.deviceplugin.server import KubeletPaths, KubeletTiming
-from hami.deviceplugin.settings import NodeSettings
+from hami.deviceplugin.settings import MigAllowEntry, NodeSettings
 from hami.k8s.memory import MemoryCluster
 from hami.protocol import keys
 from hami.protocol.objects import Pod
@@ -67,9 +68,13 @@ class Plugin:
 
 @contextlib.asynccontextmanager
 async def running_plugin(
-    directory: Path, host_root: Path, cluster: MemoryCluster, settings: NodeSettings | None = None
+    directory: Path,
+    host_root: Path,
+    cluster: MemoryCluster,
+    settings: NodeSettings | None = None,
+    fixture: str = "two-t4",
 ) -> AsyncIterator[Plugin]:
-    lib = fake_lib("two-t4")
+    lib = fake_lib(fixture)
     paths = KubeletPaths(directory=directory)
 
     async def pods_on_node(name: str) -> list[Pod]:
@@ -234,3 +239,34 @@ async def test_re_registers_when_kubelet_restarts(short_dir: Path, tmp_path: Pat
             await eventually(plugin.paths.plugin_socket.exists)
             options = await plugin.client.get_device_plugin_options()
             assert not options.pre_start_required
+
+
+async def test_allocate_a_mig_pod_with_cdi(short_dir: Path, tmp_path: Path) -> None:
+    """A MIG node with the cdi-cri strategy: Allocate creates the instance, the CDI spec gains its MIG device,
+    and kubelet gets the CDI name."""
+    mig = '[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-0","profile":"1g.5gb","placement":{"start":6,"size":1}}]'
+    pod = bound_pod("p", "GPU-0,NVIDIA,4864,15:;", annotations={keys.NVIDIA_MIG_ALLOCATIONS: mig})
+    cluster = MemoryCluster(nodes=[node(locked_by=("default", "p"))], pods=[pod])
+    cdi_dir = tmp_path / "cdi"
+    settings = NodeSettings(
+        operating_mode="mig",
+        mig_allowlist=(MigAllowEntry(models=("A100",), profiles=("1g.5gb",)),),
+        device_list_strategy=("cdi-cri",),
+        cdi_spec_dir=str(cdi_dir),
+    )
+    spec_file = cdi_dir / "hami-nvidia-gpu.json"
+    async with (
+        fake_kubelet(short_dir) as kubelet,
+        running_plugin(short_dir, tmp_path, cluster, settings, fixture="a100-mig") as plugin,
+    ):
+        await kubelet.next_request()
+        await eventually(spec_file.exists)
+        response = await plugin.client.allocate(allocate_request(["GPU-0-0"]))
+        (instance,) = plugin.lib.mig_instances(0)
+        names = [d["name"] for d in json.loads(spec_file.read_text())["devices"]]
+    (ctr,) = response.container_responses
+    assert [d.name for d in ctr.cdi_devices] == [f"k8s.device-plugin.nvidia.com/gpu={instance.mig_uuid}"]
+    assert dict(ctr.envs) == {"NVIDIA_VISIBLE_DEVICES": "void"}
+    assert names == ["GPU-0", instance.mig_uuid]
+    assert annotations(cluster)[keys.BIND_PHASE] == "success"
+    assert f'"migUUID":"{instance.mig_uuid}"' in annotations(cluster)[keys.NVIDIA_MIG_ALLOCATIONS]

@@ -57,12 +57,12 @@ def test_parse_gpu_policy_keeps_numa_bind() -> None:
         pytest.param(" , ", "empty GPU scheduler policy", id="only-commas"),
         pytest.param(
             "best-fit",
-            "unknown GPU policy 'best-fit'; expected one of ['binpack', 'mutex', 'numa', 'spread', 'topology-aware']",
+            "unknown GPU policy 'best-fit'; expected one of binpack, mutex, numa, spread, topology-aware",
             id="unknown-single",
         ),
         pytest.param(
             "binpack,foo",
-            "unknown GPU policy 'foo'; expected one of ['binpack', 'mutex', 'numa', 'spread', 'topology-aware']",
+            "unknown GPU policy 'foo'; expected one of binpack, mutex, numa, spread, topology-aware",
             id="unknown-in-chain",
         ),
     ],

@@ -65,7 +65,9 @@ async def api() -> AsyncIterator[FakeApi]:
 @pytest.fixture
 async def client(api: FakeApi, clock: FakeClock, sleep: FakeSleep) -> AsyncIterator[KubeClient]:
     config = KubeConfig(server=api.url, token="t0ken")
-    async with KubeClient(config, ClientSettings(request_timeout=5), clock=clock, sleep=sleep) as kube:
+    async with KubeClient(
+        config, ClientSettings(request_timeout=5, retry_jitter=0.0), clock=clock, sleep=sleep
+    ) as kube:
         yield kube
 
 

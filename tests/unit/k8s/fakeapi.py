@@ -52,6 +52,7 @@ class Reply:
     status: int = 200
     body: Any = None
     raw: bytes | None = None
+    headers: dict[str, str] | None = None
 
 
 @dataclass
@@ -108,7 +109,7 @@ class FakeApi:
     def _render(reply: Reply | Stream) -> Response:
         if isinstance(reply, Reply):
             raw = reply.raw if reply.raw is not None else msgspec.json.encode(reply.body)
-            return Response(raw, reply.status, media_type="application/json")
+            return Response(raw, reply.status, headers=reply.headers, media_type="application/json")
 
         async def lines() -> AsyncIterator[bytes]:
             for line in reply.lines:

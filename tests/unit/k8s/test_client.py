@@ -3,7 +3,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from hami.errors import ApiError, Conflict, Gone, InvalidInput, NotFound
+from hami.errors import ApiError, Conflict, Gone, InvalidInput, NotFound, TooManyRequests
 from hami.k8s.client import ClientSettings, KubeClient, PatchType, api_error
 from hami.k8s.config import KubeConfig
 from hami.k8s.records import EventType
@@ -29,8 +29,8 @@ async def test_get_decodes_into_the_view_and_sends_the_token(api: FakeApi, clien
 
 @pytest.mark.parametrize(
     ("status", "cls"),
-    [(404, NotFound), (409, Conflict), (410, Gone), (403, ApiError), (500, ApiError), (422, ApiError)],
-    ids=["404-not-found", "409-conflict", "410-gone", "403-plain", "500-plain", "422-plain"],
+    [(404, NotFound), (409, Conflict), (410, Gone), (403, ApiError), (501, ApiError), (422, ApiError)],
+    ids=["404-not-found", "409-conflict", "410-gone", "403-plain", "501-plain", "422-plain"],
 )
 async def test_failed_requests_map_to_the_error_tree_with_the_status_message(
     api: FakeApi, client: KubeClient, status: int, cls: type[ApiError]
@@ -233,3 +233,94 @@ async def test_a_token_file_is_reread_every_minute(api: FakeApi, clock: FakeCloc
         clock.advance(31)
         await kube.get(NODES, "n1", type=Node)
     assert [r.headers["authorization"] for r in api.calls("GET")] == ["Bearer one", "Bearer one", "Bearer two"]
+
+
+THROTTLED = status_body(429, "too many requests, please try again later", "TooManyRequests")
+
+
+async def test_a_throttled_write_waits_for_retry_after_and_is_sent_again(
+    api: FakeApi, client: KubeClient, sleep: FakeSleep
+) -> None:
+    path = "/api/v1/namespaces/default/pods/p"
+    api.script(
+        "PATCH",
+        path,
+        Reply(429, THROTTLED, headers={"Retry-After": "1"}),
+        Reply(429, THROTTLED, headers={"Retry-After": "2"}),
+        Reply(body=obj("p", "2")),
+    )
+    pod = await client.patch(PODS, "p", {"metadata": {"uid": "uid-p"}}, namespace="default", type=Pod)
+    assert pod.metadata.resource_version == "2"
+    assert sleep.delays == [1.0, 2.0]
+    assert len(api.calls("PATCH", path)) == 3
+    assert client.retries == 2
+
+
+async def test_retry_after_is_capped_and_without_one_the_wait_doubles(
+    api: FakeApi, client: KubeClient, sleep: FakeSleep
+) -> None:
+    api.script("POST", "/api/v1/namespaces/default/pods/p/binding",
+               Reply(429, THROTTLED, headers={"Retry-After": "120"}), Reply(429, THROTTLED), Reply(429, THROTTLED),
+               Reply(201, {"kind": "Status", "code": 201}))  # fmt: skip
+    await client.create_binding("default", "p", "uid-p", "n1")
+    assert sleep.delays == pytest.approx([10.0, 0.4, 0.8])  # capped at retry_wait_max; then 0.2 × 2^attempt
+
+
+async def test_a_storm_longer_than_the_budget_raises_too_many_requests(
+    api: FakeApi, client: KubeClient, sleep: FakeSleep
+) -> None:
+    path = "/api/v1/nodes/n1"
+    api.script("GET", path, *[Reply(429, THROTTLED, headers={"Retry-After": "6"}) for _ in range(6)])
+    with pytest.raises(TooManyRequests) as caught:
+        await client.get(NODES, "n1", type=Node)
+    assert caught.value.retry_after == 6.0
+    assert sleep.delays == [6.0, 6.0, 6.0]  # a fourth wait would pass the 20 s budget
+    assert len(api.calls("GET", path)) == 4
+
+
+@pytest.mark.parametrize(
+    ("method", "status", "headers", "sent"),
+    [
+        ("GET", 503, {}, 2),  # reading twice is harmless
+        ("PATCH", 503, {}, 1),  # a write of unknown fate is not repeated
+        ("PATCH", 500, {"Retry-After": "1"}, 2),  # the server says it refused it
+        ("PATCH", 403, {"Retry-After": "1"}, 1),  # a refusal for good is not retried
+    ],
+)
+async def test_server_errors_are_retried_only_where_safe(
+    api: FakeApi, client: KubeClient, method: str, status: int, headers: dict[str, str], sent: int
+) -> None:
+    path = "/api/v1/nodes/n1"
+    api.script(method, path, Reply(status, status_body(status, "busy"), headers=headers), Reply(body=obj("n1", "5")))
+    if method == "GET":
+        await client.get(NODES, "n1", type=Node)
+    elif sent == 2:
+        await client.patch(NODES, "n1", {}, type=Node)
+    else:
+        with pytest.raises(ApiError) as caught:
+            await client.patch(NODES, "n1", {}, type=Node)
+        assert caught.value.status == status
+    assert len(api.calls(method, path)) == sent
+
+
+async def test_a_refused_connection_is_retried_for_writes_too_within_the_budget(
+    clock: FakeClock, sleep: FakeSleep
+) -> None:
+    config = KubeConfig(server="http://127.0.0.1:9")  # discard port: nothing listens, nothing is ever sent
+    settings = ClientSettings(connect_timeout=1, retry_budget=3.0, retry_jitter=0.0)
+    async with KubeClient(config, settings, clock=clock, sleep=sleep) as kube:
+        with pytest.raises(ApiError) as caught:
+            await kube.create_binding("default", "p", "uid-p", "n1")
+    assert caught.value.status == 0
+    assert sleep.delays == pytest.approx([0.2, 0.4, 0.8, 1.6])  # the next (3.2 s) would pass the budget
+
+
+async def test_retry_waits_are_spread_by_jitter_within_bounds(api: FakeApi, clock: FakeClock, sleep: FakeSleep) -> None:
+    path = "/api/v1/nodes/n1"
+    api.script("GET", path, *[Reply(429, THROTTLED, headers={"Retry-After": "1"}) for _ in range(5)], Reply(body={}))
+    settings = ClientSettings(retry_jitter=0.5)
+    async with KubeClient(KubeConfig(server=api.url), settings, clock=clock, sleep=sleep) as kube:
+        await kube.get(NODES, "n1", type=Node)
+    assert len(sleep.delays) == 5
+    assert all(1.0 <= d <= 1.5 for d in sleep.delays)
+    assert len(set(sleep.delays)) > 1  # not all in lock step

@@ -153,31 +153,55 @@ async def test_gone_relists_after_a_backoff_and_delivers_the_difference(
     assert reflector.lists == 2
 
 
-async def test_a_broken_stream_and_failing_lists_back_off_exponentially(
+async def test_a_broken_stream_resumes_from_its_version_with_a_growing_backoff(
     api: FakeApi, run_until_idle, sleep: FakeSleep
 ) -> None:
-    api.script(
-        "GET",
-        PATH,
-        page("10", obj("a", "1")),
-        Reply(500, status_body(500, "etcd is sad")),
-        Reply(503, status_body(503, "still sad")),
-        page("12", obj("a", "11")),
-        page("13", obj("a", "11")),
-    )
+    api.script("GET", PATH, page("10", obj("a", "1")))
     api.script(
         "WATCH",
         PATH,
         Stream(lines(("MODIFIED", obj("a", "11"))), end="break"),
         Stream([], end="break"),  # breaks before any event: the backoff keeps growing
+        Stream(lines(("MODIFIED", obj("a", "12")))),
     )
     handler = Recorder()
-    await run_until_idle(handler)
-    # broken after an event: first step; two failed lists: ×2, ×4; the relist works, its watch breaks at once: ×8
-    assert sleep.delays == pytest.approx([0.55, 1.1, 2.2, 4.4])
-    # relists deliver only differences: a is already at rv 11 from the watch, so they only sync
-    assert handler.seen == [("ADDED", "a", "1", "-"), SYNC, ("MODIFIED", "a", "11", "1"), SYNC, SYNC]
-    assert len(api.calls("GET", PATH)) == 5
+    reflector = await run_until_idle(handler)
+    # broken after an event: first step; broken at once: ×2. No relist: the server is not handed a full list.
+    assert sleep.delays == pytest.approx([0.55, 1.1])
+    assert [r.query["resourceVersion"] for r in api.calls("WATCH")] == ["10", "11", "11", "12"]
+    assert handler.seen == [("ADDED", "a", "1", "-"), SYNC, ("MODIFIED", "a", "11", "1"), ("MODIFIED", "a", "12", "11")]
+    assert (reflector.lists, reflector.resumes) == (1, 2)
+
+
+async def test_a_throttled_watch_waits_for_retry_after_and_resumes_without_relisting(
+    api: FakeApi, run_until_idle, sleep: FakeSleep
+) -> None:
+    api.script("GET", PATH, page("10", obj("a", "1")))
+    throttled = Reply(429, status_body(429, "too many requests, please try again later"), headers={"Retry-After": "3"})
+    api.script("WATCH", PATH, throttled, Stream(lines(("MODIFIED", obj("a", "11")))))
+    handler = Recorder()
+    reflector = await run_until_idle(handler)
+    assert sleep.delays == pytest.approx([3.0])  # the server's wait, longer than the first backoff step
+    assert [r.query["resourceVersion"] for r in api.calls("WATCH")] == ["10", "10", "11"]
+    assert (reflector.lists, reflector.resumes) == (1, 1)
+    assert len(api.calls("GET", PATH)) == 1
+
+
+async def test_failing_lists_are_retried_by_the_client_then_by_the_reflector(
+    api: FakeApi, run_until_idle, sleep: FakeSleep
+) -> None:
+    api.script(
+        "GET",
+        PATH,
+        Reply(500, status_body(500, "etcd is sad")),
+        Reply(503, status_body(503, "still sad")),
+        page("12", obj("a", "11")),
+    )
+    handler = Recorder()
+    reflector = await run_until_idle(handler)
+    assert sleep.delays == pytest.approx([0.2, 0.4])  # the client's GET retries; the reflector never saw a failure
+    assert handler.seen == [("ADDED", "a", "11", "-"), SYNC]
+    assert reflector.lists == 1
 
 
 async def test_a_watch_that_closes_at_once_and_empty_is_resumed_after_a_pause(

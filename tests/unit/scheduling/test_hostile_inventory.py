@@ -105,7 +105,7 @@ REFUSED: list[tuple[str, list[Device], tuple[str, ...], tuple[str, ...]]] = [
         tuple(FORMATS),
         ("devices[3].id", "devices[1] has the same id", "(got 'GPU-b')"),
     ),
-    ("empty-id", [device("")], tuple(FORMATS), ("devices[0].id", "blank id", "device at index 0", "(got '')")),
+    ("empty-id", [device("")], tuple(FORMATS), ("devices[0].id", "blank id", "device at index 0")),
     (
         "blank-id",
         [device("GPU-0"), device("   ", index=1)],

@@ -32,12 +32,22 @@ def pod_json(world: World, name: str) -> dict[str, object]:
         pytest.param(b"{", "ExtenderArgs: not valid JSON: Input data was truncated (got '{')", id="truncated-json"),
         pytest.param(b"[]", "ExtenderArgs: expected a JSON object (got 'list')", id="not-an-object"),
         pytest.param(b"null", "ExtenderArgs: expected a JSON object (got 'NoneType')", id="json-null"),
-        pytest.param(b"{}", "ExtenderArgs.Pod: extender args missing pod (got None)", id="missing-pod"),
-        pytest.param(b'{"Pod": null}', "ExtenderArgs.Pod: extender args missing pod (got None)", id="null-pod"),
+        pytest.param(b"{}", "ExtenderArgs.Pod: extender args missing pod", id="missing-pod"),
+        pytest.param(b'{"Pod": null}', "ExtenderArgs.Pod: extender args missing pod", id="null-pod"),
         pytest.param(
             b'{"Pod": {"metadata": {"name": 3}}}',
             "ExtenderArgs: Expected `str`, got `int` - at `$.pod.metadata.name` (got '…')",
             id="wrong-field-type-names-the-path",
+        ),
+        pytest.param(
+            b'{"Pod":"\xff"}',
+            'ExtenderArgs: contains bytes that are not UTF-8 (JSON text must be UTF-8) (got \'{"Pod":"\ufffd"}\')',
+            id="bad-utf8",
+        ),
+        pytest.param(
+            b'{"Pod":' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+            'ExtenderArgs: is nested too deeply to read (got \'{"Pod":' + "[" * 73 + "')",
+            id="nested-100000-deep",
         ),
         pytest.param(
             b'{"Pod": {}, "NodeNames": "n1"}',
@@ -60,10 +70,26 @@ async def test_malformed_filter_body_gets_200_with_an_error_naming_the_problem(
     ("body", "error"),
     [
         pytest.param(b"{", "ExtenderBindingArgs: not valid JSON: Input data was truncated (got '{')", id="truncated"),
-        pytest.param(b"{}", "ExtenderBindingArgs.podname: required field is empty (got '')", id="no-pod-name"),
+        pytest.param(b"{}", "ExtenderBindingArgs.podname: required field is empty", id="no-pod-name"),
+        pytest.param(
+            b'{"PodName":"\xff"}',
+            "ExtenderBindingArgs: contains bytes that are not UTF-8 (JSON text must be UTF-8) "
+            '(got \'{"PodName":"\ufffd"}\')',
+            id="bad-utf8",
+        ),
+        pytest.param(
+            b'{"PodName": ["p"], "PodNamespace": "ns", "Node": "n1"}',
+            "ExtenderBindingArgs: Expected `str`, got `array` - at `$.podname` (got '…')",
+            id="wrong-type",
+        ),
+        pytest.param(
+            b"[" * 100_000 + b"]" * 100_000,
+            "ExtenderBindingArgs: is nested too deeply to read (got '" + "[" * 80 + "')",
+            id="nested-100000-deep",
+        ),
         pytest.param(
             b'{"PodName": "p", "PodNamespace": "ns", "Node": ""}',
-            "ExtenderBindingArgs.node: required field is empty (got '')",
+            "ExtenderBindingArgs.node: required field is empty",
             id="no-node",
         ),
     ],
@@ -153,13 +179,8 @@ async def test_healthz_is_always_200(http: httpx.AsyncClient, world: World) -> N
     ("synced", "leader", "status", "text"),
     [
         pytest.param(False, True, 503, "hami is starting: its node and pod caches are not synced yet", id="syncing"),
-        pytest.param(
-            True,
-            False,
-            503,
-            "this hami replica is not the leader; kube-scheduler must call the leader (check the Service)",
-            id="follower",
-        ),
+        # a synced follower is ready: it can take over at once, and the Service selects the leader by its label
+        pytest.param(True, False, 200, "ok", id="synced-follower"),
         pytest.param(True, True, 200, "ok", id="synced-leader"),
     ],
 )

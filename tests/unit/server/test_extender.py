@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from hami.errors import ApiError, NotFound
+from hami.errors import ApiError, NotFound, TooManyRequests
 from hami.k8s.client import ClientSettings, KubeClient
 from hami.k8s.cluster import KubeCluster
 from hami.k8s.config import KubeConfig
@@ -17,7 +17,8 @@ from hami.protocol import keys
 from hami.protocol.allocation import ContainerDevice, decode_pod_devices
 from hami.protocol.extender import BindingArgs, FilterArgs, FilterResult, encode_filter_result
 from hami.protocol.nodelock import NodeLock, decode_node_lock, encode_node_lock
-from hami.protocol.objects import Node, Pod
+from hami.protocol.objects import Node, Pod, SchedulingGroup
+from hami.scheduling.records import pod_group
 from hami.scheduling.request import SchedulingDefaults
 from tests.unit.k8s.fakeapi import FakeApi, serve
 from tests.unit.server.support import (
@@ -270,7 +271,7 @@ async def test_pod_without_gpu_passes_every_node_unchanged_without_side_effects(
         pytest.param(
             gpu_pod("p", mem="16Gi"),
             "containers[0](main).limits[nvidia.com/gpumem]: 17179869184 MiB exceeds the int32 range HAMi's "
-            "annotations can carry (got '16Gi')",
+            "annotations can carry; it counts MiB: did you mean 16384? (got '16Gi')",
             id="gpumem-16Gi-is-not-16-GiB",
         ),
         pytest.param(
@@ -550,6 +551,116 @@ async def test_bind_failure_releases_our_lock_and_the_allocation(world: World) -
     assert world.state.pods == {}
     assert await world.events() == [("Warning", "BindingFailed", message)]
     assert world.metrics.registry.get_sample_value("hami_bind_results_total", {"result": "failed"}) == 1
+
+
+THROTTLED = TooManyRequests("too many requests, please try again later", 429, retry_after=1.0)
+
+
+async def test_a_throttled_clean_up_keeps_the_reservation_and_is_retried_until_it_lands(world: World) -> None:
+    # A 429 storm: the bind fails, and so does the first removal of the allocation (and the next read of the pod).
+    cluster_of_three(world)
+    await filtered(world)
+    world.extender.cleanup_backoff = (0.01, 0.02)
+    world.cluster.fail("bind", THROTTLED)
+    world.cluster.fail("patch_pod_metadata", THROTTLED, times=2)
+    world.cluster.fail("get_pod", THROTTLED, times=2)  # the bind's fresh read, then the first retry's read
+
+    result = await world.extender.bind(BindingArgs("p1", NS, "uid-p1", "n1"))
+
+    assert "too many requests" in result.error
+    # the annotations are still on the pod, so the ledger still charges them: the two never disagree
+    assert allocation_of(world.pod("p1"))[keys.VGPU_NODE] == "n1"
+    assert set(world.state.pods) == {"uid-p1"}
+    assert set(world.extender.cleanups) == {"uid-p1"}
+    task = world.extender.cleanups["uid-p1"]
+    await asyncio.wait_for(task, 5)
+    assert allocation_of(world.pod("p1")) == {}
+    assert world.state.pods == {}
+    assert world.extender.cleanups == {}
+    assert lock_of(world, "n1") is None
+    # the edge's share: the first failure is an API error, the landed retry a decision
+    assert world.metrics.registry.get_sample_value("hami_kube_api_errors_total", {"operation": "patch_pod"}) == 1
+    assert world.metrics.registry.get_sample_value("hami_filter_decisions_total", {"result": "cleanup-retried"}) == 1
+
+
+async def test_filtering_the_pod_again_stops_its_clean_up(world: World) -> None:
+    cluster_of_three(world)
+    await filtered(world)
+    world.extender.cleanup_backoff = (30.0, 30.0)
+    world.cluster.fail("bind", THROTTLED)
+    world.cluster.fail("patch_pod_metadata", THROTTLED)
+    assert (await world.extender.bind(BindingArgs("p1", NS, "uid-p1", "n1"))).error
+    task = world.extender.cleanups["uid-p1"]
+
+    await world.filter(world.pod("p1"), ["n1"])
+    await world.extender.settle_all()
+
+    assert task.cancelled() or task.done()
+    assert world.extender.cleanups == {}
+    assert allocation_of(world.pod("p1"))[keys.VGPU_NODE] == "n1"  # the new allocation stays
+    assert set(world.state.pods) == {"uid-p1"}
+
+
+async def filtered_gang_member(world: World, group: str) -> None:
+    pod = gpu_pod("p1")
+    if group:
+        pod.metadata.labels[keys.POD_GROUP_LABEL] = group
+    world.add_pod(pod)
+    assert (await world.filter(pod, ["n1"])).node_names == ["n1"]
+    world.deliver(NS, "p1")
+
+
+@pytest.mark.parametrize("group", ["gang", ""], ids=["podgroup-member-waits", "lone-pod-fails-at-once"])
+async def test_a_podgroup_member_waits_for_the_lock_of_a_fellow_member(world: World, group: str) -> None:
+    cluster_of_three(world)
+    world.add_pod(gpu_pod("holder"))
+    set_lock(world, "n1", encode_node_lock(NodeLock(NOW_DT, NS, "holder")))
+    await filtered_gang_member(world, group)
+    world.extender.lock_retry_timeout, world.extender.lock_retry_interval = 5.0, 0.01
+
+    async def allocated() -> None:  # the holder's device plugin allocates and releases the lock
+        await asyncio.sleep(0.05)
+        current = world.cluster.nodes["n1"]
+        del current.metadata.annotations[keys.NODE_LOCK]
+        world.add_node(current)
+
+    release = asyncio.create_task(allocated())
+    result = await world.extender.bind(BindingArgs("p1", NS, "uid-p1", "n1"))
+    await release
+
+    if group:
+        assert result.error == ""
+        assert world.pod("p1").spec.node_name == "n1"
+        assert decode_node_lock(lock_of(world, "n1") or "").name == "p1"
+    else:
+        assert result.error.endswith("node lock contention")
+        assert world.pod("p1").spec.node_name == ""
+
+
+async def test_a_podgroup_member_gives_up_after_the_retry_timeout(world: World) -> None:
+    cluster_of_three(world)
+    world.add_pod(gpu_pod("holder"))
+    held = encode_node_lock(NodeLock(NOW_DT, NS, "holder"))
+    set_lock(world, "n1", held)
+    await filtered_gang_member(world, "gang")
+    world.extender.lock_retry_timeout, world.extender.lock_retry_interval = 0.05, 0.01
+
+    result = await world.extender.bind(BindingArgs("p1", NS, "uid-p1", "n1"))
+
+    assert result.error == (
+        f"binding {NS}/p1 to n1 failed: timed out after 0.05s waiting for node n1 to be unlocked (is locked by "
+        f"{NS}/holder since 2026-08-21T06:20:39+00:00 (expires after 300s)): node lock contention"
+    )
+    assert lock_of(world, "n1") == held
+    assert world.state.pods == {}
+
+
+def test_podgroup_membership_comes_from_the_label_or_the_scheduling_group() -> None:
+    labelled = gpu_pod("a")
+    labelled.metadata.labels[keys.POD_GROUP_LABEL] = "g1"
+    grouped = gpu_pod("b")
+    grouped.spec.scheduling_group = SchedulingGroup(pod_group_name="g2")
+    assert [pod_group(p) for p in (labelled, grouped, gpu_pod("c"))] == ["g1", "g2", ""]
 
 
 async def test_a_repeated_bind_of_a_bound_pod_succeeds_and_keeps_its_allocation(world: World) -> None:

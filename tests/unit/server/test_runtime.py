@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+import hami.server.runtime as runtime_module
 from hami.config import SchedulerSettings, default_device_config
 from hami.devices.hygon import HYGON_KEYS
 from hami.k8s.config import KubeConfig
@@ -17,7 +18,7 @@ from hami.k8s.tasks import Supervisor
 from hami.protocol import keys
 from hami.protocol.nodelock import NodeLock, encode_node_lock
 from hami.protocol.objects import Node, ObjectMeta, Pod
-from hami.server.runtime import REGISTRATION_REFUSED, Runtime, parse_bind
+from hami.server.runtime import REGISTRATION_REFUSED, Runtime, api_client_settings, parse_bind
 from tests.unit.server.support import NOW_DT, NS, World, garbage_node, gpu_node, gpu_pod, make_world
 
 
@@ -271,3 +272,34 @@ async def test_hostile_registration_is_reported_on_the_node_naming_node_device_f
     assert any("gpu-7" in r.getMessage() and fragment in r.getMessage() for r in caplog.records)
     samples = wired.runtime.metrics.registry.get_sample_value("hami_quarantined_nodes", {"vendor": vendor})
     assert samples == 1
+
+
+@pytest.mark.parametrize(("kube_timeout", "expected"), [(0.0, 30.0), (7.5, 7.5)], ids=["default", "given"])
+def test_kube_timeout_bounds_every_api_request(kube_timeout: float, expected: float) -> None:
+    settings = SchedulerSettings(kube_timeout=kube_timeout, kube_qps=50, kube_burst=70)
+    client = api_client_settings(settings)
+    assert (client.request_timeout, client.qps, client.burst) == (expected, 50, 70)
+
+
+async def test_the_pod_of_this_replica_carries_its_role_and_follows_the_lease(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime_module, "ROLE_CHECK_SECONDS", 0.01)
+    runtime = make_runtime(leader_elect=True)
+    world = make_world()
+    own = world.add_pod(gpu_pod("hami-scheduler-abc"))
+    labels = lambda: world.cluster.pods[(NS, own.metadata.name)].metadata.labels.get(keys.SCHEDULER_ROLE_LABEL)  # noqa: E731
+    task = asyncio.create_task(runtime._label_role(world.cluster, NS, own.metadata.name))  # type: ignore[arg-type]
+    try:
+        await wait_for(lambda: labels() == "follower")
+        runtime._on_lease(lease("sched-1_4f9c", datetime.now(UTC)), False)  # our kube-scheduler won the Lease
+        await wait_for(lambda: labels() == "leader")
+        runtime._on_lease(lease("sched-1_4f9c", datetime.now(UTC) - timedelta(seconds=60)), False)  # expired
+        await wait_for(lambda: labels() == "follower")
+    finally:
+        task.cancel()
+    assert runtime.role_written == "follower"
+
+
+async def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.005)

@@ -13,6 +13,7 @@ from starlette.applications import Starlette
 
 from hami.config import default_device_config
 from hami.devices import vendors_from_config
+from hami.protocol.admission import MAX_CONTAINERS
 from hami.scheduling.admission import Admission, AdmissionSettings
 from hami.scheduling.request import SchedulingDefaults
 from hami.scheduling.state import ClusterState
@@ -217,23 +218,21 @@ async def test_a_body_just_under_the_limit_is_read(client: httpx.AsyncClient) ->
 
 
 MALFORMED = [
-    pytest.param(b"{not json", "body: not JSON", id="not JSON"),
+    pytest.param(b"{not json", "body: not valid JSON", id="not JSON"),
     pytest.param(b"[1, 2]", "body: an AdmissionReview must be a JSON object", id="a JSON array"),
+    pytest.param(b'{"request":"\xff"}', "body: contains bytes that are not UTF-8", id="bad UTF-8"),
+    pytest.param(b'{"request":' + b"[" * 50_000 + b"]" * 50_000 + b"}", "body: is nested too deeply", id="nested"),
     pytest.param(
         {"apiVersion": "admission.k8s.io/v2", "kind": "AdmissionReview", "request": {}},
         "apiVersion: expected admission.k8s.io/v1 or admission.k8s.io/v1beta1 (got 'admission.k8s.io/v2')",
         id="an unknown apiVersion",
     ),
     pytest.param({"kind": "Pod"}, "kind: expected AdmissionReview (got 'Pod')", id="not an AdmissionReview"),
-    pytest.param(
-        {"kind": "AdmissionReview"}, "request: the AdmissionReview has no request (got None)", id="no request"
-    ),
-    pytest.param(
-        {"request": {"object": {}}}, "request.uid: the request has no uid (got None)", id="a request without uid"
-    ),
+    pytest.param({"kind": "AdmissionReview"}, "request: the AdmissionReview has no request", id="no request"),
+    pytest.param({"request": {"object": {}}}, "request.uid: the request has no uid", id="a request without uid"),
     pytest.param(
         {"request": {"uid": "u1"}},
-        "request.object: there is no content to decode (got None)",
+        "request.object: there is no content to decode",
         id="a request without object",
     ),
     pytest.param(
@@ -299,3 +298,21 @@ async def test_the_latency_of_webhook_calls_is_recorded(client: httpx.AsyncClien
     await post(client, fixture("review-v1-gpu-pod.json"))
     count = extender.metrics.registry.get_sample_value("hami_request_duration_seconds_count", {"endpoint": "webhook"})
     assert count == 1
+
+
+async def test_a_pod_with_too_many_containers_is_refused_before_any_work(client: httpx.AsyncClient) -> None:
+    containers = [{"name": f"c{i}", "image": "x"} for i in range(MAX_CONTAINERS + 1)]
+    body = {"request": {"uid": "u3", "object": {"metadata": {"name": "p"}, "spec": {"containers": containers}}}}
+    response = (await post(client, body))["response"]
+    assert response["allowed"] is False
+    assert response["status"] == {
+        "code": 400,
+        "message": "request.object.spec.containers: a pod hami admits has at most 1000 containers "
+        "(app, init and ephemeral) (got 1001)",
+    }
+
+
+async def test_a_pod_with_the_most_containers_allowed_is_admitted(client: httpx.AsyncClient) -> None:
+    containers = [{"name": f"c{i}", "image": "x"} for i in range(MAX_CONTAINERS)]
+    body = {"request": {"uid": "u4", "object": {"metadata": {"name": "p"}, "spec": {"containers": containers}}}}
+    assert (await post(client, body))["response"]["allowed"] is True

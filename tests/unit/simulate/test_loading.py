@@ -75,16 +75,14 @@ def test_unknown_kind_names_the_file_and_the_object() -> None:
     assert err.value.value == "Deployment"
     assert str(err.value) == (
         f"{path}: document 2 (Deployment shop/web): unknown kind in a snapshot; "
-        "expected Node, Pod, ResourceQuota or a List (got 'Deployment')"
+        "expected Node, Pod, ResourceQuota or a List"
     )
 
 
 def test_a_pods_file_holds_pods_only() -> None:
     with pytest.raises(InvalidInput) as err:
         load_pods([("pods.yaml", "kind: Pod\nmetadata: {name: a}\n---\nkind: Node\nmetadata: {name: n1}\n")])
-    assert str(err.value) == (
-        "pods.yaml: document 2 (Node n1): unknown kind in a pods file; expected Pod or a List (got 'Node')"
-    )
+    assert str(err.value) == ("pods.yaml: document 2 (Node n1): unknown kind in a pods file; expected Pod or a List")
 
 
 def test_an_object_without_kind_is_an_unknown_kind() -> None:
@@ -137,9 +135,7 @@ def test_a_pods_file_with_a_decode_failure() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        pytest.param(
-            "a: [\n", "f.yaml: not valid YAML at line 2: did not find expected node content (got '')", id="yaml"
-        ),
+        pytest.param("a: [\n", "f.yaml: not valid YAML at line 2: did not find expected node content", id="yaml"),
         pytest.param('{"kind": "Pod",}', "f.yaml: not valid JSON: ", id="json"),
         pytest.param(
             "kind: Pod\n---\n- 1\n",
@@ -158,4 +154,4 @@ def test_unreadable_file_is_named(tmp_path: Path) -> None:
     missing = tmp_path / "nope.yaml"
     with pytest.raises(InvalidInput) as err:
         read_files([missing])
-    assert str(err.value) == f"{missing}: cannot read the file: No such file or directory (got '{missing}')"
+    assert str(err.value) == f"{missing}: cannot read the file: No such file or directory"

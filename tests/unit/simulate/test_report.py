@@ -85,10 +85,13 @@ spec:
 
 
 def test_render_json_is_one_document_with_keys_in_the_documented_order() -> None:
-    _, outcomes = simulate(["kubectl-list.json"], ["pods-web.yaml", "pods-fill.yaml"])
-    text = render_json(outcomes)
+    sim, outcomes = simulate(["kubectl-list.json"], ["pods-web.yaml", "pods-fill.yaml"])
+    text = render_json(sim.state, outcomes)
     doc = json.loads(text)
-    assert list(doc) == ["decisions"]
+    assert list(doc) == ["summary", "decisions", "utilization"]
+    fields = ["node", "device", "vendor", "type", "slots", "memory", "cores"]
+    fields += ["health", "cordoned", "unschedulable", "mig", "blocked"]
+    assert [list(u) for u in doc["utilization"]] == [fields] * len(doc["utilization"])
     assert [list(d) for d in doc["decisions"]] == [["pod", "node", "devices", "annotations", "reasons", "message"]] * 5
     assert list(doc["decisions"][4]["reasons"]) == ["gpu-node-1", "gpu-node-2"]
 

@@ -32,7 +32,7 @@ from typing import Final
 
 from hami.config.nvidia import NvidiaConfig
 from hami.devices.base import MEM_PERCENTAGE_UNSET, ContainerRequest
-from hami.devices.resources import lookup_resource, whole_quantity
+from hami.devices.resources import lookup_resource, mib_hint, whole_quantity
 from hami.errors import QuantityError
 from hami.protocol.keys import NVIDIA_KEYS
 from hami.protocol.objects import Container, Pod, QuantityValue
@@ -95,7 +95,7 @@ def _memory(container: Container, cfg: NvidiaConfig, field: str) -> int:
     memory = written * cfg.memory_factor
     if memory > INT32_MAX:
         scaled = f" ({written} × memoryFactor {cfg.memory_factor})" if cfg.memory_factor > 1 else ""
-        raise QuantityError(where, found[1], f"{memory} MiB{scaled} {_INT32_REASON}")
+        raise QuantityError(where, found[1], f"{memory} MiB{scaled} {_INT32_REASON}{mib_hint(found[1])}")
     return memory
 
 

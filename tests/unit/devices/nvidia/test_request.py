@@ -189,19 +189,22 @@ INT32_REASON = "exceeds the int32 range HAMi's annotations can carry"
         pytest.param(
             container({GPU: "1", MEM: "16Gi"}),
             DEFAULTS,
-            f"containers[1](train).limits[nvidia.com/gpumem]: 17179869184 MiB {INT32_REASON} (got '16Gi')",
+            f"containers[1](train).limits[nvidia.com/gpumem]: 17179869184 MiB {INT32_REASON}"
+            f"; it counts MiB: did you mean 16384? (got '16Gi')",
             id="memory-16Gi-is-16Gi-MiB-over-int32",
         ),
         pytest.param(
             container({GPU: "1", MEM: "16.0Gi"}),
             DEFAULTS,
-            f"containers[1](train).limits[nvidia.com/gpumem]: 17179869184 MiB {INT32_REASON} (got '16.0Gi')",
+            f"containers[1](train).limits[nvidia.com/gpumem]: 17179869184 MiB {INT32_REASON}"
+            f"; it counts MiB: did you mean 16384? (got '16.0Gi')",
             id="memory-16.0Gi-over-int32",
         ),
         pytest.param(
             container({GPU: "1", MEM: "3Gi"}),
             DEFAULTS,
-            f"containers[1](train).limits[nvidia.com/gpumem]: 3221225472 MiB {INT32_REASON} (got '3Gi')",
+            f"containers[1](train).limits[nvidia.com/gpumem]: 3221225472 MiB {INT32_REASON}"
+            f"; it counts MiB: did you mean 3072? (got '3Gi')",
             id="memory-3Gi-is-not-3-GiB",
         ),
         pytest.param(
@@ -214,7 +217,7 @@ INT32_REASON = "exceeds the int32 range HAMi's annotations can carry"
             container({GPU: "1", MEM: "1Gi"}),
             NvidiaConfig(memory_factor=2),
             "containers[1](train).limits[nvidia.com/gpumem]: 2147483648 MiB (1073741824 × memoryFactor 2) "
-            f"{INT32_REASON} (got '1Gi')",
+            f"{INT32_REASON}; it counts MiB: did you mean 1024? (got '1Gi')",
             id="memory-over-int32-after-factor-2",
         ),
         pytest.param(

@@ -1,0 +1,169 @@
+"""``hami simulate --report FILE``: one self-contained HTML page with the simulation's plots.
+
+The page needs nothing but itself: styles inline, plots drawn as inline SVG, no script, no font or image
+fetched. Sections: the summary line; a heat map of every card (rows are nodes, cells are cards) for memory and
+one for cores; the pending pods' reasons as bars (devices per reason code, summed over pending pods) with each
+pod's per-node text; the placements as a table and as bars (pods placed per node). Fragmentation joins when
+its view exists (``report.fragmentation_document``).
+
+Heat-map cells are coloured by bucket (``HEAT_COLOURS``, one colour per fifth of the card's capacity, a
+separate colour for a card with no capacity) so that a screenshot can be checked pixel for pixel.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from html import escape
+from typing import Final
+
+from hami.scheduling.state import ClusterState
+from hami.simulate.report import fragmentation_document, summary_line, utilization_document
+from hami.simulate.simulator import Outcome, container_devices
+
+__all__ = ["BAR_COLOUR", "HEAT_COLOURS", "PLACED_COLOUR", "render_html"]
+
+HEAT_COLOURS: Final = ("#e8f1fa", "#a6cbe8", "#5fa3d6", "#f2a04b", "#d7301f")
+"""Fill of a heat-map cell: used/total in [0, .2), [.2, .4), [.4, .6), [.6, .8), [.8, 1]."""
+EMPTY_COLOUR: Final = "#bdbdbd"
+BAR_COLOUR: Final = "#7b3fa0"
+"""Bars of the pending-reasons plot."""
+PLACED_COLOUR: Final = "#2e8b57"
+"""Bars of the pods-per-node plot."""
+
+_CELL = 56
+_LABEL_W = 150
+_ROW_H = 30
+
+_STYLE = """
+body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;background:#fff}
+h1{font-size:20px}h2{font-size:17px;margin-top:28px}
+table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}
+th{background:#f4f4f4}.legend span{display:inline-block;width:14px;height:14px;margin:0 4px 0 12px;
+vertical-align:middle}.muted{color:#666}code{font-size:13px}
+"""
+
+
+def _bucket(used: int, total: int) -> str:
+    if total <= 0:
+        return EMPTY_COLOUR
+    share = min(max(used / total, 0.0), 1.0)
+    return HEAT_COLOURS[min(int(share * len(HEAT_COLOURS)), len(HEAT_COLOURS) - 1)]
+
+
+def _heat_map(rows: list[dict[str, object]], metric: str, unit: str) -> str:
+    """One SVG: a row per node, a cell per card, filled by the metric's used/total bucket."""
+    by_node: dict[str, list[dict[str, object]]] = {}
+    for row in rows:
+        by_node.setdefault(str(row["node"]), []).append(row)
+    width = _LABEL_W + _CELL * max((len(v) for v in by_node.values()), default=1) + 10
+    height = _ROW_H * max(len(by_node), 1) + 10
+    parts = [f'<svg class="plot heat" width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg">']
+    for r, (node, cards) in enumerate(by_node.items()):
+        y = 5 + r * _ROW_H
+        parts.append(f'<text x="4" y="{y + 19}" font-size="13">{escape(node)}</text>')
+        for c, card in enumerate(cards):
+            values = card[metric]
+            assert isinstance(values, dict)
+            used, total = int(values["used"]), int(values["total"])
+            x = _LABEL_W + c * _CELL
+            share = f"{round(100 * used / total)}%" if total > 0 else "-"
+            tip = f"{card['device']} ({card['type']}): {metric} {used}/{total} {unit}".strip()
+            parts.append(
+                f'<rect x="{x}" y="{y}" width="{_CELL - 4}" height="{_ROW_H - 4}" fill="{_bucket(used, total)}">'
+                f"<title>{escape(tip)}</title></rect>"
+                f'<text x="{x + (_CELL - 4) / 2}" y="{y + 18}" font-size="11" text-anchor="middle">{share}</text>'
+            )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _bars(items: Sequence[tuple[str, int]], colour: str) -> str:
+    """Horizontal bars, one per ``(label, value)``, longest value full width."""
+    top = max((v for _, v in items), default=1) or 1
+    height = _ROW_H * max(len(items), 1) + 10
+    parts = [
+        f'<svg class="plot bars" width="{_LABEL_W * 2 + 420}" height="{height}" xmlns="http://www.w3.org/2000/svg">'
+    ]
+    for i, (label, value) in enumerate(items):
+        y = 5 + i * _ROW_H
+        length = max(2, round(400 * value / top))
+        parts.append(
+            f'<text x="4" y="{y + 18}" font-size="13">{escape(label)}</text>'
+            f'<rect x="{_LABEL_W * 2}" y="{y}" width="{length}" height="{_ROW_H - 8}" fill="{colour}"/>'
+            f'<text x="{_LABEL_W * 2 + length + 6}" y="{y + 17}" font-size="12">{value}</text>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _legend() -> str:
+    spans = [f'<span style="background:{c}"></span>{20 * i}–{20 * (i + 1)}%' for i, c in enumerate(HEAT_COLOURS)]
+    return '<p class="legend">' + "".join(spans) + f'<span style="background:{EMPTY_COLOUR}"></span>no capacity</p>'
+
+
+def _pending_section(outcomes: Sequence[Outcome]) -> str:
+    waiting = [o for o in outcomes if o.status in ("pending", "invalid")]
+    if not waiting:
+        return "<h2>Pending pods</h2><p>Every pod that asks for devices was placed.</p>"
+    reasons: Counter[str] = Counter()
+    for o in waiting:
+        for codes in o.reasons.values():
+            reasons.update(codes)
+        if o.status == "invalid":
+            reasons["InvalidRequest"] += 1
+    items = sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))
+    rows: list[list[str]] = []
+    for o in waiting:
+        rejected = sorted(o.rejected.items())
+        rows.append([o.pod, o.message, ""])
+        rows += [["", node, rejection.summary] for node, rejection in rejected]
+    return (
+        "<h2>Pending pods: why</h2>"
+        '<p class="muted">Devices failing each check, summed over the pending pods (an invalid request counts once).'
+        "</p>" + _bars(items, BAR_COLOUR) + _table(["POD", "NODE / MESSAGE", "REASONS"], rows)
+    )
+
+
+def _devices_text(o: Outcome) -> str:
+    per_container = [
+        ", ".join(f"{d.uuid} ({d.usedmem} MiB, {d.usedcores}%)" for d in c) for c in container_devices(o.decision)
+    ]
+    return " | ".join(text for text in per_container if text) or o.message
+
+
+def _placements_section(outcomes: Sequence[Outcome]) -> str:
+    per_node = Counter(o.node for o in outcomes if o.node is not None)
+    rows = [[o.pod, o.node or "-", _devices_text(o) if o.node else o.status] for o in outcomes]
+    bars = _bars(sorted(per_node.items()), PLACED_COLOUR) if per_node else "<p>No pod was placed.</p>"
+    return (
+        '<h2>Placements</h2><p class="muted">Pods placed per node.</p>'
+        + bars
+        + _table(["POD", "NODE", "DEVICES"], rows)
+    )
+
+
+def render_html(title: str, state: ClusterState, outcomes: Sequence[Outcome]) -> str:
+    """The whole page as text (UTF-8 when written)."""
+    rows = utilization_document(state)
+    summary = summary_line(title, state, outcomes)
+    sections = [
+        f"<h1>{escape(title)}</h1><p>{escape(summary)}</p>",
+        "<h2>Memory used per card</h2>" + _legend() + _heat_map(rows, "memory", "MiB"),
+        "<h2>Cores used per card</h2>" + _heat_map(rows, "cores", "%"),
+        _pending_section(outcomes),
+        _placements_section(outcomes),
+    ]
+    fragmentation = fragmentation_document(state)
+    if fragmentation is not None:
+        sections.append(f"<h2>Fragmentation</h2><pre>{escape(str(fragmentation))}</pre>")
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>{escape(title)}</title><style>{_STYLE}</style></head><body>" + "".join(sections) + "</body></html>\n"
+    )
