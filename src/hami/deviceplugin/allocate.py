@@ -44,6 +44,7 @@ from hami.deviceplugin.discovery import GpuInfo
 from hami.deviceplugin.mig import MigError, MigInstances, holders
 from hami.deviceplugin.response import HostFiles, container_response, mig_container_response
 from hami.deviceplugin.settings import NodeSettings
+from hami.devices import registered_keys
 from hami.errors import AnnotationError, ApiError, HamiError, NotFound
 from hami.k8s.cluster import ClusterClient
 from hami.k8s.nodelock import NodeLocker
@@ -74,7 +75,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-ALL_VENDOR_KEYS = tuple(v for v in vars(keys).values() if isinstance(v, keys.VendorKeys))
+ALL_VENDOR_KEYS = registered_keys()
 """Every vendor whose to-allocate annotation can hold work for a device plugin."""
 
 PodsOnNode = Callable[[str], Awaitable[Sequence[Pod]]]

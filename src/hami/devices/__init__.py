@@ -6,15 +6,22 @@ Adding a vendor means adding its module and one line here.
 
 from __future__ import annotations
 
-from hami.config import DeviceConfig
+from hami.config import DeviceConfig, default_device_config
 from hami.devices.base import Vendor
 from hami.devices.hygon import HygonVendor
 from hami.devices.nvidia.vendor import NvidiaVendor
+from hami.protocol.keys import VendorKeys
 
-__all__ = ["vendors_from_config"]
+__all__ = ["registered_keys", "vendors_from_config"]
 
 
 def vendors_from_config(config: DeviceConfig) -> dict[str, Vendor]:
     """Every vendor hami schedules, keyed by vendor key, in a fixed order."""
     vendors: list[Vendor] = [NvidiaVendor(config.nvidia), HygonVendor(config.hygon)]
     return {v.name: v for v in vendors}
+
+
+def registered_keys() -> tuple[VendorKeys, ...]:
+    """Every registered vendor's annotation keys, in registry order (the node agent reads the other vendors'
+    allocations to leave their work alone). Keys do not depend on the config."""
+    return tuple(v.keys for v in vendors_from_config(default_device_config()).values())

@@ -1,36 +1,49 @@
 """What every vendor shares: the parsed request, the fit context and outcome, and the ``Vendor`` interface.
 
 A vendor answers Koordinator's two questions — how much of which device a container needs
-(``parse_request``) and which devices on a node can serve it (``fit``) — plus its own annotation codecs.
-The registry is an explicit dict in ``hami.devices`` (no import side effects).
+(``parse_request``) and which devices on a node can serve it (``fit``) — and owns everything else that is
+particular to it: its resource names and config section, its annotation keys (``VendorKeys``: registration,
+handshake or none, allocation, extra pod annotations, node lock), its inventory (``decode_inventory`` reads the
+whole Node, so a vendor may decode a registration annotation or derive devices from ``status.capacity``), its
+admission (``admitter``), its partition hook (``Partitions``: devices handed out in fixed slices), its node score
+contribution (``Fitted.score``) and its annotation codecs. The core (``hami.scheduling``, ``hami.server``) sees
+"device, amount, placement" and never a vendor's name. The registry is an explicit dict in ``hami.devices``
+(no import side effects).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
+from hami.devices.admission import Admitter
 from hami.devices.policy import GpuPolicy
 from hami.devices.table import DeviceTable
+from hami.errors import InvalidInput
 from hami.protocol.allocation import ContainerDevice, PodDevices
-from hami.protocol.inventory import DeviceInfo, MigPlacement
+from hami.protocol.inventory import DeviceInfo
 from hami.protocol.keys import VendorKeys
 from hami.protocol.objects import Container, Node
 from hami.protocol.reasons import Reason, Rejection
 
 __all__ = [
     "MEM_PERCENTAGE_UNSET",
+    "Carved",
     "ContainerRequest",
     "FitContext",
     "Fitted",
     "NodeInventory",
+    "Partitions",
     "Placement",
     "QuotaCheck",
     "ResourceNames",
     "Selector",
+    "Slice",
+    "SliceAt",
     "Unfit",
     "Vendor",
+    "parse_bool",
 ]
 
 MEM_PERCENTAGE_UNSET: Final = 101
@@ -147,6 +160,19 @@ def parse_uuid_list(value: str | None) -> frozenset[str]:
     return frozenset(item.strip() for item in value.split(",") if item.strip())
 
 
+_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+
+
+def parse_bool(value: str, field: str) -> bool:
+    """A boolean annotation as Go's ``strconv.ParseBool`` reads it; raises ``InvalidInput`` otherwise."""
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise InvalidInput(field, value, "not a boolean (expected true or false)")
+
+
 QuotaCheck = Callable[[Sequence["Placement"], int, int, str], bool]
 """``quota(accepted, mem, cores, uuid)``: would the pod still fit its namespace quota if this container also took
 ``mem``/``cores`` on device ``uuid``, given the devices it already ``accepted``? (The device matters: the pod's
@@ -165,18 +191,45 @@ class FitContext:
 
 
 @dataclass(frozen=True, slots=True)
+class Slice:
+    """One fixed slice of a partitioned device: the vendor's template name (NVIDIA: the MIG profile; Ascend: the
+    vNPU template) and its position on the device (NVIDIA: a ``MigPlacement``; ``None`` for vendors whose slices
+    have no position). Positions are what the ledger keeps per device (``DeviceTable.slices``); the core only
+    compares them for equality."""
+
+    template: str
+    position: Hashable | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SliceAt:
+    """A slice given to one container: the container's index (init first), the device's position in that
+    container's list, the device's id and the slice. A vendor's extra pod annotations are encoded from these."""
+
+    container: int
+    device: int
+    uuid: str
+    slice: Slice
+
+
+@dataclass(frozen=True, slots=True)
 class Placement:
-    """One device given to one container: the table index, the annotation record, the MIG instance if any."""
+    """One device given to one container: the table index, the annotation record, the slice if the device is
+    partitioned (``Partitions``)."""
 
     index: int
     device: ContainerDevice
-    mig_profile: str | None = None
-    mig_placement: MigPlacement | None = None
+    slice: Slice | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Fitted:
+    """The devices for one container, and this choice's contribution to the node score (a vendor's topology
+    losses or scores, NetworkID groups; 0 for vendors scored on usage alone). The cycle adds the contributions
+    of every container to the node's usage score."""
+
     placements: tuple[Placement, ...]
+    score: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,8 +242,48 @@ class Unfit:
     closest: tuple[Rejection, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class Carved:
+    """One slice planned on a device: the slice, and the memory (MiB) and cores it holds — the template's, not
+    the request's (a template rounds the request up), which is what the ledger charges."""
+
+    slice: Slice
+    mem: int
+    cores: int
+
+
+class Partitions(Protocol):
+    """The partition hook of a vendor that carves a device into fixed slices (NVIDIA MIG profiles; Ascend vNPU
+    templates, Kunlun vXPU and Enflame DRS to come). The shared fit loop (``hami.devices.common``) asks it to
+    plan slices; the ledger asks it whether what a pod holds agrees with the device (fail closed if not)."""
+
+    @property
+    def infeasible(self) -> Reason:
+        """The reason counted when no slice can be planned on a device (NVIDIA: ``CardMigTopologyInfeasible``)."""
+
+    def carves(self, info: DeviceInfo) -> bool:
+        """Whether this device is handed out in slices (the fit then plans slices on it)."""
+
+    def several_per_device(self, infos: Sequence[DeviceInfo], selector: Selector) -> bool:
+        """Whether one container may take several slices of one device on this node (a request for N devices
+        may then be served by fewer physical devices)."""
+
+    def plan(self, info: DeviceInfo, occupied: Sequence[Hashable], amounts: Sequence[int]) -> list[Carved] | None:
+        """One slice per amount (MiB), in order, beside the ``occupied`` positions; None if any cannot be placed.
+        Planning again from the same state gives the same slices for the same leading amounts."""
+
+    def conflict(self, info: DeviceInfo, held: Sequence[Hashable], owner: str) -> str | None:
+        """Why the charge of pod ``owner`` (``namespace/name``) on this device, holding the slice positions
+        ``held``, contradicts the device (the device is then taken out of service, ``DeviceTable.broken``);
+        None when it agrees."""
+
+
 class Vendor(Protocol):
-    """One device vendor. Implementations are stateless apart from their configuration."""
+    """One device vendor. Implementations are stateless apart from their configuration.
+
+    Adding a vendor: its module in ``hami.devices`` implementing this protocol (most reuse
+    ``common.SharedDeviceVendor``), its test file, its line in ``vendors_from_config`` and its chart values.
+    """
 
     @property
     def name(self) -> str:
@@ -222,3 +315,22 @@ class Vendor(Protocol):
 
     def decode(self, value: str, field: str) -> PodDevices:
         """Decode this vendor's allocation annotation; raises ``AnnotationError``."""
+
+    @property
+    def partitions(self) -> Partitions | None:
+        """The partition hook, None for a vendor whose devices are shared, never carved."""
+
+    def admitter(self) -> Admitter:
+        """This vendor's admission behaviour (webhook defaults, rewrites and denials)."""
+
+    def numa_bind(self, annotations: Mapping[str, str]) -> bool:
+        """Whether the pod asks for its devices on one NUMA node (this vendor's annotation, if it has one);
+        raises ``InvalidInput`` for a value it cannot read."""
+
+    def extra_annotations(self, slices: Sequence[SliceAt]) -> dict[str, str]:
+        """The pod annotations this vendor writes besides its allocation (keys in ``keys.extra``), for the
+        slices of one decision; empty for none."""
+
+    def decode_slices(self, annotations: Mapping[str, str]) -> tuple[tuple[str, Hashable], ...]:
+        """The slice positions a placed pod holds, as (device id, position), from its annotations; raises
+        ``InvalidInput`` when they cannot be read."""

@@ -1,38 +1,42 @@
 """The shared fit loop: every vendor with slot/memory/core sharing uses it (scheduler-core.md §6.2–§6.7).
 
 Checks run per device in HAMi's order and the first failing one is counted (``Unfit.counts``), exactly as
-HAMi's reason strings count them. Vendors differ only in the request they build and the ``Selector``.
+HAMi's reason strings count them. Vendors differ in the request they build, the ``Selector``, the device order
+(``SharedDeviceVendor.order``) and, for devices carved into fixed slices, the partition hook (``Partitions``):
+the loop asks it for slices and never knows what they are.
 
 Deliberate differences from HAMi, each kept in one place here:
 
 * exclusive rule: a request of 100 or more cores needs an idle device whatever the device's core total
   (HAMi applies it only when ``devcore == 100``, spec §11 item 12);
 * the device score used for ordering includes the pod's own request (HAMi's never matches, §11 item 2);
-* a MIG instance is checked against the namespace quota with its profile's memory and cores — what the ledger
-  will charge — as well as with the request's (HAMi checks only the request, so 1 MiB requests could take
-  whole 1g.5gb instances past a quota);
+* a slice of a partitioned device (``Partitions``; NVIDIA: a MIG instance) is checked against the namespace quota
+  with its template's memory and cores — what the ledger will charge — as well as with the request's (HAMi
+  checks only the request, so 1 MiB requests could take whole 1g.5gb instances past a quota);
 * ``topology-aware`` together with NUMA binding picks the best group across all NUMA nodes (HAMi keeps only
   the last group visited, §11 item 11) and counts ``NumaNotFit`` for groups that were too small.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from itertools import combinations
 from math import comb
 from typing import Protocol
 
+from hami.devices.admission import Admitter, CountInLimits
 from hami.devices.base import (
     MEM_PERCENTAGE_UNSET,
     ContainerRequest,
     FitContext,
     Fitted,
+    Partitions,
     Placement,
     ResourceNames,
     Selector,
+    SliceAt,
     Unfit,
 )
-from hami.devices.mig import plan_instances
 from hami.devices.table import DeviceTable
 from hami.protocol.allocation import ContainerDevice, PodDevices, decode_pod_devices, encode_pod_devices
 from hami.protocol.reasons import Reason, Rejection
@@ -43,6 +47,7 @@ __all__ = [
     "best_combination",
     "device_scores",
     "fit_shared",
+    "policy_order",
     "worst_single",
 ]
 
@@ -134,20 +139,32 @@ def _ordered(candidates: Sequence[Placement], i: int, j: int) -> tuple[str, str]
     return candidates[a].device.uuid, candidates[b].device.uuid
 
 
+Order = Callable[[DeviceTable, Sequence[float], FitContext], Sequence[int]]
+"""The order in which a vendor's devices are tried: ``order(table, device_scores, ctx)`` → table indexes."""
+
+
+def policy_order(table: DeviceTable, scores: Sequence[float], ctx: FitContext) -> Sequence[int]:
+    """HAMi's order for GPU-like devices: the pod's GPU policy (binpack/spread, NUMA grouping, topology)."""
+    return ctx.policy.order(len(table.infos), scores.__getitem__, [info.numa for info in table.infos], table.used)
+
+
 def fit_shared(
-    table: DeviceTable, req: ContainerRequest, ctx: FitContext, selector: Selector, vendor: str
+    table: DeviceTable,
+    req: ContainerRequest,
+    ctx: FitContext,
+    selector: Selector,
+    vendor: str,
+    partitions: Partitions | None = None,
+    order: Order = policy_order,
 ) -> Fitted | Unfit:
     """Choose ``req.nums`` devices of ``table`` for one container, or say why not. Reads the table only."""
-    infos = table.infos
-    n = len(infos)
-    mig_request = any(info.mode == "mig" and info.mig_profiles for info in infos) and (
-        selector.modes is None or "mig" in selector.modes
-    )
-    if req.nums > n and not mig_request:
+    n = len(table.infos)
+    several = partitions is not None and partitions.several_per_device(table.infos, selector)
+    if req.nums > n and not several:
         return Unfit(
             {Reason.NODE_INSUFFICIENT_DEVICE: n}, n, (Rejection(Reason.NODE_INSUFFICIENT_DEVICE, None, req.nums, n),)
         )
-    return _SharedFit(table, req, ctx, selector, vendor).run()
+    return _SharedFit(table, req, ctx, selector, vendor, partitions).run(order)
 
 
 Problem = tuple[Reason, int, int]
@@ -164,6 +181,7 @@ class _SharedFit:
         "ctx",
         "groups",
         "misses",
+        "partitions",
         "prev_numa",
         "req",
         "selector",
@@ -171,8 +189,17 @@ class _SharedFit:
         "vendor",
     )
 
-    def __init__(self, table: DeviceTable, req: ContainerRequest, ctx: FitContext, selector: Selector, vendor: str):
+    def __init__(
+        self,
+        table: DeviceTable,
+        req: ContainerRequest,
+        ctx: FitContext,
+        selector: Selector,
+        vendor: str,
+        partitions: Partitions | None,
+    ):
         self.table, self.req, self.ctx, self.selector, self.vendor = table, req, ctx, selector, vendor
+        self.partitions = partitions
         # Spec §6.2 step 8 / §6.7: a request for more than 100 cores is clamped to 100 (a whole card), so it is
         # judged, and recorded in the allocation, as 100 — not refused as CardInsufficientCore on an idle card.
         self.cores = min(req.coresreq, 100)
@@ -182,11 +209,10 @@ class _SharedFit:
         self.groups: list[list[Placement]] = []  # topology + NUMA: candidates per NUMA group
         self.prev_numa: int | None = None
 
-    def run(self) -> Fitted | Unfit:
-        table, ctx = self.table, self.ctx
+    def run(self, order: Order) -> Fitted | Unfit:
+        table, ctx, partitions = self.table, self.ctx, self.partitions
         scores = device_scores(table, self.req, ctx.weights)
-        order = ctx.policy.order(len(table.infos), scores.__getitem__, [info.numa for info in table.infos], table.used)
-        for i in order:
+        for i in order(table, scores, ctx):
             info = table.infos[i]
             problem = self._device_problem(i)
             if problem is None:
@@ -196,7 +222,8 @@ class _SharedFit:
             if problem is not None:
                 self._miss(info.id, *problem)
                 continue
-            fitted = self._place_mig(i, memreq) if info.mode == "mig" and info.mig_profiles else self._place(i, memreq)
+            carved = partitions is not None and partitions.carves(info)
+            fitted = self._place_sliced(i, memreq) if carved else self._place(i, memreq)
             if fitted is not None:
                 return fitted
         return self._finish()
@@ -264,26 +291,30 @@ class _SharedFit:
             return Fitted(tuple(self.accepted))
         return None
 
-    def _place_mig(self, i: int, memreq: int) -> Fitted | None:
-        """One container may take several instances of one MIG GPU (spec §6.8): keep placing on it."""
-        info, quota = self.table.infos[i], self.ctx.quota
+    def _place_sliced(self, i: int, memreq: int) -> Fitted | None:
+        """One container may take several slices of one partitioned device (spec §6.8): keep placing on it.
+
+        A device on which no further slice fits counts the hook's ``infeasible`` reason, also when slices of this
+        container were already planned on it (HAMi counts it then too; the partial plan alone would only show as
+        ``AllocatedCardsInsufficientRequest``)."""
+        info, quota, partitions = self.table.infos[i], self.ctx.quota, self.partitions
+        assert partitions is not None
         mine = [p for p in self.accepted if p.index == i]
         while True:
-            plan = plan_instances(info.mig_profiles, self.table.mig[i], [p.device.usedmem for p in mine] + [memreq])
+            plan = partitions.plan(info, self.table.slices[i], [p.device.usedmem for p in mine] + [memreq])
             if plan is None:
-                if not mine:
-                    free_mem = info.devmem - self.table.usedmem[i]
-                    self._miss(info.id, Reason.CARD_MIG_TOPOLOGY_INFEASIBLE, memreq, free_mem)
+                free_mem = info.devmem - self.table.usedmem[i] - sum(p.device.usedmem for p in mine)
+                self._miss(info.id, partitions.infeasible, memreq, free_mem)
                 return None
-            profile, placement = plan[-1]
-            # The instance holds its profile's memory and cores, not the request's (a profile rounds the request
-            # up): judge the quota on that too, or small requests would slip whole instances past it.
-            if quota is not None and not quota(self.accepted, profile.memory_mb, profile.core, info.id):
-                self._miss(info.id, Reason.RESOURCE_QUOTA_NOT_FIT, profile.memory_mb)
+            carved = plan[-1]
+            # The slice holds its template's memory and cores, not the request's (a template rounds the request
+            # up): judge the quota on that too, or small requests would slip whole slices past it.
+            if quota is not None and not quota(self.accepted, carved.mem, carved.cores, info.id):
+                self._miss(info.id, Reason.RESOURCE_QUOTA_NOT_FIT, carved.mem)
                 return None
-            # Earlier instances keep their planned placement; re-planning from the same state is stable.
-            device = ContainerDevice(info.id, self.vendor, profile.memory_mb, profile.core)
-            placed = Placement(i, device, profile.name, placement)
+            # Earlier slices keep their planned position; re-planning from the same state is stable.
+            device = ContainerDevice(info.id, self.vendor, carved.mem, carved.cores)
+            placed = Placement(i, device, carved.slice)
             self.accepted.append(placed)
             mine.append(placed)
             if self.ctx.policy.topology:
@@ -352,14 +383,33 @@ class SharedDeviceVendor:
             memory_factor=max(config.memory_factor, 1),
         )
 
+    partitions: Partitions | None = None
+
     def fit(self, table: DeviceTable, request: ContainerRequest, ctx: FitContext, selector: Selector) -> Fitted | Unfit:
-        return fit_shared(table, request, ctx, selector, self.name)
+        return fit_shared(table, request, ctx, selector, self.name, self.partitions, self.order)
+
+    def order(self, table: DeviceTable, scores: Sequence[float], ctx: FitContext) -> Sequence[int]:
+        """The order devices are tried in; a vendor with its own ordering overrides this."""
+        return policy_order(table, scores, ctx)
 
     def encode(self, devices: PodDevices) -> str:
         return encode_pod_devices(devices)
 
     def decode(self, value: str, field: str) -> PodDevices:
         return decode_pod_devices(value, field)
+
+    def admitter(self) -> Admitter:
+        """HAMi's default admission: the container uses the vendor iff its count resource is in limits."""
+        return CountInLimits(self.resources.count)
+
+    def numa_bind(self, annotations: Mapping[str, str]) -> bool:
+        return False
+
+    def extra_annotations(self, slices: Sequence[SliceAt]) -> dict[str, str]:
+        return {}
+
+    def decode_slices(self, annotations: Mapping[str, str]) -> tuple[tuple[str, Hashable], ...]:
+        return ()
 
 
 class _ResourceConfig(Protocol):

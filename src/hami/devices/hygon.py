@@ -29,9 +29,16 @@ from hami.protocol import keys
 from hami.protocol.inventory import decode_inventory_legacy
 from hami.protocol.objects import Container, Node, QuantityValue
 
-__all__ = ["HygonVendor"]
+__all__ = ["HYGON_KEYS", "HygonVendor"]
 
 _INT32_MAX: Final = 2**31 - 1
+HYGON_KEYS: Final = keys.VendorKeys(
+    "DCU",
+    register="hami.io/node-dcu-register",
+    handshake="hami.io/node-handshake-dcu",
+    to_allocate="hami.io/dcu-devices-to-allocate",
+    allocated="hami.io/dcu-devices-allocated",
+)
 USE_TYPE: Final = "hygon.com/use-dcutype"
 NOUSE_TYPE: Final = "hygon.com/nouse-dcutype"
 USE_UUID: Final = "hygon.com/use-gpuuuid"
@@ -51,7 +58,7 @@ class HygonVendor(SharedDeviceVendor):
     """HAMi's Hygon DCU backend, configured by the ``hygon:`` section of device-config.yaml."""
 
     name = "DCU"
-    keys = keys.HYGON_KEYS
+    keys = HYGON_KEYS
 
     def __init__(self, config: HygonConfig) -> None:
         super().__init__(config)

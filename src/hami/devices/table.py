@@ -9,9 +9,9 @@ Units: memory in MiB, cores in core units (100 = one card at deviceCoreScaling 1
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 
-from hami.protocol.inventory import DeviceInfo, MigPlacement
+from hami.protocol.inventory import DeviceInfo
 
 __all__ = ["DeviceTable"]
 
@@ -21,10 +21,11 @@ class DeviceTable:
 
     Mutation contract: only the ledger (``charge``) changes a live table; Fit works on ``scratch()`` copies.
     ``broken[i]`` is a reason string when a device must not receive work although it reports healthy (for
-    example an inconsistent MIG state, spec §6.8 fail-closed); ``None`` otherwise.
+    example a partitioned device whose slices disagree with its pods, spec §6.8 fail-closed); ``None`` otherwise.
+    ``slices[i]`` are the positions of the slices taken on a partitioned device (``hami.devices.base.Slice``).
     """
 
-    __slots__ = ("broken", "capacity", "index_of", "infos", "mig", "used", "usedcores", "usedmem", "vendor")
+    __slots__ = ("broken", "capacity", "index_of", "infos", "slices", "used", "usedcores", "usedmem", "vendor")
 
     def __init__(self, vendor: str, infos: Sequence[DeviceInfo]) -> None:
         self.vendor = vendor
@@ -40,7 +41,7 @@ class DeviceTable:
         self.used: list[int] = [0] * n
         self.usedmem: list[int] = [0] * n
         self.usedcores: list[int] = [0] * n
-        self.mig: list[tuple[MigPlacement, ...]] = [()] * n
+        self.slices: list[tuple[Hashable, ...]] = [()] * n
         self.broken: list[str | None] = [None] * n
 
     def __len__(self) -> int:
@@ -56,7 +57,7 @@ class DeviceTable:
         copy.used = self.used.copy()
         copy.usedmem = self.usedmem.copy()
         copy.usedcores = self.usedcores.copy()
-        copy.mig = self.mig.copy()
+        copy.slices = self.slices.copy()
         copy.broken = self.broken.copy()
         return copy
 
@@ -65,25 +66,25 @@ class DeviceTable:
         return DeviceTable(self.vendor, self.infos)
 
     def charge(
-        self, i: int, slots: int, mem: int, cores: int, placements: Iterable[MigPlacement] = (), sign: int = 1
+        self, i: int, slots: int, mem: int, cores: int, positions: Iterable[Hashable] = (), sign: int = 1
     ) -> None:
-        """Add (``sign=1``) or remove (``sign=-1``) usage on device ``i``."""
+        """Add (``sign=1``) or remove (``sign=-1``) usage on device ``i``, with the slice positions it takes."""
         self.used[i] += sign * slots
         self.usedmem[i] += sign * mem
         self.usedcores[i] += sign * cores
-        placements = tuple(placements)
-        if placements:
+        positions = tuple(positions)
+        if positions:
             if sign > 0:
-                self.mig[i] = self.mig[i] + placements
+                self.slices[i] = self.slices[i] + positions
             else:
-                remaining = list(self.mig[i])
-                for p in placements:
+                remaining = list(self.slices[i])
+                for p in positions:
                     if p in remaining:
                         remaining.remove(p)
-                self.mig[i] = tuple(remaining)
+                self.slices[i] = tuple(remaining)
 
-    def usage_of(self, i: int) -> tuple[int, int, int, tuple[MigPlacement, ...]]:
-        return self.used[i], self.usedmem[i], self.usedcores[i], self.mig[i]
+    def usage_of(self, i: int) -> tuple[int, int, int, tuple[Hashable, ...]]:
+        return self.used[i], self.usedmem[i], self.usedcores[i], self.slices[i]
 
     def totals(self) -> tuple[int, int, int, int, int, int]:
         """(Σused, Σcount, Σusedcores, Σdevcore, Σusedmem, Σdevmem) for the node score (spec §5.2)."""

@@ -1,6 +1,9 @@
-"""Every annotation and label key hami reads or writes, in one place (spec: scheduler-core.md §2.1, §2.10).
+"""Every vendor-neutral annotation and label key hami reads or writes, and NVIDIA's, in one place (spec:
+scheduler-core.md §2.1, §2.10).
 
-No other module spells these strings; import the constants.
+No other module spells these strings; import the constants. NVIDIA's keys are here because the wire codecs and the
+node agent share them; every other vendor's keys (``VendorKeys`` and its pod filters) live in its own module in
+``hami.devices``.
 """
 
 from __future__ import annotations
@@ -63,18 +66,35 @@ SCHEDULER_ROLE_LABEL: Final = "hami.io/scheduler-role"
 
 
 class VendorKeys:
-    """The per-vendor annotation keys (scheduler-core.md §2.10). One instance per vendor."""
+    """The per-vendor annotation keys (scheduler-core.md §2.10). One instance per vendor.
 
-    __slots__ = ("allocated", "handshake", "register", "to_allocate", "vendor")
+    * ``register`` — the node's registration annotation (``""`` for a vendor whose devices come from the node's
+      capacity); ``handshake`` — the node handshake annotation, ``None`` for a vendor without a handshake;
+    * ``to_allocate``/``allocated`` — the pod's allocation annotations (``to_allocate`` None when there is one);
+    * ``extra`` — further pod annotations the scheduler writes for this vendor (removed with the allocation);
+    * ``lock`` — the node lock annotation the vendor's device plugin honours (HAMi's ``hami.io/mutex.lock``, a
+      vendor's own, or ``None`` for none).
+    """
+
+    __slots__ = ("allocated", "extra", "handshake", "lock", "register", "to_allocate", "vendor")
 
     def __init__(
-        self, vendor: str, register: str, handshake: str | None, to_allocate: str | None, allocated: str
+        self,
+        vendor: str,
+        register: str,
+        handshake: str | None,
+        to_allocate: str | None,
+        allocated: str,
+        extra: tuple[str, ...] = (),
+        lock: str | None = NODE_LOCK,
     ) -> None:
         self.vendor = vendor
         self.register = register
         self.handshake = handshake
         self.to_allocate = to_allocate
         self.allocated = allocated
+        self.extra = extra
+        self.lock = lock
 
     def __repr__(self) -> str:
         return f"VendorKeys({self.vendor!r})"
@@ -86,12 +106,6 @@ NVIDIA_KEYS: Final = VendorKeys(
     handshake=NVIDIA_HANDSHAKE,
     to_allocate="hami.io/vgpu-devices-to-allocate",
     allocated="hami.io/vgpu-devices-allocated",
+    extra=(NVIDIA_MIG_ALLOCATIONS,),
 )
-HYGON_KEYS: Final = VendorKeys(
-    "DCU",
-    register="hami.io/node-dcu-register",
-    handshake="hami.io/node-handshake-dcu",
-    to_allocate="hami.io/dcu-devices-to-allocate",
-    allocated="hami.io/dcu-devices-allocated",
-)
-__all__ += ["HYGON_KEYS", "NVIDIA_KEYS"]
+__all__ += ["NVIDIA_KEYS"]

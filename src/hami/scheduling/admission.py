@@ -35,10 +35,8 @@ from typing import Any, Final
 
 import msgspec
 
-from hami.devices.admission import Admitter, ContainerEdit, CountInLimits
+from hami.devices.admission import Admitter, ContainerEdit
 from hami.devices.base import Vendor
-from hami.devices.nvidia.admission import NvidiaAdmission, NvidiaAdmitter
-from hami.devices.nvidia.vendor import NvidiaVendor
 from hami.errors import InvalidInput
 from hami.protocol.objects import Container, Pod
 from hami.protocol.podpatch import PatchOp, PodPatch, Section
@@ -80,14 +78,8 @@ class Verdict:
 
 
 def admitters_for(vendors: Mapping[str, Vendor]) -> dict[str, Admitter]:
-    """Each vendor's admission behaviour, keyed like ``vendors`` (NVIDIA's own; others: count in limits)."""
-    out: dict[str, Admitter] = {}
-    for name, vendor in vendors.items():
-        if isinstance(vendor, NvidiaVendor):
-            out[name] = NvidiaAdmitter(NvidiaAdmission.from_config(vendor.config))
-        else:
-            out[name] = CountInLimits(vendor.resources.count)
-    return out
+    """Each vendor's admission behaviour (``Vendor.admitter``), keyed like ``vendors``."""
+    return {name: vendor.admitter() for name, vendor in vendors.items()}
 
 
 def _containers(pod: Pod) -> Iterator[tuple[Section, int, Container]]:

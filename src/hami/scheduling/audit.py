@@ -127,7 +127,7 @@ def _content(record: PodRecord | None) -> Hashable:
     """What a record charges (the watch handler's notion of "the same record")."""
     if record is None:
         return None
-    return (record.node, record.charges, record.mig)
+    return (record.node, record.charges, record.slices)
 
 
 def _summary(record: PodRecord) -> str:

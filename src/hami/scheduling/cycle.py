@@ -24,10 +24,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from hami.devices.base import Vendor
+from hami.devices.base import SliceAt, Vendor
 from hami.errors import ApiError, Conflict, HamiError, InvalidInput, LockContention, NotFound
 from hami.protocol import keys
-from hami.protocol.allocation import MigAllocation, PodDevices, encode_mig_allocations
+from hami.protocol.allocation import PodDevices
 from hami.protocol.events import (
     EventReason,
     EventType,
@@ -71,17 +71,17 @@ LISTED = 10
 class Decision:
     """The outcome of one decision for one pod.
 
-    ``node`` is None when nothing fits. ``devices`` has, per vendor, one entry per container (init first).
-    ``annotations`` are exactly what hami writes on the pod. ``rejected`` has every candidate that was not
-    chosen *because it does not fit*; ``scores`` every candidate that fits (the chosen one included), best
-    first.
+    ``node`` is None when nothing fits. ``devices`` has, per vendor, one entry per container (init first);
+    ``slices``, per vendor, the slices chosen on partitioned devices. ``annotations`` are exactly what hami writes
+    on the pod. ``rejected`` has every candidate that was not chosen *because it does not fit*; ``scores`` every
+    candidate that fits (the chosen one included), best first.
     """
 
     uid: str
     pod: str
     node: str | None
     devices: Mapping[str, PodDevices] = field(default_factory=dict)
-    mig: tuple[MigAllocation, ...] = ()
+    slices: Mapping[str, tuple[SliceAt, ...]] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     rejected: Mapping[str, NodeRejection] = field(default_factory=dict)
     scores: Mapping[str, float] = field(default_factory=dict)
@@ -195,10 +195,11 @@ def filter_nodes(
 
 
 def score(state: ClusterState, fits: Iterable[NodeFit], memo: Verdicts | None = None) -> dict[str, float]:
-    """The score stage: each fitting node's score before the pod (spec §5.2)."""
+    """The score stage: each fitting node's score before the pod (spec §5.2), plus the vendors' contributions for
+    the devices chosen there (``NodeFit.score``; 0 for vendors scored on usage alone)."""
     nodes = state.nodes
     if memo is None:
-        return {f.node: nodes[f.node].score() for f in fits}
+        return {f.node: nodes[f.node].score() + f.score for f in fits}
     out: dict[str, float] = {}
     entries = memo.nodes
     for f in fits:
@@ -209,7 +210,7 @@ def score(state: ClusterState, fits: Iterable[NodeFit], memo: Verdicts | None = 
         value = entry.score
         if value is None:
             value = entry.score = node.score()
-        out[name] = value
+        out[name] = value + f.score
     return out
 
 
@@ -238,14 +239,14 @@ def decide(
     ranked = select(scores, req.node_policy)
     best = next(f for f in fits if f.node == ranked[0])
     devices = best.pod_devices()
-    mig = _mig_allocations(best)
+    slices = best.slices()
     return Decision(
         req.uid,
         req.key,
         best.node,
         devices,
-        mig,
-        _annotations(state, best.node, devices, mig, now),
+        slices,
+        _annotations(state, best.node, devices, slices, now),
         rejected,
         dict(zip(ranked, map(scores.__getitem__, ranked), strict=True)),
         _success_message(best.node, len(names), ranked, scores),
@@ -254,7 +255,7 @@ def decide(
 
 
 def _annotations(
-    state: ClusterState, node: str, devices: Mapping[str, PodDevices], mig: Sequence[MigAllocation], now: int
+    state: ClusterState, node: str, devices: Mapping[str, PodDevices], slices: Mapping[str, Sequence[SliceAt]], now: int
 ) -> dict[str, str]:
     annotations = {keys.VGPU_NODE: node, keys.VGPU_TIME: str(now)}
     for vendor in sorted(devices):
@@ -263,8 +264,8 @@ def _annotations(
         if vk.to_allocate:
             annotations[vk.to_allocate] = value
         annotations[vk.allocated] = value
-    if mig:
-        annotations[keys.NVIDIA_MIG_ALLOCATIONS] = encode_mig_allocations(list(mig))
+    for vendor in sorted(slices):
+        annotations.update(state.vendors[vendor].extra_annotations(slices[vendor]))
     return annotations
 
 
@@ -274,16 +275,6 @@ def _success_message(chosen: str, total: int, ranked: Sequence[str], scores: Map
     the counts are always of every node."""
     shown = [(n, scores[n]) for n in reversed(ranked[:LISTED])]
     return filtering_succeed_text(chosen, total, shown, fitting=len(ranked))
-
-
-def _mig_allocations(fit: NodeFit) -> tuple[MigAllocation, ...]:
-    out: list[MigAllocation] = []
-    for per_container in fit.placements.values():
-        for ci, container in enumerate(per_container):
-            for di, p in enumerate(container):
-                if p.mig_profile is not None and p.mig_placement is not None:
-                    out.append(MigAllocation(ci, di, p.device.uuid, p.mig_profile, p.mig_placement))
-    return tuple(out)
 
 
 def reserve(state: ClusterState, req: PodRequest, decision: Decision) -> PodRecord | None:
@@ -297,8 +288,12 @@ def reserve(state: ClusterState, req: PodRequest, decision: Decision) -> PodReco
         node=decision.node,
         devices=decision.devices,
         charges=effective_charges(decision.devices, req.kinds),
-        mig=tuple((m.gpu_uuid, m.placement) for m in decision.mig),
-        mig_allocations=decision.mig,
+        slices=tuple(
+            (vendor, s.uuid, s.slice.position)
+            for vendor, per in sorted(decision.slices.items())
+            for s in per
+            if s.slice.position is not None
+        ),
     )
     state.apply(record, add=True)
     return state.pods.get(req.uid)
@@ -773,7 +768,7 @@ class Cycle:
 
     async def _clear(self, ns: str, name: str, uid: str, guard: str | None) -> None:
         removals: dict[str, str | None] = dict.fromkeys(
-            (keys.VGPU_NODE, keys.VGPU_TIME, keys.BIND_PHASE, keys.BIND_TIME, keys.NVIDIA_MIG_ALLOCATIONS)
+            (keys.VGPU_NODE, keys.VGPU_TIME, keys.BIND_PHASE, keys.BIND_TIME, *_extra_keys(self.vendors))
         )
         for vendor in self.vendors.values():
             removals[vendor.keys.allocated] = None
@@ -953,5 +948,9 @@ def with_bind_phase(decision: Decision) -> dict[str, str]:
     return annotations
 
 
+def _extra_keys(vendors: Mapping[str, Vendor]) -> list[str]:
+    return [key for vendor in vendors.values() for key in vendor.keys.extra]
+
+
 def _same(a: PodRecord, b: PodRecord) -> bool:
-    return a.node == b.node and a.charges == b.charges and a.mig == b.mig
+    return a.node == b.node and a.charges == b.charges and a.slices == b.slices

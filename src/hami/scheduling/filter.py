@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from hami.devices.base import ContainerRequest, FitContext, Fitted, Placement, QuotaCheck, Unfit
+from hami.devices.base import ContainerRequest, FitContext, Fitted, Placement, QuotaCheck, SliceAt, Unfit
 from hami.devices.table import DeviceTable
 from hami.protocol.allocation import ContainerDevice, PodDevices
 from hami.protocol.reasons import Reason, Rejection, summarize
@@ -24,14 +24,30 @@ __all__ = ["NodeFit", "NodeRejection", "filter_node"]
 
 @dataclass(frozen=True, slots=True)
 class NodeFit:
-    """A node that can run the pod: per vendor, per container (init first), the placements chosen. (Its node
-    score is the next stage's: ``hami.scheduling.cycle.score``.)"""
+    """A node that can run the pod: per vendor, per container (init first), the placements chosen, and the
+    vendors' contributions to the node score for this choice (``Fitted.score``, summed). (Its usage score is the
+    next stage's: ``hami.scheduling.cycle.score``.)"""
 
     node: str
     placements: Mapping[str, tuple[tuple[Placement, ...], ...]]
+    score: float = 0.0
 
     def pod_devices(self) -> dict[str, PodDevices]:
         return {v: tuple(tuple(p.device for p in c) for c in per) for v, per in self.placements.items()}
+
+    def slices(self) -> dict[str, tuple[SliceAt, ...]]:
+        """Per vendor, the slices chosen on partitioned devices (vendors without any are left out)."""
+        out: dict[str, tuple[SliceAt, ...]] = {}
+        for vendor, per in self.placements.items():
+            found = tuple(
+                SliceAt(ci, di, p.device.uuid, p.slice)
+                for ci, container in enumerate(per)
+                for di, p in enumerate(container)
+                if p.slice is not None
+            )
+            if found:
+                out[vendor] = found
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +117,7 @@ def filter_node(state: ClusterState, node: NodeState, req: PodRequest, empty: bo
     counts: dict[Reason, int] = {}
     total = 0
     closest: list[Rejection] = []
+    bonus = 0.0
     failed = False
     for pos, creqs in enumerate(req.containers):
         kind = req.kinds[pos] if pos < len(req.kinds) else Kind.APP
@@ -128,6 +145,7 @@ def filter_node(state: ClusterState, node: NodeState, req: PodRequest, empty: bo
                 closest.extend(outcome.closest)
                 break
             placements[vendor].append(outcome.placements)
+            bonus += outcome.score
             if kind is not Kind.INIT:
                 _reserve_scratch(table, outcome)
         if failed:
@@ -135,10 +153,10 @@ def filter_node(state: ClusterState, node: NodeState, req: PodRequest, empty: bo
     if failed:
         closest.sort(key=lambda r: r.available, reverse=True)
         return NodeRejection(node.name, counts, total, tuple(closest[:3]))
-    return NodeFit(node.name, {v: tuple(p) for v, p in placements.items()})
+    return NodeFit(node.name, {v: tuple(p) for v, p in placements.items()}, bonus)
 
 
 def _reserve_scratch(table: DeviceTable, fitted: Fitted) -> None:
     for p in fitted.placements:
-        placements = (p.mig_placement,) if p.mig_placement is not None else ()
-        table.charge(p.index, 1, p.device.usedmem, p.device.usedcores, placements)
+        positions = (p.slice.position,) if p.slice is not None and p.slice.position is not None else ()
+        table.charge(p.index, 1, p.device.usedmem, p.device.usedcores, positions)

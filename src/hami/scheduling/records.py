@@ -1,8 +1,8 @@
 """From a pod's annotations to its ledger record (scheduler-core.md §7.1).
 
 Pods that carry ``hami.io/vgpu-node`` hold devices: each vendor's *allocated* annotation is decoded (the
-to-allocate annotation is consumed by device plugins and may be partly emptied) together with the MIG
-reservations. Legacy MIG UUIDs (``GPU-x[7-9]``, HAMi ≤ v2.9) are charged to their physical GPU.
+to-allocate annotation is consumed by device plugins and may be partly emptied) together with the slices the
+pod holds on partitioned devices (each vendor's ``decode_slices``).
 
 A pod whose annotation cannot be decoded is **not** dropped (HAMi drops it, spec §7.1 step 3): it gets a
 record with ``problem`` set, so callers report it (``hami_pods_undecodable``, logs). It is charged for every
@@ -13,18 +13,12 @@ visible (it is reported on every update) until its annotations are repaired or i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 
 from hami.devices.base import Vendor
 from hami.errors import InvalidInput
 from hami.protocol import keys
-from hami.protocol.allocation import (
-    ContainerDevice,
-    MigAllocation,
-    PodDevices,
-    decode_mig_allocations,
-    split_legacy_mig_uuid,
-)
+from hami.protocol.allocation import PodDevices
 from hami.protocol.objects import Pod
 from hami.scheduling.state import PodRecord
 from hami.scheduling.usage import container_kinds, effective_charges
@@ -66,17 +60,6 @@ def init_containers_done(pod: Pod) -> bool:
     return regular <= done
 
 
-def _strip_legacy(devices: PodDevices, field: str) -> PodDevices:
-    out = []
-    for container in devices:
-        fixed = []
-        for dev in container:
-            uuid, _ = split_legacy_mig_uuid(dev.uuid) if "[" in dev.uuid else (dev.uuid, None)
-            fixed.append(dev if uuid == dev.uuid else ContainerDevice(uuid, dev.type, dev.usedmem, dev.usedcores))
-        out.append(tuple(fixed))
-    return tuple(out)
-
-
 def _from_to_allocate(pod: Pod, vendor: Vendor) -> PodDevices | None:
     """The to-allocate annotation as a stand-in for an undecodable allocated one, if it decodes and is still
     complete (a device plugin empties its slots as containers start, so a partly consumed one is not used)."""
@@ -85,7 +68,7 @@ def _from_to_allocate(pod: Pod, vendor: Vendor) -> PodDevices | None:
     if not key or not value:
         return None
     try:
-        decoded = _strip_legacy(vendor.decode(value, key), key)
+        decoded = vendor.decode(value, key)
     except InvalidInput:
         return None
     return decoded if any(decoded) else None
@@ -105,18 +88,17 @@ def record_from_pod(pod: Pod, vendors: Mapping[str, Vendor]) -> PodRecord | None
         if value is None:
             continue
         try:
-            devices[name] = _strip_legacy(vendor.decode(value, key), key)
+            devices[name] = vendor.decode(value, key)
         except InvalidInput as err:
             problems.append(str(err))
             fallback = _from_to_allocate(pod, vendor)
             if fallback is not None:
                 devices[name] = fallback
                 problems.append(f"charged from {vendor.keys.to_allocate} instead")
-    mig: tuple[MigAllocation, ...] = ()
-    raw_mig = annotations.get(keys.NVIDIA_MIG_ALLOCATIONS)
-    if raw_mig:
+    slices: list[tuple[str, str, Hashable]] = []
+    for name, vendor in sorted(vendors.items()):  # in reserve's order, so equal records compare equal
         try:
-            mig = tuple(decode_mig_allocations(raw_mig, keys.NVIDIA_MIG_ALLOCATIONS))
+            slices += [(name, uuid, position) for uuid, position in vendor.decode_slices(annotations)]
         except InvalidInput as err:
             problems.append(str(err))
     charges = effective_charges(devices, container_kinds(pod), init_done=init_containers_done(pod))
@@ -127,7 +109,6 @@ def record_from_pod(pod: Pod, vendors: Mapping[str, Vendor]) -> PodRecord | None
         node=node,
         devices=devices,
         charges=charges,
-        mig=tuple((m.gpu_uuid, m.placement) for m in mig),
-        mig_allocations=mig,
+        slices=tuple(slices),
         problem="; ".join(problems) or None,
     )

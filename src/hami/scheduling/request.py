@@ -11,16 +11,12 @@ from dataclasses import dataclass
 
 from hami.devices.base import ContainerRequest, Selector, Vendor
 from hami.devices.policy import GpuPolicy, parse_gpu_policy, parse_node_policy
-from hami.errors import InvalidInput
 from hami.protocol import keys
 from hami.protocol.objects import Pod
 from hami.protocol.weights import decode_scoring_weights
 from hami.scheduling.usage import Kind, container_kinds
 
 __all__ = ["PodRequest", "SchedulingDefaults", "prefilter"]
-
-_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
-_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,14 +58,6 @@ class PodRequest:
         return any(self.containers)
 
 
-def _parse_bool(value: str, field: str) -> bool:
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise InvalidInput(field, value, "not a boolean (expected true or false)")
-
-
 def prefilter(pod: Pod, vendors: Mapping[str, Vendor], defaults: SchedulingDefaults) -> PodRequest:
     """Parse every container's requests (init containers first) and the pod's scheduling annotations."""
     annotations = pod.metadata.annotations
@@ -84,8 +72,9 @@ def prefilter(pod: Pod, vendors: Mapping[str, Vendor], defaults: SchedulingDefau
             if req is not None and req.nums > 0:
                 reqs[name] = req
         containers.append(reqs)
-    numa_raw = annotations.get(keys.NVIDIA_NUMA_BIND)
-    numa_bind = _parse_bool(numa_raw, keys.NVIDIA_NUMA_BIND) if numa_raw is not None else False
+    numa_bind = False
+    for vendor in vendors.values():  # every vendor reads its annotation: a bad value is refused in any pod
+        numa_bind = vendor.numa_bind(annotations) or numa_bind
     gpu_raw = annotations.get(keys.GPU_SCHEDULER_POLICY)
     gpu_policy = (
         parse_gpu_policy(gpu_raw, numa_bind)

@@ -12,15 +12,15 @@ from the records and returns the differences (an empty list when the ledger is r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 
 from hami.devices.base import NodeInventory, Vendor, parse_uuid_list
 from hami.devices.table import DeviceTable
 from hami.errors import InvalidInput, LedgerError
 from hami.protocol import keys
-from hami.protocol.allocation import MigAllocation, PodDevices
-from hami.protocol.inventory import MigPlacement, check_inventory
+from hami.protocol.allocation import PodDevices
+from hami.protocol.inventory import check_inventory
 from hami.protocol.objects import Node, ResourceQuota
 from hami.scheduling.quota import QuotaBook
 from hami.scheduling.usage import Charge
@@ -32,8 +32,9 @@ __all__ = ["ClusterState", "NodeState", "PodRecord"]
 class PodRecord:
     """What one pod holds: its node, its raw allocation per vendor, and the effective charges per device.
 
-    ``mig`` lists the MIG instances (GPU UUID and placement) the pod occupies. ``problem`` is set when the
-    pod's annotations could not be decoded (see ``hami.scheduling.records``: what could be decoded is charged).
+    ``slices`` lists the slices the pod occupies on partitioned devices as (vendor, device id, position).
+    ``problem`` is set when the pod's annotations could not be decoded (see ``hami.scheduling.records``: what
+    could be decoded is charged).
     """
 
     uid: str
@@ -42,8 +43,7 @@ class PodRecord:
     node: str
     devices: Mapping[str, PodDevices]
     charges: tuple[Charge, ...]
-    mig: tuple[tuple[str, MigPlacement], ...] = ()
-    mig_allocations: tuple[MigAllocation, ...] = ()
+    slices: tuple[tuple[str, str, Hashable], ...] = ()
     problem: str | None = None
 
     @property
@@ -193,7 +193,7 @@ class ClusterState:
         if node is not None:
             self._charge(node, current, -1)
             if any(b is not None for t in node.tables.values() for b in t.broken):
-                self._recharge(node)  # a MIG inconsistency may have left with this pod
+                self._recharge(node)  # an inconsistent slice may have left with this pod
         self.dangling.pop(uid, None)
         self.quotas.add_usage(current.namespace, self._quota_amounts(current), sign=-1)
         return True
@@ -205,7 +205,7 @@ class ClusterState:
         return record
 
     def _charge(self, node: NodeState, record: PodRecord, sign: int) -> None:
-        missing = _charge_tables(node.tables, record, sign)
+        missing = _charge_tables(self.vendors, node.tables, record, sign)
         node.generation += 1
         if sign > 0 and missing:
             self.dangling[record.uid] = missing
@@ -263,14 +263,14 @@ class ClusterState:
         """The differences between a node's tables and its pods charged afresh to empty ones."""
         fresh = {v: t.empty() for v, t in node.tables.items()}
         for uid in self.pods_by_node.get(node.name, ()):
-            _charge_tables(fresh, self.pods[uid], 1)
+            _charge_tables(self.vendors, fresh, self.pods[uid], 1)
         diffs: list[str] = []
         for vendor, table in node.tables.items():
             ref = fresh[vendor]
             for i, info in enumerate(table.infos):
                 have = table.usage_of(i)
                 want = ref.usage_of(i)
-                if have[:3] != want[:3] or sorted(have[3], key=_pkey) != sorted(want[3], key=_pkey):
+                if have[:3] != want[:3] or sorted(have[3], key=repr) != sorted(want[3], key=repr):
                     diffs.append(f"{node.name}/{vendor}/{info.id}: ledger {have} != recount {want}")
         return diffs
 
@@ -281,29 +281,26 @@ class ClusterState:
             raise LedgerError("; ".join(diffs[:10]))
 
 
-def _pkey(p: MigPlacement) -> tuple[int, int]:
-    return (p.start, p.size)
-
-
-def _charge_tables(tables: Mapping[str, DeviceTable], record: PodRecord, sign: int) -> set[tuple[str, str]]:
+def _charge_tables(
+    vendors: Mapping[str, Vendor], tables: Mapping[str, DeviceTable], record: PodRecord, sign: int
+) -> set[tuple[str, str]]:
     """Charge (``sign`` 1) or discharge (-1) one pod's charges to a node's tables; returns the (vendor, UUID)
-    pairs it names that the tables do not have. A charge that contradicts the GPU's MIG mode marks it broken."""
+    pairs it names that the tables do not have. A charge that contradicts its device's partitioning (the
+    vendor's ``Partitions.conflict``) takes the device out of service (``broken``)."""
     missing: set[tuple[str, str]] = set()
-    mig_by_uuid: dict[str, list[MigPlacement]] = {}
-    for uuid, placement in record.mig:
-        mig_by_uuid.setdefault(uuid, []).append(placement)
+    held: dict[tuple[str, str], list[Hashable]] = {}
+    for vendor_name, uuid, position in record.slices:
+        held.setdefault((vendor_name, uuid), []).append(position)
     for ch in record.charges:
         table = tables.get(ch.vendor)
         i = table.index_of.get(ch.uuid) if table is not None else None
         if table is None or i is None:
             missing.add((ch.vendor, ch.uuid))
             continue
-        placements = mig_by_uuid.pop(ch.uuid, [])
-        table.charge(i, ch.slots, ch.mem, ch.cores, placements, sign)
-        if sign > 0:
-            mode = table.infos[i].mode
-            if mode == "mig" and not placements and record.mig_allocations:
-                table.broken[i] = f"MIG task of {record.key} has no placement on this GPU"
-            elif mode != "mig" and placements:
-                table.broken[i] = f"MIG task of {record.key} on a GPU in {mode or 'hami-core'} mode"
+        positions = held.pop((ch.vendor, ch.uuid), [])
+        table.charge(i, ch.slots, ch.mem, ch.cores, positions, sign)
+        owner = vendors.get(ch.vendor)
+        partitions = owner.partitions if owner is not None else None
+        if sign > 0 and partitions is not None:
+            table.broken[i] = partitions.conflict(table.infos[i], positions, record.key) or table.broken[i]
     return missing

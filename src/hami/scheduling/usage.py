@@ -11,9 +11,9 @@ together with the sidecars started *before* it, and finally all sidecars togethe
 sidecar declared after an init container starts only once that init container has finished, so the two never
 hold the device at the same time; charging ``sidecars + max(init, app)`` would over-count, and more than the
 fit — which tries each init container beside the earlier sidecars only — ever checked.) A container holding
-several instances of one MIG GPU holds them all at once, so its own entries on a device are summed first.
+several slices of one partitioned device holds them all at once, so its own entries on a device are summed first.
 HAMi has no sidecars (it treats them as init containers, which under-counts a GPU sidecar); for pods without
-sidecars and without several MIG instances in one init container the result equals HAMi's
+sidecars and without several slices of one device in one init container the result equals HAMi's
 ``CollapseInitContainerUsage``.
 """
 
@@ -123,7 +123,7 @@ def effective_charges(
 
 
 def _per_device(container: Sequence[ContainerDevice]) -> dict[str, _Usage]:
-    """One container's usage per device (several MIG instances of one GPU are held at once: summed)."""
+    """One container's usage per device (several slices of one device are held at once: summed)."""
     own: dict[str, _Usage] = {}
     for dev in container:
         o = own.get(dev.uuid)

@@ -7,7 +7,7 @@ simulate"); ``document`` builds it. Tables: ``render_summary`` (header, placemen
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 
 from hami.devices.table import DeviceTable
 from hami.protocol.allocation import ContainerDevice
@@ -80,7 +80,7 @@ def utilization_document(state: ClusterState) -> list[dict[str, object]]:
                         "health": info.health,
                         "cordoned": info.id in node.cordoned,
                         "unschedulable": node.unschedulable,
-                        "mig": _mig_instances(info, table.mig[i]).split() if info.mode == "mig" else None,
+                        "mig": _mig_instances(info, table.slices[i]).split() if info.mode == "mig" else None,
                         "blocked": table.broken[i],
                     }
                 )
@@ -154,7 +154,11 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 def _mig_labels(o: Outcome) -> dict[tuple[int, int], str]:
     if o.decision is None:
         return {}
-    return {(m.container_index, m.device_index): f"{m.profile}@{m.placement.start}" for m in o.decision.mig}
+    return {
+        (s.container, s.device): f"{s.slice.template}@{s.slice.position.start}"
+        for s in o.decision.slices.get("NVIDIA", ())
+        if isinstance(s.slice.position, MigPlacement)
+    }
 
 
 def _devices_cell(o: Outcome) -> str:
@@ -217,8 +221,9 @@ def render_pending(outcomes: Sequence[Outcome]) -> list[str]:
     return lines
 
 
-def _mig_instances(info: DeviceInfo, placements: Sequence[MigPlacement]) -> str:
+def _mig_instances(info: DeviceInfo, positions: Sequence[Hashable]) -> str:
     names = []
+    placements = [p for p in positions if isinstance(p, MigPlacement)]
     for p in sorted(placements, key=lambda p: (p.start, p.size)):
         profile = next((m.name for m in info.mig_profiles if p in m.placements), f"{p.size}-slice")
         names.append(f"{profile}@{p.start}")
@@ -229,7 +234,7 @@ def _device_note(table: DeviceTable, i: int, cordoned: frozenset[str]) -> str:
     info = table.infos[i]
     notes = []
     if info.mode == "mig":
-        instances = _mig_instances(info, table.mig[i])
+        instances = _mig_instances(info, table.slices[i])
         notes.append(f"MIG: {instances}" if instances else "MIG: no instances")
     if not info.health:
         notes.append("unhealthy")

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from hami.devices.base import ContainerRequest, Fitted, Placement, QuotaCheck, Selector, Unfit
+from hami.devices.base import ContainerRequest, Fitted, Placement, QuotaCheck, Selector, Slice, Unfit
 from hami.devices.common import EXHAUSTIVE_SUBSETS, best_combination, device_scores, fit_shared, worst_single
+from hami.devices.nvidia.mig import MigPartitions
 from hami.devices.table import DeviceTable
 from hami.protocol.allocation import ContainerDevice
 from hami.protocol.inventory import DeviceInfo, MigPlacement
@@ -52,7 +53,7 @@ def fit(
     selector: Selector = ANY,
     **ctx_args: Any,
 ) -> Fitted | Unfit:
-    return fit_shared(t, request, ctx(policy, **ctx_args), selector, NVIDIA)
+    return fit_shared(t, request, ctx(policy, **ctx_args), selector, NVIDIA, MigPartitions())
 
 
 # --- the checks of spec §6.2, each with its reason and numbers -------------------------------------------
@@ -74,7 +75,7 @@ def fit_one(
 ) -> Fitted | Unfit:
     t = table(device or gpu("GPU-0"), usage={0: usage})
     t.broken[0] = broken
-    t.mig[0] = tuple(mig)
+    t.slices[0] = tuple(mig)
     return fit(t, request or req(memreq=1000), policy, selector, cordoned=cordoned, quota=quota)
 
 
@@ -496,7 +497,7 @@ def test_best_combination_allows_negative_scores_and_keeps_the_first_tie() -> No
 
 
 def mig_placed(*items: tuple[int, str, int, int, str, MigPlacement]) -> Fitted:
-    return Fitted(tuple(Placement(i, cd(u, m, c), prof, pl) for i, u, m, c, prof, pl in items))
+    return Fitted(tuple(Placement(i, cd(u, m, c), Slice(prof, pl)) for i, u, m, c, prof, pl in items))
 
 
 def test_mig_instance_gets_profile_memory_and_cores() -> None:
@@ -506,7 +507,7 @@ def test_mig_instance_gets_profile_memory_and_cores() -> None:
 
 def test_mig_respects_occupied_placements() -> None:
     t = table(mig_gpu("GPU-M"), usage={0: (1, 19968, 42)})
-    t.mig[0] = (P(4, 4),)
+    t.slices[0] = (P(4, 4),)
     assert fit(t, req(memreq=3000)) == mig_placed((0, "GPU-M", 4864, 14, "1g.5gb", P(3, 1)))
 
 
@@ -529,7 +530,29 @@ def test_mig_instances_of_different_sizes_on_one_gpu() -> None:
 
 
 def test_mig_gpu_runs_out_of_placements() -> None:
-    assert fit(table(mig_gpu("GPU-M")), req(nums=8, memreq=1)) == Unfit({R.ALLOCATED_CARDS_INSUFFICIENT_REQUEST: 7}, 1)
+    # Seven 1g.5gb instances are planned; the eighth has no placement left: the GPU counts
+    # CardMigTopologyInfeasible (spec §6.8) beside the partial allocation, with the memory the plan left free.
+    assert fit(table(mig_gpu("GPU-M")), req(nums=8, memreq=1)) == Unfit(
+        {R.CARD_MIG_TOPOLOGY_INFEASIBLE: 1, R.ALLOCATED_CARDS_INSUFFICIENT_REQUEST: 7},
+        1,
+        (Rejection(R.CARD_MIG_TOPOLOGY_INFEASIBLE, "GPU-M", 1, 40960 - 7 * 4864),),
+    )
+
+
+def test_a_second_mig_instance_that_does_not_fit_counts_topology_infeasible() -> None:
+    # Two 3g.20gb instances fill the A100; the third of this container cannot be placed on it.
+    outcome = fit(table(mig_gpu("GPU-M")), req(nums=3, memreq=19000))
+    assert isinstance(outcome, Unfit)
+    assert outcome.counts == {R.CARD_MIG_TOPOLOGY_INFEASIBLE: 1, R.ALLOCATED_CARDS_INSUFFICIENT_REQUEST: 2}
+
+
+def test_a_mig_gpu_without_profiles_is_never_shared_as_a_whole_card() -> None:
+    # HAMi plans instances on every mig-mode GPU; with no profile registered none can be planned. (Handing such a
+    # GPU out as a shared card would give its pod no instance, and the ledger then fails the GPU closed.)
+    bare = gpu("GPU-M", devmem=40960, mode="mig")
+    assert fit(table(bare), req(memreq=1000)) == unfit(
+        R.CARD_MIG_TOPOLOGY_INFEASIBLE, Rejection(R.CARD_MIG_TOPOLOGY_INFEASIBLE, "GPU-M", 1000, 40960)
+    )
 
 
 def test_mig_excluded_by_mode_keeps_the_device_count_check() -> None:
@@ -541,7 +564,7 @@ def test_mig_excluded_by_mode_keeps_the_device_count_check() -> None:
 def test_mig_and_shared_gpus_together() -> None:
     t = table(mig_gpu("GPU-M"), gpu("GPU-1", index=1, devmem=40960), usage={1: (1, 1000, 0)})
     assert fit(t, req(nums=2, memreq=9000), "binpack") == Fitted(
-        (Placement(1, cd("GPU-1", 9000)), Placement(0, cd("GPU-M", 9984, 28), "2g.10gb", P(0, 2)))
+        (Placement(1, cd("GPU-1", 9000)), Placement(0, cd("GPU-M", 9984, 28), Slice("2g.10gb", P(0, 2))))
     )
 
 

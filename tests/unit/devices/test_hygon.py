@@ -7,8 +7,10 @@ from typing import Any
 import msgspec
 import pytest
 
+from hami.devices import registered_keys
+from hami.devices.admission import ContainerEdit, CountInLimits
 from hami.devices.base import MEM_PERCENTAGE_UNSET, ContainerRequest, Fitted, NodeInventory, Placement
-from hami.devices.hygon import HygonVendor
+from hami.devices.hygon import HYGON_KEYS, HygonVendor
 from hami.errors import QuantityError
 from hami.protocol import keys
 from hami.protocol.allocation import ContainerDevice
@@ -79,7 +81,7 @@ def test_parse_request_rejects(dcu: HygonVendor, limits: dict[str, Any], field: 
 
 
 def test_identity(dcu: HygonVendor) -> None:
-    assert (dcu.name, dcu.keys) == (DCU, keys.HYGON_KEYS)
+    assert (dcu.name, dcu.keys) == (DCU, HYGON_KEYS)
     assert (dcu.resources.count, dcu.resources.memory, dcu.resources.core) == (COUNT, MEM, CORES)
 
 
@@ -105,7 +107,27 @@ def test_fit_records_the_vendor_key(dcu: HygonVendor) -> None:
 def test_decode_inventory(dcu: HygonVendor) -> None:
     assert dcu.decode_inventory(Node()) is None
     node = msgspec.convert(
-        {"metadata": {"annotations": {keys.HYGON_KEYS.register: "DCU-a,4,16384,100,DCU-Z100,1,true,0,hami-core:"}}},
+        {"metadata": {"annotations": {HYGON_KEYS.register: "DCU-a,4,16384,100,DCU-Z100,1,true,0,hami-core:"}}},
         Node,
     )
     assert dcu.decode_inventory(node) == NodeInventory((gpu("DCU-a", count=4, devmem=16384, type="DCU-Z100", numa=1),))
+
+
+def test_what_it_owns_behind_the_interface(dcu: HygonVendor) -> None:
+    # HAMi's default admission (found iff the count is in limits), no NUMA annotation, no partitions or slices.
+    admitter = dcu.admitter()
+    assert isinstance(admitter, CountInLimits)
+    assert admitter.admit(_container({COUNT: 1}), "containers[0](c)", ContainerEdit()) is True
+    assert admitter.admit(_container(requests={COUNT: 1}), "containers[0](c)", ContainerEdit()) is False
+    assert (dcu.partitions, dcu.numa_bind({keys.NVIDIA_NUMA_BIND: "not read"}), dcu.extra_annotations(())) == (
+        None,
+        False,
+        {},
+    )
+    assert dcu.decode_slices({"hami.io/vgpu-mig-allocations": "not read"}) == ()
+    assert (dcu.keys.extra, dcu.keys.lock) == ((), "hami.io/mutex.lock")
+
+
+def test_its_keys_are_registered_for_the_node_agent() -> None:
+    # The node agent learns every vendor's allocation keys from the registry, not from a central list.
+    assert registered_keys() == (keys.NVIDIA_KEYS, HYGON_KEYS)

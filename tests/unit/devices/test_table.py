@@ -31,7 +31,7 @@ def test_uncharging_one_of_two_equal_placements_keeps_the_other() -> None:
     t.charge(0, 1, 0, 0, [P(6, 1)])
     t.charge(0, 1, 0, 0, [P(6, 1)])
     t.charge(0, 1, 0, 0, [P(6, 1)], sign=-1)
-    assert t.mig[0] == (P(6, 1),)
+    assert t.slices[0] == (P(6, 1),)
 
 
 def test_scratch_copies_usage_and_shares_inventory() -> None:

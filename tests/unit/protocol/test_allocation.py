@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hami.devices.hygon import HYGON_KEYS
 from hami.errors import AnnotationError, InvalidInput
 from hami.protocol import keys
 from hami.protocol.allocation import (
@@ -99,7 +100,7 @@ def test_rejections_name_field_and_position(value: str, reason: str, position: i
 
 def test_other_vendor_key_is_named_in_errors() -> None:
     with pytest.raises(AnnotationError, match=r"^hami\.io/dcu-devices-allocated: "):
-        decode_pod_devices("x,y:;", keys.HYGON_KEYS.allocated)
+        decode_pod_devices("x,y:;", HYGON_KEYS.allocated)
 
 
 @pytest.mark.parametrize(

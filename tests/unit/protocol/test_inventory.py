@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hami.devices.hygon import HYGON_KEYS
 from hami.errors import AnnotationError, InvalidInput
 from hami.protocol import keys
 from hami.protocol.inventory import (
@@ -18,7 +19,7 @@ from hami.protocol.inventory import (
 
 from .support import HAMI, WIRE_TEXT, decodes_or_rejects, device_infos, mutated
 
-DCU = keys.HYGON_KEYS.register
+DCU = HYGON_KEYS.register
 
 TWO_T4 = (
     '[{"id":"GPU-0a1","count":10,"devmem":15360,"devcore":100,"type":"NVIDIA-Tesla T4","mode":"hami-core",'

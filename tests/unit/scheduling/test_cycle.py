@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from hami.devices.nvidia.mig import mig_allocations
 from hami.protocol import keys
 from hami.protocol.allocation import ContainerDevice, MigAllocation
 from hami.protocol.inventory import MigPlacement
@@ -28,6 +29,11 @@ from tests.unit.scheduling.builders import (
 NOW = 1_700_000_000
 TO_ALLOCATE, ALLOCATED = "hami.io/vgpu-devices-to-allocate", "hami.io/vgpu-devices-allocated"
 P = MigPlacement
+
+
+def mig(decision: Decision) -> tuple[MigAllocation, ...]:
+    """The decision's MIG instances as NVIDIA annotates them (its slices, through the NVIDIA vendor's encoder)."""
+    return tuple(mig_allocations(decision.slices.get(NVIDIA, ())))
 
 
 def cd(uuid: str, mem: int, cores: int = 0, vendor: str = NVIDIA) -> ContainerDevice:
@@ -100,7 +106,7 @@ def test_mig_reservations_are_annotated() -> None:
     request = pod_request(req(memreq=3000), req(nums=2, memreq=9000), kinds=(Kind.INIT, Kind.APP))
     decision = decide(s, request, ["node-1"], NOW)
     assert decision.devices == {NVIDIA: ((cd("GPU-M", 4864, 14),), (cd("GPU-M", 9984, 28), cd("GPU-M", 9984, 28)))}
-    assert decision.mig == (
+    assert mig(decision) == (
         MigAllocation(0, 0, "GPU-M", "1g.5gb", P(6, 1)),
         MigAllocation(1, 0, "GPU-M", "2g.10gb", P(0, 2)),
         MigAllocation(1, 1, "GPU-M", "2g.10gb", P(2, 2)),
@@ -281,7 +287,7 @@ def test_reserve_records_mig_placements() -> None:
     reserve(s, request, decide(s, request, ["node-1"], NOW))
     assert s.nodes["node-1"].tables[NVIDIA].usage_of(0) == (2, 9728, 28, (P(6, 1), P(5, 1)))
     nxt = pod_request(req(memreq=3000), uid="uid-2")
-    assert decide(s, nxt, ["node-1"], NOW).mig == (MigAllocation(0, 0, "GPU-M", "1g.5gb", P(4, 1)),)
+    assert mig(decide(s, nxt, ["node-1"], NOW)) == (MigAllocation(0, 0, "GPU-M", "1g.5gb", P(4, 1)),)
     unreserve(s, "uid-1")
     assert s.nodes["node-1"].tables[NVIDIA].usage_of(0) == (0, 0, 0, ())
 
@@ -305,7 +311,7 @@ def test_a100_mig_sequence_through_the_ledger() -> None:
         request = pod_request(req(memreq=memory), uid=f"uid-{k}")
         decision = decide(s, request, ["node-1"], NOW)
         reserve(s, request, decision)
-        chosen.append((decision.mig[0].profile, decision.mig[0].placement))
+        chosen.append((mig(decision)[0].profile, mig(decision)[0].placement))
     assert chosen == [("3g.20gb", P(4, 4)), ("2g.10gb", P(0, 2)), ("1g.5gb", P(3, 1)), ("1g.5gb", P(2, 1))]
     assert s.nodes["node-1"].tables[NVIDIA].usage_of(0) == (
         4,
@@ -318,7 +324,7 @@ def test_a100_mig_sequence_through_the_ledger() -> None:
     # The second 2g.10gb pod leaving frees slices 0–1 for the next one.
     unreserve(s, "uid-1")
     again = decide(s, pod_request(req(memreq=9000), uid="uid-10"), ["node-1"], NOW)
-    assert again.mig == (MigAllocation(0, 0, "GPU-M", "2g.10gb", P(0, 2)),)
+    assert mig(again) == (MigAllocation(0, 0, "GPU-M", "2g.10gb", P(0, 2)),)
 
 
 def test_a_node_refused_only_by_the_namespace_quota_is_not_unresolvable() -> None:

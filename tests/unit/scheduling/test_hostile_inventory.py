@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hami.devices.hygon import HYGON_KEYS
 from hami.protocol import keys
 from hami.protocol.inventory import (
     MAX_DEVCORE,
@@ -34,7 +35,7 @@ from tests.unit.scheduling.builders import DCU, NVIDIA, vendors
 
 INT32_MAX = 2**31 - 1
 NVIDIA_KEY = keys.NVIDIA_REGISTER
-DCU_KEY = keys.HYGON_KEYS.register
+DCU_KEY = HYGON_KEYS.register
 
 Device = dict[str, Any]
 

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hami.devices.base import MEM_PERCENTAGE_UNSET, ContainerRequest, NodeInventory
-from hami.devices.mig import overlaps
+from hami.devices.nvidia.mig import overlaps
 from hami.protocol.inventory import DeviceInfo
 from hami.scheduling.cycle import Decision, decide, reserve, unreserve
 from hami.scheduling.request import PodRequest
@@ -288,7 +288,7 @@ def test_mig_instances_never_overlap(pods: list[tuple[int, int]], removals: list
             placed.append(request.uid)
         table = s.nodes["node-1"].tables[NVIDIA]
         for i in range(len(table)):
-            taken = table.mig[i]
+            taken = table.slices[i]
             for a in range(len(taken)):
                 for b in range(a + 1, len(taken)):
                     assert not overlaps(taken[a], taken[b]), (table.infos[i].id, taken)

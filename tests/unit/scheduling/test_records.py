@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from hami.protocol import keys
-from hami.protocol.allocation import ContainerDevice, MigAllocation
+from hami.protocol.allocation import ContainerDevice
 from hami.protocol.inventory import MigPlacement
 from hami.scheduling.cycle import decide, reserve
 from hami.scheduling.records import holds_devices, init_containers_done, is_terminal, record_from_pod
@@ -50,7 +50,7 @@ def test_record_reads_the_allocated_annotation() -> None:
     assert (r.uid, r.namespace, r.name, r.node, r.key, r.problem) == ("u-7", "ns", "web", "node-1", "ns/web", None)
     assert r.devices == {NVIDIA: ((cd("GPU-0", 3000, 30),),)}
     assert r.charges == (Charge(NVIDIA, "GPU-0", 1, 3000, 30),)
-    assert (r.mig, r.mig_allocations) == ((), ())
+    assert r.slices == ()
 
 
 def test_an_undecodable_allocation_is_charged_from_an_intact_to_allocate() -> None:
@@ -137,11 +137,7 @@ def test_mig_reservations_are_read() -> None:
     p = placed({ALLOCATED: "GPU-M,NVIDIA,4864,14:GPU-M,NVIDIA,4864,14:;", keys.NVIDIA_MIG_ALLOCATIONS: value})
     r = record_from_pod(p, vendors())
     assert r is not None
-    assert r.mig == (("GPU-M", P(6, 1)), ("GPU-M", P(5, 1)))
-    assert r.mig_allocations == (
-        MigAllocation(0, 0, "GPU-M", "1g.5gb", P(6, 1)),
-        MigAllocation(0, 1, "GPU-M", "1g.5gb", P(5, 1)),
-    )
+    assert r.slices == ((NVIDIA, "GPU-M", P(6, 1)), (NVIDIA, "GPU-M", P(5, 1)))
     assert r.charges == (Charge(NVIDIA, "GPU-M", 2, 9728, 28),)
 
 

@@ -13,6 +13,7 @@ from hami.protocol import keys
 from hami.protocol.allocation import ContainerDevice, MigAllocation
 from hami.protocol.inventory import DeviceInfo, MigPlacement
 from hami.protocol.objects import Node
+from hami.protocol.reasons import Reason
 from hami.scheduling.cycle import decide
 from hami.scheduling.state import ClusterState, NodeState, PodRecord, parse_cordon
 from hami.scheduling.usage import Kind, effective_charges
@@ -51,8 +52,7 @@ def record(
         node=node,
         devices=devices,
         charges=effective_charges(devices, kinds),
-        mig=tuple((m.gpu_uuid, m.placement) for m in mig),
-        mig_allocations=tuple(mig),
+        slices=tuple((NVIDIA, m.gpu_uuid, m.placement) for m in mig),
     )
 
 
@@ -276,7 +276,7 @@ def test_verify_catches_corrupted_mig_placements() -> None:
     alloc = MigAllocation(0, 0, "GPU-M", "1g.5gb", P(6, 1))
     s.apply(record("uid-1", "node-1", [("GPU-M", 4864, 14)], mig=[alloc]), add=True)
     assert s.verify() == []
-    s.nodes["node-1"].tables[NVIDIA].mig[0] = (P(5, 1),)
+    s.nodes["node-1"].tables[NVIDIA].slices[0] = (P(5, 1),)
     assert len(s.verify()) == 1
 
 
@@ -327,9 +327,26 @@ def test_pod_on_a_mig_gpu_without_its_placement_marks_it_broken() -> None:
     s.apply(r, add=True)
     t = s.nodes["node-1"].tables[NVIDIA]
     assert t.broken == ["MIG task of default/pod-1 has no placement on this GPU", None]
-    assert t.mig == [(), (P(6, 1),)]
+    assert t.slices == [(), (P(6, 1),)]
     # A node update recomputes the flags from the records.
     s.set_node("node-1", {NVIDIA: NodeInventory((mig_gpu("GPU-M"), mig_gpu("GPU-N", index=1)))})
     assert s.nodes["node-1"].tables[NVIDIA].broken == ["MIG task of default/pod-1 has no placement on this GPU", None]
+    s.apply(r, add=False)
+    assert (s.nodes["node-1"].tables[NVIDIA].broken, s.verify()) == ([None, None], [])
+
+
+def test_pod_on_a_mig_gpu_without_any_mig_annotation_marks_it_broken() -> None:
+    # Spec §6.8 fail-closed: the pod holds GPU-M but says nothing about which instance; any instance may be the
+    # one in use, so none may be handed out until the pod leaves.
+    s = state({"node-1": [mig_gpu("GPU-M"), gpus(2)[1]]})
+    r = record("uid-1", "node-1", [("GPU-M", 4864, 14)])
+    s.apply(r, add=True)
+    t = s.nodes["node-1"].tables[NVIDIA]
+    assert t.broken == ["MIG task of default/pod-1 has no placement on this GPU", None]
+    verdict = decide(s, pod_request(req(memreq=3000), uid="uid-9", gpu_policy="binpack"), ["node-1"], 0)
+    assert verdict.devices[NVIDIA] == ((ContainerDevice("GPU-1", NVIDIA, 3000, 0),),)
+    only_mig = pod_request(req(memreq=3000), uid="uid-9", annotations={keys.NVIDIA_USE_GPUUUID: "GPU-M"})
+    refused = decide(s, only_mig, ["node-1"], 0).rejected["node-1"]
+    assert refused.counts == {Reason.CARD_NOT_HEALTH: 1, Reason.CARD_UUID_MISMATCH: 1}
     s.apply(r, add=False)
     assert (s.nodes["node-1"].tables[NVIDIA].broken, s.verify()) == ([None, None], [])

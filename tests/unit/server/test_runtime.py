@@ -11,6 +11,7 @@ import pytest
 
 import hami.server.runtime as runtime_module
 from hami.config import SchedulerSettings, default_device_config
+from hami.devices.hygon import HYGON_KEYS
 from hami.k8s.config import KubeConfig
 from hami.k8s.records import Lease, LeaseSpec, ObjectRef
 from hami.k8s.tasks import Supervisor
@@ -100,7 +101,7 @@ async def test_handshake_is_stamped_only_on_nodes_that_register_the_vendor(
     else:
         assert value == node.metadata.annotations.get(keys.NVIDIA_HANDSHAKE, "")
     assert ("patch_node_annotations" in wired.world.cluster.calls) is stamped
-    assert wired.world.cluster.nodes["n1"].metadata.annotations.get(keys.HYGON_KEYS.handshake or "") is None
+    assert wired.world.cluster.nodes["n1"].metadata.annotations.get(HYGON_KEYS.handshake or "") is None
 
 
 # --- quarantine -------------------------------------------------------------------------------------------
@@ -247,7 +248,7 @@ def test_parse_bind(bind: str, expected: tuple[str, int]) -> None:
         ),
         pytest.param(
             "DCU",
-            keys.HYGON_KEYS.register,
+            HYGON_KEYS.register,
             "DCU-0,4,-16384,100,DCU-Z100,0,true,0,hami-core:",
             "hami.io/node-dcu-register devices[0].devmem: device 'DCU-0' (index 0): the memory in MiB must be between"
             " 0 and 2147483647 (got -16384)",

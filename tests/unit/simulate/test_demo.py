@@ -7,6 +7,7 @@ from importlib import resources
 from pathlib import Path
 
 from hami.config import default_device_config
+from hami.devices.nvidia.mig import mig_allocations
 from hami.protocol.inventory import decode_inventory_json, encode_inventory_json
 from hami.scheduling.request import SchedulingDefaults
 from hami.simulate.demo import DEMO_CLUSTER, DEMO_WORKLOAD, demo_sources
@@ -55,7 +56,10 @@ def test_demo_places_every_pod_as_described() -> None:
 
 def test_demo_mig_pods_get_the_smallest_fitting_profile() -> None:
     _, outcomes = _run()
-    mig = {pod: outcomes[pod].decision.mig for pod in ("demo/mig-2g", "demo/mig-1g")}  # type: ignore[union-attr]
+    mig = {
+        pod: mig_allocations(outcomes[pod].decision.slices["NVIDIA"])  # type: ignore[union-attr]
+        for pod in ("demo/mig-2g", "demo/mig-1g")
+    }
     assert {pod: [(m.profile, m.placement.start, m.placement.size) for m in ms] for pod, ms in mig.items()} == {
         "demo/mig-2g": [("2g.20gb", 0, 2)],
         "demo/mig-1g": [("1g.10gb", 6, 1)],

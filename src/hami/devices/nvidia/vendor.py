@@ -3,24 +3,38 @@
 Inventory comes from ``hami.io/node-nvidia-register`` (JSON, or the legacy colon format that HAMi ≤ v2.7
 plugins wrote) plus the optional pair scores in ``hami.io/node-nvidia-score``; allocations go to
 ``hami.io/vgpu-devices-to-allocate`` / ``hami.io/vgpu-devices-allocated`` and, for MIG instances,
-``hami.io/vgpu-mig-allocations``. The fit itself is the shared loop (``hami.devices.common``).
+``hami.io/vgpu-mig-allocations``. The fit itself is the shared loop (``hami.devices.common``) with MIG as its
+partition hook (``hami.devices.nvidia.mig.MigPartitions``); admission is ``hami.devices.nvidia.admission``.
+Legacy MIG UUIDs in allocations (``GPU-x[7-9]``, HAMi ≤ v2.9) are charged to their physical GPU.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping, Sequence
 
 from hami.config import NvidiaConfig
+from hami.devices.admission import Admitter
 from hami.devices.base import (
     ContainerRequest,
     NodeInventory,
     Selector,
+    SliceAt,
+    parse_bool,
     parse_type_list,
     parse_uuid_list,
 )
 from hami.devices.common import SharedDeviceVendor
+from hami.devices.nvidia.admission import NvidiaAdmission, NvidiaAdmitter
+from hami.devices.nvidia.mig import MigPartitions, mig_allocations
 from hami.devices.nvidia.request import parse_nvidia_request
 from hami.protocol import keys
+from hami.protocol.allocation import (
+    ContainerDevice,
+    PodDevices,
+    decode_mig_allocations,
+    encode_mig_allocations,
+    split_legacy_mig_uuid,
+)
 from hami.protocol.inventory import decode_inventory_json, decode_inventory_legacy
 from hami.protocol.objects import Container, Node
 from hami.protocol.scores import decode_pair_scores, pair_score_table
@@ -37,6 +51,27 @@ class NvidiaVendor(SharedDeviceVendor):
     def __init__(self, config: NvidiaConfig) -> None:
         super().__init__(config)
         self.config = config
+        self.partitions = MigPartitions()
+
+    def admitter(self) -> Admitter:
+        return NvidiaAdmitter(NvidiaAdmission.from_config(self.config))
+
+    def numa_bind(self, annotations: Mapping[str, str]) -> bool:
+        raw = annotations.get(keys.NVIDIA_NUMA_BIND)
+        return parse_bool(raw, keys.NVIDIA_NUMA_BIND) if raw is not None else False
+
+    def decode(self, value: str, field: str) -> PodDevices:
+        return _strip_legacy(super().decode(value, field))
+
+    def extra_annotations(self, slices: Sequence[SliceAt]) -> dict[str, str]:
+        allocations = mig_allocations(slices)
+        return {keys.NVIDIA_MIG_ALLOCATIONS: encode_mig_allocations(allocations)} if allocations else {}
+
+    def decode_slices(self, annotations: Mapping[str, str]) -> tuple[tuple[str, Hashable], ...]:
+        raw = annotations.get(keys.NVIDIA_MIG_ALLOCATIONS)
+        if not raw:
+            return ()
+        return tuple((m.gpu_uuid, m.placement) for m in decode_mig_allocations(raw, keys.NVIDIA_MIG_ALLOCATIONS))
 
     def parse_request(self, container: Container, field: str) -> ContainerRequest | None:
         return parse_nvidia_request(container, self.config, field)
@@ -68,3 +103,15 @@ class NvidiaVendor(SharedDeviceVendor):
             nouse_uuids=parse_uuid_list(annotations.get(keys.NVIDIA_NOUSE_GPUUUID)),
             modes=modes,
         )
+
+
+def _strip_legacy(devices: PodDevices) -> PodDevices:
+    """Legacy template-MIG UUIDs (``GPU-x[7-9]``) name their physical GPU first: charge that GPU."""
+    out = []
+    for container in devices:
+        fixed = []
+        for dev in container:
+            uuid, _ = split_legacy_mig_uuid(dev.uuid) if "[" in dev.uuid else (dev.uuid, None)
+            fixed.append(dev if uuid == dev.uuid else ContainerDevice(uuid, dev.type, dev.usedmem, dev.usedcores))
+        out.append(tuple(fixed))
+    return tuple(out)

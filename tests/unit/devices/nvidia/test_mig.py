@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hami.devices.mig import overlaps, plan_instances, select_instance
+from hami.devices.nvidia.mig import overlaps, plan_instances, select_instance
 from hami.protocol.inventory import MigPlacement, MigProfile
 from tests.unit.scheduling.builders import A100_PROFILES
 
