@@ -153,7 +153,7 @@ def _card_verdicts(state: ClusterState, node: NodeState, req: PodRequest) -> tup
         for i, info in enumerate(table.infos):
             single = DeviceTable(vendor, (info,))
             single.used[0], single.usedmem[0], single.usedcores[0] = table.used[i], table.usedmem[i], table.usedcores[i]
-            single.mig[0], single.broken[0] = table.mig[i], table.broken[i]
+            single.slices[0], single.broken[0] = table.slices[i], table.broken[i]
             outcome = state.vendors[vendor].fit(single, one_each, ctx, req.selectors[vendor])
             verdict = "fits" if not isinstance(outcome, Unfit) else ", ".join(sorted(r.value for r in outcome.counts))
             out.append(
