@@ -149,6 +149,30 @@ def _placements_section(outcomes: Sequence[Outcome]) -> str:
     )
 
 
+def _fragmentation_section(doc: object | None) -> str:
+    """The per-model fragmentation table (the JSON's ``fragmentation`` field; see ``hami top``)."""
+    if not isinstance(doc, dict):
+        return ""
+    rows = [
+        [
+            m["vendor"],
+            m["model"],
+            str(m["cards"]),
+            str(m["wholeFreeCards"]),
+            str(m["freeMemoryMiB"]),
+            str(m["strandedMemoryMiB"]),
+            str(m["strandedCores"]),
+            f"{m['largestSlice']['memoryMiB']} MiB, {m['largestSlice']['cores']}%",
+        ]
+        for m in doc.get("models", [])
+    ]
+    header = ["VENDOR", "MODEL", "CARDS", "FREE CARDS", "FREE MiB", "STRANDED MiB", "STRANDED CORES", "LARGEST SLICE"]
+    return (
+        f'<h2>Fragmentation</h2><p class="muted">Cluster index {escape(str(doc.get("index")))}: the share of free '
+        "device memory that no pod shape seen can use.</p>" + _table(header, rows)
+    )
+
+
 def render_html(title: str, state: ClusterState, outcomes: Sequence[Outcome]) -> str:
     """The whole page as text (UTF-8 when written)."""
     rows = utilization_document(state)
@@ -160,9 +184,7 @@ def render_html(title: str, state: ClusterState, outcomes: Sequence[Outcome]) ->
         _pending_section(outcomes),
         _placements_section(outcomes),
     ]
-    fragmentation = fragmentation_document(state)
-    if fragmentation is not None:
-        sections.append(f"<h2>Fragmentation</h2><pre>{escape(str(fragmentation))}</pre>")
+    sections.append(_fragmentation_section(fragmentation_document(state)))
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f"<title>{escape(title)}</title><style>{_STYLE}</style></head><body>" + "".join(sections) + "</body></html>\n"

@@ -70,6 +70,18 @@ def test_report_is_self_contained(tmp_path: Path) -> None:
     assert "CardInsufficientMemory" in html
 
 
+def test_report_shows_the_fragmentation_of_the_json_document(tmp_path: Path) -> None:
+    page, doc = _report(tmp_path, "--snapshot", DATA / "fragmented.yaml", DATA / "pods-web.yaml")
+    html = page.read_text(encoding="utf-8")
+    fragmentation = doc["fragmentation"]
+    assert isinstance(fragmentation, dict)
+    assert f"Cluster index {fragmentation['index']}" in html
+    for model in fragmentation["models"]:
+        row = f"<td>{model['model']}</td><td>{model['cards']}</td><td>{model['wholeFreeCards']}</td>"
+        assert row in html
+    assert "{'" not in html  # a table, not a Python repr
+
+
 @pytest.mark.parametrize("target", ["demo", "no-pending"])
 def test_chromium_draws_every_plot(tmp_path: Path, target: str) -> None:
     if target == "demo":
