@@ -42,14 +42,17 @@ import threading
 import uuid as uuidlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
 from hami.deviceplugin.nvml import GpuInstanceProfile, MigInstance, NvmlError, TopologyLevel, XidEvent
 from hami.errors import ConfigError
 
-__all__ = ["FakeGpu", "FakeNvmlLib", "load_fake_nvml"]
+__all__ = ["FakeGpu", "FakeNvmlLib", "load_fake_nvml", "load_fixture"]
+
+
+_Fake = TypeVar("_Fake", bound="FakeNvmlLib")
 
 
 class FakeGpu:
@@ -258,6 +261,12 @@ class FakeNvmlLib:
 
 def load_fake_nvml(path: Path) -> FakeNvmlLib:
     """Read a fixture file (format in the module docstring). Raises ``ConfigError`` naming the file."""
+    return load_fixture(path, FakeNvmlLib)
+
+
+def load_fixture(path: Path, kind: type[_Fake]) -> _Fake:
+    """Read a fixture file into ``kind``: ``FakeNvmlLib`` or a subclass that reads more of the fixture (the
+    monitor's statistics). Raises ``ConfigError`` naming the file."""
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
@@ -265,7 +274,7 @@ def load_fake_nvml(path: Path) -> FakeNvmlLib:
     if not isinstance(data, dict):
         raise ConfigError(str(path), data, "a fake NVML fixture must be a mapping with a 'devices' list")
     try:
-        return FakeNvmlLib(data)
+        return kind(data)
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(str(path), "", f"malformed fake NVML fixture: {exc}") from exc
 

@@ -20,11 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import yaml
-
-from hami.deviceplugin.fakenvml import FakeNvmlLib
+from hami.deviceplugin.fakenvml import FakeNvmlLib, load_fixture
 from hami.deviceplugin.nvml import NvmlError, NvmlLib, PynvmlLib
-from hami.errors import ConfigError
 
 __all__ = ["FakeStatsNvml", "GpuStats", "PynvmlStats", "StatsNvml", "load_fake_stats", "read_gpu_stats"]
 
@@ -105,17 +102,8 @@ class FakeStatsNvml(FakeNvmlLib):
 
 
 def load_fake_stats(path: Path) -> FakeStatsNvml:
-    """Read a fixture file. Raises ``ConfigError`` naming the file."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(str(path), "", f"cannot read fake NVML fixture: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(str(path), data, "a fake NVML fixture must be a mapping with a 'devices' list")
-    try:
-        return FakeStatsNvml(data)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(str(path), "", f"malformed fake NVML fixture: {exc}") from exc
+    """Read a fixture file (the device plugin's format plus ``stats:``). Raises ``ConfigError`` naming the file."""
+    return load_fixture(path, FakeStatsNvml)
 
 
 @dataclass(frozen=True, slots=True)
