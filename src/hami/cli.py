@@ -229,6 +229,9 @@ def scheduler(
     node_lock_retry_timeout: str | None = typer.Option(
         None, "--node-lock-retry-timeout", help="How long a PodGroup member's bind waits for a locked node (28s)."
     ),
+    bind_lock_wait: str | None = typer.Option(
+        None, "--bind-lock-wait", help="How long a bind waits for another hami bind's node lock hand-over (20s)."
+    ),
     kube_timeout: str | None = typer.Option(None, "--kube-timeout", help="API request timeout, e.g. 10s (0: 30s)."),
     force_overwrite_default_scheduler: bool | None = typer.Option(
         None, "--force-overwrite-default-scheduler/--no-force-overwrite-default-scheduler"
@@ -261,6 +264,7 @@ def scheduler(
         "kube_burst": kube_burst,
         "node_lock_timeout": node_lock_timeout,
         "node_lock_retry_timeout": node_lock_retry_timeout,
+        "bind_lock_wait": bind_lock_wait,
         "kube_timeout": kube_timeout,
         "force_overwrite_default_scheduler": force_overwrite_default_scheduler,
         "leader_elect": leader_elect,
