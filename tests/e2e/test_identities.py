@@ -59,7 +59,8 @@ ALLOWED: dict[str, list[Check]] = {
         ("patch", "pods", {"namespace": "tenant"}), ("create", "pods/binding", {"namespace": "tenant"}),
         ("list", "nodes", {}), ("watch", "nodes", {}), ("get", "nodes", {}), ("patch", "nodes", {}),
         ("create", "events", {"namespace": "tenant"}), ("patch", "events", {"namespace": "tenant"}),
-        ("list", "resourcequotas", {}), ("watch", "resourcequotas", {}), ("get", "leases", LEASE), ("list", "leases", LEASE), ("watch", "leases", LEASE),
+        ("list", "resourcequotas", {}), ("watch", "resourcequotas", {}),
+        ("get", "leases", LEASE), ("list", "leases", LEASE), ("watch", "leases", LEASE),
     ],
     KUBE_SCHEDULER_SA: [
         ("list", "pods", {}), ("create", "pods/binding", {"namespace": "tenant"}),
