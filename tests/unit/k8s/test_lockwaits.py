@@ -104,3 +104,16 @@ async def test_a_deleted_node_wakes_its_waiters() -> None:
     waits.gone("n")
     await spin()
     assert waiter.done()
+
+
+async def test_a_waiter_cancelled_after_it_was_woken_passes_its_turn_on() -> None:
+    waits = NodeLockWaits()
+    waits.seen("n", A)
+    first = asyncio.create_task(waits.wait("n", "ns/a", 30))
+    second = asyncio.create_task(waits.wait("n", "ns/a", 30))
+    await spin()
+    waits.seen("n", None)  # wakes the first ...
+    first.cancel()  # ... whose bind is abandoned before it could try
+    await spin()
+    assert first.cancelled()
+    assert second.result() is True
