@@ -566,6 +566,13 @@ def scheduler(
         metavar="DURATION",
         help="Timeout of one API request (watches excepted); 0 means 30s." + _default("kube_timeout", "0"),
     ),
+    bind_lock_wait: str | None = typer.Option(
+        None,
+        "--bind-lock-wait",
+        metavar="DURATION",
+        help="How long a bind waits for another hami bind's node lock hand-over; 0 fails at once."
+        + _default("bind_lock_wait", "20s"),
+    ),
     force_overwrite_default_scheduler: bool | None = typer.Option(
         None,
         "--force-overwrite-default-scheduler/--no-force-overwrite-default-scheduler",
@@ -630,6 +637,7 @@ def scheduler(
         "kube_burst": kube_burst,
         "node_lock_timeout": node_lock_timeout,
         "node_lock_retry_timeout": node_lock_retry_timeout,
+        "bind_lock_wait": bind_lock_wait,
         "kube_timeout": kube_timeout,
         "force_overwrite_default_scheduler": force_overwrite_default_scheduler,
         "leader_elect": leader_elect,

@@ -48,7 +48,7 @@ def _show(value: object, limit: int = 120) -> str:
     else:
         try:
             text = json.dumps(value, ensure_ascii=False, default=str)
-        except ValueError:  # a circular structure: not something a person wrote
+        except (ValueError, RecursionError):  # circular or nested past the encoder's depth: not written by a person
             text = type(value).__name__
     if len(text) > limit:
         text = text[:limit] + f"…(+{len(text) - limit} chars)"

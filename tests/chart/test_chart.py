@@ -264,7 +264,7 @@ def test_rbac_grants_exactly_the_verbs_hami_uses() -> None:
         ("", "pods", ("get", "list", "watch", "patch"), ()),
         ("", "pods/binding", ("create",), ()),
         ("", "nodes", ("get", "list", "watch", "patch"), ()),
-        ("", "events", ("create",), ()),
+        ("", "events", ("create", "patch"), ()),
         ("", "resourcequotas", ("list", "watch"), ()),
         ("authentication.k8s.io", "tokenreviews", ("create",), ()),
         ("authorization.k8s.io", "subjectaccessreviews", ("create",), ()),

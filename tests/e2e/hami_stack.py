@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import threading
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -235,6 +236,18 @@ def pod_events(kube: KubeClient, namespace: str, pod: str) -> list[tuple[str, st
     items = kube.get(f"/api/v1/namespaces/{namespace}/events", fieldSelector=f"involvedObject.name={pod}")["items"]
     items.sort(key=lambda e: (e.get("firstTimestamp") or "", e["metadata"]["name"]))
     return [(e["source"].get("component", ""), e["type"], e["reason"], e["message"]) for e in items]
+
+
+def api_requests(kube: KubeClient) -> Counter[tuple[str, str]]:
+    """Requests kube-apiserver has served since it started, by (verb, resource): ``apiserver_request_total`` on its
+    /metrics (a ``Counter``: subtract two readings)."""
+    out: Counter[tuple[str, str]] = Counter()
+    for family in text_string_to_metric_families(kube.get("/metrics")):
+        if family.name == "apiserver_request":
+            for sample in family.samples:
+                if sample.name == "apiserver_request_total":
+                    out[(sample.labels["verb"], sample.labels["resource"])] += int(sample.value)
+    return out
 
 
 def is_bound(pod: Mapping[str, Any]) -> bool:

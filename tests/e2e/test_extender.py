@@ -26,6 +26,7 @@ from tests.e2e.hami_stack import (
     FakeDevicePlugin,
     HamiScheduler,
     Usage,
+    api_requests,
     extender_config,
     gpu_limits,
     is_bound,
@@ -256,6 +257,33 @@ def test_pod_that_fits_nowhere_stays_pending_with_the_reasons(stack: StackFactor
     assert s.hami.ledger() == {}
 
 
+def test_repeated_filtering_failures_of_a_pending_pod_are_folded_into_one_event(stack: StackFactory) -> None:
+    s = stack()
+    s.node("a", mem=16000)
+    s.pod("huge", gpu_limits(mem=30000))
+    s.wait_for_event("huge", "FilteringFailed", "no available node")
+    touched: list[int] = []
+
+    def folded() -> list[dict[str, Any]] | None:
+        # the pod's labels changing sends it through /filter again, with the same verdict
+        touched.append(len(touched))
+        path = f"/api/v1/namespaces/{s.namespace}/pods/huge"
+        s.kube.patch(path, {"metadata": {"labels": {"hami-e2e/touched": str(len(touched))}}})
+        events = s.kube.get(f"/api/v1/namespaces/{s.namespace}/events", fieldSelector="involvedObject.name=huge")
+        ours = [
+            e
+            for e in events["items"]
+            if e["source"].get("component") == SCHEDULER_NAME and e["reason"] == "FilteringFailed"
+        ]
+        return ours if any(e.get("count", 1) > 1 for e in ours) else None
+
+    ours = wait_until(folded, interval=1.0, timeout=60, description="a FilteringFailed event of huge counted twice")
+    messages = [e["message"] for e in ours]
+    assert len(messages) == len(set(messages))  # one Event per distinct message, however often it happened
+    repeated = [e for e in ours if e["count"] > 1]
+    assert all(e["lastTimestamp"] >= e["firstTimestamp"] for e in repeated)
+
+
 def test_a_refused_pod_sheds_a_stale_allocation(stack: StackFactory) -> None:
     s = stack()
     a, small = s.node("a"), s.node("small", mem=2000)
@@ -274,11 +302,14 @@ def test_a_refused_pod_sheds_a_stale_allocation(stack: StackFactory) -> None:
 
 
 def test_sixty_pods_at_once_where_forty_fit(stack: StackFactory, capsys: pytest.CaptureFixture[str]) -> None:
+    # The default node policy, binpack: every pod goes to the fullest node that fits, so the binds of a burst queue
+    # on one node's lock (held from each bind until the device plugin has allocated) and wait for its hand-over.
     s = stack()
     # 5 nodes × 2 cards × 16000 MiB, 100 cores; each pod takes 4000 MiB and 25 cores: 4 per card, 40 in all.
     nodes = [s.node(f"n{i}", gpus=2, mem=16000) for i in range(5)]
     capacity = {f"GPU-{n}-{i}": (10, 16000, 100) for n in nodes for i in range(2)}
 
+    requests_before = api_requests(s.kube)
     started = time.monotonic()
     for i in range(60):
         s.pod(f"p{i:02}", gpu_limits(mem=4000, cores=25))
@@ -294,6 +325,8 @@ def test_sixty_pods_at_once_where_forty_fit(stack: StackFactory, capsys: pytest.
     wait_until(forty_bound, interval=0.05, timeout=240, description="40 pods bound")
     wait_until(lambda: s.settled(40), description="the other 20 pods found unschedulable")
     fortieth = sorted(first_seen.values())[39] - started
+    requests = api_requests(s.kube) - requests_before  # the test's own polling included (reads)
+    writes = sum(n for (verb, _), n in requests.items() if verb in ("POST", "PUT", "PATCH", "DELETE", "APPLY"))
 
     pods = s.pods()
     bound = [p for p in pods if is_bound(p)]
@@ -306,11 +339,21 @@ def test_sixty_pods_at_once_where_forty_fit(stack: StackFactory, capsys: pytest.
     assert usage_from_annotations(pods) == usage  # the 20 waiting pods carry no allocation
     assert all(p["metadata"]["annotations"][keys.VGPU_NODE] == p["spec"]["nodeName"] for p in bound)
     assert s.hami.ledger() == usage
+    events = s.kube.get(f"/api/v1/namespaces/{s.namespace}/events")["items"]
+    lock_failures = [
+        (e["involvedObject"]["name"], e["reason"], e["message"])
+        for e in events
+        if e["reason"] in ("FailedScheduling", "BindingFailed") and "lock" in e["message"]
+    ]
     with capsys.disabled():
         print(
-            f"\n[hami e2e] 60 pods created at once, 40 fit: the 40th was bound {fortieth:.2f} s after the first "
-            f"creation ({40 / fortieth:.1f} pods/s)"
+            f"\n[hami e2e] 60 pods created at once (binpack), 40 fit: the 40th was bound {fortieth:.2f} s after the "
+            f"first creation ({40 / fortieth:.1f} pods/s); per bound pod {requests.total() / 40:.1f} API requests "
+            f"(test polling included), {writes / 40:.1f} writes, {requests['POST', 'events'] / 40:.1f} events "
+            f"created; "
+            f"{len(lock_failures)} scheduling failures caused by the node lock"
         )
+    assert lock_failures == []  # every bind behind another waited for the lock's hand-over
 
 
 # --- deleting pods, restarting hami -----------------------------------------------------------------------
@@ -429,7 +472,8 @@ def test_live_lock_of_another_pod_is_respected_until_released(stack: StackFactor
 
 
 def test_deleting_the_lock_holder_releases_the_node_at_once(stack: StackFactory) -> None:
-    s = stack(plugin=False)  # no device plugin: p1 keeps the lock after its bind
+    # no device plugin: p1 keeps the lock after its bind; p2's bind fails at once instead of waiting for it
+    s = stack("--bind-lock-wait=0", plugin=False)
     node = s.node("a")
     s.pod("p1")
     s.bound("p1")

@@ -58,7 +58,8 @@ ALLOWED: dict[str, list[Check]] = {
         ("list", "pods", {}), ("watch", "pods", {}), ("get", "pods", {"namespace": "tenant"}),
         ("patch", "pods", {"namespace": "tenant"}), ("create", "pods/binding", {"namespace": "tenant"}),
         ("list", "nodes", {}), ("watch", "nodes", {}), ("get", "nodes", {}), ("patch", "nodes", {}),
-        ("create", "events", {"namespace": "tenant"}), ("list", "resourcequotas", {}), ("watch", "resourcequotas", {}),
+        ("create", "events", {"namespace": "tenant"}), ("patch", "events", {"namespace": "tenant"}),
+        ("list", "resourcequotas", {}), ("watch", "resourcequotas", {}),
         ("get", "leases", LEASE), ("list", "leases", LEASE), ("watch", "leases", LEASE),
     ],
     KUBE_SCHEDULER_SA: [
@@ -83,7 +84,7 @@ REFUSED: dict[str, list[Check]] = {
         ("create", "pods", {"namespace": "tenant"}), ("delete", "pods", {"namespace": "tenant"}),
         ("update", "pods/status", {"namespace": "tenant"}), ("create", "pods/eviction", {"namespace": "tenant"}),
         ("get", "secrets", {"namespace": NS}), ("list", "secrets", {}), ("delete", "nodes", {}),
-        ("update", "nodes/status", {}), ("patch", "events", {"namespace": "tenant"}),
+        ("update", "nodes/status", {}), ("delete", "events", {"namespace": "tenant"}),
         ("get", "resourcequotas", {"namespace": "tenant"}),
         ("list", "leases", {"group": "coordination.k8s.io", "namespace": NS}),
         ("update", "leases", LEASE), ("create", "leases", {"group": "coordination.k8s.io", "namespace": NS}),

@@ -27,3 +27,10 @@ def test_messages_are_written_for_people() -> None:
     assert str(InvalidInput("f", True, "not a number")) == "f: not a number (got true)"
     assert str(InvalidInput("f", ["a", 1], "bad")) == 'f: bad (got ["a", 1])'
     assert str(InvalidInput("containers[1]", "1", "too short")) == "containers[1]: too short (got '1')"
+
+
+def test_a_value_nested_past_the_json_encoders_depth_is_named_by_its_type() -> None:
+    nested: list[object] = []
+    for _ in range(5000):
+        nested = [nested]
+    assert str(InvalidInput("body", nested, "nested too deep")) == "body: nested too deep (got list)"

@@ -124,6 +124,9 @@ class SchedulerSettings(BaseSettings):
     node_lock_retry_timeout: Annotated[float, Field(ge=0)] = 28.0
     """How long Bind keeps retrying a node lock held by another PodGroup member; 0 fails at once. Keep it
     below the extender ``httpTimeout`` (30 s in the chart)."""
+    bind_lock_wait: Annotated[float, Field(ge=0)] = 20.0
+    """How long a bind waits for a node locked by another hami bind in progress (the device plugin releases the
+    lock after Allocate); 0 fails at once, as HAMi does. Keep it well below the extender ``httpTimeout``."""
     force_overwrite_default_scheduler: bool = True
     """Whether the webhook may replace ``spec.schedulerName: default-scheduler``."""
     leader_elect: bool = False
@@ -149,7 +152,7 @@ class SchedulerSettings(BaseSettings):
             raise ValueError(_UNSUPPORTED[info.field_name])
         return value
 
-    @field_validator("node_lock_timeout", "node_lock_retry_timeout", "kube_timeout", mode="before")
+    @field_validator("node_lock_timeout", "node_lock_retry_timeout", "bind_lock_wait", "kube_timeout", mode="before")
     @classmethod
     def _durations(cls, value: object, info: Any) -> object:
         return _seconds(value, info.field_name)

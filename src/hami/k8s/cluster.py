@@ -86,8 +86,12 @@ class ClusterClient(Protocol):
         """Create the pod's Binding to ``node``; ``uid`` must be the pod's."""
         ...
 
-    async def emit_event(self, involved: ObjectRef, type: str, reason: str, message: str, component: str) -> None:
-        """Create a core/v1 Event about ``involved`` (``type`` is ``Normal`` or ``Warning``)."""
+    async def emit_event(self, involved: ObjectRef, type: str, reason: str, message: str, component: str) -> str:
+        """Create a core/v1 Event about ``involved`` (``type`` is ``Normal`` or ``Warning``); returns its name."""
+        ...
+
+    async def fold_event(self, namespace: str, name: str, count: int) -> None:
+        """Set the Event's ``count`` and its ``lastTimestamp`` to now (the same event happened again)."""
         ...
 
 
@@ -150,11 +154,17 @@ class KubeCluster:
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         await self.client.create_binding(namespace, name, uid, node)
 
-    async def emit_event(self, involved: ObjectRef, type: str, reason: str, message: str, component: str) -> None:
+    async def emit_event(self, involved: ObjectRef, type: str, reason: str, message: str, component: str) -> str:
         event = make_event(
             involved, type, reason, message, component=component, instance=self.instance, now=self._clock()
         )
         await self.client.create(EVENTS, event, namespace=event.metadata.namespace, type=msgspec.Raw)
+        return event.metadata.name
+
+    async def fold_event(self, namespace: str, name: str, count: int) -> None:
+        stamp = self._clock().astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {"count": count, "lastTimestamp": stamp}
+        await self.client.patch(EVENTS, name, body, namespace=namespace, type=msgspec.Raw)
 
     def list_pods(self, page_size: int = 500) -> AsyncIterator[ListPage[Pod]]:
         """Every pod that has not finished, page by page, as one consistent snapshot. A second page with

@@ -10,8 +10,9 @@ the next call(s) of one operation raise a chosen error, to test failure paths.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import AsyncIterator, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from hami.errors import ApiError, Conflict, NotFound
@@ -32,6 +33,9 @@ class RecordedEvent:
     reason: str
     message: str
     component: str
+    count: int = 1
+    """1 when created; set by ``fold_event`` when the same event happened again."""
+    name: str = field(default="", compare=False)
 
 
 def _merge(target: dict[str, str], changes: Mapping[str, str | None] | None) -> None:
@@ -188,9 +192,19 @@ class MemoryCluster:
         pod.spec.node_name = node
         self._stamp(pod)
 
-    async def emit_event(self, involved: ObjectRef, type: str, reason: str, message: str, component: str) -> None:
+    async def emit_event(self, involved: ObjectRef, type: str, reason: str, message: str, component: str) -> str:
         self._enter("emit_event")
-        self.events.append(RecordedEvent(involved, type, reason, message, component))
+        name = f"{involved.name}.{len(self.events) + 1:x}"
+        self.events.append(RecordedEvent(involved, type, reason, message, component, name=name))
+        return name
+
+    async def fold_event(self, namespace: str, name: str, count: int) -> None:
+        self._enter("fold_event")
+        for i, event in enumerate(self.events):
+            if event.name == name and (event.involved.namespace or "default") == namespace:
+                self.events[i] = dataclasses.replace(event, count=count)
+                return
+        raise NotFound(f'events "{name}" not found', 404)
 
     async def list_pods(self, page_size: int = 500) -> AsyncIterator[ListPage[Pod]]:
         """As ``KubeCluster.list_pods``: the pods that have not finished, ``page_size`` a page, all from the

@@ -55,6 +55,7 @@ __all__ = [
     "Decision",
     "FilterOutcome",
     "Filtered",
+    "LockWaits",
     "Verdicts",
     "decide",
     "reserve",
@@ -341,6 +342,17 @@ class ClusterPort(Protocol):
         """Record an event on the pod (fire and forget; never raises). Used by the edge, never by the cycle."""
 
 
+class LockWaits(Protocol):
+    """Where lock waits wait (implemented in the shell over the node watch; the core reads no clock)."""
+
+    async def wait(self, node: str, holder: str, timeout: float) -> bool:
+        """Return once the lock ``holder`` (``namespace/name``) holds on ``node`` may have been handed over and it
+        is this waiter's turn to try (one waiter per release): True; or after ``timeout`` seconds: False."""
+
+    def tried(self, node: str, locked: bool) -> None:
+        """The waiter whose turn it was tried the lock: took it (``locked``) or not (the turn passes on)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ApiFailure:
     """A Kubernetes call of the cycle that failed: the operation (``patch_pod``, ``get_pod``, ``unlock_node``) and,
@@ -444,7 +456,8 @@ class Cycle:
 
     Retries: an allocation clean-up that fails (429 storm, API down) keeps the reservation and is retried in the
     background until it lands (``cleanups``; stopped by a new /filter of the pod, its deletion or ``settle_all``);
-    a PodGroup member's bind waits for a locked node (``lock_retry_timeout``). The pauses go through the injected
+    a bind waits for a node locked by another hami bind in progress (``bind_lock_wait``), a PodGroup member's for
+    any locked node (``lock_retry_timeout``), woken through ``lock_waits``. The pauses go through the injected
     ``sleep``, the waits are measured with the injected ``stopwatch``: the cycle reads no clock itself.
     """
 
@@ -469,7 +482,13 @@ class Cycle:
     lock_retry_timeout: float = 0.0
     """``--node-lock-retry-timeout``: how long the bind of a PodGroup member waits for a locked node (0: not)."""
     lock_retry_interval: float = 0.1
-    """Pause between two tries of such a wait (HAMi's 100 ms)."""
+    """Pause between two tries of such a wait (HAMi's 100 ms) when there is no ``lock_waits``."""
+    bind_lock_wait: float = 0.0
+    """``--bind-lock-wait``: how long a bind waits for a node locked by another hami bind in progress (0: not)."""
+    lock_waits: LockWaits | None = None
+    """Wakes lock waits when the node watch shows the lock released; None: pause ``lock_retry_interval``."""
+    report_lock_wait: Callable[[float, bool], None] = lambda seconds, timed_out: None
+    """Receives each lock wait: how long it took (``stopwatch``) and whether it ran out."""
     memo: Verdicts = field(default_factory=Verdicts)
     pending: set[str] = field(default_factory=set)
     commits: dict[str, asyncio.Task[FilterOutcome | None]] = field(default_factory=dict)
@@ -687,25 +706,66 @@ class Cycle:
         return BindOutcome(Bound.BOUND, pod, node, binding_succeed_text(node, ns, name))
 
     async def _lock(self, node: str, pod: Pod) -> None:
-        """Take the node lock for ``pod``. A PodGroup member that finds the node locked tries again every
-        ``lock_retry_interval`` for up to ``lock_retry_timeout`` (its group's other members are being bound one
-        after the other and each holds the lock until its device plugin allocates), as HAMi v2.10 does; any other
-        pod, or any other failure, fails at once."""
+        """Take the node lock for ``pod``, waiting for a hand-over where one is coming.
+
+        The lock is held from a bind until the node's device plugin has allocated for that pod, so a node takes one
+        pod per hand-over. A bind that finds the node locked by *another hami bind in progress* (the holder is a
+        pod this ledger placed on that node, whose device plugin has not finished: ``_handing_over``) waits up to
+        ``bind_lock_wait`` for the hand-over instead of failing; a PodGroup member waits up to
+        ``lock_retry_timeout`` for any holder, as HAMi v2.10 does. Any other holder (foreign, or stale: the
+        locker takes over an expired lock or one whose holder is gone), or any other failure, fails at once.
+
+        The wait goes through ``lock_waits`` (woken by the node watch as soon as the lock is released, one waiter
+        per release) or, without it, pauses of ``lock_retry_interval``; every wait is reported to
+        ``report_lock_wait`` with how long it took and whether it ran out.
+        """
         ns, name = pod.metadata.namespace, pod.metadata.name
-        waits = self.lock_retry_timeout > 0 and bool(pod_group(pod))
-        started, paused = self.stopwatch(), 0.0
+        group = self.lock_retry_timeout if pod_group(pod) else 0.0
+        started, paused, waited, turn = self.stopwatch(), 0.0, False, False
         while True:
+            locked = False
             try:
                 await self.port.lock_node(node, ns, name)
-                return
+                locked = True
             except LockContention as err:
-                if not waits:
+                budget = max(group, self.bind_lock_wait if self._handing_over(err.holder, node) else 0.0)
+                elapsed = max(self.stopwatch() - started, paused)
+                if budget <= 0:  # not a hand-over (any more): a foreign or stale holder
+                    if waited:
+                        self.report_lock_wait(elapsed, False)
                     raise
-                if max(self.stopwatch() - started, paused) + self.lock_retry_interval > self.lock_retry_timeout:
-                    waited = self.lock_retry_timeout
-                    raise LockContention(err.node, err.holder, err.since, err.timeout, waited=waited) from None
-            await self.sleep(self.lock_retry_interval)
-            paused += self.lock_retry_interval
+                step = self.lock_retry_interval if self.lock_waits is None else 0.0
+                if elapsed + step > budget or (not step and elapsed >= budget):
+                    self.report_lock_wait(elapsed, True)
+                    raise LockContention(err.node, err.holder, err.since, err.timeout, waited=budget) from None
+                holder = err.holder
+            finally:
+                if turn and self.lock_waits is not None:
+                    self.lock_waits.tried(node, locked)
+            if locked:
+                if waited:
+                    self.report_lock_wait(max(self.stopwatch() - started, paused), False)
+                return
+            waited = True
+            if self.lock_waits is None:
+                await self.sleep(self.lock_retry_interval)
+                paused += self.lock_retry_interval
+            else:
+                turn = await self.lock_waits.wait(node, holder, budget - elapsed)
+
+    def _handing_over(self, holder: str, node: str) -> bool:
+        """Whether the lock on ``node`` is held by another hami bind in progress: a pod the ledger has on that node
+        (reserved or committed by hami), whose device plugin has not reported a failure."""
+        ns, _, name = holder.partition("/")
+        if not name:
+            return False  # a legacy lock names no owner: not known to be ours
+        watched = self.port.watched_pod(ns, name)
+        if watched is None:
+            return False
+        record = self.state.pods.get(watched.metadata.uid)
+        if record is None or record.node != node or (record.namespace, record.name) != (ns, name):
+            return False
+        return watched.metadata.annotations.get(keys.BIND_PHASE) != "failed"
 
     async def _bind_failed(self, pod: Pod, node: str, locked: bool, err: HamiError) -> BindOutcome:
         ns, name, uid = pod.metadata.namespace, pod.metadata.name, pod.metadata.uid

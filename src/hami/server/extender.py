@@ -35,6 +35,7 @@ from hami.scheduling.cycle import (
     Decision,
     Filtered,
     FilterOutcome,
+    LockWaits,
 )
 from hami.scheduling.request import SchedulingDefaults
 from hami.scheduling.state import ClusterState
@@ -82,6 +83,8 @@ class Extender:
         clock: Callable[[], float] = time.time,
         background_commit: bool = True,
         lock_retry_timeout: float = 0.0,
+        bind_lock_wait: float = 0.0,
+        lock_waits: LockWaits | None = None,
     ) -> None:
         self.state = state
         self.vendors = vendors
@@ -102,6 +105,9 @@ class Extender:
             sleep=asyncio.sleep,
             report_cleanup=self._cleaned,
             lock_retry_timeout=lock_retry_timeout,
+            bind_lock_wait=bind_lock_wait,
+            lock_waits=lock_waits,
+            report_lock_wait=self._lock_waited,
         )
 
     @property
@@ -145,6 +151,20 @@ class Extender:
     @lock_retry_interval.setter
     def lock_retry_interval(self, value: float) -> None:
         self.cycle.lock_retry_interval = value
+
+    @property
+    def bind_lock_wait(self) -> float:
+        """``--bind-lock-wait``: how long a bind waits for a node locked by another hami bind in progress."""
+        return self.cycle.bind_lock_wait
+
+    @bind_lock_wait.setter
+    def bind_lock_wait(self, value: float) -> None:
+        self.cycle.bind_lock_wait = value
+
+    def _lock_waited(self, seconds: float, timed_out: bool) -> None:
+        self.metrics.lock_wait.observe(seconds)
+        if timed_out:
+            self.metrics.lock_wait_timeouts.inc()
 
     async def settle_all(self) -> None:
         """Wait for every commit in flight and stop the clean-up retries (shutdown, tests)."""

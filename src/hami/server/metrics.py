@@ -29,6 +29,7 @@ __all__ = ["Metrics"]
 _MIB = 1048576
 _ZONE = "vGPU"
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_LOCK_WAIT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0)
 
 
 class _StateCollector(Collector):
@@ -215,6 +216,17 @@ class Metrics:
             "hami_filter_decisions", "Filter decisions by result", ["result"], registry=self.registry
         )
         self.binds = Counter("hami_bind_results", "Bind results", ["result"], registry=self.registry)
+        self.lock_wait = Histogram(
+            "hami_bind_lock_wait_seconds",
+            "How long binds waited for a node lock hand-over (another bind's device plugin to release the lock)",
+            buckets=_LOCK_WAIT_BUCKETS,
+            registry=self.registry,
+        )
+        self.lock_wait_timeouts = Counter(
+            "hami_bind_lock_wait_timeouts",
+            "Binds whose wait for a node lock hand-over ran out (--bind-lock-wait, --node-lock-retry-timeout)",
+            registry=self.registry,
+        )
         self.api_errors = Counter(
             "hami_kube_api_errors", "Kubernetes API calls that failed", ["operation"], registry=self.registry
         )

@@ -36,6 +36,7 @@ from hami.k8s.cluster import KubeCluster
 from hami.k8s.config import KubeConfig
 from hami.k8s.events import EventRecorder
 from hami.k8s.extender_io import ExtenderIO
+from hami.k8s.lockwaits import NodeLockWaits
 from hami.k8s.nodelock import NodeLocker
 from hami.k8s.records import Lease, ObjectRef
 from hami.k8s.resources import LEASES, NODES, PODS, RESOURCE_QUOTAS
@@ -105,6 +106,8 @@ class Runtime:
     state: ClusterState = field(init=False)
     metrics: Metrics = field(init=False)
     locks: dict[str, str] = field(default_factory=dict)  # node -> lock annotation value
+    lock_waits: NodeLockWaits = field(default_factory=NodeLockWaits)
+    """Binds waiting for a node lock hand-over, woken by the node watch."""
     quarantined: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> vendor -> refused registration
     lease_holder: str = ""
     lease_expiry: float = 0.0
@@ -166,11 +169,13 @@ class Runtime:
         def apply(obj: Node, deleted: bool) -> None:
             name = obj.metadata.name
             if deleted:
+                self.lock_waits.gone(name)
                 self.locks.pop(name, None)
                 self.quarantined.pop(name, None)
                 extender.on_node(obj, deleted=True)
                 return
             lock = obj.metadata.annotations.get(keys.NODE_LOCK)
+            self.lock_waits.seen(name, lock or None)
             if lock:
                 self.locks[name] = lock
             else:
@@ -331,6 +336,8 @@ class Runtime:
                 metrics=self.metrics,
                 readiness=readiness,
                 lock_retry_timeout=s.node_lock_retry_timeout,
+                bind_lock_wait=s.bind_lock_wait,
+                lock_waits=self.lock_waits,
             )
             self.extender = extender
             watched_nodes, watched_pods = self._start_watches(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import socket
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Callable
@@ -166,6 +167,10 @@ class FakeApi:
                 ref = msgspec.convert(body["involvedObject"], type=ObjectRef)
                 src = body["source"]["component"]
                 await m.emit_event(ref, body["type"], body["reason"], body["message"], src)
+                m.events[-1] = dataclasses.replace(m.events[-1], name=body["metadata"]["name"])
+                return body
+            case "PATCH", ["api", "v1", "namespaces", ns, "events", name]:
+                await m.fold_event(ns, name, body["count"])
                 return body
         return None
 

@@ -105,6 +105,15 @@ async def test_events_reach_the_cluster(seam: Seam) -> None:
     ]
 
 
+async def test_a_repeated_event_is_folded_with_a_patch_of_its_count(api: FakeApi, client: KubeClient) -> None:
+    cluster = KubeCluster(client, instance="sched-0", clock=lambda: NOW)
+    ref = ObjectRef("Pod", "p", "ns", "uid-p")
+    name = await cluster.emit_event(ref, "Warning", "FilteringFailed", "no available node", "hami-scheduler")
+    await cluster.fold_event("ns", name, 2)
+    (request,) = api.calls("PATCH", f"/api/v1/namespaces/ns/events/{name}")
+    assert msgspec.json.decode(request.body) == {"count": 2, "lastTimestamp": NOW.strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
 async def test_the_real_event_body_is_a_legacy_core_v1_event(api: FakeApi, client: KubeClient) -> None:
     cluster = KubeCluster(client, instance="sched-0", clock=lambda: NOW)
     await cluster.emit_event(ObjectRef.for_node(node("gpu-1")), "Normal", "Registered", "ok", "hami-scheduler")

@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 
 from hami.errors import ApiError, TooManyRequests
+from hami.k8s.lockwaits import NodeLockWaits
 from hami.protocol import keys
-from hami.protocol.nodelock import NodeLock, encode_node_lock
+from hami.protocol.nodelock import NodeLock, decode_node_lock, encode_node_lock
 from hami.protocol.reasons import Reason
 from hami.scheduling.cycle import ApiFailure, Bound, Cleanup, Cleared, Filtered
 from tests.unit.server.support import NOW_DT, NS, World, gpu_node, gpu_pod
@@ -148,3 +149,121 @@ async def test_a_podgroup_members_lock_wait_counts_its_pauses(world: World) -> N
     assert outcome.result is Bound.FAILED
     assert "timed out after 1s waiting for node n1 to be unlocked" in outcome.message
     assert pauses == [0.25, 0.25, 0.25, 0.25]
+
+
+# --- waiting for a node lock hand-over from another hami bind ----------------------------------------------
+
+
+async def two_binds_on_one_node(world: World) -> None:
+    """p1 bound to n1 by the cycle (its device plugin has not released the lock yet); p2 reserved on n1."""
+    world.add_node(gpu_node("n1"))
+    for name in ("p1", "p2"):
+        await world.filter(world.add_pod(gpu_pod(name)), ["n1"])
+        world.deliver(NS, name)
+    assert (await world.extender.cycle.bind(NS, "p1", "uid-p1", "n1")).result is Bound.BOUND
+    world.deliver(NS, "p1")
+
+
+def release(world: World, waits: NodeLockWaits, node: str) -> None:
+    """The device plugin releases the lock; the node watch delivers the node."""
+    stored = world.cluster.nodes[node]
+    stored.metadata.annotations.pop(keys.NODE_LOCK, None)
+    world.add_node(stored)
+    waits.seen(node, None)
+
+
+async def test_a_bind_behind_another_hami_bind_waits_for_the_hand_over_and_is_woken_by_the_watch(world: World) -> None:
+    cycle = world.extender.cycle
+    await two_binds_on_one_node(world)
+    waits, waited = NodeLockWaits(), []
+    waits.seen("n1", world.cluster.nodes["n1"].metadata.annotations[keys.NODE_LOCK])
+    cycle.lock_waits, cycle.bind_lock_wait = waits, 20.0
+    cycle.report_lock_wait = lambda seconds, timed_out: waited.append(timed_out)
+    calls_before = len(world.cluster.calls)
+
+    bind = asyncio.create_task(cycle.bind(NS, "p2", "uid-p2", "n1"))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not bind.done()  # waiting, not failed
+    assert waits.waiting("n1") == 1
+    waiting_calls = len(world.cluster.calls)
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert len(world.cluster.calls) == waiting_calls  # the wait reads nothing from the API
+    release(world, waits, "n1")
+    outcome = await asyncio.wait_for(bind, 5)
+
+    assert (outcome.result, outcome.message) == (Bound.BOUND, f"Successfully binding node [n1] to {NS}/p2")
+    assert world.pod("p2").spec.node_name == "n1"
+    assert waited == [False]
+    assert world.cluster.calls[calls_before:].count("bind") == 1
+    assert waits.waiting("n1") == 0
+
+
+async def test_a_lock_wait_is_bounded_and_a_timeout_is_reported(world: World) -> None:
+    cycle = world.extender.cycle
+    await two_binds_on_one_node(world)
+    now = [0.0]
+
+    class Never:  # the holder's device plugin never releases: each wait runs out (on a clock of its own)
+        async def wait(self, node: str, holder: str, timeout: float) -> bool:
+            assert (node, holder) == ("n1", f"{NS}/p1")
+            now[0] += timeout
+            return False
+
+        def tried(self, node: str, locked: bool) -> None:
+            raise AssertionError("no turn was given")
+
+    waited: list[tuple[float, bool]] = []
+    cycle.lock_waits, cycle.bind_lock_wait, cycle.stopwatch = Never(), 3.0, lambda: now[0]
+    cycle.report_lock_wait = lambda seconds, timed_out: waited.append((seconds, timed_out))
+
+    outcome = await cycle.bind(NS, "p2", "uid-p2", "n1")
+
+    assert outcome.result is Bound.FAILED
+    assert "timed out after 3s waiting for node n1 to be unlocked" in outcome.message
+    assert f"locked by {NS}/p1" in outcome.message
+    assert waited == [(3.0, True)]
+    assert decode_node_lock(world.cluster.nodes["n1"].metadata.annotations[keys.NODE_LOCK]).name == "p1"
+    assert keys.VGPU_NODE not in world.pod("p2").metadata.annotations  # the failed bind released p2's allocation
+
+
+async def test_the_edge_counts_lock_waits_and_their_timeouts(world: World) -> None:
+    extender = world.extender
+    extender._lock_waited(0.5, False)
+    extender._lock_waited(20.0, True)
+    assert world.metrics.lock_wait_timeouts._value.get() == 1
+    samples = {s.name: s.value for m in world.metrics.registry.collect() for s in m.samples}
+    assert samples["hami_bind_lock_wait_seconds_count"] == 2
+    assert samples["hami_bind_lock_wait_seconds_sum"] == 20.5
+    assert samples["hami_bind_lock_wait_timeouts_total"] == 1
+
+
+async def test_a_lock_held_by_a_pod_hami_did_not_place_is_not_waited_for(world: World) -> None:
+    cycle = world.extender.cycle
+    world.add_node(gpu_node("n1"))
+    world.add_pod(gpu_pod("foreign"))  # a live pod, never placed by this hami: not a hand-over
+    node = world.cluster.nodes["n1"]
+    node.metadata.annotations[keys.NODE_LOCK] = encode_node_lock(NodeLock(NOW_DT, NS, "foreign"))
+    world.add_node(node)
+    await world.filter(world.add_pod(gpu_pod("p2")), ["n1"])
+    world.deliver(NS, "p2")
+
+    class Unused:
+        async def wait(self, node: str, holder: str, timeout: float) -> bool:
+            raise AssertionError("a foreign holder is not waited for")
+
+        def tried(self, node: str, locked: bool) -> None:
+            raise AssertionError("no turn was given")
+
+    waited: list[bool] = []
+    cycle.lock_waits, cycle.bind_lock_wait = Unused(), 20.0
+    cycle.report_lock_wait = lambda seconds, timed_out: waited.append(timed_out)
+
+    outcome = await cycle.bind(NS, "p2", "uid-p2", "n1")
+
+    assert outcome.result is Bound.FAILED
+    assert outcome.message.endswith(
+        f"locked by {NS}/foreign since {NOW_DT.isoformat()} (expires after 300s): node lock contention"
+    )
+    assert waited == []
