@@ -27,8 +27,14 @@ from typing import Final
 
 from hami.config import IluvatarChipConfig
 from hami.devices.admission import Admitter, ContainerEdit, PodContext
-from hami.devices.base import MEM_PERCENTAGE_UNSET, ContainerRequest, NodeInventory, ResourceNames, Selector
-from hami.devices.base import parse_uuid_list
+from hami.devices.base import (
+    MEM_PERCENTAGE_UNSET,
+    ContainerRequest,
+    NodeInventory,
+    ResourceNames,
+    Selector,
+    parse_uuid_list,
+)
 from hami.devices.common import SharedDeviceVendor
 from hami.devices.resources import lookup_resource, whole_quantity
 from hami.errors import QuantityError

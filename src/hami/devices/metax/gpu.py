@@ -23,8 +23,16 @@ import msgspec
 
 from hami.config import MetaxConfig
 from hami.devices.admission import Admitter, CountInLimits
-from hami.devices.base import ContainerRequest, FitContext, Fitted, NodeInventory, Placement, ResourceNames
-from hami.devices.base import Selector, Unfit
+from hami.devices.base import (
+    ContainerRequest,
+    FitContext,
+    Fitted,
+    NodeInventory,
+    Placement,
+    ResourceNames,
+    Selector,
+    Unfit,
+)
 from hami.devices.common import SharedDeviceVendor, device_scores, policy_order
 from hami.devices.resources import lookup_resource, whole_quantity
 from hami.devices.table import DeviceTable
@@ -172,6 +180,12 @@ def _card_problem(
         return (Reason.CARD_TIME_SLICING_EXHAUSTED, 1, info.count - table.used[i])
     if ctx.quota is not None and not ctx.quota(accepted, info.devmem, 100, info.id):
         return (Reason.RESOURCE_QUOTA_NOT_FIT, info.devmem, 0)
+    return _room_problem(table, i, same_card)
+
+
+def _room_problem(table: DeviceTable, i: int, same_card: frozenset[str]) -> tuple[Reason, int, int] | None:
+    """Memory, cores, an idle card, and the pod's card."""
+    info = table.infos[i]
     free_mem = info.devmem - table.usedmem[i]
     if free_mem < info.devmem:
         return (Reason.CARD_INSUFFICIENT_MEMORY, info.devmem, free_mem)

@@ -30,6 +30,7 @@ reads it as 0, i.e. the whole card); ``vmemory: 1000`` counts 1000 GiB (HAMi for
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
+from contextlib import suppress
 from typing import Final
 
 from hami.config import MetaxConfig
@@ -171,7 +172,9 @@ class MetaxSgpuVendor(SharedDeviceVendor):
         return decode_node_devices(raw, REGISTER)
 
     def selector(self, annotations: Mapping[str, str]) -> Selector:
-        options = tuple(sorted((k, annotations[k]) for k in (APP_CLASS, QOS_POLICY, TOPOLOGY_AWARE) if k in annotations))
+        options = tuple(
+            sorted((k, annotations[k]) for k in (APP_CLASS, QOS_POLICY, TOPOLOGY_AWARE) if k in annotations)
+        )
         return Selector(
             use_uuids=parse_uuid_list(annotations.get(USE_UUID)),
             nouse_uuids=parse_uuid_list(annotations.get(NOUSE_UUID)),
@@ -222,10 +225,8 @@ class _SgpuFit:
         self.topology_aware = topo
         raw = sel.option(TOPOLOGY_AWARE)
         if raw:
-            try:
+            with suppress(InvalidInput):  # HAMi ignores a value it cannot read
                 self.topology_aware = parse_bool(raw, TOPOLOGY_AWARE)
-            except InvalidInput:
-                pass  # HAMi ignores a value it cannot read
         self.counts: dict[Reason, int] = {}
         self.misses: list[Rejection] = []
 
@@ -269,6 +270,11 @@ class _SgpuFit:
             return (Reason.CARD_QOS_POLICY_MISMATCH, 0, 0)
         if not self.sel.uuid_ok(info.id):
             return (Reason.CARD_UUID_MISMATCH, 0, 0)
+        return self._share_problem(i)
+
+    def _share_problem(self, i: int) -> Problem | None:
+        """Slots, the mutex policy, then room."""
+        table, info = self.table, self.table.infos[i]
         if info.count <= table.used[i]:
             return (Reason.CARD_TIME_SLICING_EXHAUSTED, 1, info.count - table.used[i])
         if self.ctx.policy.mutex and table.used[i] > 0:

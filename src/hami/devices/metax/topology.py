@@ -33,9 +33,7 @@ def prefer_link_zones(candidates: Sequence[int], n: int, zones: Sequence[int]) -
 
 
 def _pairs(devices: Sequence[int], zone: Callable[[int], int]) -> int:
-    return sum(
-        DIRECT_LINK_SCORE for a, b in combinations(devices, 2) if a != b and zone(a) > 0 and zone(a) == zone(b)
-    )
+    return sum(DIRECT_LINK_SCORE for a, b in combinations(devices, 2) if a != b and zone(a) > 0 and zone(a) == zone(b))
 
 
 def link_score(idle: Sequence[int], chosen: Sequence[int], zone: Callable[[int], int]) -> int:
