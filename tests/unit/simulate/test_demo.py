@@ -28,6 +28,9 @@ EXPECTED = {
     "demo/mig-2g": ("mig-a100", [["GPU-mig-0"]]),
     "demo/mig-1g": ("mig-a100", [["GPU-mig-0"]]),
     "demo/dcu-job": ("dcu-z100", [["DCU-z100-2"]]),
+    "demo/iluvatar-job": ("iluvatar-mrv100", [["ilu-mrv100-0"]]),
+    "demo/metax-cards": ("metax-c500", [["metax-c500-metax-0", "metax-c500-metax-1"]]),
+    "demo/metax-slice": ("metax-sgpu", [["sgpu-0"]]),
     "demo/init-then-serve": ("t4-b", [["GPU-t4b-2"], ["GPU-t4b-2"]]),
     "demo/too-big": (None, []),
 }
@@ -81,6 +84,9 @@ def test_demo_pending_pod_has_a_reason_for_every_node() -> None:
     assert outcomes["demo/too-big"].reasons == {
         "a100-nvlink": {"AllocatedCardsInsufficientRequest": 1, "CardInsufficientMemory": 7},
         "dcu-z100": {"NodeUnregistered": 1},
+        "iluvatar-mrv100": {"NodeUnregistered": 1},
+        "metax-c500": {"NodeUnregistered": 1},
+        "metax-sgpu": {"NodeUnregistered": 1},
         "mig-a100": {"CardInsufficientMemory": 1},
         "t4-a": {"CardInsufficientMemory": 4},
         "t4-b": {"CardInsufficientMemory": 4},
@@ -107,7 +113,7 @@ def test_demo_registrations_are_in_hamis_encoder_format() -> None:
     nvidia = [
         n.obj.metadata.annotations["hami.io/node-nvidia-register"]
         for n in snap.nodes
-        if n.obj.metadata.name != "dcu-z100"
+        if "hami.io/node-nvidia-register" in n.obj.metadata.annotations
     ]
     assert len(nvidia) == 4
     for value in nvidia:
@@ -116,6 +122,19 @@ def test_demo_registrations_are_in_hamis_encoder_format() -> None:
     records = dcu.metadata.annotations["hami.io/node-dcu-register"].split(":")
     assert records[-1] == ""  # every record is terminated by ':'
     assert all(len(r.split(",")) == 9 for r in records[:-1])
+
+
+def test_demo_iluvatar_and_metax_pods_carry_their_vendors_annotations() -> None:
+    _, outcomes = _run()
+    iluvatar = outcomes["demo/iluvatar-job"].decision.annotations  # type: ignore[union-attr]
+    assert iluvatar["hami.io/MR-V100-devices-allocated"] == "ilu-mrv100-0,MR-V100,4096,50:;"
+    cards = outcomes["demo/metax-cards"].decision.annotations  # type: ignore[union-attr]
+    assert cards["hami.io/metax-gpu-devices-allocated"] == (
+        "metax-c500-metax-0,Metax-GPU,65536,100:metax-c500-metax-1,Metax-GPU,65536,100:;"
+    )
+    sgpu = outcomes["demo/metax-slice"].decision.annotations  # type: ignore[union-attr]
+    assert sgpu["hami.io/metax-sgpu-devices-allocated"] == "sgpu-0,Metax-SGPU,8192,30:;"
+    assert sgpu["metax-tech.com/gpu-devices-allocated"] == '[[{"uuid":"sgpu-0","compute":30,"vRam":8192}]]'
 
 
 def test_demo_files_are_package_data() -> None:
@@ -129,30 +148,26 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
     assert result.code == 0
     assert result.stderr == ""
     lines = result.stdout.splitlines()
-    assert lines[0] == "hami simulate --demo: 5 nodes, 21 devices; 14 pods in order: 13 placed, 1 pending"
+    assert lines[0] == "hami simulate --demo: 8 nodes, 29 devices; 17 pods in order: 16 placed, 1 pending"
     for heading in (
         "Placements",
         "Per-device utilization after placement",
         "Pending pods and why each node was rejected",
     ):
         assert heading in lines
-    assert (
-        "demo/train-nvlink     a100-nvlink  GPU-a100-0, GPU-a100-1, GPU-a100-2, GPU-a100-3 (40000 MiB, 0% each)"
-        in lines
-    )
-    assert "demo/mig-2g           mig-a100     GPU-mig-0 (19968 MiB, 28%, MIG 2g.20gb@0)" in lines
-    assert "t4-b         GPU-t4b-0   NVIDIA-Tesla T4        4/10   14000/15360  90/100" in lines
-    assert (
-        "mig-a100     GPU-mig-0   NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100  MIG: 1g.10gb@6 2g.20gb@0"
-        not in lines
-    )
-    assert (
-        "mig-a100     GPU-mig-0   NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100  MIG: 2g.20gb@0 1g.10gb@6" in lines
-    )
-    assert lines[-6:] == [
-        "demo/too-big: no available node, 5 nodes do not meet",
+    words = [" ".join(line.split()) for line in lines]  # column widths follow the longest names
+    assert "demo/train-nvlink a100-nvlink GPU-a100-0, GPU-a100-1, GPU-a100-2, GPU-a100-3 (40000 MiB, 0% each)" in words
+    assert "demo/mig-2g mig-a100 GPU-mig-0 (19968 MiB, 28%, MIG 2g.20gb@0)" in words
+    assert "t4-b GPU-t4b-0 NVIDIA-Tesla T4 4/10 14000/15360 90/100" in words
+    assert "mig-a100 GPU-mig-0 NVIDIA A100-SXM4-80GB 2/7 29696/81920 42/100 MIG: 1g.10gb@6 2g.20gb@0" not in words
+    assert "mig-a100 GPU-mig-0 NVIDIA A100-SXM4-80GB 2/7 29696/81920 42/100 MIG: 2g.20gb@0 1g.10gb@6" in words
+    assert lines[-9:] == [
+        "demo/too-big: no available node, 8 nodes do not meet",
         "  a100-nvlink: 1/8 AllocatedCardsInsufficientRequest, 7/8 CardInsufficientMemory",
         "  dcu-z100: node unregistered for NVIDIA",
+        "  iluvatar-mrv100: node unregistered for NVIDIA",
+        "  metax-c500: node unregistered for NVIDIA",
+        "  metax-sgpu: node unregistered for NVIDIA",
         "  mig-a100: 1/1 CardInsufficientMemory",
         "  t4-a: 4/4 CardInsufficientMemory",
         "  t4-b: 4/4 CardInsufficientMemory",
