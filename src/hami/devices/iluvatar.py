@@ -101,11 +101,13 @@ class IluvatarVendor(SharedDeviceVendor):
         self.chip = chip
         self.name = chip.common_word
         self.keys = iluvatar_keys(chip.common_word)
-        # HAMi declares no memory factor for Iluvatar: a vMem quota is compared with MiB, as there.
+        # A vMem quota counts vMem units, as the requests do (HAMi declares no factor and compares the quota's
+        # units with MiB, so a quota of 64 units allowed 64 MiB).
         self.resources = ResourceNames(
             count=chip.resource_count_name,
             memory=chip.resource_memory_name or None,
             core=chip.resource_core_name or None,
+            memory_factor=MEMORY_UNIT_MIB,
         )
         self.use_uuid = f"hami.io/use-{chip.common_word}-uuid"
         self.nouse_uuid = f"hami.io/no-use-{chip.common_word}-uuid"

@@ -14,10 +14,10 @@ from hami.devices.admission import ContainerEdit, PodContext
 from hami.devices.base import MEM_PERCENTAGE_UNSET, ContainerRequest, Fitted, NodeInventory, Unfit
 from hami.devices.iluvatar import CONTAINER_NAME_ENV, IluvatarVendor
 from hami.errors import AnnotationError, QuantityError
-from hami.protocol.objects import Container, Node, Pod
+from hami.protocol.objects import Container, Node, Pod, ResourceQuota
 from hami.protocol.reasons import Reason
 from hami.scheduling.admission import Admission, AdmissionSettings, admitters_for
-from hami.scheduling.cycle import decide
+from hami.scheduling.cycle import Decision, decide, reserve
 from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState
 from tests.unit.scheduling.builders import ctx, gpu, table
@@ -53,6 +53,7 @@ def test_every_chip_of_the_chart_is_its_own_vendor_with_its_keys(word: str) -> N
     assert (k.to_allocate, k.allocated) == (f"hami.io/{word}-devices-to-allocate", f"hami.io/{word}-devices-allocated")
     assert (k.lock, k.extra) == ("hami.io/mutex.lock", ())
     r = v.resources
+    assert r.memory_factor == 256  # a vMem quota counts vMem units
     assert (r.count, r.memory, r.core) == (
         f"iluvatar.ai/{word}-vgpu",
         f"iluvatar.ai/{word}.vMem",
@@ -321,3 +322,29 @@ def test_a_decision_writes_hamis_annotations_byte_for_byte() -> None:
         f"hami.io/{CHIP}-devices-to-allocate",
         f"hami.io/{CHIP}-devices-allocated",
     }
+
+
+def test_a_vmem_quota_counts_vmem_units() -> None:
+    vendors = vendors_from_config(default_device_config())
+    state = ClusterState(vendors)
+    state.upsert_node(_node("n1", "ilu-0,4,32768,100,MR-V100,0,true,0,hami-core:"))
+    state.quotas.upsert(
+        msgspec.convert(
+            {"metadata": {"namespace": "team", "name": "q"}, "spec": {"hard": {f"limits.{MEM}": "16"}}}, ResourceQuota
+        )
+    )
+
+    def place(uid: str, units: int) -> Decision:
+        raw = {
+            "metadata": {"name": uid, "namespace": "team", "uid": uid},
+            "spec": {"containers": [{"name": "c", "resources": {"limits": {COUNT: 1, MEM: units}}}]},
+        }
+        req = prefilter(msgspec.convert(raw, Pod), vendors, SchedulingDefaults())
+        decision = decide(state, req, ["n1"], now=1700000000)
+        reserve(state, req, decision)
+        return decision
+
+    assert place("u1", 16).node == "n1"  # 16 units = 4096 MiB: exactly the quota
+    refused = place("u2", 1)
+    assert refused.node is None
+    assert dict(refused.rejected["n1"].counts) == {Reason.RESOURCE_QUOTA_NOT_FIT: 1}

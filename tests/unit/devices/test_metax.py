@@ -20,7 +20,7 @@ from hami.devices.metax.topology import link_score, prefer_link_zones
 from hami.devices.metax.wire import ShareTag
 from hami.errors import InvalidInput, QuantityError
 from hami.protocol.inventory import DeviceInfo
-from hami.protocol.objects import Container, Node, Pod
+from hami.protocol.objects import Container, Node, Pod, ResourceQuota
 from hami.protocol.reasons import Reason
 from hami.scheduling.admission import Admission, AdmissionSettings, admitters_for
 from hami.scheduling.cycle import Decision, decide, reserve
@@ -650,3 +650,15 @@ def test_fit_is_pure(sgpu: MetaxSgpuVendor) -> None:
     outcome = sgpu.fit(node.tables[SGPU], req.containers[0][SGPU], ctx(), req.selectors[SGPU])
     assert isinstance(outcome, Fitted)
     assert node.tables[SGPU].usage_of(0) == before
+
+
+def test_a_vmemory_quota_counts_gib() -> None:
+    state = ClusterState(_vendors())
+    state.upsert_node(_sgpu_node("n1", _sdev("sg-0")))
+    quota = {"metadata": {"namespace": "team", "name": "q"}, "spec": {"hard": {f"limits.{VMEM}": "8"}}}
+    state.quotas.upsert(msgspec.convert(quota, ResourceQuota))
+    _place(state, _pod([{SGPU_COUNT: 1, VMEM: 6, VCORE: 10}], {QOS: "best-effort"}), ["n1"])
+    refused = _decide(state, _pod([{SGPU_COUNT: 1, VMEM: 3, VCORE: 10}], {QOS: "best-effort"}, uid="u2"), ["n1"])
+    assert dict(refused.rejected["n1"].counts) == {Reason.RESOURCE_QUOTA_NOT_FIT: 1}
+    fits = _decide(state, _pod([{SGPU_COUNT: 1, VMEM: 2, VCORE: 10}], {QOS: "best-effort"}, uid="u3"), ["n1"])
+    assert fits.node == "n1"
