@@ -54,6 +54,7 @@ from hami.devices.common import SharedDeviceVendor, device_scores, policy_order
 from hami.devices.metax.admission import APP_CLASS, QOS_POLICY, SgpuAdmitter
 from hami.devices.metax.topology import link_score, prefer_link_zones
 from hami.devices.metax.wire import (
+    OFFLINE,
     ONLINE,
     SGPU,
     ShareTag,
@@ -203,7 +204,7 @@ class MetaxSgpuVendor(SharedDeviceVendor):
 
 def _classes(tags: Sequence[ShareTag]) -> tuple[int, int]:
     """(online, offline) shares on a device."""
-    return sum(t.app_class == ONLINE for t in tags), sum(t.app_class == "offline" for t in tags)
+    return sum(t.app_class == ONLINE for t in tags), sum(t.app_class == OFFLINE for t in tags)
 
 
 def _online_penalty(tags: Sequence[ShareTag]) -> int:
@@ -302,10 +303,10 @@ class _SgpuFit:
         """HAMi's ``checkAppClass`` on a device in use: classed pods (online/offline) and plain pods never share
         a device, and an offline pod does not join a device running an online one (it would be suspended)."""
         online, offline = _classes(tags)
-        classed = self.app in (ONLINE, "offline")
+        classed = self.app in (ONLINE, OFFLINE)
         if bool(online or offline) != classed:
             return False
-        return not (online and self.app == "offline")
+        return not (online and self.app == OFFLINE)
 
     def _qos_ok(self, i: int, tags: Sequence[ShareTag]) -> bool:
         """HAMi's ``checkDeviceQos``: an idle device takes any policy, a whole-card request needs none; otherwise

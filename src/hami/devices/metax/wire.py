@@ -19,10 +19,11 @@ import msgspec
 from hami.devices.base import NodeInventory
 from hami.protocol import _gojson
 from hami.protocol._gojson import GoInt32
-from hami.protocol.allocation import ContainerDevice, PodDevices
+from hami.protocol.allocation import PodDevices
 from hami.protocol.inventory import DeviceInfo
 
 __all__ = [
+    "OFFLINE",
     "ONLINE",
     "SGPU",
     "ShareTag",
@@ -30,7 +31,9 @@ __all__ = [
     "encode_allocated",
     "link_zone",
     "qos_policy",
+    "share_tag",
     "share_tags",
+    "tags_on",
 ]
 
 SGPU: Final = "Metax-SGPU"
@@ -128,7 +131,3 @@ def share_tags(devices: PodDevices, qos: str, app_class: str) -> Iterator[tuple[
 def tags_on(positions: Sequence[object]) -> list[ShareTag]:
     """The share tags among a device's slice positions."""
     return [p for p in positions if isinstance(p, ShareTag)]
-
-
-def container_devices(devices: PodDevices) -> list[ContainerDevice]:
-    return [d for slot in devices for d in slot]
