@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from hami.devices.base import SliceAt, Vendor
+from hami.devices.base import AnnotationContext, SliceAt, Vendor
 from hami.errors import ApiError, Conflict, HamiError, InvalidInput, LockContention, NotFound
 from hami.protocol import keys
 from hami.protocol.allocation import PodDevices
@@ -223,12 +223,20 @@ def select(scores: Mapping[str, float], node_policy: str) -> list[str]:
 
 
 def decide(
-    state: ClusterState, req: PodRequest, candidates: Iterable[str], now: int, memo: Verdicts | None = None
+    state: ClusterState,
+    req: PodRequest,
+    candidates: Iterable[str],
+    now: int,
+    memo: Verdicts | None = None,
+    *,
+    now_ns: int | None = None,
 ) -> Decision:
     """Choose one node and the devices for every container of ``req`` among ``candidates``.
 
-    ``now`` (Unix seconds) is stamped into ``hami.io/vgpu-time``. A pod that asks for no device gets a
-    decision with ``node=None`` and no rejections; callers pass such pods through untouched.
+    ``now`` (Unix seconds) is stamped into ``hami.io/vgpu-time``; ``now_ns`` is the same instant in Unix
+    nanoseconds for the vendors' extra annotations (``AnnotationContext.now_ns``; default ``now × 10⁹``). A pod
+    that asks for no device gets a decision with ``node=None`` and no rejections; callers pass such pods through
+    untouched.
     """
     names = sorted(set(candidates))
     if not req.wants_devices:
@@ -241,13 +249,14 @@ def decide(
     best = next(f for f in fits if f.node == ranked[0])
     devices = best.pod_devices()
     slices = best.slices()
+    stamp = _Stamp(now, now * 10**9 if now_ns is None else now_ns, req.names)
     return Decision(
         req.uid,
         req.key,
         best.node,
         devices,
         slices,
-        _annotations(state, best.node, devices, slices, now),
+        _annotations(state, best.node, devices, slices, stamp),
         rejected,
         dict(zip(ranked, map(scores.__getitem__, ranked), strict=True)),
         _success_message(best.node, len(names), ranked, scores),
@@ -255,19 +264,43 @@ def decide(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Stamp:
+    """What the annotations of a decision need besides the devices: the time (seconds and nanoseconds) and the
+    container names."""
+
+    now: int
+    now_ns: int
+    containers: tuple[str, ...]
+
+
 def _annotations(
-    state: ClusterState, node: str, devices: Mapping[str, PodDevices], slices: Mapping[str, Sequence[SliceAt]], now: int
+    state: ClusterState,
+    node: str,
+    devices: Mapping[str, PodDevices],
+    slices: Mapping[str, Sequence[SliceAt]],
+    stamp: _Stamp,
 ) -> dict[str, str]:
-    annotations = {keys.VGPU_NODE: node, keys.VGPU_TIME: str(now)}
+    annotations = {keys.VGPU_NODE: node, keys.VGPU_TIME: str(stamp.now)}
     for vendor in sorted(devices):
         vk = state.vendors[vendor].keys
         value = state.vendors[vendor].encode(devices[vendor])
         if vk.to_allocate:
             annotations[vk.to_allocate] = value
         annotations[vk.allocated] = value
-    for vendor in sorted(slices):
-        annotations.update(state.vendors[vendor].extra_annotations(slices[vendor]))
+    for vendor in sorted(devices):
+        per = devices[vendor]
+        names = stamp.containers if len(stamp.containers) == len(per) else ("",) * len(per)
+        ctx = AnnotationContext(node, per, tuple(slices.get(vendor, ())), names, stamp.now_ns)
+        annotations.update(state.vendors[vendor].extra_annotations(ctx))
     return annotations
+
+
+def _instant(seconds: float) -> tuple[int, int]:
+    """A clock reading as whole Unix seconds and as Unix nanoseconds, consistent: ``ns // 10**9 == s``."""
+    now = int(seconds)
+    base = now * 10**9
+    return now, min(max(int(seconds * 10**9), base), base + 10**9 - 1)
 
 
 def _success_message(chosen: str, total: int, ranked: Sequence[str], scores: Mapping[str, float]) -> str:
@@ -525,7 +558,8 @@ class Cycle:
     def _decide_and_reserve(self, req: PodRequest, names: Sequence[str]) -> Decision:
         """decide → reserve, with no ``await`` in between (see the class docstring)."""
         t0 = self.stopwatch()
-        decision = decide(self.state, req, names, int(self.clock()), self.memo)
+        now, now_ns = _instant(self.clock())
+        decision = decide(self.state, req, names, now, self.memo, now_ns=now_ns)
         self.timed("decide", self.stopwatch() - t0)
         if reserve(self.state, req, decision) is not None:
             self.pending.add(req.uid)
