@@ -9,6 +9,20 @@ admission (``admitter``), its partition hook (``Partitions``: devices handed out
 contribution (``Fitted.score``) and its annotation codecs. The core (``hami.scheduling``, ``hami.server``) sees
 "device, amount, placement" and never a vendor's name. The registry is an explicit dict in ``hami.devices``
 (no import side effects).
+
+What the core hands a vendor, beyond the request:
+
+* ``Selector.options`` — vendor-specific pod options its ``selector`` parsed (read in ``fit`` with ``option``);
+* ``FitContext.node_info`` / ``pair_scores`` — node-level facts its ``decode_inventory`` returned in
+  ``NodeInventory``; ``FitContext.chosen`` — its placements for the pod's earlier containers on that node;
+* ``AnnotationContext`` — the whole decision (node, its allocation, slices, container names, time in ns) for
+  ``extra_annotations``, called for every vendor with devices in the decision;
+* at admission, ``PodContext`` (``hami.devices.admission``) — the pod as edited so far.
+
+And what the core does with its keys (``VendorKeys``): ``register=""`` means the inventory comes from
+``status.capacity`` (no registration annotation is required anywhere), ``handshake=None`` means no handshake is
+stamped, ``to_allocate=None`` means only ``allocated`` is written, and ``/bind`` takes each distinct ``lock`` of
+the pod's vendors (sorted, each with ``lock_expiry_s``), none when no vendor has one.
 """
 
 from __future__ import annotations
