@@ -232,6 +232,9 @@ class FitContext:
     quota: QuotaCheck | None = None
     node_info: Mapping[str, str] = field(default_factory=dict)
     chosen: tuple[tuple[Placement, ...], ...] = ()
+    node_policy: str = "binpack"
+    """The pod's node policy (``binpack``/``spread``): a vendor's node score contribution may depend on it (MetaX
+    reads topology losses for binpack and scores for spread)."""
 
 
 @dataclass(frozen=True, slots=True)
