@@ -10,6 +10,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from hami.config import default_device_config
 from hami.devices import vendors_from_config
@@ -662,3 +664,45 @@ def test_a_vmemory_quota_counts_gib() -> None:
     assert dict(refused.rejected["n1"].counts) == {Reason.RESOURCE_QUOTA_NOT_FIT: 1}
     fits = _decide(state, _pod([{SGPU_COUNT: 1, VMEM: 2, VCORE: 10}], {QOS: "best-effort"}, uid="u3"), ["n1"])
     assert fits.node == "n1"
+
+
+# --- invariants over random pod sequences ---------------------------------------------------------------------------
+
+_SHARE = st.fixed_dictionaries(
+    {
+        "count": st.integers(1, 2),
+        "cores": st.sampled_from([0, 10, 30, 60, 100]),
+        "gib": st.integers(0, 40),
+        "qos": st.sampled_from(["best-effort", "fixed-share", "burst-share"]),
+        "app": st.sampled_from(["", "", "online", "offline"]),
+    }
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_SHARE, min_size=1, max_size=12))
+def test_sgpu_shares_never_exceed_a_card_or_mix_policies_or_classes(shares: list[dict[str, Any]]) -> None:
+    state = ClusterState(_vendors())
+    state.upsert_node(_sgpu_node("n1", _sdev("a", zone=1), _sdev("b", zone=1), _sdev("c", count=2)))
+    placed = 0
+    for k, share in enumerate(shares):
+        limits: dict[str, Any] = {SGPU_COUNT: 1 if share["app"] else share["count"], VCORE: share["cores"]}
+        if share["gib"]:
+            limits[VMEM] = share["gib"]
+        annotations = {QOS: share["qos"]} | ({APP: share["app"]} if share["app"] else {})
+        pod = _pod([limits], annotations, uid=f"u{k}")
+        req = prefilter(pod, state.vendors, SchedulingDefaults())
+        if decide(state, req, ["n1"], now=NOW, now_ns=NOW_NS).node is not None:
+            _place(state, pod, ["n1"])  # also checks the record read back from the annotations
+            placed += 1
+    table = state.nodes["n1"].tables[SGPU]
+    for i, info in enumerate(table.infos):
+        assert table.used[i] <= info.count
+        assert table.usedmem[i] <= info.devmem
+        assert table.usedcores[i] <= info.devcore
+        tags = [t for t in table.slices[i] if isinstance(t, ShareTag)]
+        assert len({t.qos for t in tags if t.qos}) <= 1, tags
+        assert len({t.app_class == "" for t in tags}) <= 1, tags  # classed and plain pods never share a card
+    assert placed >= 1  # the first pod always fits the empty node
+    assert sum(table.used) >= placed
+    assert state.verify() == []
