@@ -242,7 +242,9 @@ class Slice:
     """One fixed slice of a partitioned device: the vendor's template name (NVIDIA: the MIG profile; Ascend: the
     vNPU template) and its position on the device (NVIDIA: a ``MigPlacement``; ``None`` for vendors whose slices
     have no position). Positions are what the ledger keeps per device (``DeviceTable.slices``); the core only
-    compares them for equality."""
+    compares them for equality. A vendor without partitions may still give its placements a slice, to have the
+    ledger keep a fact about each share with the device (MetaX sGPU: the QoS policy and app class of the pod
+    holding it, ``ShareTag``); its ``decode_slices`` reads the same facts back from a placed pod."""
 
     template: str
     position: Hashable | None = None
