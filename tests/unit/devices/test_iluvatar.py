@@ -8,12 +8,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from hami.config import default_device_config
+from hami.config import default_device_config, parse_device_config
 from hami.devices import vendors_from_config
 from hami.devices.admission import ContainerEdit, PodContext
 from hami.devices.base import MEM_PERCENTAGE_UNSET, ContainerRequest, Fitted, NodeInventory, Unfit
 from hami.devices.iluvatar import CONTAINER_NAME_ENV, IluvatarVendor
-from hami.errors import AnnotationError, QuantityError
+from hami.errors import AnnotationError, ConfigError, QuantityError
 from hami.protocol.objects import Container, Node, Pod, ResourceQuota
 from hami.protocol.reasons import Reason
 from hami.scheduling.admission import Admission, AdmissionSettings, admitters_for
@@ -348,3 +348,36 @@ def test_a_vmem_quota_counts_vmem_units() -> None:
     refused = place("u2", 1)
     assert refused.node is None
     assert dict(refused.rejected["n1"].counts) == {Reason.RESOURCE_QUOTA_NOT_FIT: 1}
+
+
+def _chips(*words: str) -> str:
+    rows = [
+        f"- {{chipName: c{i}, commonWord: '{w}', resourceCountName: r{i}, resourceMemoryName: m{i}, "
+        f"resourceCoreName: k{i}}}"
+        for i, w in enumerate(words)
+    ]
+    return "iluvatars:\n" + "\n".join(rows) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("words", "field", "reason"),
+    [
+        pytest.param(("MR V100",), "iluvatars[0].commonWord", "must be 1 to 43 letters", id="space"),
+        pytest.param(("a/b",), "iluvatars[0].commonWord", "names the chip's annotation keys", id="slash"),
+        pytest.param(("X" * 44,), "iluvatars[0].commonWord", "must be 1 to 43 letters", id="too-long"),
+        pytest.param(("A", "B", "A"), "iluvatars", "commonWord 'A' is given twice", id="repeated"),
+    ],
+)
+def test_a_chips_common_word_must_make_annotation_keys(words: tuple[str, ...], field: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_device_config(_chips(*words), "device-config.yaml")
+    assert info.value.field == field
+    assert reason in info.value.reason
+
+
+def test_configured_chips_become_vendors() -> None:
+    config = parse_device_config(_chips("X-1", "y.2"), "device-config.yaml").config
+    vendors = vendors_from_config(config)
+    assert [v for v in vendors if v in ("X-1", "y.2", CHIP)] == ["X-1", "y.2"]
+    assert vendors["y.2"].resources.count == "r1"
+    assert vendors["y.2"].keys.allocated == "hami.io/y.2-devices-allocated"
