@@ -28,6 +28,8 @@ EXPECTED = {
     "demo/mig-2g": ("mig-a100", [["GPU-mig-0"]]),
     "demo/mig-1g": ("mig-a100", [["GPU-mig-0"]]),
     "demo/dcu-job": ("dcu-z100", [["DCU-z100-2"]]),
+    "demo/xpu-train": ("xpu-p800", [[f"xpu-p800-kunlun-{i}" for i in range(4)]]),
+    "demo/vxpu-infer": ("vxpu-p800", [["XPU-p800-0", "XPU-p800-1"]]),
     "demo/iluvatar-job": ("iluvatar-mrv100", [["ilu-mrv100-0"]]),
     "demo/metax-cards": ("metax-c500", [["metax-c500-metax-0", "metax-c500-metax-1"]]),
     "demo/metax-slice": ("metax-sgpu", [["sgpu-0"]]),
@@ -90,6 +92,8 @@ def test_demo_pending_pod_has_a_reason_for_every_node() -> None:
         "mig-a100": {"CardInsufficientMemory": 1},
         "t4-a": {"CardInsufficientMemory": 4},
         "t4-b": {"CardInsufficientMemory": 4},
+        "vxpu-p800": {"NodeUnregistered": 1},
+        "xpu-p800": {"NodeUnregistered": 1},
     }
 
 
@@ -148,7 +152,7 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
     assert result.code == 0
     assert result.stderr == ""
     lines = result.stdout.splitlines()
-    assert lines[0] == "hami simulate --demo: 8 nodes, 29 devices; 17 pods in order: 16 placed, 1 pending"
+    assert lines[0] == "hami simulate --demo: 10 nodes, 41 devices; 19 pods in order: 18 placed, 1 pending"
     for heading in (
         "Placements",
         "Per-device utilization after placement",
@@ -161,8 +165,8 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
     assert "t4-b GPU-t4b-0 NVIDIA-Tesla T4 4/10 14000/15360 90/100" in words
     assert "mig-a100 GPU-mig-0 NVIDIA A100-SXM4-80GB 2/7 29696/81920 42/100 MIG: 1g.10gb@6 2g.20gb@0" not in words
     assert "mig-a100 GPU-mig-0 NVIDIA A100-SXM4-80GB 2/7 29696/81920 42/100 MIG: 2g.20gb@0 1g.10gb@6" in words
-    assert lines[-9:] == [
-        "demo/too-big: no available node, 8 nodes do not meet",
+    assert lines[-11:] == [
+        "demo/too-big: no available node, 10 nodes do not meet",
         "  a100-nvlink: 1/8 AllocatedCardsInsufficientRequest, 7/8 CardInsufficientMemory",
         "  dcu-z100: node unregistered for NVIDIA",
         "  iluvatar-mrv100: node unregistered for NVIDIA",
@@ -171,6 +175,8 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
         "  mig-a100: 1/1 CardInsufficientMemory",
         "  t4-a: 4/4 CardInsufficientMemory",
         "  t4-b: 4/4 CardInsufficientMemory",
+        "  vxpu-p800: node unregistered for NVIDIA",
+        "  xpu-p800: node unregistered for NVIDIA",
     ]
 
 
