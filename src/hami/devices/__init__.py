@@ -9,8 +9,8 @@ from __future__ import annotations
 from hami.config import DeviceConfig, default_device_config
 from hami.devices.base import Vendor
 from hami.devices.hygon import HygonVendor
-from hami.devices.kunlun import KunlunVendor, XpuVendor
 from hami.devices.iluvatar import IluvatarVendor
+from hami.devices.kunlun import KunlunVendor, XpuVendor
 from hami.devices.metax import MetaxGpuVendor, MetaxSgpuVendor
 from hami.devices.nvidia.vendor import NvidiaVendor
 from hami.protocol.keys import VendorKeys
