@@ -222,7 +222,10 @@ def test_gcu_pod_gets_both_allocation_annotations_and_the_card_is_then_taken() -
 
 
 def test_drs_inventory_from_the_capacity_annotation(drs: EnflameDrsVendor) -> None:
-    devices = [{"index": "0", "minor": "4", "capacity": 6}, {"index": "1", "minor": "", "capacity": "6"}]
+    devices: list[dict[str, Any]] = [
+        {"index": "0", "minor": "4", "capacity": 6},
+        {"index": "1", "minor": "", "capacity": "6"},
+    ]
     inv = drs.decode_inventory(node("n1", drs=capacity(devices)))
     assert isinstance(inv, NodeInventory)
     assert [(d.id, d.index, d.count, d.devmem, d.devcore, d.type) for d in inv.devices] == [
