@@ -17,6 +17,7 @@ from tests.helm import CHART, helm, template
 
 KUBE_VERSION = "1.36.3"
 NAMESPACE = "hami-system"
+KUNLUN = ("kunlunxin.com/xpu", "kunlunxin.com/vxpu", "kunlunxin.com/vxpu-memory")
 
 
 def run_helm(*args: str) -> subprocess.CompletedProcess[str]:
@@ -150,6 +151,7 @@ def test_the_kube_scheduler_configuration_calls_hami_as_its_extender() -> None:
             "hygon.com/dcunum",
             "hygon.com/dcumem",
             "hygon.com/dcucores",
+            *KUNLUN,
             "enflame.com/gcu",
             "enflame.com/drs-gcu",
             "enflame.com/gcu-memory",
@@ -183,6 +185,11 @@ def test_the_device_config_uses_hamis_keys() -> None:
             "resourceMemoryName": "hygon.com/dcumem",
             "resourceCoreName": "hygon.com/dcucores",
             "memoryFactor": 1,
+        },
+        "kunlun": {
+            "resourceCountName": "kunlunxin.com/xpu",
+            "resourceVCountName": "kunlunxin.com/vxpu",
+            "resourceVMemoryName": "kunlunxin.com/vxpu-memory",
         },
         "enflame": {
             "resourceNameGCU": "enflame.com/gcu",
@@ -236,6 +243,7 @@ MANAGED = [
     "hygon.com/dcunum",
     "hygon.com/dcumem",
     "hygon.com/dcucores",
+    *KUNLUN,
     "enflame.com/gcu",
     "enflame.com/drs-gcu",
     "enflame.com/gcu-memory",
@@ -258,6 +266,7 @@ def test_the_webhook_and_the_extender_manage_the_resources_of_the_device_config(
     docs = render(
         f"scheduler.deviceConfig.content={content}",
         "devices.hygon.enabled=false",
+        "devices.kunlun.enabled=false",
         "devices.enflame.enabled=false",
         "devices.awsneuron.enabled=false",
     )
@@ -666,6 +675,19 @@ def test_verifying_the_extender_mounts_the_ca_into_kube_scheduler() -> None:
 def test_disabling_hygon_drops_its_managed_resources() -> None:
     (extender,) = scheduler_config(render("devices.hygon.enabled=false"))["extenders"]
     assert [r["name"] for r in extender["managedResources"]] == [n for n in MANAGED if not n.startswith("hygon.com/")]
+
+
+def test_disabling_kunlun_drops_its_managed_resources_and_its_section_renames_them() -> None:
+    (extender,) = scheduler_config(render("devices.kunlun.enabled=false"))["extenders"]
+    assert not set(KUNLUN) & {r["name"] for r in extender["managedResources"]}
+    content = "kunlun:\n  resourceVCountName: example.com/vxpu\n"
+    (extender,) = scheduler_config(render(f"scheduler.deviceConfig.content={content}"))["extenders"]
+    names = [r["name"] for r in extender["managedResources"]]
+    assert names[names.index("kunlunxin.com/xpu") :][:3] == [
+        "kunlunxin.com/xpu",
+        "example.com/vxpu",
+        "kunlunxin.com/vxpu-memory",
+    ]
 
 
 def test_disabling_enflame_or_neuron_drops_their_managed_resources() -> None:

@@ -28,6 +28,8 @@ EXPECTED = {
     "demo/mig-2g": ("mig-a100", [["GPU-mig-0"]]),
     "demo/mig-1g": ("mig-a100", [["GPU-mig-0"]]),
     "demo/dcu-job": ("dcu-z100", [["DCU-z100-2"]]),
+    "demo/xpu-train": ("xpu-p800", [[f"xpu-p800-kunlun-{i}" for i in range(4)]]),
+    "demo/vxpu-infer": ("vxpu-p800", [["XPU-p800-0", "XPU-p800-1"]]),
     "demo/gcu-drs": ("drs-s60", [["drs-s60-enflame-drs-0"]]),
     "demo/gcu-whole": ("gcu-s60", [["gcu-s60-GCU-0", "gcu-s60-GCU-1"]]),
     "demo/neuron-cores": ("inf2-24xl", [["inf2-24xl-AWSNeuron-0", "inf2-24xl-AWSNeuron-1"]]),
@@ -90,6 +92,8 @@ def test_demo_pending_pod_has_a_reason_for_every_node() -> None:
         "mig-a100": {"CardInsufficientMemory": 1},
         "t4-a": {"CardInsufficientMemory": 4},
         "t4-b": {"CardInsufficientMemory": 4},
+        "vxpu-p800": {"NodeUnregistered": 1},
+        "xpu-p800": {"NodeUnregistered": 1},
     }
 
 
@@ -135,7 +139,7 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
     assert result.code == 0
     assert result.stderr == ""
     lines = result.stdout.splitlines()
-    assert lines[0] == "hami simulate --demo: 8 nodes, 33 devices; 17 pods in order: 16 placed, 1 pending"
+    assert lines[0] == "hami simulate --demo: 10 nodes, 45 devices; 19 pods in order: 18 placed, 1 pending"
     for heading in (
         "Placements",
         "Per-device utilization after placement",
@@ -156,8 +160,8 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
         "mig-a100     GPU-mig-0              NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100   "
         "MIG: 2g.20gb@0 1g.10gb@6" in lines
     )
-    assert lines[-9:] == [
-        "demo/too-big: no available node, 8 nodes do not meet",
+    assert lines[-11:] == [
+        "demo/too-big: no available node, 10 nodes do not meet",
         "  a100-nvlink: 1/8 AllocatedCardsInsufficientRequest, 7/8 CardInsufficientMemory",
         "  dcu-z100: node unregistered for NVIDIA",
         "  drs-s60: node unregistered for NVIDIA",
@@ -166,6 +170,8 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
         "  mig-a100: 1/1 CardInsufficientMemory",
         "  t4-a: 4/4 CardInsufficientMemory",
         "  t4-b: 4/4 CardInsufficientMemory",
+        "  vxpu-p800: node unregistered for NVIDIA",
+        "  xpu-p800: node unregistered for NVIDIA",
     ]
 
 
