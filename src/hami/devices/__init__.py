@@ -7,7 +7,9 @@ Adding a vendor means adding its module and one line here.
 from __future__ import annotations
 
 from hami.config import DeviceConfig, default_device_config
+from hami.devices.awsneuron import AwsNeuronVendor
 from hami.devices.base import Vendor
+from hami.devices.enflame import EnflameDrsVendor, EnflameGcuVendor
 from hami.devices.hygon import HygonVendor
 from hami.devices.iluvatar import IluvatarVendor
 from hami.devices.kunlun import KunlunVendor, XpuVendor
@@ -22,6 +24,7 @@ def vendors_from_config(config: DeviceConfig) -> dict[str, Vendor]:
     """Every vendor hami schedules, keyed by vendor key, in a fixed order."""
     vendors: list[Vendor] = [NvidiaVendor(config.nvidia), HygonVendor(config.hygon)]
     vendors += [KunlunVendor(config.kunlun), XpuVendor(config.kunlun)]
+    vendors += [EnflameGcuVendor(config.enflame), EnflameDrsVendor(config.enflame), AwsNeuronVendor(config.awsneuron)]
     vendors += [IluvatarVendor(chip) for chip in config.iluvatars]
     vendors += [MetaxGpuVendor(config.metax), MetaxSgpuVendor(config.metax)]
     return {v.name: v for v in vendors}

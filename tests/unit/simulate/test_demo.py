@@ -30,6 +30,9 @@ EXPECTED = {
     "demo/dcu-job": ("dcu-z100", [["DCU-z100-2"]]),
     "demo/xpu-train": ("xpu-p800", [[f"xpu-p800-kunlun-{i}" for i in range(4)]]),
     "demo/vxpu-infer": ("vxpu-p800", [["XPU-p800-0", "XPU-p800-1"]]),
+    "demo/gcu-drs": ("drs-s60", [["drs-s60-enflame-drs-0"]]),
+    "demo/gcu-whole": ("gcu-s60", [["gcu-s60-GCU-0", "gcu-s60-GCU-1"]]),
+    "demo/neuron-cores": ("inf2-24xl", [["inf2-24xl-AWSNeuron-0", "inf2-24xl-AWSNeuron-1"]]),
     "demo/iluvatar-job": ("iluvatar-mrv100", [["ilu-mrv100-0"]]),
     "demo/metax-cards": ("metax-c500", [["metax-c500-metax-0", "metax-c500-metax-1"]]),
     "demo/metax-slice": ("metax-sgpu", [["sgpu-0"]]),
@@ -86,6 +89,9 @@ def test_demo_pending_pod_has_a_reason_for_every_node() -> None:
     assert outcomes["demo/too-big"].reasons == {
         "a100-nvlink": {"AllocatedCardsInsufficientRequest": 1, "CardInsufficientMemory": 7},
         "dcu-z100": {"NodeUnregistered": 1},
+        "drs-s60": {"NodeUnregistered": 1},
+        "gcu-s60": {"NodeUnregistered": 1},
+        "inf2-24xl": {"NodeUnregistered": 1},
         "iluvatar-mrv100": {"NodeUnregistered": 1},
         "metax-c500": {"NodeUnregistered": 1},
         "metax-sgpu": {"NodeUnregistered": 1},
@@ -152,7 +158,7 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
     assert result.code == 0
     assert result.stderr == ""
     lines = result.stdout.splitlines()
-    assert lines[0] == "hami simulate --demo: 10 nodes, 41 devices; 19 pods in order: 18 placed, 1 pending"
+    assert lines[0] == "hami simulate --demo: 13 nodes, 53 devices; 22 pods in order: 21 placed, 1 pending"
     for heading in (
         "Placements",
         "Per-device utilization after placement",
@@ -165,11 +171,14 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
     assert "t4-b GPU-t4b-0 NVIDIA-Tesla T4 4/10 14000/15360 90/100" in words
     assert "mig-a100 GPU-mig-0 NVIDIA A100-SXM4-80GB 2/7 29696/81920 42/100 MIG: 1g.10gb@6 2g.20gb@0" not in words
     assert "mig-a100 GPU-mig-0 NVIDIA A100-SXM4-80GB 2/7 29696/81920 42/100 MIG: 2g.20gb@0 1g.10gb@6" in words
-    assert lines[-11:] == [
-        "demo/too-big: no available node, 10 nodes do not meet",
+    assert lines[-14:] == [
+        "demo/too-big: no available node, 13 nodes do not meet",
         "  a100-nvlink: 1/8 AllocatedCardsInsufficientRequest, 7/8 CardInsufficientMemory",
         "  dcu-z100: node unregistered for NVIDIA",
+        "  drs-s60: node unregistered for NVIDIA",
+        "  gcu-s60: node unregistered for NVIDIA",
         "  iluvatar-mrv100: node unregistered for NVIDIA",
+        "  inf2-24xl: node unregistered for NVIDIA",
         "  metax-c500: node unregistered for NVIDIA",
         "  metax-sgpu: node unregistered for NVIDIA",
         "  mig-a100: 1/1 CardInsufficientMemory",
