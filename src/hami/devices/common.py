@@ -37,7 +37,7 @@ from hami.devices.base import (
     SliceAt,
     Unfit,
 )
-from hami.devices.table import DeviceTable
+from hami.devices.table import Capacity, DeviceTable
 from hami.protocol.allocation import ContainerDevice, PodDevices, decode_pod_devices, encode_pod_devices
 from hami.protocol.reasons import Reason, Rejection
 
@@ -48,6 +48,7 @@ __all__ = [
     "device_scores",
     "fit_shared",
     "policy_order",
+    "screen_shared",
     "worst_single",
 ]
 
@@ -368,6 +369,53 @@ def _topology_choice(ctx: FitContext, groups: Sequence[Sequence[Placement]], num
     return best
 
 
+def screen_shared(cap: Capacity, req: ContainerRequest, ctx: FitContext, selector: Selector) -> bool | None:
+    """What ``fit_shared`` would answer for this summary, without running it: True (it returns a ``Fitted`` with score
+    0), False (an ``Unfit``), None (the summary cannot tell: devices carved into slices, a namespace quota, cordoned
+    devices, device filters, ``topology-aware`` or ``mutex`` — Fit then decides).
+
+    It mirrors the loop's checks for a device that passed health, type and slots (``Capacity.cards`` holds exactly
+    those): memory, cores, a whole card, compute units; with NUMA binding the devices must be on one NUMA node (the
+    policy orders devices by NUMA node first, so the loop's groups are the NUMA nodes). The equivalence with Fit is
+    a property test (``tests/unit/scheduling/test_screen.py``).
+    """
+    policy = ctx.policy
+    if cap.carved or ctx.quota is not None or ctx.cordoned or policy.topology or policy.mutex or _filters(selector):
+        return None
+    nums = req.nums
+    if nums > len(cap.cards):
+        return False
+    cores = min(req.coresreq, 100)
+    memreq, pct = req.memreq, req.mem_percentage
+    if memreq > cap.max_mem or cores > cap.max_cores or (cores >= 100 and cap.idle < nums):
+        return False
+    found: dict[int, int] = {}
+    for free_mem, free_cores, used, devmem, devcore, numa in cap.cards:
+        mem = memreq if memreq > 0 else (devmem * pct // 100 if pct != MEM_PERCENTAGE_UNSET else 0)
+        if free_mem < mem:
+            if memreq > 0:
+                break  # cards come largest free memory first: none further has room
+            continue
+        if free_cores < cores or (cores >= 100 and used > 0) or (cores == 0 and devcore != 0 and free_cores <= 0):
+            continue
+        group = numa if policy.numa_bind else 0
+        n = found[group] = found.get(group, 0) + 1
+        if n == nums:
+            return True
+    return False
+
+
+def _filters(selector: Selector) -> bool:
+    """Whether the selector restricts devices by type, mode or UUID."""
+    return bool(
+        selector.use_types
+        or selector.nouse_types
+        or selector.use_uuids
+        or selector.nouse_uuids
+        or selector.modes is not None
+    )
+
+
 class SharedDeviceVendor:
     """What vendors with slot/memory/core sharing and HAMi's allocation annotation have in common: the
     resource names of their config section, the shared fit loop and the ``UUID,Type,mem,cores:`` codec.
@@ -391,6 +439,29 @@ class SharedDeviceVendor:
     def order(self, table: DeviceTable, scores: Sequence[float], ctx: FitContext) -> Sequence[int]:
         """The order devices are tried in; a vendor with its own ordering overrides this."""
         return policy_order(table, scores, ctx)
+
+    def screen(self, table: DeviceTable, request: ContainerRequest, ctx: FitContext, selector: Selector) -> bool | None:
+        """Whether ``fit`` would fit (True), not fit (False) or None (unknown), from the table's capacity summary in
+        about O(1) (``screen_shared``). A subclass with its own ``fit`` or ``order`` is never screened (None)."""
+        cls = type(self)
+        if cls.fit is not SharedDeviceVendor.fit or (
+            ctx.policy.numa_bind and cls.order is not SharedDeviceVendor.order
+        ):
+            return None
+        partitions = self.partitions
+        return screen_shared(table.summary(partitions.carves if partitions else None), request, ctx, selector)
+
+    def screen_idle(
+        self, table: DeviceTable, request: ContainerRequest, ctx: FitContext, selector: Selector
+    ) -> bool | None:
+        """``screen`` for the table without usage (``DeviceTable.empty()``): could the container fit there at all?"""
+        cls = type(self)
+        if cls.fit is not SharedDeviceVendor.fit or (
+            ctx.policy.numa_bind and cls.order is not SharedDeviceVendor.order
+        ):
+            return None
+        partitions = self.partitions
+        return screen_shared(table.idle_summary(partitions.carves if partitions else None), request, ctx, selector)
 
     def encode(self, devices: PodDevices) -> str:
         return encode_pod_devices(devices)

@@ -302,5 +302,5 @@ def _charge_tables(
         owner = vendors.get(ch.vendor)
         partitions = owner.partitions if owner is not None else None
         if sign > 0 and partitions is not None:
-            table.broken[i] = partitions.conflict(table.infos[i], positions, record.key) or table.broken[i]
+            table.mark_broken(i, partitions.conflict(table.infos[i], positions, record.key) or table.broken[i])
     return missing
