@@ -25,6 +25,8 @@ QUICK = ["S", "M"]
 FULL = ["S", "M", "M-50x8", "M-100x16", "M-topo4", "L-420", "L-1000", "L-1000-init3", "XL-500", "XL-5000"]
 HTTP = ["M", "L-1000", "XL-500"]
 TARGETS = {"S": 0.5, "M": 2.0, "L-1000": 10.0, "XL-500": 10.0}  # in-process decide p99, ms
+AFRESH_TARGETS = {"L-1000": 3.0, "XL-500": 3.0, "XL-5000": 25.0}  # decide p99 with the memo off, ms (issue 19)
+AFRESH = ["M", "L-1000", "XL-500", "XL-5000"]
 
 
 def machine() -> dict[str, Any]:
@@ -101,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         ["scenario", "cluster", "pods", "cands", "p50", "p95", "p99", "+reserve p99", "cold p99", "target p99"],
         rows,
     )
+
+    afresh_rows(names, args.iterations, results)
 
     rows = []
     ledger_results: dict[str, Any] = {}
@@ -188,6 +192,51 @@ def main(argv: list[str] | None = None) -> int:
     path.write_text(json.dumps(results, indent=2))
     print(f"\nraw results: {path}")
     return 0
+
+
+def afresh_rows(names: list[str], iterations: int, results: dict[str, Any]) -> None:
+    """Decisions the memo does not help (issue 19 item 4): the memo cleared before every decision, 200 request
+    shapes interleaved (memo on), every node's capacity summary dropped too, and Fit on every node (the capacity
+    index off: the figure before it), each against its scenario's single-shape memo figure from this run."""
+    rows = []
+    out: dict[str, Any] = {}
+    n = min(iterations, 200)
+    for name in [x for x in AFRESH if x in names]:
+        s = SCENARIOS[name]
+        single = results["decide"][name]["decide"]
+        afresh = results["decide"][name]["decide_cold"]
+        shapes = bench_decide(s, n, with_reserve=False, shapes=200)
+        changed = bench_decide(s, min(n, 100), with_reserve=False, memo=False, changed=True)
+        unscreened = bench_decide(s, min(n, 100), with_reserve=False, memo=False, screening=False)
+        out[name] = {"shapes_200": shapes, "all_changed": changed, "no_index": unscreened}
+        target = AFRESH_TARGETS.get(name)
+        rows.append(
+            [
+                name,
+                fmt(single["p99_ms"]),
+                fmt(afresh["p50_ms"]) + " / " + fmt(afresh["p99_ms"]),
+                fmt(shapes["p99_ms"]) + f" ({shapes['p99_ms'] / single['p99_ms']:.1f}x)",
+                fmt(changed["p99_ms"]),
+                fmt(unscreened["p99_ms"]),
+                "-" if target is None else (f"< {target}" + (" ok" if afresh["p99_ms"] < target else " MISSED")),
+            ]
+        )
+    results["afresh"] = out
+    if rows:
+        table(
+            "Decisions without the memo (ms): memo off; 200 shapes interleaved (x single shape); every node changed; "
+            "no capacity index",
+            [
+                "scenario",
+                "1 shape p99",
+                "afresh p50 / p99",
+                "200 shapes p99",
+                "all changed p99",
+                "no index p99",
+                "target",
+            ],
+            rows,
+        )
 
 
 def profile() -> int:

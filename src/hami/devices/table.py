@@ -10,7 +10,7 @@ Units: memory in MiB, cores in core units (100 = one card at deviceCoreScaling 1
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from hami.protocol.inventory import DeviceInfo
 
@@ -20,8 +20,7 @@ OpenCard = tuple[int, int, int, int, int, int]
 """One card that can take another task: (free MiB, free core units, tasks on it, devmem, devcore, NUMA node)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Capacity:
+class Capacity(NamedTuple):
     """A table's usage summarised for screening requests without running Fit (issue 19 item 4).
 
     ``cards`` are the devices that can take another task — healthy, not ``broken``, not carved into slices, with a
@@ -29,7 +28,7 @@ class Capacity:
     carves into slices (their fit depends on the slice layout: a screen answers "unknown" for them). ``max_mem`` and
     ``max_cores`` are the largest free amounts on any open card (0 when none), ``idle`` the open cards with no task.
     ``totals`` are ``DeviceTable.totals()``. Built from the table in one pass, at most once per change: the table
-    drops it in ``charge``, the ledger's single mutation path.
+    drops it in ``charge``, the ledger's single mutation path. (A named tuple: it is built often and must be cheap.)
     """
 
     devices: int
@@ -52,6 +51,7 @@ class DeviceTable:
 
     __slots__ = (
         "_idle",
+        "_static",
         "_summary",
         "broken",
         "capacity",
@@ -82,6 +82,7 @@ class DeviceTable:
         self.broken: list[str | None] = [None] * n
         self._summary: Capacity | None = None
         self._idle: Capacity | None = None  # the summary of ``empty()``: static, shared by every copy
+        self._static: tuple[int, tuple[tuple[int, int, int, int, int], ...]] | None = None  # see _summarize
 
     def __len__(self) -> int:
         return len(self.infos)
@@ -100,12 +101,14 @@ class DeviceTable:
         copy.broken = self.broken.copy()
         copy._summary = self._summary
         copy._idle = self._idle
+        copy._static = self._static
         return copy
 
     def empty(self) -> DeviceTable:
         """The same devices with no usage at all (used to tell 'never fits' from 'does not fit now')."""
         table = DeviceTable(self.vendor, self.infos)
         table._summary = table._idle = self._idle
+        table._static = self._static
         return table
 
     def charge(
@@ -159,31 +162,31 @@ class DeviceTable:
         return idle
 
     def _summarize(self, carves: Callable[[DeviceInfo], bool] | None) -> Capacity:
-        cards: list[OpenCard] = []
-        carved = 0
+        static = self._static
+        if static is None:  # per inventory: the carved devices, and (index, count, devmem, devcore, NUMA) of the rest
+            carved = [carves is not None and carves(info) for info in self.infos]
+            static = self._static = (
+                sum(carved),
+                tuple(
+                    (i, info.count, info.devmem, info.devcore, info.numa)
+                    for i, info in enumerate(self.infos)
+                    if info.health and not carved[i]
+                ),
+            )
         broken, used, usedmem, usedcores = self.broken, self.used, self.usedmem, self.usedcores
-        for i, info in enumerate(self.infos):
-            if carves is not None and carves(info):
-                carved += 1
-            elif info.health and broken[i] is None and used[i] < info.count:
-                cards.append(
-                    (
-                        info.devmem - usedmem[i],
-                        info.devcore - usedcores[i],
-                        used[i],
-                        info.devmem,
-                        info.devcore,
-                        info.numa,
-                    )
-                )
-        cards.sort(key=lambda c: (c[0], c[1]), reverse=True)
-        count, devcore, devmem = self.capacity
+        cards = [
+            (devmem - usedmem[i], devcore - usedcores[i], used[i], devmem, devcore, numa)
+            for i, count, devmem, devcore, numa in static[1]
+            if used[i] < count and broken[i] is None
+        ]
+        cards.sort(reverse=True)
+        total, devcore, devmem = self.capacity
         return Capacity(
-            devices=len(self.infos),
-            cards=tuple(cards),
-            carved=carved,
-            max_mem=cards[0][0] if cards else 0,
-            max_cores=max((c[1] for c in cards), default=0),
-            idle=sum(1 for c in cards if c[2] == 0),
-            totals=(sum(used), count, sum(usedcores), devcore, sum(usedmem), devmem),
+            len(self.infos),
+            tuple(cards),
+            static[0],
+            cards[0][0] if cards else 0,
+            max([c[1] for c in cards], default=0),
+            [c[2] for c in cards].count(0),
+            (sum(used), total, sum(usedcores), devcore, sum(usedmem), devmem),
         )

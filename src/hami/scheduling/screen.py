@@ -29,7 +29,7 @@ from types import MappingProxyType
 from typing import Final, Protocol, runtime_checkable
 
 from hami.devices.base import ContainerRequest, FitContext, Placement, Selector
-from hami.devices.table import DeviceTable
+from hami.devices.common import Screener
 from hami.scheduling.filter import NodeFit, NodeRejection, filter_node
 from hami.scheduling.request import PodRequest
 from hami.scheduling.state import ClusterState, NodeState
@@ -44,17 +44,13 @@ SCREENED: Final[Mapping[str, tuple[tuple[Placement, ...], ...]]] = MappingProxyT
 class Screening(Protocol):
     """A vendor that can tell from a table's capacity summary what its ``fit`` would answer.
 
-    ``screen`` answers True only if ``fit`` would return a ``Fitted`` whose ``score`` is 0, False only if it would
-    return ``Unfit``, and None whenever it cannot tell; ``screen_idle`` answers the same for ``table.empty()``.
+    ``screener`` is asked once per decision and returns None when it cannot screen this request at all; its
+    ``screen(table, idle)`` answers True only if ``fit`` would return a ``Fitted`` whose ``score`` is 0 (on
+    ``table.empty()`` when ``idle``), False only if it would return ``Unfit``, and None whenever it cannot tell.
     """
 
-    def screen(self, table: DeviceTable, request: ContainerRequest, ctx: FitContext, selector: Selector) -> bool | None:
-        """What ``fit`` would answer, or None."""
-
-    def screen_idle(
-        self, table: DeviceTable, request: ContainerRequest, ctx: FitContext, selector: Selector
-    ) -> bool | None:
-        """What ``fit`` would answer on the table without usage, or None."""
+    def screener(self, request: ContainerRequest, ctx: FitContext, selector: Selector) -> Screener | None:
+        """A screen for this container request, or None."""
 
 
 def screened(fit: NodeFit) -> bool:
@@ -71,7 +67,7 @@ class Screen:
         self,
         state: ClusterState,
         req: PodRequest,
-        checks: tuple[tuple[str, Screening, ContainerRequest, FitContext, Selector], ...],
+        checks: tuple[tuple[str, Screener], ...],
     ) -> None:
         self.state, self.req, self.checks = state, req, checks
 
@@ -86,20 +82,21 @@ class Screen:
         ctx = FitContext(policy=req.gpu_policy, weights=req.weights)
         for vendor, creq in sorted(with_devices[0].items()):
             owner = state.vendors[vendor]
-            if not isinstance(owner, Screening):
+            screen = owner.screener(creq, ctx, req.selectors[vendor]) if isinstance(owner, Screening) else None
+            if screen is None:
                 return None
-            checks.append((vendor, owner, creq, ctx, req.selectors[vendor]))
+            checks.append((vendor, screen))
         return cls(state, req, tuple(checks))
 
     def judge(self, node: NodeState) -> NodeFit | NodeRejection:
         """The node's verdict; a fitting node comes back ``SCREENED`` (see the module docstring)."""
         tables = node.tables
         answer: bool | None = None if node.cordoned else True
-        for vendor, owner, creq, ctx, selector in self.checks:
+        for vendor, screen in self.checks:
             if answer is None:
                 break
             table = tables.get(vendor)
-            answer = None if table is None else owner.screen(table, creq, ctx, selector)
+            answer = None if table is None else screen(table, False)
             if answer is False:
                 break
         if answer:
@@ -112,8 +109,8 @@ class Screen:
     def _never_fits(self, node: NodeState, verdict: NodeRejection) -> bool:
         """Whether the node could not run the pod even without any usage (``judge``'s ``unresolvable``)."""
         idle = not node.cordoned  # the empty node keeps its cordons, which the idle summary does not know
-        for vendor, owner, creq, ctx, selector in self.checks:
-            answer = owner.screen_idle(node.tables[vendor], creq, ctx, selector)
+        for vendor, screen in self.checks:
+            answer = screen(node.tables[vendor], True)
             if answer is False:
                 return True
             if answer is None:

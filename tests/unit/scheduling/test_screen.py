@@ -122,6 +122,14 @@ def single_pods(draw: st.DrawFn, uid: str) -> PodRequest:
     )
 
 
+def screen(
+    owner: Any, table: DeviceTable, request: ContainerRequest, ctx: FitContext, selector: Selector, idle: bool = False
+) -> bool | None:
+    """The vendor's screen for this request on ``table`` (None also when it cannot screen the request at all)."""
+    screener = owner.screener(request, ctx, selector)
+    return None if screener is None else screener(table, idle)
+
+
 def full(s: ClusterState, req: PodRequest, names: list[str]) -> Any:
     return decide(s, req, [*names, "ghost"], NOW, Verdicts(per_node=0, screening=False))
 
@@ -145,8 +153,8 @@ def test_a_screen_answers_what_fit_answers(data: st.DataObject) -> None:
     request = data.draw(requests(vendor))
     ctx = FitContext(policy=parse_gpu_policy(data.draw(st.sampled_from(POLICIES)), data.draw(st.booleans())))
     for answer, fitted in (
-        (owner.screen(table, request, ctx, Selector()), owner.fit(table, request, ctx, Selector())),
-        (owner.screen_idle(table, request, ctx, Selector()), owner.fit(table.empty(), request, ctx, Selector())),
+        (screen(owner, table, request, ctx, Selector()), owner.fit(table, request, ctx, Selector())),
+        (screen(owner, table, request, ctx, Selector(), True), owner.fit(table.empty(), request, ctx, Selector())),
     ):
         if answer is True:
             assert not isinstance(fitted, Unfit)
@@ -162,16 +170,16 @@ def test_the_screen_answers_the_common_cases() -> None:
     table = DeviceTable(NVIDIA, tuple(gpu(f"G{i}", index=i, numa=i % 2) for i in range(4)))
     table.charge(0, 1, 8000, 50)
     ctx = FitContext(policy=parse_gpu_policy("spread", False))
-    assert owner.screen(table, ContainerRequest(NVIDIA, 3, 4096, coresreq=50), ctx, Selector()) is True
-    assert owner.screen(table, ContainerRequest(NVIDIA, 4, 4096, coresreq=50), ctx, Selector()) is False
-    assert owner.screen(table, ContainerRequest(NVIDIA, 1, 9000), ctx, Selector()) is False
-    assert owner.screen_idle(table, ContainerRequest(NVIDIA, 4, 8192, coresreq=100), ctx, Selector()) is True
+    assert screen(owner, table, ContainerRequest(NVIDIA, 3, 4096, coresreq=50), ctx, Selector()) is True
+    assert screen(owner, table, ContainerRequest(NVIDIA, 4, 4096, coresreq=50), ctx, Selector()) is False
+    assert screen(owner, table, ContainerRequest(NVIDIA, 1, 9000), ctx, Selector()) is False
+    assert screen(owner, table, ContainerRequest(NVIDIA, 4, 8192, coresreq=100), ctx, Selector(), True) is True
     numa = FitContext(policy=parse_gpu_policy("spread", True))
-    assert owner.screen(table, ContainerRequest(NVIDIA, 2, 1024), numa, Selector()) is True
-    assert owner.screen(table, ContainerRequest(NVIDIA, 2, 4096), numa, Selector()) is True  # G1, G3 on NUMA 1
-    assert owner.screen(table, ContainerRequest(NVIDIA, 3, 1024), numa, Selector()) is False  # 2 per NUMA node
+    assert screen(owner, table, ContainerRequest(NVIDIA, 2, 1024), numa, Selector()) is True
+    assert screen(owner, table, ContainerRequest(NVIDIA, 2, 4096), numa, Selector()) is True  # G1, G3 on NUMA 1
+    assert screen(owner, table, ContainerRequest(NVIDIA, 3, 1024), numa, Selector()) is False  # 2 per NUMA node
     filtered = Selector(use_types=(("t4",),))
-    assert owner.screen(table, ContainerRequest(NVIDIA, 1, 1024), ctx, filtered) is None
+    assert screen(owner, table, ContainerRequest(NVIDIA, 1, 1024), ctx, filtered) is None
 
 
 def test_every_charge_drops_the_summary() -> None:
@@ -239,7 +247,7 @@ def test_a_screen_that_lies_is_caught(monkeypatch: Any) -> None:
     s.nodes["big"].tables[NVIDIA].charge(0, 1, 100, 0)  # binpack prefers the busier node
     req = pod_request(ContainerRequest(NVIDIA, 1, 5000))
     expected = full(s, req, ["small", "big"])
-    monkeypatch.setattr(SharedDeviceVendor, "screen", lambda *_: True)
+    monkeypatch.setattr(SharedDeviceVendor, "screener", lambda *_: lambda *_: True)
     assert decide(s, req, ["small", "big", "ghost"], NOW) == expected
     assert expected.node is None
 
@@ -257,5 +265,5 @@ def test_a_vendor_with_its_own_fit_is_never_screened() -> None:
     table = DeviceTable("OWN", (gpu("G0"),))
     ctx = FitContext(policy=parse_gpu_policy("spread", False))
     request = ContainerRequest("OWN", 1, 1)
-    assert owner.screen(table, request, ctx, Selector()) is True  # type: ignore[attr-defined]
-    assert own.screen(table, request, ctx, Selector()) is None
+    assert screen(owner, table, request, ctx, Selector()) is True
+    assert screen(own, table, request, ctx, Selector()) is None
