@@ -125,6 +125,21 @@ def main(argv: list[str] | None = None) -> int:
         [[fmt(cs["cold_start_s"]), fmt(cs["state_mb"]), fmt(cs["peak_mb"])]],
     )
 
+    from bench.scrape import bench_scrape
+
+    scrape_name = "M" if args.quick else "XL-500"
+    sc = bench_scrape(SCENARIOS[scrape_name])
+    results["scrape"] = {scrape_name: sc}
+    table(
+        f"/metrics scrape ({scrape_name}, {sc['sliced']['mb']:.0f} MB of text): one scrape, and the longest the event "
+        "loop waited meanwhile",
+        ["writer", "scrape s", "longest loop stall ms"],
+        [
+            [name, fmt(r["seconds"]), fmt(r["loop_stall_ms"])]
+            for name, r in (("generate_latest, one go (before)", sc["generate_latest"]), ("sliced", sc["sliced"]))
+        ],
+    )
+
     rows = []
     http_results: dict[str, Any] = {}
     for name in [n for n in HTTP if n in names] or ["M"]:
