@@ -263,8 +263,9 @@ def pipelines_table(pods: int, results: dict[str, Any]) -> None:
 
 def afresh_rows(names: list[str], iterations: int, results: dict[str, Any]) -> None:
     """Decisions the memo does not help (issue 19 item 4): the memo cleared before every decision, 200 request
-    shapes interleaved (memo on), every node's capacity summary dropped too, and Fit on every node (the capacity
-    index off: the figure before it), each against its scenario's single-shape memo figure from this run."""
+    shapes interleaved (memo on), every node's capacity summary dropped too, a request about half the nodes reject
+    (6,000 MiB; memo off), and Fit on every node (the capacity index off: the figure before it), each against its
+    scenario's single-shape memo figure from this run."""
     rows = []
     out: dict[str, Any] = {}
     n = min(iterations, 200)
@@ -273,9 +274,10 @@ def afresh_rows(names: list[str], iterations: int, results: dict[str, Any]) -> N
         single = results["decide"][name]["decide"]
         afresh = results["decide"][name]["decide_cold"]
         shapes = bench_decide(s, n, with_reserve=False, shapes=200)
+        rejecting = bench_decide(s, min(n, 100), with_reserve=False, memo=False, gpumem=6000)
         changed = bench_decide(s, min(n, 100), with_reserve=False, memo=False, changed=True)
         unscreened = bench_decide(s, min(n, 100), with_reserve=False, memo=False, screening=False)
-        out[name] = {"shapes_200": shapes, "all_changed": changed, "no_index": unscreened}
+        out[name] = {"shapes_200": shapes, "all_changed": changed, "no_index": unscreened, "half_rejected": rejecting}
         target = AFRESH_TARGETS.get(name)
         rows.append(
             [
@@ -284,6 +286,7 @@ def afresh_rows(names: list[str], iterations: int, results: dict[str, Any]) -> N
                 fmt(afresh["p50_ms"]) + " / " + fmt(afresh["p99_ms"]),
                 fmt(shapes["p99_ms"]) + f" ({shapes['p99_ms'] / single['p99_ms']:.1f}x)",
                 fmt(changed["p99_ms"]),
+                fmt(rejecting["p99_ms"]),
                 fmt(unscreened["p99_ms"]),
                 "-" if target is None else (f"< {target}" + (" ok" if afresh["p99_ms"] < target else " MISSED")),
             ]
@@ -292,7 +295,7 @@ def afresh_rows(names: list[str], iterations: int, results: dict[str, Any]) -> N
     if rows:
         table(
             "Decisions without the memo (ms): memo off; 200 shapes interleaved (x single shape); every node changed; "
-            "no capacity index",
+            "half the nodes rejecting; no capacity index",
             [
                 "scenario",
                 "1 shape p99",
