@@ -302,6 +302,7 @@ def afresh_rows(names: list[str], iterations: int, results: dict[str, Any]) -> N
                 "afresh p50 / p99",
                 "200 shapes p99",
                 "all changed p99",
+                "half rejected p99",
                 "no index p99",
                 "target",
             ],
