@@ -197,7 +197,8 @@ class MthreadsVendor(SharedDeviceVendor):
         cores = _read(container, self.config.resource_core_name, field)
         per_card = 0 if cores is None else cores[0] // nums
         if cores is not None and per_card > CORES_PER_CARD:
-            reason = f"a Moore Threads card has {CORES_PER_CARD} core units; {cores[0]} over {nums} card(s) is {per_card}"
+            spread = f"{cores[0]} over {nums} card(s) is {per_card}"
+            reason = f"a Moore Threads card has {CORES_PER_CARD} core units; {spread}"
             raise QuantityError(cores[2], cores[1], reason)
         return ContainerRequest(
             vendor=MTHREADS,

@@ -1,6 +1,7 @@
-"""The Moore Threads vendor (webhook-bind-plugin-vendors.md §7, vendors-appendix.md, HAMi v2.10 ``pkg/device/mthreads``):
-inventory from the node's capacity, the webhook's defaults, rewrites and denials, requests in 512 MiB units split
-over the cards, every container on one card, the allocation and its annotations byte for byte, no lock."""
+"""The Moore Threads vendor (webhook-bind-plugin-vendors.md §7, vendors-appendix.md, HAMi v2.10
+``pkg/device/mthreads``): inventory from the node's capacity, the webhook's defaults, rewrites and denials,
+requests in 512 MiB units split over the cards, every container on one card, the allocation and its annotations
+byte for byte, no lock."""
 
 from __future__ import annotations
 
@@ -38,10 +39,12 @@ from hami.protocol.allocation import ContainerDevice, PodDevices
 from hami.protocol.inventory import DeviceInfo
 from hami.protocol.objects import Container, Node
 from hami.protocol.reasons import Reason
+from hami.scheduling.admission import Admission, AdmissionSettings, Verdict, admitters_for
 from hami.scheduling.cycle import decide, reserve
 from hami.scheduling.records import record_from_pod
 from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState
+from tests.unit.jsonpatch import apply_patch
 from tests.unit.scheduling.builders import container, ctx, pod, req, vendors
 
 COUNT, MEM, CORES = "mthreads.com/vgpu", "mthreads.com/sgpu-memory", "mthreads.com/sgpu-core"
@@ -72,7 +75,7 @@ def _card(node: str, i: int, devmem: int = 49152) -> DeviceInfo:
     return DeviceInfo(f"{node}-mthreads-{i}", i, 100, devmem, 16, MTHREADS, 0, health=True)
 
 
-# --- inventory ---------------------------------------------------------------------------------------------------------
+# --- inventory ----------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -140,9 +143,7 @@ def _admit(limits: dict[str, Any] | None = None, requests: dict[str, Any] | None
             id="several-cards-are-whole-cards",
         ),
         # The count is read from requests too (HAMi :95-98).
-        pytest.param(
-            {}, {COUNT: 1}, ContainerEdit(limits={CORES: "16", MEM: "96"}), id="count-in-requests"
-        ),
+        pytest.param({}, {COUNT: 1}, ContainerEdit(limits={CORES: "16", MEM: "96"}), id="count-in-requests"),
         # hami: a request the webhook overrides is set with its limit (the API server wants them equal).
         pytest.param(
             {COUNT: 2},
@@ -341,8 +342,9 @@ def test_a_two_container_pod_shares_one_card_through_the_ledger() -> None:
     assert record is not None
     placed = pod(spec, uid="u-1", annotations=decision.annotations)
     again = record_from_pod(placed, s.vendors)
-    assert again is not None and again.charges == record.charges
-    assert s.verify() == []
+    assert again is not None
+    assert again.charges == record.charges
+    assert s.nodes["mt-1"].tables[MTHREADS].usage_of(1) == (2, 8192, 8, ())
 
 
 def test_the_same_card_rule_is_greedy_per_container_as_in_hami() -> None:
@@ -357,3 +359,41 @@ def test_the_same_card_rule_is_greedy_per_container_as_in_hami() -> None:
     assert decision.node is None
     counts = dict(decision.rejected["mt-1"].counts)
     assert counts == {Reason.CARD_INSUFFICIENT_MEMORY: 1, Reason.CARD_NOT_FOUND_CUSTOM_FILTER_RULE: 1}
+
+
+# --- through the webhook -------------------------------------------------------------------------------------------
+
+
+def _review(limits: dict[str, Any], requests: dict[str, Any] | None = None) -> tuple[Verdict, dict[str, Any]]:
+    vs = vendors()
+    admission = Admission(vs, admitters_for(vs), SchedulingDefaults(), AdmissionSettings())
+    resources: dict[str, Any] = {"limits": limits}
+    if requests is not None:
+        resources["requests"] = requests
+    spec = {"containers": [{"name": "c", "resources": resources}]}
+    raw = {"metadata": {"name": "p", "namespace": "ns"}, "spec": spec}
+    verdict = admission.review(raw, "ns")
+    return verdict, apply_patch(raw, list(verdict.patch))
+
+
+def test_webhook_rewrites_a_multi_card_pod() -> None:
+    verdict, patched = _review({COUNT: "2", MEM: "8"}, {COUNT: "2", MEM: "8"})
+    assert verdict.allowed
+    assert patched["spec"]["schedulerName"] == "hami-scheduler"
+    assert patched["metadata"]["annotations"] == {REQUEST_GPU_NUM: "2"}
+    resources = patched["spec"]["containers"][0]["resources"]
+    assert resources == {
+        "limits": {COUNT: "2", MEM: "192", CORES: "32"},
+        "requests": {COUNT: "2", MEM: "192"},
+    }
+
+
+def test_webhook_denies_with_hamis_messages() -> None:
+    verdict, _ = _review({COUNT: "0"})
+    assert (verdict.allowed, verdict.message) == (
+        False,
+        "containers[0](c).limits[mthreads.com/vgpu]: mthreads.com/vgpu must be greater than 0 (got '0')",
+    )
+    verdict, _ = _review({COUNT: "1", MEM: "3"})
+    assert not verdict.allowed
+    assert verdict.message.startswith(f"containers[0](c).limits[{MEM}]: {INVALID_MEMORY}")
