@@ -2,7 +2,8 @@
 
 ``demo/cluster.yaml`` holds real Node objects with HAMi-format registrations (an 8×A100-80GB node with
 NVLink pair scores and two NUMA nodes, two 4×T4 nodes, one A100 in MIG mode, one Hygon DCU node in the
-legacy colon format) and one running pod whose allocation annotations are charged; ``demo/workload.yaml``
+legacy colon format, a Cambricon MLU node and a Moore Threads node known only from their capacity) and one
+running pod whose allocation annotations are charged; ``demo/workload.yaml``
 holds the pods to place, in order, each showing one behaviour (its ``hami.io/demo`` annotation says which).
 """
 

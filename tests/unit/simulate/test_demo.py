@@ -28,6 +28,8 @@ EXPECTED = {
     "demo/mig-2g": ("mig-a100", [["GPU-mig-0"]]),
     "demo/mig-1g": ("mig-a100", [["GPU-mig-0"]]),
     "demo/dcu-job": ("dcu-z100", [["DCU-z100-2"]]),
+    "demo/mlu-job": ("mlu370", [["mlu370-cambricon-mlu-0"]]),
+    "demo/mthreads-pair": ("mtt-s4000", [["mtt-s4000-mthreads-0"], ["mtt-s4000-mthreads-0"]]),
     "demo/init-then-serve": ("t4-b", [["GPU-t4b-2"], ["GPU-t4b-2"]]),
     "demo/too-big": (None, []),
 }
@@ -82,6 +84,8 @@ def test_demo_pending_pod_has_a_reason_for_every_node() -> None:
         "a100-nvlink": {"AllocatedCardsInsufficientRequest": 1, "CardInsufficientMemory": 7},
         "dcu-z100": {"NodeUnregistered": 1},
         "mig-a100": {"CardInsufficientMemory": 1},
+        "mlu370": {"NodeUnregistered": 1},
+        "mtt-s4000": {"NodeUnregistered": 1},
         "t4-a": {"CardInsufficientMemory": 4},
         "t4-b": {"CardInsufficientMemory": 4},
     }
@@ -107,7 +111,7 @@ def test_demo_registrations_are_in_hamis_encoder_format() -> None:
     nvidia = [
         n.obj.metadata.annotations["hami.io/node-nvidia-register"]
         for n in snap.nodes
-        if n.obj.metadata.name != "dcu-z100"
+        if "hami.io/node-nvidia-register" in n.obj.metadata.annotations
     ]
     assert len(nvidia) == 4
     for value in nvidia:
@@ -129,7 +133,7 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
     assert result.code == 0
     assert result.stderr == ""
     lines = result.stdout.splitlines()
-    assert lines[0] == "hami simulate --demo: 5 nodes, 21 devices; 14 pods in order: 13 placed, 1 pending"
+    assert lines[0] == "hami simulate --demo: 7 nodes, 27 devices; 16 pods in order: 15 placed, 1 pending"
     for heading in (
         "Placements",
         "Per-device utilization after placement",
@@ -141,19 +145,22 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
         in lines
     )
     assert "demo/mig-2g           mig-a100     GPU-mig-0 (19968 MiB, 28%, MIG 2g.20gb@0)" in lines
-    assert "t4-b         GPU-t4b-0   NVIDIA-Tesla T4        4/10   14000/15360  90/100" in lines
+    assert "t4-b         GPU-t4b-0               NVIDIA-Tesla T4        4/10   14000/15360  90/100" in lines
     assert (
-        "mig-a100     GPU-mig-0   NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100  MIG: 1g.10gb@6 2g.20gb@0"
+        "mig-a100     GPU-mig-0               NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100  MIG: 1g.10gb@6 2g.20gb@0"
         not in lines
     )
     assert (
-        "mig-a100     GPU-mig-0   NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100  MIG: 2g.20gb@0 1g.10gb@6" in lines
+        "mig-a100     GPU-mig-0               NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100  MIG: 2g.20gb@0 1g.10gb@6"
+        in lines
     )
-    assert lines[-6:] == [
-        "demo/too-big: no available node, 5 nodes do not meet",
+    assert lines[-8:] == [
+        "demo/too-big: no available node, 7 nodes do not meet",
         "  a100-nvlink: 1/8 AllocatedCardsInsufficientRequest, 7/8 CardInsufficientMemory",
         "  dcu-z100: node unregistered for NVIDIA",
         "  mig-a100: 1/1 CardInsufficientMemory",
+        "  mlu370: node unregistered for NVIDIA",
+        "  mtt-s4000: node unregistered for NVIDIA",
         "  t4-a: 4/4 CardInsufficientMemory",
         "  t4-b: 4/4 CardInsufficientMemory",
     ]
