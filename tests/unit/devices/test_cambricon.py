@@ -37,7 +37,7 @@ from hami.scheduling.cycle import decide, reserve
 from hami.scheduling.records import record_from_pod
 from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState
-from tests.unit.scheduling.builders import container, ctx, pod, req, vendors
+from tests.unit.scheduling.builders import container, ctx, pod, req, resource_quota, vendors
 
 COUNT, MEM, CORES = "cambricon.com/vmlu", "cambricon.com/mlu.smlu.vmemory", "cambricon.com/mlu.smlu.vcore"
 TO_ALLOCATE, ALLOCATED = "hami.io/cambricon-mlu-devices-to-allocate", "hami.io/cambricon-mlu-devices-allocated"
@@ -374,3 +374,15 @@ def test_a_pod_is_placed_annotated_charged_and_read_back() -> None:
     again = record_from_pod(placed, s.vendors)
     assert again is not None
     assert again.charges == record.charges
+
+
+@pytest.mark.parametrize(("units", "fits"), [(16, True), (17, False)])
+def test_the_memory_quota_counts_256_MiB_units(units: int, fits: bool) -> None:
+    s = ClusterState(vendors())
+    s.upsert_node(_capacity("mlu-1", 100, 96))
+    s.quotas.upsert(resource_quota("default", "mlu", {f"limits.{MEM}": 16}))  # 16 units: 4096 MiB
+    request = prefilter(pod([container({COUNT: 1, MEM: units})]), s.vendors, SchedulingDefaults())
+    decision = decide(s, request, ["mlu-1"], 1_700_000_000)
+    assert (decision.node == "mlu-1") is fits
+    if not fits:
+        assert dict(decision.rejected["mlu-1"].counts) == {Reason.RESOURCE_QUOTA_NOT_FIT: 1}

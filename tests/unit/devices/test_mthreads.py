@@ -45,7 +45,7 @@ from hami.scheduling.records import record_from_pod
 from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState
 from tests.unit.jsonpatch import apply_patch
-from tests.unit.scheduling.builders import container, ctx, pod, req, vendors
+from tests.unit.scheduling.builders import container, ctx, pod, req, resource_quota, vendors
 
 COUNT, MEM, CORES = "mthreads.com/vgpu", "mthreads.com/sgpu-memory", "mthreads.com/sgpu-core"
 ALLOCATED = "hami.io/mthreads-vgpu-devices-allocated"
@@ -397,3 +397,15 @@ def test_webhook_denies_with_hamis_messages() -> None:
     verdict, _ = _review({COUNT: "1", MEM: "3"})
     assert not verdict.allowed
     assert verdict.message.startswith(f"containers[0](c).limits[{MEM}]: {INVALID_MEMORY}")
+
+
+@pytest.mark.parametrize(("units", "fits"), [(8, True), (16, False)])
+def test_the_memory_quota_counts_512_MiB_units(units: int, fits: bool) -> None:
+    s = ClusterState(vendors())
+    s.upsert_node(_capacity("mt-1", 16, 96))
+    s.quotas.upsert(resource_quota("default", "mt", {f"limits.{MEM}": 8}))  # 8 units: 4096 MiB
+    request = prefilter(pod([container({COUNT: 1, MEM: units})]), s.vendors, SchedulingDefaults())
+    decision = decide(s, request, ["mt-1"], 1_700_000_000)
+    assert (decision.node == "mt-1") is fits
+    if not fits:
+        assert dict(decision.rejected["mt-1"].counts) == {Reason.RESOURCE_QUOTA_NOT_FIT: 1}
