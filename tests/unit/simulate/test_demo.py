@@ -28,6 +28,8 @@ EXPECTED = {
     "demo/mig-2g": ("mig-a100", [["GPU-mig-0"]]),
     "demo/mig-1g": ("mig-a100", [["GPU-mig-0"]]),
     "demo/dcu-job": ("dcu-z100", [["DCU-z100-2"]]),
+    "demo/xpu-train": ("xpu-p800", [[f"xpu-p800-kunlun-{i}" for i in range(4)]]),
+    "demo/vxpu-infer": ("vxpu-p800", [["XPU-p800-0", "XPU-p800-1"]]),
     "demo/mlu-job": ("mlu370", [["mlu370-cambricon-mlu-0"]]),
     "demo/mthreads-pair": ("mtt-s4000", [["mtt-s4000-mthreads-0"], ["mtt-s4000-mthreads-0"]]),
     "demo/init-then-serve": ("t4-b", [["GPU-t4b-2"], ["GPU-t4b-2"]]),
@@ -88,6 +90,8 @@ def test_demo_pending_pod_has_a_reason_for_every_node() -> None:
         "mtt-s4000": {"NodeUnregistered": 1},
         "t4-a": {"CardInsufficientMemory": 4},
         "t4-b": {"CardInsufficientMemory": 4},
+        "vxpu-p800": {"NodeUnregistered": 1},
+        "xpu-p800": {"NodeUnregistered": 1},
     }
 
 
@@ -133,7 +137,7 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
     assert result.code == 0
     assert result.stderr == ""
     lines = result.stdout.splitlines()
-    assert lines[0] == "hami simulate --demo: 7 nodes, 27 devices; 16 pods in order: 15 placed, 1 pending"
+    assert lines[0] == "hami simulate --demo: 9 nodes, 39 devices; 18 pods in order: 17 placed, 1 pending"
     for heading in (
         "Placements",
         "Per-device utilization after placement",
@@ -147,15 +151,15 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
     assert "demo/mig-2g           mig-a100     GPU-mig-0 (19968 MiB, 28%, MIG 2g.20gb@0)" in lines
     assert "t4-b         GPU-t4b-0               NVIDIA-Tesla T4        4/10   14000/15360  90/100" in lines
     assert (
-        "mig-a100     GPU-mig-0               NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100  "
+        "mig-a100     GPU-mig-0               NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100   "
         "MIG: 1g.10gb@6 2g.20gb@0" not in lines
     )
     assert (
-        "mig-a100     GPU-mig-0               NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100  "
+        "mig-a100     GPU-mig-0               NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100   "
         "MIG: 2g.20gb@0 1g.10gb@6" in lines
     )
-    assert lines[-8:] == [
-        "demo/too-big: no available node, 7 nodes do not meet",
+    assert lines[-10:] == [
+        "demo/too-big: no available node, 9 nodes do not meet",
         "  a100-nvlink: 1/8 AllocatedCardsInsufficientRequest, 7/8 CardInsufficientMemory",
         "  dcu-z100: node unregistered for NVIDIA",
         "  mig-a100: 1/1 CardInsufficientMemory",
@@ -163,6 +167,8 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
         "  mtt-s4000: node unregistered for NVIDIA",
         "  t4-a: 4/4 CardInsufficientMemory",
         "  t4-b: 4/4 CardInsufficientMemory",
+        "  vxpu-p800: node unregistered for NVIDIA",
+        "  xpu-p800: node unregistered for NVIDIA",
     ]
 
 
