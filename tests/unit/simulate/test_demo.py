@@ -30,6 +30,9 @@ EXPECTED = {
     "demo/dcu-job": ("dcu-z100", [["DCU-z100-2"]]),
     "demo/xpu-train": ("xpu-p800", [[f"xpu-p800-kunlun-{i}" for i in range(4)]]),
     "demo/vxpu-infer": ("vxpu-p800", [["XPU-p800-0", "XPU-p800-1"]]),
+    "demo/gcu-drs": ("drs-s60", [["drs-s60-enflame-drs-0"]]),
+    "demo/gcu-whole": ("gcu-s60", [["gcu-s60-GCU-0", "gcu-s60-GCU-1"]]),
+    "demo/neuron-cores": ("inf2-24xl", [["inf2-24xl-AWSNeuron-0", "inf2-24xl-AWSNeuron-1"]]),
     "demo/mlu-job": ("mlu370", [["mlu370-cambricon-mlu-0"]]),
     "demo/mthreads-pair": ("mtt-s4000", [["mtt-s4000-mthreads-0"], ["mtt-s4000-mthreads-0"]]),
     "demo/init-then-serve": ("t4-b", [["GPU-t4b-2"], ["GPU-t4b-2"]]),
@@ -85,6 +88,9 @@ def test_demo_pending_pod_has_a_reason_for_every_node() -> None:
     assert outcomes["demo/too-big"].reasons == {
         "a100-nvlink": {"AllocatedCardsInsufficientRequest": 1, "CardInsufficientMemory": 7},
         "dcu-z100": {"NodeUnregistered": 1},
+        "drs-s60": {"NodeUnregistered": 1},
+        "gcu-s60": {"NodeUnregistered": 1},
+        "inf2-24xl": {"NodeUnregistered": 1},
         "mig-a100": {"CardInsufficientMemory": 1},
         "mlu370": {"NodeUnregistered": 1},
         "mtt-s4000": {"NodeUnregistered": 1},
@@ -137,7 +143,7 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
     assert result.code == 0
     assert result.stderr == ""
     lines = result.stdout.splitlines()
-    assert lines[0] == "hami simulate --demo: 9 nodes, 39 devices; 18 pods in order: 17 placed, 1 pending"
+    assert lines[0] == "hami simulate --demo: 12 nodes, 51 devices; 21 pods in order: 20 placed, 1 pending"
     for heading in (
         "Placements",
         "Per-device utilization after placement",
@@ -158,10 +164,13 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
         "mig-a100     GPU-mig-0               NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100   "
         "MIG: 2g.20gb@0 1g.10gb@6" in lines
     )
-    assert lines[-10:] == [
-        "demo/too-big: no available node, 9 nodes do not meet",
+    assert lines[-13:] == [
+        "demo/too-big: no available node, 12 nodes do not meet",
         "  a100-nvlink: 1/8 AllocatedCardsInsufficientRequest, 7/8 CardInsufficientMemory",
         "  dcu-z100: node unregistered for NVIDIA",
+        "  drs-s60: node unregistered for NVIDIA",
+        "  gcu-s60: node unregistered for NVIDIA",
+        "  inf2-24xl: node unregistered for NVIDIA",
         "  mig-a100: 1/1 CardInsufficientMemory",
         "  mlu370: node unregistered for NVIDIA",
         "  mtt-s4000: node unregistered for NVIDIA",
