@@ -50,7 +50,7 @@ from hami.devices.base import (
     parse_uuid_list,
 )
 from hami.devices.capacity import CapacityLayout, synthesized_index, unit_hint
-from hami.devices.common import SharedDeviceVendor, fit_shared
+from hami.devices.common import Screener, SharedDeviceVendor, fit_shared, shared_screener
 from hami.devices.resources import lookup_resource, whole_quantity
 from hami.devices.table import DeviceTable
 from hami.errors import QuantityError
@@ -237,6 +237,13 @@ class MthreadsVendor(SharedDeviceVendor):
 
     def fit(self, table: DeviceTable, request: ContainerRequest, ctx: FitContext, selector: Selector) -> Fitted | Unfit:
         return fit_shared(table, request, ctx, selector, self.name, self.partitions, self.order, _same_card(ctx))
+
+    def screener(self, request: ContainerRequest, ctx: FitContext, selector: Selector) -> Screener | None:
+        """Without cards chosen for earlier containers, ``fit`` is the shared loop, which the capacity summary
+        speaks for; with them, the same-card rule needs Fit."""
+        if _uuids(ctx.chosen):
+            return None
+        return shared_screener(request, ctx, selector, self.partitions)
 
     def extra_annotations(self, ctx: AnnotationContext) -> dict[str, str]:
         last = next((slot for slot in reversed(ctx.devices) if slot), None)

@@ -409,3 +409,18 @@ def test_the_memory_quota_counts_512_MiB_units(units: int, fits: bool) -> None:
     assert (decision.node == "mt-1") is fits
     if not fits:
         assert dict(decision.rejected["mt-1"].counts) == {Reason.RESOURCE_QUOTA_NOT_FIT: 1}
+
+
+def test_the_capacity_screen_speaks_for_the_first_container_only(mt: MthreadsVendor) -> None:
+    request, sel = req(memreq=4096, cores=4, vendor=MTHREADS), mt.selector({})
+    screen = mt.screener(request, ctx(), sel)
+    assert screen is not None
+    # It answers as fit does: room on an idle card, none when both cards are full.
+    assert screen(_table(), False) is True
+    assert isinstance(mt.fit(_table(), request, ctx(), sel), Fitted)
+    full = _table((1, 49152, 4), (1, 49152, 4))
+    assert screen(full, False) is not True
+    assert isinstance(mt.fit(full, request, ctx(), sel), Unfit)
+    later = ctx()
+    later.chosen = _chosen("n-mthreads-1", 1)
+    assert mt.screener(request, later, sel) is None
