@@ -7,9 +7,12 @@ Adding a vendor means adding its module and one line here.
 from __future__ import annotations
 
 from hami.config import DeviceConfig, default_device_config
+from hami.devices.amd import AmdVendor
 from hami.devices.base import Vendor
+from hami.devices.biren import BirenVendor
 from hami.devices.hygon import HygonVendor
 from hami.devices.nvidia.vendor import NvidiaVendor
+from hami.devices.vastai import VastaiVendor
 from hami.protocol.keys import VendorKeys
 
 __all__ = ["registered_keys", "vendors_from_config"]
@@ -18,6 +21,7 @@ __all__ = ["registered_keys", "vendors_from_config"]
 def vendors_from_config(config: DeviceConfig) -> dict[str, Vendor]:
     """Every vendor hami schedules, keyed by vendor key, in a fixed order."""
     vendors: list[Vendor] = [NvidiaVendor(config.nvidia), HygonVendor(config.hygon)]
+    vendors += [AmdVendor(config.amd), BirenVendor(config.biren), VastaiVendor(config.vastai)]
     return {v.name: v for v in vendors}
 
 
