@@ -150,6 +150,11 @@ def test_the_kube_scheduler_configuration_calls_hami_as_its_extender() -> None:
             "hygon.com/dcunum",
             "hygon.com/dcumem",
             "hygon.com/dcucores",
+            "amd.com/gpu",
+            "amd.com/gpumem",
+            "amd.com/gpucores",
+            "vastaitech.com/va",
+            "birentech.com/gpu",
         )
     ]
 
@@ -178,6 +183,13 @@ def test_the_device_config_uses_hamis_keys() -> None:
             "resourceCoreName": "hygon.com/dcucores",
             "memoryFactor": 1,
         },
+        "amd": {
+            "resourceCountName": "amd.com/gpu",
+            "resourceCoreName": "amd.com/gpucores",
+            "resourceMemoryName": "amd.com/gpumem",
+        },
+        "vastai": {"resourceCountName": "vastaitech.com/va"},
+        "biren": {"resourceCountName": "birentech.com/gpu"},
     }
 
 
@@ -223,6 +235,11 @@ MANAGED = [
     "hygon.com/dcunum",
     "hygon.com/dcumem",
     "hygon.com/dcucores",
+    "amd.com/gpu",
+    "amd.com/gpumem",
+    "amd.com/gpucores",
+    "vastaitech.com/va",
+    "birentech.com/gpu",
 ]
 
 
@@ -238,6 +255,7 @@ def test_the_webhook_and_the_extender_manage_the_resources_of_the_device_config(
     content = "nvidia:\n  resourceCountName: example.com/vgpu\n  resourcePriorityName: ''\n"
     docs = render(f"scheduler.deviceConfig.content={content}", "devices.hygon.enabled=false")
     expected = ["example.com/vgpu", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores"]
+    expected += ["amd.com/gpu", "amd.com/gpumem", "amd.com/gpucores", "vastaitech.com/va", "birentech.com/gpu"]
     (extender,) = scheduler_config(docs)["extenders"]
     assert [r["name"] for r in extender["managedResources"]] == expected
     (webhook,) = one(docs, "MutatingWebhookConfiguration")["webhooks"]
@@ -647,6 +665,11 @@ def test_disabling_hygon_drops_its_managed_resources() -> None:
         "nvidia.com/gpumem-percentage",
         "nvidia.com/gpucores",
         "nvidia.com/priority",
+        "amd.com/gpu",
+        "amd.com/gpumem",
+        "amd.com/gpucores",
+        "vastaitech.com/va",
+        "birentech.com/gpu",
     ]
 
 
@@ -770,3 +793,18 @@ def test_the_grafana_dashboard_is_a_sidecar_configmap_behind_a_value() -> None:
     assert len(exprs) >= 15
     for name in ("hami_gpu_memory_allocated_bytes", "hami_request_duration_seconds", "hami_ledger_api_drift"):
         assert any(name in e for e in exprs), name
+
+
+def test_amd_vastai_and_biren_are_managed_unless_disabled_and_follow_the_device_config() -> None:
+    content = "vastai:\n  resourceCountName: example.com/va\nbiren:\n  resourceCountName: ''\n"
+    docs = render(f"scheduler.deviceConfig.content={content}", "devices.amd.enabled=false")
+    (extender,) = scheduler_config(docs)["extenders"]
+    names = [r["name"] for r in extender["managedResources"]]
+    assert "example.com/va" in names
+    assert not [n for n in names if n.startswith(("amd.com/", "birentech.com/", "vastaitech.com/"))]
+    renamed = render("vastaiResourceName=example.com/va2", "birenResourceName=example.com/br")
+    config = yaml.safe_load(one(renamed, "ConfigMap", "hami-scheduler-device")["data"]["device-config.yaml"])
+    assert (config["vastai"], config["biren"]) == (
+        {"resourceCountName": "example.com/va2"},
+        {"resourceCountName": "example.com/br"},
+    )
