@@ -26,6 +26,10 @@ from hami.scheduling.cycle import decide
 from hami.scheduling.records import record_from_pod
 from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState
+from hami.simulate.loading import load_pods, load_snapshot
+from hami.simulate.report import render_placements
+from hami.simulate.simulator import Simulator
+from hami.simulate.top import TopFilter, build_top, render_top
 from tests.unit.scheduling.builders import ctx
 
 COUNT, MEM, CORES = "amd.com/gpu", "amd.com/gpumem", "amd.com/gpucores"
@@ -440,3 +444,25 @@ def test_the_webhook_denies_a_bad_percentage_and_passes_a_good_pod_unchanged() -
     allowed = admission.review(pod_raw({COUNT: "1", CORES: "50"}), "ns")
     assert allowed.allowed, allowed.message
     assert allowed.patch == ({"op": "add", "path": "/spec/schedulerName", "value": "hami-scheduler"},)
+
+
+# --- hami top and the simulator's placements count compute units, not percent --------------------------------------
+
+
+def test_top_and_placements_show_compute_units_of_the_card() -> None:
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "n", "annotations": {REGISTER: json.dumps(TWO_CARDS)}},
+    }
+    node["status"] = {"capacity": {COUNT: "2"}}
+    pod = pod_raw({COUNT: "1", MEM: "1024", CORES: "50"}, {"amd.com/use-gputype": "MI300X"})
+    pod.update({"apiVersion": "v1", "kind": "Pod"})
+    sim = Simulator(default_device_config(), SchedulingDefaults())
+    sim.add_snapshot(load_snapshot([("cluster", json.dumps(node))]))
+    outcome = sim.place(load_pods([("pods", json.dumps(pod))])[0], 1_700_000_000)
+    assert outcome.node == "n"
+    assert render_placements([outcome], sim.state)[1].endswith("amd-0 (1024 MiB, 152/304 cores)")
+    text = render_top(build_top(sim.state, TopFilter(vendor="amd")))
+    assert "152/304" in text
+    assert "ns/p (1024 MiB, 152/304 cores)" in text
