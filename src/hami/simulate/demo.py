@@ -2,7 +2,8 @@
 
 ``demo/cluster.yaml`` holds real Node objects with HAMi-format registrations (an 8×A100-80GB node with
 NVLink pair scores and two NUMA nodes, two 4×T4 nodes, one A100 in MIG mode, one Hygon DCU node in the
-legacy colon format, an AMD MI300X node, a Biren node and a Vastai node in die mode) and one running pod whose allocation annotations are charged; ``demo/workload.yaml``
+legacy colon format, an AMD MI300X node, a Biren node and a Vastai node in die mode) and one running pod
+whose allocation annotations are charged; ``demo/workload.yaml``
 holds the pods to place, in order, each showing one behaviour (its ``hami.io/demo`` annotation says which).
 """
 
