@@ -11,6 +11,7 @@ from hami.devices.amd import AmdVendor
 from hami.devices.base import Vendor
 from hami.devices.biren import BirenVendor
 from hami.devices.hygon import HygonVendor
+from hami.devices.kunlun import KunlunVendor, XpuVendor
 from hami.devices.nvidia.vendor import NvidiaVendor
 from hami.devices.vastai import VastaiVendor
 from hami.protocol.keys import VendorKeys
@@ -21,6 +22,7 @@ __all__ = ["registered_keys", "vendors_from_config"]
 def vendors_from_config(config: DeviceConfig) -> dict[str, Vendor]:
     """Every vendor hami schedules, keyed by vendor key, in a fixed order."""
     vendors: list[Vendor] = [NvidiaVendor(config.nvidia), HygonVendor(config.hygon)]
+    vendors += [KunlunVendor(config.kunlun), XpuVendor(config.kunlun)]
     vendors += [AmdVendor(config.amd), BirenVendor(config.biren), VastaiVendor(config.vastai)]
     return {v.name: v for v in vendors}
 

@@ -28,6 +28,8 @@ EXPECTED = {
     "demo/mig-2g": ("mig-a100", [["GPU-mig-0"]]),
     "demo/mig-1g": ("mig-a100", [["GPU-mig-0"]]),
     "demo/dcu-job": ("dcu-z100", [["DCU-z100-2"]]),
+    "demo/xpu-train": ("xpu-p800", [[f"xpu-p800-kunlun-{i}" for i in range(4)]]),
+    "demo/vxpu-infer": ("vxpu-p800", [["XPU-p800-0", "XPU-p800-1"]]),
     "demo/amd-half": ("amd-mi300x", [["AMD-mi300x-0"]]),
     "demo/biren-pair": ("biren-br106", [["BR-br106-0", "BR-br106-1"]]),
     "demo/vastai-one": ("vastai-va1", [["VA-va1-0"]]),
@@ -91,6 +93,8 @@ def test_demo_pending_pod_has_a_reason_for_every_node() -> None:
         "mig-a100": {"CardInsufficientMemory": 1},
         "t4-a": {"CardInsufficientMemory": 4},
         "t4-b": {"CardInsufficientMemory": 4},
+        "vxpu-p800": {"NodeUnregistered": 1},
+        "xpu-p800": {"NodeUnregistered": 1},
     }
 
 
@@ -136,7 +140,7 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
     assert result.code == 0
     assert result.stderr == ""
     lines = result.stdout.splitlines()
-    assert lines[0] == "hami simulate --demo: 8 nodes, 29 devices; 18 pods in order: 17 placed, 1 pending"
+    assert lines[0] == "hami simulate --demo: 10 nodes, 41 devices; 20 pods in order: 19 placed, 1 pending"
     for heading in (
         "Placements",
         "Per-device utilization after placement",
@@ -148,18 +152,18 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
         in lines
     )
     assert "demo/mig-2g           mig-a100     GPU-mig-0 (19968 MiB, 28%, MIG 2g.20gb@0)" in lines
-    assert "t4-b         GPU-t4b-0     NVIDIA-Tesla T4        4/10   14000/15360   90/100" in lines
+    assert "t4-b         GPU-t4b-0          NVIDIA-Tesla T4        4/10   14000/15360   90/100" in lines
     assert (
-        "mig-a100     GPU-mig-0     NVIDIA A100-SXM4-80GB  2/7    29696/81920   42/100   MIG: 1g.10gb@6 2g.20gb@0"
+        "mig-a100     GPU-mig-0          NVIDIA A100-SXM4-80GB  2/7    29696/81920   42/100   MIG: 1g.10gb@6 2g.20gb@0"
         not in lines
     )
     assert (
-        "mig-a100     GPU-mig-0     NVIDIA A100-SXM4-80GB  2/7    29696/81920   42/100   MIG: 2g.20gb@0 1g.10gb@6"
+        "mig-a100     GPU-mig-0          NVIDIA A100-SXM4-80GB  2/7    29696/81920   42/100   MIG: 2g.20gb@0 1g.10gb@6"
         in lines
     )
     assert "demo/amd-half         amd-mi300x   AMD-mi300x-0 (65536 MiB, 152/304 cores)" in lines
-    assert lines[-9:] == [
-        "demo/too-big: no available node, 8 nodes do not meet",
+    assert lines[-11:] == [
+        "demo/too-big: no available node, 10 nodes do not meet",
         "  a100-nvlink: 1/8 AllocatedCardsInsufficientRequest, 7/8 CardInsufficientMemory",
         "  amd-mi300x: node unregistered for NVIDIA",
         "  biren-br106: node unregistered for NVIDIA",
@@ -168,6 +172,8 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
         "  t4-a: 4/4 CardInsufficientMemory",
         "  t4-b: 4/4 CardInsufficientMemory",
         "  vastai-va1: node unregistered for NVIDIA",
+        "  vxpu-p800: node unregistered for NVIDIA",
+        "  xpu-p800: node unregistered for NVIDIA",
     ]
 
 
