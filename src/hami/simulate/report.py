@@ -17,6 +17,7 @@ from hami.scheduling.usage import Kind
 from hami.simulate.simulator import Outcome, container_devices
 
 __all__ = [
+    "core_unit",
     "decisions_document",
     "document",
     "fragmentation_document",
@@ -161,14 +162,18 @@ def _mig_labels(o: Outcome) -> dict[tuple[int, int], str]:
     }
 
 
-def _core_unit(state: ClusterState | None, node: str, vendor: str, uuid: str) -> str:
+def core_unit(state: ClusterState | None, node: str, uuid: str, vendor: str | None = None) -> str:
     """How a device's cores read: ``%`` where a card has 100 core units, ``/<total> cores`` elsewhere (AMD counts
-    compute units: 152 of an MI300X's 304 is ``152/304 cores``, not ``152%``)."""
-    table = state.nodes[node].tables.get(vendor) if state is not None and node in state.nodes else None
-    i = table.index_of.get(uuid) if table is not None else None
-    if table is None or i is None or table.infos[i].devcore in (0, 100):
-        return "%"
-    return f"/{table.infos[i].devcore} cores"
+    compute units: 152 of an MI300X's 304 is ``152/304 cores``, not ``152%``). The device is looked up in the
+    ``vendor``'s table of ``node``, or in every table of the node when no vendor is given."""
+    tables = state.nodes[node].tables if state is not None and node in state.nodes else {}
+    for name, table in tables.items():
+        i = table.index_of.get(uuid) if vendor in (None, name) else None
+        if i is not None and table.infos[i].devcore not in (0, 100):
+            return f"/{table.infos[i].devcore} cores"
+        if i is not None:
+            return "%"
+    return "%"
 
 
 def _devices_cell(o: Outcome, state: ClusterState | None = None) -> str:
@@ -190,12 +195,12 @@ def _devices_cell(o: Outcome, state: ClusterState | None = None) -> str:
             labels = [mig.get((ci, di)) if vendor == "NVIDIA" else None for di in range(len(devs))]
             if len(devs) > 1 and not any(labels) and len({(x.usedmem, x.usedcores) for x in devs}) == 1:
                 uuids = ", ".join(x.uuid for x in devs)
-                unit = _core_unit(state, node, vendor, devs[0].uuid)
+                unit = core_unit(state, node, devs[0].uuid, vendor)
                 items.append(f"{uuids} ({devs[0].usedmem} MiB, {devs[0].usedcores}{unit} each)")
                 continue
             for dev, label in zip(devs, labels, strict=True):
                 extra = f", MIG {label}" if label else ""
-                unit = _core_unit(state, node, vendor, dev.uuid)
+                unit = core_unit(state, node, dev.uuid, vendor)
                 items.append(f"{dev.uuid} ({dev.usedmem} MiB, {dev.usedcores}{unit}{extra})")
         per_container.append(", ".join(items))
     with_devices = [i for i, text in enumerate(per_container) if text]

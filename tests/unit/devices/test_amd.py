@@ -26,6 +26,7 @@ from hami.scheduling.cycle import decide
 from hami.scheduling.records import record_from_pod
 from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState
+from hami.simulate.html import render_html
 from hami.simulate.loading import load_pods, load_snapshot
 from hami.simulate.report import render_placements
 from hami.simulate.simulator import Simulator
@@ -466,3 +467,18 @@ def test_top_and_placements_show_compute_units_of_the_card() -> None:
     text = render_top(build_top(sim.state, TopFilter(vendor="amd")))
     assert "152/304" in text
     assert "ns/p (1024 MiB, 152/304 cores)" in text
+
+
+def test_the_html_report_shows_compute_units_too() -> None:
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "n", "annotations": {REGISTER: json.dumps(TWO_CARDS)}},
+    }
+    node["status"] = {"capacity": {COUNT: "2"}}
+    pod = pod_raw({COUNT: "1", MEM: "1024", CORES: "25"}, {"amd.com/use-gputype": "MI210"})
+    pod.update({"apiVersion": "v1", "kind": "Pod"})
+    sim = Simulator(default_device_config(), SchedulingDefaults())
+    sim.add_snapshot(load_snapshot([("cluster", json.dumps(node))]))
+    outcome = sim.place(load_pods([("pods", json.dumps(pod))])[0], 1_700_000_000)
+    assert "amd-1 (1024 MiB, 26/104 cores)" in render_html("t", sim.state, [outcome])
