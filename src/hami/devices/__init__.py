@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from hami.config import DeviceConfig, default_device_config
 from hami.devices.amd import AmdVendor
+from hami.devices.awsneuron import AwsNeuronVendor
 from hami.devices.base import Vendor
 from hami.devices.biren import BirenVendor
+from hami.devices.enflame import EnflameDrsVendor, EnflameGcuVendor
 from hami.devices.hygon import HygonVendor
 from hami.devices.kunlun import KunlunVendor, XpuVendor
 from hami.devices.nvidia.vendor import NvidiaVendor
@@ -23,6 +25,7 @@ def vendors_from_config(config: DeviceConfig) -> dict[str, Vendor]:
     """Every vendor hami schedules, keyed by vendor key, in a fixed order."""
     vendors: list[Vendor] = [NvidiaVendor(config.nvidia), HygonVendor(config.hygon)]
     vendors += [KunlunVendor(config.kunlun), XpuVendor(config.kunlun)]
+    vendors += [EnflameGcuVendor(config.enflame), EnflameDrsVendor(config.enflame), AwsNeuronVendor(config.awsneuron)]
     vendors += [AmdVendor(config.amd), BirenVendor(config.biren), VastaiVendor(config.vastai)]
     return {v.name: v for v in vendors}
 

@@ -30,6 +30,9 @@ EXPECTED = {
     "demo/dcu-job": ("dcu-z100", [["DCU-z100-2"]]),
     "demo/xpu-train": ("xpu-p800", [[f"xpu-p800-kunlun-{i}" for i in range(4)]]),
     "demo/vxpu-infer": ("vxpu-p800", [["XPU-p800-0", "XPU-p800-1"]]),
+    "demo/gcu-drs": ("drs-s60", [["drs-s60-enflame-drs-0"]]),
+    "demo/gcu-whole": ("gcu-s60", [["gcu-s60-GCU-0", "gcu-s60-GCU-1"]]),
+    "demo/neuron-cores": ("inf2-24xl", [["inf2-24xl-AWSNeuron-0", "inf2-24xl-AWSNeuron-1"]]),
     "demo/amd-half": ("amd-mi300x", [["AMD-mi300x-0"]]),
     "demo/biren-pair": ("biren-br106", [["BR-br106-0", "BR-br106-1"]]),
     "demo/vastai-one": ("vastai-va1", [["VA-va1-0"]]),
@@ -87,6 +90,9 @@ def test_demo_pending_pod_has_a_reason_for_every_node() -> None:
     assert outcomes["demo/too-big"].reasons == {
         "a100-nvlink": {"AllocatedCardsInsufficientRequest": 1, "CardInsufficientMemory": 7},
         "dcu-z100": {"NodeUnregistered": 1},
+        "drs-s60": {"NodeUnregistered": 1},
+        "gcu-s60": {"NodeUnregistered": 1},
+        "inf2-24xl": {"NodeUnregistered": 1},
         "amd-mi300x": {"NodeUnregistered": 1},
         "biren-br106": {"NodeUnregistered": 1},
         "vastai-va1": {"NodeUnregistered": 1},
@@ -140,7 +146,7 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
     assert result.code == 0
     assert result.stderr == ""
     lines = result.stdout.splitlines()
-    assert lines[0] == "hami simulate --demo: 10 nodes, 41 devices; 20 pods in order: 19 placed, 1 pending"
+    assert lines[0] == "hami simulate --demo: 13 nodes, 53 devices; 23 pods in order: 22 placed, 1 pending"
     for heading in (
         "Placements",
         "Per-device utilization after placement",
@@ -152,22 +158,25 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
         in lines
     )
     assert "demo/mig-2g           mig-a100     GPU-mig-0 (19968 MiB, 28%, MIG 2g.20gb@0)" in lines
-    assert "t4-b         GPU-t4b-0          NVIDIA-Tesla T4        4/10   14000/15360   90/100" in lines
+    assert "t4-b         GPU-t4b-0              NVIDIA-Tesla T4        4/10   14000/15360   90/100" in lines
     assert (
-        "mig-a100     GPU-mig-0          NVIDIA A100-SXM4-80GB  2/7    29696/81920   42/100   MIG: 1g.10gb@6 2g.20gb@0"
-        not in lines
+        "mig-a100     GPU-mig-0              NVIDIA A100-SXM4-80GB  2/7    29696/81920   42/100   "
+        "MIG: 1g.10gb@6 2g.20gb@0" not in lines
     )
     assert (
-        "mig-a100     GPU-mig-0          NVIDIA A100-SXM4-80GB  2/7    29696/81920   42/100   MIG: 2g.20gb@0 1g.10gb@6"
-        in lines
+        "mig-a100     GPU-mig-0              NVIDIA A100-SXM4-80GB  2/7    29696/81920   42/100   "
+        "MIG: 2g.20gb@0 1g.10gb@6" in lines
     )
     assert "demo/amd-half         amd-mi300x   AMD-mi300x-0 (65536 MiB, 152/304 cores)" in lines
-    assert lines[-11:] == [
-        "demo/too-big: no available node, 10 nodes do not meet",
+    assert lines[-14:] == [
+        "demo/too-big: no available node, 13 nodes do not meet",
         "  a100-nvlink: 1/8 AllocatedCardsInsufficientRequest, 7/8 CardInsufficientMemory",
         "  amd-mi300x: node unregistered for NVIDIA",
         "  biren-br106: node unregistered for NVIDIA",
         "  dcu-z100: node unregistered for NVIDIA",
+        "  drs-s60: node unregistered for NVIDIA",
+        "  gcu-s60: node unregistered for NVIDIA",
+        "  inf2-24xl: node unregistered for NVIDIA",
         "  mig-a100: 1/1 CardInsufficientMemory",
         "  t4-a: 4/4 CardInsufficientMemory",
         "  t4-b: 4/4 CardInsufficientMemory",
