@@ -33,6 +33,8 @@ EXPECTED = {
     "demo/gcu-drs": ("drs-s60", [["drs-s60-enflame-drs-0"]]),
     "demo/gcu-whole": ("gcu-s60", [["gcu-s60-GCU-0", "gcu-s60-GCU-1"]]),
     "demo/neuron-cores": ("inf2-24xl", [["inf2-24xl-AWSNeuron-0", "inf2-24xl-AWSNeuron-1"]]),
+    "demo/mlu-job": ("mlu370", [["mlu370-cambricon-mlu-0"]]),
+    "demo/mthreads-pair": ("mtt-s4000", [["mtt-s4000-mthreads-0"], ["mtt-s4000-mthreads-0"]]),
     "demo/amd-half": ("amd-mi300x", [["AMD-mi300x-0"]]),
     "demo/biren-pair": ("biren-br106", [["BR-br106-0", "BR-br106-1"]]),
     "demo/vastai-one": ("vastai-va1", [["VA-va1-0"]]),
@@ -97,6 +99,8 @@ def test_demo_pending_pod_has_a_reason_for_every_node() -> None:
         "biren-br106": {"NodeUnregistered": 1},
         "vastai-va1": {"NodeUnregistered": 1},
         "mig-a100": {"CardInsufficientMemory": 1},
+        "mlu370": {"NodeUnregistered": 1},
+        "mtt-s4000": {"NodeUnregistered": 1},
         "t4-a": {"CardInsufficientMemory": 4},
         "t4-b": {"CardInsufficientMemory": 4},
         "vxpu-p800": {"NodeUnregistered": 1},
@@ -146,7 +150,7 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
     assert result.code == 0
     assert result.stderr == ""
     lines = result.stdout.splitlines()
-    assert lines[0] == "hami simulate --demo: 13 nodes, 53 devices; 23 pods in order: 22 placed, 1 pending"
+    assert lines[0] == "hami simulate --demo: 15 nodes, 59 devices; 25 pods in order: 24 placed, 1 pending"
     for heading in (
         "Placements",
         "Per-device utilization after placement",
@@ -158,18 +162,18 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
         in lines
     )
     assert "demo/mig-2g           mig-a100     GPU-mig-0 (19968 MiB, 28%, MIG 2g.20gb@0)" in lines
-    assert "t4-b         GPU-t4b-0              NVIDIA-Tesla T4        4/10   14000/15360   90/100" in lines
+    assert "t4-b         GPU-t4b-0               NVIDIA-Tesla T4        4/10   14000/15360   90/100" in lines
     assert (
-        "mig-a100     GPU-mig-0              NVIDIA A100-SXM4-80GB  2/7    29696/81920   42/100   "
+        "mig-a100     GPU-mig-0               NVIDIA A100-SXM4-80GB  2/7    29696/81920   42/100   "
         "MIG: 1g.10gb@6 2g.20gb@0" not in lines
     )
     assert (
-        "mig-a100     GPU-mig-0              NVIDIA A100-SXM4-80GB  2/7    29696/81920   42/100   "
+        "mig-a100     GPU-mig-0               NVIDIA A100-SXM4-80GB  2/7    29696/81920   42/100   "
         "MIG: 2g.20gb@0 1g.10gb@6" in lines
     )
     assert "demo/amd-half         amd-mi300x   AMD-mi300x-0 (65536 MiB, 152/304 cores)" in lines
-    assert lines[-14:] == [
-        "demo/too-big: no available node, 13 nodes do not meet",
+    assert lines[-16:] == [
+        "demo/too-big: no available node, 15 nodes do not meet",
         "  a100-nvlink: 1/8 AllocatedCardsInsufficientRequest, 7/8 CardInsufficientMemory",
         "  amd-mi300x: node unregistered for NVIDIA",
         "  biren-br106: node unregistered for NVIDIA",
@@ -178,6 +182,8 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
         "  gcu-s60: node unregistered for NVIDIA",
         "  inf2-24xl: node unregistered for NVIDIA",
         "  mig-a100: 1/1 CardInsufficientMemory",
+        "  mlu370: node unregistered for NVIDIA",
+        "  mtt-s4000: node unregistered for NVIDIA",
         "  t4-a: 4/4 CardInsufficientMemory",
         "  t4-b: 4/4 CardInsufficientMemory",
         "  vastai-va1: node unregistered for NVIDIA",
