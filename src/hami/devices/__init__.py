@@ -7,6 +7,7 @@ Adding a vendor means adding its module and one line here.
 from __future__ import annotations
 
 from hami.config import DeviceConfig, default_device_config
+from hami.devices.ascend import ascend_vendors
 from hami.devices.base import Vendor
 from hami.devices.hygon import HygonVendor
 from hami.devices.nvidia.vendor import NvidiaVendor
@@ -18,6 +19,7 @@ __all__ = ["registered_keys", "vendors_from_config"]
 def vendors_from_config(config: DeviceConfig) -> dict[str, Vendor]:
     """Every vendor hami schedules, keyed by vendor key, in a fixed order."""
     vendors: list[Vendor] = [NvidiaVendor(config.nvidia), HygonVendor(config.hygon)]
+    vendors += ascend_vendors(config.vnpus)
     return {v.name: v for v in vendors}
 
 
