@@ -1,6 +1,7 @@
 """Huawei Ascend through the real control plane: kube-scheduler calls ``hami scheduler`` (a subprocess) for a pod
 asking for an Ascend 910B3 vNPU template on a fake node that registers its NPUs as HAMi's Ascend device plugin
-does; the pod is bound with HAMi's annotations, byte for byte. There is no kubelet and no device plugin.
+does, and a pod mixing an NVIDIA GPU and an Ascend NPU; each is bound with HAMi's annotations, byte for byte. There
+is no kubelet and no device plugin.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from hami.devices.ascend import ascend_keys
 from hami.protocol import keys
 from hami.protocol.nodelock import decode_node_lock
 from tests.e2e.cluster import ControlPlane, KubeClient, Scheduler
-from tests.e2e.hami_stack import SCHEDULER_NAME, HamiScheduler, extender_config
+from tests.e2e.hami_stack import GPU, GPUMEM, SCHEDULER_NAME, HamiScheduler, extender_config, register_annotation
 
 CW = "Ascend910B3"
 COUNT, MEM = f"huawei.com/{CW}", f"huawei.com/{CW}-memory"
@@ -77,3 +78,33 @@ def test_an_ascend_template_pod_is_bound_with_hamis_annotations(
     lock = decode_node_lock(kube.get(f"/api/v1/nodes/{node}")["metadata"]["annotations"][keys.NODE_LOCK])
     assert (lock.namespace, lock.name) == (namespace, "vnpu")
     assert hami.ledger() == {uuid: (1, 16384, 0)}
+
+
+def test_a_pod_mixing_nvidia_and_ascend_gets_both_allocations(
+    hami: HamiScheduler, kube: KubeClient, make_node: Callable[..., dict[str, Any]], namespace: str
+) -> None:
+    npu_only = f"{namespace}-npu-only"
+    mixed = f"{namespace}-mixed"
+    label = {"hami-e2e/run": namespace}
+    make_node(npu_only, extended={COUNT: 8}, labels=label, annotations={KEYS.register: register(npu_only, 2)})
+    annotations = {KEYS.register: register(mixed, 2), keys.NVIDIA_REGISTER: register_annotation(mixed, 1, 24000)}
+    make_node(mixed, extended={COUNT: 8, GPU: 10}, labels=label, annotations=annotations)
+    image = "registry.invalid/hami-e2e:none"
+    containers = [
+        {"name": "gpu", "image": image, "resources": {"limits": {GPU: "1", GPUMEM: "3000"}}},
+        {"name": "npu", "image": image, "resources": {"limits": {COUNT: "1", MEM: "65536"}}},
+    ]
+    kube.create_pod(
+        namespace, "mixed", containers=containers, scheduler_name=SCHEDULER_NAME, spec={"nodeSelector": label}
+    )
+    pod = kube.wait_for_pod_scheduled(namespace, "mixed")
+
+    assert pod["spec"]["nodeName"] == mixed  # the only node with both vendors
+    annotations = pod["metadata"]["annotations"]
+    assert annotations[keys.NVIDIA_KEYS.allocated] == f"GPU-{mixed}-0,NVIDIA,3000,0:;;"
+    npu = annotations[KEYS.allocated]
+    assert npu.startswith(f";{mixed}-npu-")
+    assert npu.endswith(f",{CW},65536,0:;")
+    uuid = npu[1:].split(",", 1)[0]
+    assert annotations[f"huawei.com/{CW}"] == f'[{{"UUID":"{uuid}","memory":65536}}]'  # a whole card: no template
+    assert hami.ledger() == {f"GPU-{mixed}-0": (1, 3000, 0), uuid: (1, 65536, 0)}
