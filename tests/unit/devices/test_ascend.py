@@ -40,9 +40,10 @@ from hami.devices.policy import parse_gpu_policy
 from hami.errors import AnnotationError, ConfigError, QuantityError
 from hami.protocol.allocation import ContainerDevice
 from hami.protocol.inventory import DeviceInfo
-from hami.protocol.objects import Container, Node
+from hami.protocol.objects import Container, Node, ObjectMeta, ResourceQuota, ResourceQuotaSpec
 from hami.protocol.reasons import Reason
 from hami.scheduling.admission import Admission, AdmissionSettings, admitters_for
+from hami.scheduling.quota import QuotaBook
 from hami.scheduling.request import SchedulingDefaults
 from hami.scheduling.state import ClusterState
 from tests.unit.jsonpatch import apply_patch
@@ -618,3 +619,33 @@ def test_admitter_sees_the_pod_mode_through_the_pod_context() -> None:
 def test_quota_keys_are_the_memory_and_core_limits() -> None:
     v = vendor()
     assert (v.resources.memory, v.resources.core, v.resources.memory_factor) == (B3_MEM, B3_CORE, 1)
+
+
+@pytest.mark.parametrize(
+    ("memory", "allowed"),
+    [
+        pytest.param("3000", True, id="3000-MiB-is-a-16384-template-within-20000"),
+        pytest.param("17000", False, id="17000-MiB-is-a-32768-template-over-20000"),
+        pytest.param(None, False, id="a-whole-card-over-20000"),
+    ],
+)
+def test_the_quota_counts_the_template_not_the_request(memory: str | None, allowed: bool) -> None:
+    configs = default_vnpu_chips()
+    vendors: dict[str, Any] = {v.name: v for v in ascend_vendors(VnpusConfig(configs=configs))}
+    book = QuotaBook([B3_MEM, B3_CORE])
+    hard = {f"limits.{B3_MEM}": "20000"}
+    book.upsert(ResourceQuota(metadata=ObjectMeta(name="q", namespace="team"), spec=ResourceQuotaSpec(hard=hard)))
+    check = Admission(
+        vendors=vendors,
+        admitters=admitters_for(vendors),
+        defaults=SchedulingDefaults(),
+        settings=AdmissionSettings("hami-scheduler", True),
+        quotas=book,
+        quota_factors={B3_MEM: 1},
+    )
+    limits = {B3_COUNT: "1"} | ({B3_MEM: memory} if memory else {})
+    verdict = check.review(raw_pod(spec(limits=limits)), "team")
+    assert verdict.allowed is allowed
+    assert verdict.message.startswith("" if allowed else "exceeding resource quota")
+    small = check.review(raw_pod(spec(limits={"huawei.com/Ascend310P": "1"})), "team")
+    assert small.allowed  # another chip's memory is another quota key
