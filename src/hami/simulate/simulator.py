@@ -102,7 +102,7 @@ def known_resource_names(config: DeviceConfig) -> frozenset[str]:
                     yield item
                 else:
                     yield from walk(item)
-        elif isinstance(value, list):
+        elif isinstance(value, list | tuple):  # the chip lists (vnpus.configs, iluvatars) dump as tuples
             for item in value:
                 yield from walk(item)
 

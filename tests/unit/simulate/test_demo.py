@@ -30,6 +30,8 @@ EXPECTED = {
     "demo/dcu-job": ("dcu-z100", [["DCU-z100-2"]]),
     "demo/init-then-serve": ("t4-b", [["GPU-t4b-2"], ["GPU-t4b-2"]]),
     "demo/too-big": (None, []),
+    "demo/npu-vnpu": ("ascend-910b3", [["NPU-910b3-0"]]),
+    "demo/npu-pair": ("ascend-910b3", [["NPU-910b3-2", "NPU-910b3-3"]]),
 }
 
 
@@ -38,7 +40,7 @@ def _run(workload_edit: tuple[str, str] | None = None) -> tuple[Simulator, dict[
     if workload_edit is not None:
         old, new = workload_edit
         assert old in workload[0][1]
-        workload = [(workload[0][0], workload[0][1].replace(old, new))]
+        workload = [(workload[0][0], workload[0][1].replace(old, new)), *workload[1:]]
     sim = Simulator(default_device_config(), SchedulingDefaults())
     sim.add_snapshot(load_snapshot(cluster))
     return sim, {o.pod: o for o in (sim.place(p, NOW) for p in load_pods(workload))}
@@ -80,6 +82,7 @@ def test_demo_pending_pod_has_a_reason_for_every_node() -> None:
     _, outcomes = _run()
     assert outcomes["demo/too-big"].reasons == {
         "a100-nvlink": {"AllocatedCardsInsufficientRequest": 1, "CardInsufficientMemory": 7},
+        "ascend-910b3": {"NodeUnregistered": 1},
         "dcu-z100": {"NodeUnregistered": 1},
         "mig-a100": {"CardInsufficientMemory": 1},
         "t4-a": {"CardInsufficientMemory": 4},
@@ -102,12 +105,11 @@ def test_without_numa_binding_the_pair_straddles_numa_nodes() -> None:
 
 
 def test_demo_registrations_are_in_hamis_encoder_format() -> None:
-    ((_, cluster),) = demo_sources()[0]
-    snap = load_snapshot([(DEMO_CLUSTER, cluster)])
+    snap = load_snapshot(demo_sources()[0])
     nvidia = [
         n.obj.metadata.annotations["hami.io/node-nvidia-register"]
         for n in snap.nodes
-        if n.obj.metadata.name != "dcu-z100"
+        if "hami.io/node-nvidia-register" in n.obj.metadata.annotations
     ]
     assert len(nvidia) == 4
     for value in nvidia:
@@ -129,7 +131,7 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
     assert result.code == 0
     assert result.stderr == ""
     lines = result.stdout.splitlines()
-    assert lines[0] == "hami simulate --demo: 5 nodes, 21 devices; 14 pods in order: 13 placed, 1 pending"
+    assert lines[0] == "hami simulate --demo: 6 nodes, 25 devices; 16 pods in order: 15 placed, 1 pending"
     for heading in (
         "Placements",
         "Per-device utilization after placement",
@@ -137,21 +139,25 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
     ):
         assert heading in lines
     assert (
-        "demo/train-nvlink     a100-nvlink  GPU-a100-0, GPU-a100-1, GPU-a100-2, GPU-a100-3 (40000 MiB, 0% each)"
+        "demo/train-nvlink     a100-nvlink   GPU-a100-0, GPU-a100-1, GPU-a100-2, GPU-a100-3 (40000 MiB, 0% each)"
         in lines
     )
-    assert "demo/mig-2g           mig-a100     GPU-mig-0 (19968 MiB, 28%, MIG 2g.20gb@0)" in lines
-    assert "t4-b         GPU-t4b-0   NVIDIA-Tesla T4        4/10   14000/15360  90/100" in lines
+    assert "demo/mig-2g           mig-a100      GPU-mig-0 (19968 MiB, 28%, MIG 2g.20gb@0)" in lines
+    assert "t4-b          GPU-t4b-0    NVIDIA-Tesla T4        4/10   14000/15360  90/100" in lines
     assert (
-        "mig-a100     GPU-mig-0   NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100  MIG: 1g.10gb@6 2g.20gb@0"
+        "mig-a100      GPU-mig-0    NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100  MIG: 1g.10gb@6 2g.20gb@0"
         not in lines
     )
     assert (
-        "mig-a100     GPU-mig-0   NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100  MIG: 2g.20gb@0 1g.10gb@6" in lines
+        "mig-a100      GPU-mig-0    NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100  MIG: 2g.20gb@0 1g.10gb@6"
+        in lines
     )
-    assert lines[-6:] == [
-        "demo/too-big: no available node, 5 nodes do not meet",
+    assert "demo/npu-vnpu         ascend-910b3  NPU-910b3-0 (16384 MiB, 0%)" in lines
+    assert "demo/npu-pair         ascend-910b3  NPU-910b3-2, NPU-910b3-3 (65536 MiB, 0% each)" in lines
+    assert lines[-7:] == [
+        "demo/too-big: no available node, 6 nodes do not meet",
         "  a100-nvlink: 1/8 AllocatedCardsInsufficientRequest, 7/8 CardInsufficientMemory",
+        "  ascend-910b3: node unregistered for NVIDIA",
         "  dcu-z100: node unregistered for NVIDIA",
         "  mig-a100: 1/1 CardInsufficientMemory",
         "  t4-a: 4/4 CardInsufficientMemory",
