@@ -28,6 +28,7 @@ from hami.devices.ascend import (
 from hami.devices.base import (
     MEM_PERCENTAGE_UNSET,
     AnnotationContext,
+    Carved,
     ContainerRequest,
     FitContext,
     Fitted,
@@ -292,6 +293,19 @@ def test_a_template_request_carves_a_slice() -> None:
     assert p.slice == Slice("vir05_1c_16g")
     assert p.device.usedmem == 16384
     assert p.device.usedcores == 0
+
+
+def test_the_partition_hook_plans_one_template_per_card_and_container() -> None:
+    hook = vendor().partitions
+    assert hook is not None
+    card = npu("npu-0")
+    assert (hook.carves(card), hook.several_per_device((card,), vendor().selector({}))) == (True, False)
+    assert hook.plan(card, (), [1]) == [Carved(Slice("vir05_1c_16g"), 16384, 0)]
+    assert hook.plan(card, (), [16385]) == [Carved(Slice("vir10_3c_32g"), 32768, 0)]
+    assert hook.plan(card, (), [32769]) is None  # above every template: a whole card, not a slice
+    assert hook.plan(card, (), [1, 1]) is None  # one template per card and container
+    assert hook.conflict(card, (None,), "ns/p") is None  # no positions to contradict
+    assert hook.infeasible is Reason.CARD_INSUFFICIENT_MEMORY
 
 
 def test_a_raw_size_is_charged_at_its_template_in_template_mode() -> None:
