@@ -41,11 +41,12 @@ from hami.devices.policy import parse_gpu_policy
 from hami.errors import AnnotationError, ConfigError, QuantityError
 from hami.protocol.allocation import ContainerDevice
 from hami.protocol.inventory import DeviceInfo
-from hami.protocol.objects import Container, Node, ObjectMeta, ResourceQuota, ResourceQuotaSpec
+from hami.protocol.objects import Container, Node, ObjectMeta, Pod, QuantityValue, ResourceQuota, ResourceQuotaSpec
 from hami.protocol.reasons import Reason
 from hami.scheduling.admission import Admission, AdmissionSettings, admitters_for
+from hami.scheduling.cycle import decide
 from hami.scheduling.quota import QuotaBook
-from hami.scheduling.request import SchedulingDefaults
+from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState
 from tests.unit.jsonpatch import apply_patch
 from tests.unit.scheduling.builders import table
@@ -204,7 +205,8 @@ def test_parse_request_refuses(limits: dict[str, Any], resource: str, reason: st
 
 # --- inventory -----------------------------------------------------------------------------------------------
 
-REGISTER = ascend_keys(B3).register
+KEYS_B3 = ascend_keys(B3)
+REGISTER = KEYS_B3.register
 
 
 def test_decode_inventory_matches_keys_case_insensitively_and_keeps_network_ids() -> None:
@@ -453,6 +455,27 @@ def test_no_network_score_when_a_device_has_no_network_id_or_the_chip_is_not_a_9
     assert on_310p.score == 0.0
 
 
+# --- through the decision core --------------------------------------------------------------------------------
+
+
+def test_soft_split_through_the_decision_goes_only_to_the_node_that_opted_in() -> None:
+    """Node annotations → node_info → fit, and the pod's mode → selector option, through the real filter."""
+    state = ClusterState(vendors_from_config(default_device_config()))
+    registration = '[{"id":"%s","count":4,"devmem":65536,"devcore":20,"type":"Ascend910B3","health":true}]'
+    state.upsert_node(node({REGISTER: registration % "hard-0"}, name="hard"))
+    state.upsert_node(node({REGISTER: registration % "soft-0", NODE_OPT_IN: "true"}, name="soft"))
+    limits = {B3_COUNT: 1, B3_MEM: 3000, B3_CORE: 30}
+    raw = {"metadata": {"name": "p", "namespace": "ns", "uid": "u1", "annotations": SOFT},
+           "spec": {"containers": [{"name": "c", "resources": {"limits": limits}}]}}  # fmt: skip
+    request = prefilter(msgspec.convert(raw, Pod), state.vendors, SchedulingDefaults())
+    decision = decide(state, request, ["hard", "soft"], now=1_700_000_000)
+    assert decision.node == "soft"
+    assert decision.rejected["hard"].summary == "1/1 ModeNotFit"
+    assert decision.annotations[KEYS_B3.allocated] == "soft-0,Ascend910B3,3000,30:;"
+    assert decision.annotations["huawei.com/Ascend910B3"] == '[{"UUID":"soft-0","memory":3000,"core":30}]'
+    assert decision.annotations["predicate-time"] == "1700000000"
+
+
 # --- annotations ---------------------------------------------------------------------------------------------
 
 
@@ -647,7 +670,7 @@ def test_the_quota_counts_the_template_not_the_request(memory: str | None, allow
     configs = default_vnpu_chips()
     vendors: dict[str, Any] = {v.name: v for v in ascend_vendors(VnpusConfig(configs=configs))}
     book = QuotaBook([B3_MEM, B3_CORE])
-    hard = {f"limits.{B3_MEM}": "20000"}
+    hard: dict[str, QuantityValue] = {f"limits.{B3_MEM}": "20000"}
     book.upsert(ResourceQuota(metadata=ObjectMeta(name="q", namespace="team"), spec=ResourceQuotaSpec(hard=hard)))
     check = Admission(
         vendors=vendors,
