@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 
@@ -66,8 +66,9 @@ from hami.devices.common import Gather, SharedDeviceVendor, fit_shared
 from hami.devices.resources import lookup_resource, mib_hint, whole_quantity
 from hami.devices.table import DeviceTable
 from hami.errors import AnnotationError, ConfigError, InvalidInput, QuantityError
-from hami.protocol import _gojson, keys
-from hami.protocol.inventory import DeviceInfo, decode_inventory_json
+from hami.protocol import keys
+from hami.protocol.ascend import RuntimeInfo, decode_register, encode_runtime_info
+from hami.protocol.inventory import DeviceInfo
 from hami.protocol.objects import Container, Node, QuantityValue
 from hami.protocol.reasons import Reason
 
@@ -96,10 +97,6 @@ NETWORK_PREFIX: Final = "NetworkID/"
 NETWORK_WEIGHT: Final = 10
 _INT32_MAX: Final = 2**31 - 1
 _INT64_MAX: Final = 2**63 - 1
-_FIELDS: Final = {
-    name.lower(): name
-    for name in ("id", "index", "count", "devmem", "devcore", "type", "numa", "mode", "migProfiles", "health")
-}
 _NPUS_PER_CARD: Final = 2
 
 
@@ -186,46 +183,18 @@ class AscendTemplates:
 
 
 def decode_ascend_inventory(raw: str, field: str) -> tuple[list[DeviceInfo], dict[str, str]]:
-    """Devices of a ``hami.io/node-register-<CW>`` value and their ``NetworkID`` (``node_info`` entries).
-
-    Keys are matched case-insensitively, the last of two spellings winning (Go's ``encoding/json``); then HAMi's
-    usual types and ranges apply. ``custominfo`` must be an object when present; a ``NetworkID`` that is not a
-    number is kept as present but unusable (HAMi ignores it for grouping). Raises ``AnnotationError``.
-    """
-    items = _gojson.decode(raw, _RAW_DECODER, field) or []
-    canonical: list[dict[str, Any]] = []
-    networks: dict[str, str] = {}
-    for position, item in enumerate(items):
-        if not isinstance(item, dict):
-            raise AnnotationError(field, raw, "invalid JSON value: each device must be an object", position)
-        device, custom = _canonical(item)
-        if custom is not None and not isinstance(custom, dict):
-            raise AnnotationError(field, raw, "invalid JSON value: custominfo must be an object", position)
-        canonical.append(device)
-        if custom is not None and "NetworkID" in custom:
-            networks[str(device.get("id", ""))] = _network_id(custom["NetworkID"])
-    try:
-        devices = decode_inventory_json(_gojson.encode(canonical), field)
-    except AnnotationError as err:
-        raise AnnotationError(field, raw, err.reason, err.position) from None
-    if not devices:
+    """Devices of a ``hami.io/node-register-<CW>`` value (``decode_register``) and their ``NetworkID`` as
+    ``node_info`` entries: a ``NetworkID`` that is not a number is kept as present but unusable (HAMi ignores it
+    for grouping). No device at all is an error, as in HAMi. Raises ``AnnotationError``."""
+    decoded = decode_register(raw, field)
+    if not decoded:
         raise AnnotationError(field, raw, "no device found on node")
-    return devices, {NETWORK_PREFIX + uuid: value for uuid, value in networks.items()}
-
-
-_RAW_DECODER: Final = msgspec.json.Decoder(list[Any] | None)
-
-
-def _canonical(item: Mapping[str, Any]) -> tuple[dict[str, Any], object]:
-    device: dict[str, Any] = {}
-    custom: object = None
-    for key, value in item.items():
-        lower = key.lower()
-        if lower == "custominfo":
-            custom = value
-        elif lower in _FIELDS:
-            device[_FIELDS[lower]] = value
-    return device, custom
+    networks = {
+        NETWORK_PREFIX + device.id: _network_id(custom["NetworkID"])
+        for device, custom in decoded
+        if custom is not None and "NetworkID" in custom
+    }
+    return [device for device, _ in decoded], networks
 
 
 def _network_id(value: object) -> str:
@@ -357,25 +326,16 @@ class AscendVendor(SharedDeviceVendor):
     def extra_annotations(self, ctx: AnnotationContext) -> dict[str, str]:
         temps = {(s.container, s.device): s.slice.template for s in ctx.slices}
         infos = [
-            _RuntimeInfo(uuid=dev.uuid, temp=temps.get((ci, di), ""), memory=dev.usedmem, core=dev.usedcores)
+            RuntimeInfo(uuid=dev.uuid, temp=temps.get((ci, di), ""), memory=dev.usedmem, core=dev.usedcores)
             for ci, container in enumerate(ctx.devices)
             for di, dev in enumerate(container)
         ]
         if not infos:
             return {}
-        return {f"huawei.com/{self.name}": _gojson.encode(infos), PREDICATE_TIME: str(ctx.now_ns // 1_000_000_000)}
+        return {f"huawei.com/{self.name}": encode_runtime_info(infos), PREDICATE_TIME: str(ctx.now_ns // 1_000_000_000)}
 
     def admitter(self) -> Admitter:
         return AscendAdmitter(self.chip, self.templates, self.ascend_counts)
-
-
-class _RuntimeInfo(msgspec.Struct, omit_defaults=True, rename={"uuid": "UUID"}):
-    """One entry of ``huawei.com/<CW>`` (HAMi's ``RuntimeInfo``: every field ``omitempty``)."""
-
-    uuid: str = ""
-    temp: str = ""
-    memory: int = 0
-    core: int = 0
 
 
 def _percent_cores(table: DeviceTable) -> DeviceTable:
