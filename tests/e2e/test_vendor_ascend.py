@@ -2,6 +2,9 @@
 asking for an Ascend 910B3 vNPU template on a fake node that registers its NPUs as HAMi's Ascend device plugin
 does, and a pod mixing an NVIDIA GPU and an Ascend NPU; each is bound with HAMi's annotations, byte for byte. There
 is no kubelet and no device plugin.
+
+(The file sorts after ``test_chart.py``: the chart's identities this stack applies to the session's control plane
+would make that file's server-side dry runs of the same cluster-scoped objects answer 409.)
 """
 
 from __future__ import annotations
