@@ -17,6 +17,7 @@ from tests.helm import CHART, helm, template
 
 KUBE_VERSION = "1.36.3"
 NAMESPACE = "hami-system"
+KUNLUN = ("kunlunxin.com/xpu", "kunlunxin.com/vxpu", "kunlunxin.com/vxpu-memory")
 
 
 def run_helm(*args: str) -> subprocess.CompletedProcess[str]:
@@ -150,6 +151,7 @@ def test_the_kube_scheduler_configuration_calls_hami_as_its_extender() -> None:
             "hygon.com/dcunum",
             "hygon.com/dcumem",
             "hygon.com/dcucores",
+            *KUNLUN,
         )
     ]
 
@@ -177,6 +179,11 @@ def test_the_device_config_uses_hamis_keys() -> None:
             "resourceMemoryName": "hygon.com/dcumem",
             "resourceCoreName": "hygon.com/dcucores",
             "memoryFactor": 1,
+        },
+        "kunlun": {
+            "resourceCountName": "kunlunxin.com/xpu",
+            "resourceVCountName": "kunlunxin.com/vxpu",
+            "resourceVMemoryName": "kunlunxin.com/vxpu-memory",
         },
     }
 
@@ -223,6 +230,7 @@ MANAGED = [
     "hygon.com/dcunum",
     "hygon.com/dcumem",
     "hygon.com/dcucores",
+    *KUNLUN,
 ]
 
 
@@ -236,7 +244,9 @@ def match_condition_resources(webhook: dict[str, Any]) -> list[str]:
 
 def test_the_webhook_and_the_extender_manage_the_resources_of_the_device_config() -> None:
     content = "nvidia:\n  resourceCountName: example.com/vgpu\n  resourcePriorityName: ''\n"
-    docs = render(f"scheduler.deviceConfig.content={content}", "devices.hygon.enabled=false")
+    docs = render(
+        f"scheduler.deviceConfig.content={content}", "devices.hygon.enabled=false", "devices.kunlun.enabled=false"
+    )
     expected = ["example.com/vgpu", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores"]
     (extender,) = scheduler_config(docs)["extenders"]
     assert [r["name"] for r in extender["managedResources"]] == expected
@@ -647,6 +657,19 @@ def test_disabling_hygon_drops_its_managed_resources() -> None:
         "nvidia.com/gpumem-percentage",
         "nvidia.com/gpucores",
         "nvidia.com/priority",
+        *KUNLUN,
+    ]
+
+
+def test_disabling_kunlun_drops_its_managed_resources_and_its_section_renames_them() -> None:
+    (extender,) = scheduler_config(render("devices.kunlun.enabled=false"))["extenders"]
+    assert not set(KUNLUN) & {r["name"] for r in extender["managedResources"]}
+    content = "kunlun:\n  resourceVCountName: example.com/vxpu\n"
+    (extender,) = scheduler_config(render(f"scheduler.deviceConfig.content={content}"))["extenders"]
+    assert [r["name"] for r in extender["managedResources"]][-3:] == [
+        "kunlunxin.com/xpu",
+        "example.com/vxpu",
+        "kunlunxin.com/vxpu-memory",
     ]
 
 

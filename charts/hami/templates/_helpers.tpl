@@ -108,6 +108,13 @@ app.kubernetes.io/component: hami-scheduler
 {{- $names = append $names (ternary (get $dcu $key) (get $defaults $key) (hasKey $dcu $key)) -}}
 {{- end -}}
 {{- end -}}
+{{- if .Values.devices.kunlun.enabled -}}
+{{- $kunlun := get $content "kunlun" | default dict -}}
+{{- $defaults := dict "resourceCountName" .Values.kunlunResourceName "resourceVCountName" .Values.kunlunResourceVCountName "resourceVMemoryName" .Values.kunlunResourceVMemoryName -}}
+{{- range $key := list "resourceCountName" "resourceVCountName" "resourceVMemoryName" -}}
+{{- $names = append $names (ternary (get $kunlun $key) (get $defaults $key) (hasKey $kunlun $key)) -}}
+{{- end -}}
+{{- end -}}
 {{- $names | compact | uniq | toJson -}}
 {{- end -}}
 

@@ -10,6 +10,7 @@ from hami.config import DeviceConfig, default_device_config
 from hami.devices.ascend import ascend_vendors
 from hami.devices.base import Vendor
 from hami.devices.hygon import HygonVendor
+from hami.devices.kunlun import KunlunVendor, XpuVendor
 from hami.devices.nvidia.vendor import NvidiaVendor
 from hami.protocol.keys import VendorKeys
 
@@ -19,6 +20,7 @@ __all__ = ["registered_keys", "vendors_from_config"]
 def vendors_from_config(config: DeviceConfig) -> dict[str, Vendor]:
     """Every vendor hami schedules, keyed by vendor key, in a fixed order."""
     vendors: list[Vendor] = [NvidiaVendor(config.nvidia), HygonVendor(config.hygon)]
+    vendors += [KunlunVendor(config.kunlun), XpuVendor(config.kunlun)]
     vendors += ascend_vendors(config.vnpus)
     return {v.name: v for v in vendors}
 

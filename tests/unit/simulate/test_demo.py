@@ -28,6 +28,8 @@ EXPECTED = {
     "demo/mig-2g": ("mig-a100", [["GPU-mig-0"]]),
     "demo/mig-1g": ("mig-a100", [["GPU-mig-0"]]),
     "demo/dcu-job": ("dcu-z100", [["DCU-z100-2"]]),
+    "demo/xpu-train": ("xpu-p800", [[f"xpu-p800-kunlun-{i}" for i in range(4)]]),
+    "demo/vxpu-infer": ("vxpu-p800", [["XPU-p800-0", "XPU-p800-1"]]),
     "demo/init-then-serve": ("t4-b", [["GPU-t4b-2"], ["GPU-t4b-2"]]),
     "demo/too-big": (None, []),
     "demo/npu-vnpu": ("ascend-910b3", [["NPU-910b3-0"]]),
@@ -87,6 +89,8 @@ def test_demo_pending_pod_has_a_reason_for_every_node() -> None:
         "mig-a100": {"CardInsufficientMemory": 1},
         "t4-a": {"CardInsufficientMemory": 4},
         "t4-b": {"CardInsufficientMemory": 4},
+        "vxpu-p800": {"NodeUnregistered": 1},
+        "xpu-p800": {"NodeUnregistered": 1},
     }
 
 
@@ -131,7 +135,7 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
     assert result.code == 0
     assert result.stderr == ""
     lines = result.stdout.splitlines()
-    assert lines[0] == "hami simulate --demo: 6 nodes, 25 devices; 16 pods in order: 15 placed, 1 pending"
+    assert lines[0] == "hami simulate --demo: 8 nodes, 37 devices; 18 pods in order: 17 placed, 1 pending"
     for heading in (
         "Placements",
         "Per-device utilization after placement",
@@ -143,25 +147,27 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
         in lines
     )
     assert "demo/mig-2g           mig-a100      GPU-mig-0 (19968 MiB, 28%, MIG 2g.20gb@0)" in lines
-    assert "t4-b          GPU-t4b-0    NVIDIA-Tesla T4        4/10   14000/15360  90/100" in lines
+    assert "t4-b          GPU-t4b-0          NVIDIA-Tesla T4        4/10   14000/15360  90/100" in lines
     assert (
-        "mig-a100      GPU-mig-0    NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100  MIG: 1g.10gb@6 2g.20gb@0"
+        "mig-a100      GPU-mig-0          NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100   MIG: 1g.10gb@6 2g.20gb@0"
         not in lines
     )
     assert (
-        "mig-a100      GPU-mig-0    NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100  MIG: 2g.20gb@0 1g.10gb@6"
+        "mig-a100      GPU-mig-0          NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100   MIG: 2g.20gb@0 1g.10gb@6"
         in lines
     )
     assert "demo/npu-vnpu         ascend-910b3  NPU-910b3-0 (16384 MiB, 0%)" in lines
     assert "demo/npu-pair         ascend-910b3  NPU-910b3-2, NPU-910b3-3 (65536 MiB, 0% each)" in lines
-    assert lines[-7:] == [
-        "demo/too-big: no available node, 6 nodes do not meet",
+    assert lines[-9:] == [
+        "demo/too-big: no available node, 8 nodes do not meet",
         "  a100-nvlink: 1/8 AllocatedCardsInsufficientRequest, 7/8 CardInsufficientMemory",
         "  ascend-910b3: node unregistered for NVIDIA",
         "  dcu-z100: node unregistered for NVIDIA",
         "  mig-a100: 1/1 CardInsufficientMemory",
         "  t4-a: 4/4 CardInsufficientMemory",
         "  t4-b: 4/4 CardInsufficientMemory",
+        "  vxpu-p800: node unregistered for NVIDIA",
+        "  xpu-p800: node unregistered for NVIDIA",
     ]
 
 
