@@ -152,6 +152,12 @@ def test_the_kube_scheduler_configuration_calls_hami_as_its_extender() -> None:
             "hygon.com/dcumem",
             "hygon.com/dcucores",
             *KUNLUN,
+            "enflame.com/gcu",
+            "enflame.com/drs-gcu",
+            "enflame.com/gcu-memory",
+            "enflame.com/gcu-core",
+            "aws.amazon.com/neuron",
+            "aws.amazon.com/neuroncore",
         )
     ]
 
@@ -185,6 +191,13 @@ def test_the_device_config_uses_hamis_keys() -> None:
             "resourceVCountName": "kunlunxin.com/vxpu",
             "resourceVMemoryName": "kunlunxin.com/vxpu-memory",
         },
+        "enflame": {
+            "resourceNameGCU": "enflame.com/gcu",
+            "resourceNameDRSGCU": "enflame.com/drs-gcu",
+            "resourceNameGCUMemory": "enflame.com/gcu-memory",
+            "resourceNameGCUCore": "enflame.com/gcu-core",
+        },
+        "awsneuron": {"resourceCountName": "aws.amazon.com/neuron", "resourceCoreName": "aws.amazon.com/neuroncore"},
     }
 
 
@@ -231,6 +244,12 @@ MANAGED = [
     "hygon.com/dcumem",
     "hygon.com/dcucores",
     *KUNLUN,
+    "enflame.com/gcu",
+    "enflame.com/drs-gcu",
+    "enflame.com/gcu-memory",
+    "enflame.com/gcu-core",
+    "aws.amazon.com/neuron",
+    "aws.amazon.com/neuroncore",
 ]
 
 
@@ -245,7 +264,11 @@ def match_condition_resources(webhook: dict[str, Any]) -> list[str]:
 def test_the_webhook_and_the_extender_manage_the_resources_of_the_device_config() -> None:
     content = "nvidia:\n  resourceCountName: example.com/vgpu\n  resourcePriorityName: ''\n"
     docs = render(
-        f"scheduler.deviceConfig.content={content}", "devices.hygon.enabled=false", "devices.kunlun.enabled=false"
+        f"scheduler.deviceConfig.content={content}",
+        "devices.hygon.enabled=false",
+        "devices.kunlun.enabled=false",
+        "devices.enflame.enabled=false",
+        "devices.awsneuron.enabled=false",
     )
     expected = ["example.com/vgpu", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores"]
     (extender,) = scheduler_config(docs)["extenders"]
@@ -651,14 +674,7 @@ def test_verifying_the_extender_mounts_the_ca_into_kube_scheduler() -> None:
 
 def test_disabling_hygon_drops_its_managed_resources() -> None:
     (extender,) = scheduler_config(render("devices.hygon.enabled=false"))["extenders"]
-    assert [r["name"] for r in extender["managedResources"]] == [
-        "nvidia.com/gpu",
-        "nvidia.com/gpumem",
-        "nvidia.com/gpumem-percentage",
-        "nvidia.com/gpucores",
-        "nvidia.com/priority",
-        *KUNLUN,
-    ]
+    assert [r["name"] for r in extender["managedResources"]] == [n for n in MANAGED if not n.startswith("hygon.com/")]
 
 
 def test_disabling_kunlun_drops_its_managed_resources_and_its_section_renames_them() -> None:
@@ -666,11 +682,19 @@ def test_disabling_kunlun_drops_its_managed_resources_and_its_section_renames_th
     assert not set(KUNLUN) & {r["name"] for r in extender["managedResources"]}
     content = "kunlun:\n  resourceVCountName: example.com/vxpu\n"
     (extender,) = scheduler_config(render(f"scheduler.deviceConfig.content={content}"))["extenders"]
-    assert [r["name"] for r in extender["managedResources"]][-3:] == [
+    names = [r["name"] for r in extender["managedResources"]]
+    assert names[names.index("kunlunxin.com/xpu") :][:3] == [
         "kunlunxin.com/xpu",
         "example.com/vxpu",
         "kunlunxin.com/vxpu-memory",
     ]
+
+
+def test_disabling_enflame_or_neuron_drops_their_managed_resources() -> None:
+    (extender,) = scheduler_config(render("devices.enflame.enabled=false"))["extenders"]
+    assert [r["name"] for r in extender["managedResources"]] == [n for n in MANAGED if not n.startswith("enflame.com/")]
+    (extender,) = scheduler_config(render("devices.awsneuron.enabled=false"))["extenders"]
+    assert [r["name"] for r in extender["managedResources"]] == [n for n in MANAGED if not n.startswith("aws.amazon")]
 
 
 def test_several_replicas_spread_over_nodes_and_need_leader_election() -> None:

@@ -115,6 +115,20 @@ app.kubernetes.io/component: hami-scheduler
 {{- $names = append $names (ternary (get $kunlun $key) (get $defaults $key) (hasKey $kunlun $key)) -}}
 {{- end -}}
 {{- end -}}
+{{- if .Values.devices.enflame.enabled -}}
+{{- $enf := get $content "enflame" | default dict -}}
+{{- $defaults := dict "resourceNameGCU" "enflame.com/gcu" "resourceNameDRSGCU" .Values.enflameResourceNameDRSGCU "resourceNameGCUMemory" .Values.enflameResourceNameGCUMemory "resourceNameGCUCore" .Values.enflameResourceNameGCUCore -}}
+{{- range $key := list "resourceNameGCU" "resourceNameDRSGCU" "resourceNameGCUMemory" "resourceNameGCUCore" -}}
+{{- $names = append $names (ternary (get $enf $key) (get $defaults $key) (hasKey $enf $key)) -}}
+{{- end -}}
+{{- end -}}
+{{- if .Values.devices.awsneuron.enabled -}}
+{{- $aws := get $content "awsneuron" | default dict -}}
+{{- $defaults := dict "resourceCountName" "aws.amazon.com/neuron" "resourceCoreName" "aws.amazon.com/neuroncore" -}}
+{{- range $key := list "resourceCountName" "resourceCoreName" -}}
+{{- $names = append $names (ternary (get $aws $key) (get $defaults $key) (hasKey $aws $key)) -}}
+{{- end -}}
+{{- end -}}
 {{- $names | compact | uniq | toJson -}}
 {{- end -}}
 

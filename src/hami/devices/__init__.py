@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from hami.config import DeviceConfig, default_device_config
 from hami.devices.ascend import ascend_vendors
+from hami.devices.awsneuron import AwsNeuronVendor
 from hami.devices.base import Vendor
+from hami.devices.enflame import EnflameDrsVendor, EnflameGcuVendor
 from hami.devices.hygon import HygonVendor
 from hami.devices.kunlun import KunlunVendor, XpuVendor
 from hami.devices.nvidia.vendor import NvidiaVendor
@@ -22,6 +24,7 @@ def vendors_from_config(config: DeviceConfig) -> dict[str, Vendor]:
     vendors: list[Vendor] = [NvidiaVendor(config.nvidia), HygonVendor(config.hygon)]
     vendors += [KunlunVendor(config.kunlun), XpuVendor(config.kunlun)]
     vendors += ascend_vendors(config.vnpus)
+    vendors += [EnflameGcuVendor(config.enflame), EnflameDrsVendor(config.enflame), AwsNeuronVendor(config.awsneuron)]
     return {v.name: v for v in vendors}
 
 

@@ -30,6 +30,9 @@ EXPECTED = {
     "demo/dcu-job": ("dcu-z100", [["DCU-z100-2"]]),
     "demo/xpu-train": ("xpu-p800", [[f"xpu-p800-kunlun-{i}" for i in range(4)]]),
     "demo/vxpu-infer": ("vxpu-p800", [["XPU-p800-0", "XPU-p800-1"]]),
+    "demo/gcu-drs": ("drs-s60", [["drs-s60-enflame-drs-0"]]),
+    "demo/gcu-whole": ("gcu-s60", [["gcu-s60-GCU-0", "gcu-s60-GCU-1"]]),
+    "demo/neuron-cores": ("inf2-24xl", [["inf2-24xl-AWSNeuron-0", "inf2-24xl-AWSNeuron-1"]]),
     "demo/init-then-serve": ("t4-b", [["GPU-t4b-2"], ["GPU-t4b-2"]]),
     "demo/too-big": (None, []),
     "demo/npu-vnpu": ("ascend-910b3", [["NPU-910b3-0"]]),
@@ -86,6 +89,9 @@ def test_demo_pending_pod_has_a_reason_for_every_node() -> None:
         "a100-nvlink": {"AllocatedCardsInsufficientRequest": 1, "CardInsufficientMemory": 7},
         "ascend-910b3": {"NodeUnregistered": 1},
         "dcu-z100": {"NodeUnregistered": 1},
+        "drs-s60": {"NodeUnregistered": 1},
+        "gcu-s60": {"NodeUnregistered": 1},
+        "inf2-24xl": {"NodeUnregistered": 1},
         "mig-a100": {"CardInsufficientMemory": 1},
         "t4-a": {"CardInsufficientMemory": 4},
         "t4-b": {"CardInsufficientMemory": 4},
@@ -135,7 +141,7 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
     assert result.code == 0
     assert result.stderr == ""
     lines = result.stdout.splitlines()
-    assert lines[0] == "hami simulate --demo: 8 nodes, 37 devices; 18 pods in order: 17 placed, 1 pending"
+    assert lines[0] == "hami simulate --demo: 11 nodes, 49 devices; 21 pods in order: 20 placed, 1 pending"
     for heading in (
         "Placements",
         "Per-device utilization after placement",
@@ -147,22 +153,25 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
         in lines
     )
     assert "demo/mig-2g           mig-a100      GPU-mig-0 (19968 MiB, 28%, MIG 2g.20gb@0)" in lines
-    assert "t4-b          GPU-t4b-0          NVIDIA-Tesla T4        4/10   14000/15360  90/100" in lines
+    assert "t4-b          GPU-t4b-0              NVIDIA-Tesla T4        4/10   14000/15360  90/100" in lines
     assert (
-        "mig-a100      GPU-mig-0          NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100   MIG: 1g.10gb@6 2g.20gb@0"
-        not in lines
+        "mig-a100      GPU-mig-0              NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100   "
+        "MIG: 1g.10gb@6 2g.20gb@0" not in lines
     )
     assert (
-        "mig-a100      GPU-mig-0          NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100   MIG: 2g.20gb@0 1g.10gb@6"
-        in lines
+        "mig-a100      GPU-mig-0              NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100   "
+        "MIG: 2g.20gb@0 1g.10gb@6" in lines
     )
     assert "demo/npu-vnpu         ascend-910b3  NPU-910b3-0 (16384 MiB, 0%)" in lines
     assert "demo/npu-pair         ascend-910b3  NPU-910b3-2, NPU-910b3-3 (65536 MiB, 0% each)" in lines
-    assert lines[-9:] == [
-        "demo/too-big: no available node, 8 nodes do not meet",
+    assert lines[-12:] == [
+        "demo/too-big: no available node, 11 nodes do not meet",
         "  a100-nvlink: 1/8 AllocatedCardsInsufficientRequest, 7/8 CardInsufficientMemory",
         "  ascend-910b3: node unregistered for NVIDIA",
         "  dcu-z100: node unregistered for NVIDIA",
+        "  drs-s60: node unregistered for NVIDIA",
+        "  gcu-s60: node unregistered for NVIDIA",
+        "  inf2-24xl: node unregistered for NVIDIA",
         "  mig-a100: 1/1 CardInsufficientMemory",
         "  t4-a: 4/4 CardInsufficientMemory",
         "  t4-b: 4/4 CardInsufficientMemory",
