@@ -10,9 +10,11 @@ from hami.config import DeviceConfig, default_device_config
 from hami.devices.ascend import ascend_vendors
 from hami.devices.awsneuron import AwsNeuronVendor
 from hami.devices.base import Vendor
+from hami.devices.cambricon import CambriconVendor
 from hami.devices.enflame import EnflameDrsVendor, EnflameGcuVendor
 from hami.devices.hygon import HygonVendor
 from hami.devices.kunlun import KunlunVendor, XpuVendor
+from hami.devices.mthreads import MthreadsVendor
 from hami.devices.nvidia.vendor import NvidiaVendor
 from hami.protocol.keys import VendorKeys
 
@@ -25,6 +27,7 @@ def vendors_from_config(config: DeviceConfig) -> dict[str, Vendor]:
     vendors += [KunlunVendor(config.kunlun), XpuVendor(config.kunlun)]
     vendors += ascend_vendors(config.vnpus)
     vendors += [EnflameGcuVendor(config.enflame), EnflameDrsVendor(config.enflame), AwsNeuronVendor(config.awsneuron)]
+    vendors += [CambriconVendor(config.cambricon), MthreadsVendor(config.mthreads)]
     return {v.name: v for v in vendors}
 
 

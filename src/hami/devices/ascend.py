@@ -306,7 +306,7 @@ class AscendVendor(SharedDeviceVendor):
                 request = dataclasses.replace(request, memreq=size)
                 hook = self.hook
         outcome = fit_shared(
-            table, request, ctx, selector, self.name, hook, self.order, self._gather(table, ctx, request)
+            table, request, ctx, selector, self.name, hook, self.order, gather=self._gather(table, ctx, request)
         )
         if isinstance(outcome, Fitted) and self.networked:
             return Fitted(outcome.placements, _network_score(outcome.placements, ctx.node_info))
