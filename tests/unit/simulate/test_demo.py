@@ -179,8 +179,8 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
     assert lines[-17:] == [
         "demo/too-big: no available node, 16 nodes do not meet",
         "  a100-nvlink: 1/8 AllocatedCardsInsufficientRequest, 7/8 CardInsufficientMemory",
-        "  ascend-910b3: node unregistered for NVIDIA",
         "  amd-mi300x: node unregistered for NVIDIA",
+        "  ascend-910b3: node unregistered for NVIDIA",
         "  biren-br106: node unregistered for NVIDIA",
         "  dcu-z100: node unregistered for NVIDIA",
         "  drs-s60: node unregistered for NVIDIA",
