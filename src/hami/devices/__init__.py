@@ -15,7 +15,9 @@ from hami.devices.biren import BirenVendor
 from hami.devices.cambricon import CambriconVendor
 from hami.devices.enflame import EnflameDrsVendor, EnflameGcuVendor
 from hami.devices.hygon import HygonVendor
+from hami.devices.iluvatar import IluvatarVendor
 from hami.devices.kunlun import KunlunVendor, XpuVendor
+from hami.devices.metax import MetaxGpuVendor, MetaxSgpuVendor
 from hami.devices.mthreads import MthreadsVendor
 from hami.devices.nvidia.vendor import NvidiaVendor
 from hami.devices.vastai import VastaiVendor
@@ -32,6 +34,8 @@ def vendors_from_config(config: DeviceConfig) -> dict[str, Vendor]:
     vendors += [EnflameGcuVendor(config.enflame), EnflameDrsVendor(config.enflame), AwsNeuronVendor(config.awsneuron)]
     vendors += [CambriconVendor(config.cambricon), MthreadsVendor(config.mthreads)]
     vendors += [AmdVendor(config.amd), BirenVendor(config.biren), VastaiVendor(config.vastai)]
+    vendors += [IluvatarVendor(chip) for chip in config.iluvatars]
+    vendors += [MetaxGpuVendor(config.metax), MetaxSgpuVendor(config.metax)]
     return {v.name: v for v in vendors}
 
 
