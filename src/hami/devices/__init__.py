@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from hami.config import DeviceConfig, default_device_config
 from hami.devices.amd import AmdVendor
+from hami.devices.ascend import ascend_vendors
 from hami.devices.awsneuron import AwsNeuronVendor
 from hami.devices.base import Vendor
 from hami.devices.biren import BirenVendor
@@ -29,6 +30,7 @@ def vendors_from_config(config: DeviceConfig) -> dict[str, Vendor]:
     """Every vendor hami schedules, keyed by vendor key, in a fixed order."""
     vendors: list[Vendor] = [NvidiaVendor(config.nvidia), HygonVendor(config.hygon)]
     vendors += [KunlunVendor(config.kunlun), XpuVendor(config.kunlun)]
+    vendors += ascend_vendors(config.vnpus)
     vendors += [EnflameGcuVendor(config.enflame), EnflameDrsVendor(config.enflame), AwsNeuronVendor(config.awsneuron)]
     vendors += [CambriconVendor(config.cambricon), MthreadsVendor(config.mthreads)]
     vendors += [AmdVendor(config.amd), BirenVendor(config.biren), VastaiVendor(config.vastai)]
