@@ -603,6 +603,23 @@ def scheduler(
         metavar="FILE",
         help="HAMi's device-config.yaml (resource names, memory factor). [default: built-in defaults]",
     ),
+    enable_ascend: bool | None = typer.Option(
+        None,
+        "--enable-ascend/--no-enable-ascend",
+        help="Schedule Huawei Ascend NPUs (HAMi's switch)." + _default("enable_ascend"),
+    ),
+    enable_iluvatar: bool | None = typer.Option(
+        None,
+        "--enable-iluvatar/--no-enable-iluvatar",
+        help="Schedule Iluvatar GPUs (HAMi's switch)." + _default("enable_iluvatar"),
+    ),
+    disable_devices: str | None = typer.Option(
+        None,
+        "--disable-devices",
+        metavar="FAMILY,...",
+        help="Device families not to schedule: their resources are left alone (nvidia, hygon, cambricon, metax, "
+        "mthreads, …). [default: none]",
+    ),
     kubeconfig: str | None = typer.Option(
         None,
         "--kubeconfig",
@@ -644,6 +661,9 @@ def scheduler(
         "leader_elect_resource_name": leader_elect_resource_name,
         "leader_elect_resource_namespace": leader_elect_resource_namespace,
         "device_config_file": device_config_file,
+        "enable_ascend": enable_ascend,
+        "enable_iluvatar": enable_iluvatar,
+        "disable_devices": disable_devices,
         "debug": debug,
     }
     raise typer.Exit(scheduler_main({k: v for k, v in given.items() if v is not None}, kubeconfig, json_logs))

@@ -1,10 +1,15 @@
 """Device vendors behind one interface (``base.Vendor``). Pure: no I/O.
 
-The registry is explicit: ``vendors_from_config`` builds every enabled vendor from the device config.
-Adding a vendor means adding its module and one line here.
+The registry is explicit: ``FAMILIES`` maps each family — the chart's ``devices.<family>`` key — to the vendors
+it builds from the device config (one for most families; one per chip where HAMi keys a vendor per chip).
+``vendors_from_config`` builds the enabled families' vendors. Adding a vendor means adding its module and one
+line in ``FAMILIES``.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from typing import Final
 
 from hami.config import DeviceConfig, default_device_config
 from hami.devices.base import Vendor
@@ -12,12 +17,20 @@ from hami.devices.hygon import HygonVendor
 from hami.devices.nvidia.vendor import NvidiaVendor
 from hami.protocol.keys import VendorKeys
 
-__all__ = ["registered_keys", "vendors_from_config"]
+__all__ = ["FAMILIES", "registered_keys", "vendors_from_config"]
+
+FAMILIES: Final[dict[str, Callable[[DeviceConfig], Sequence[Vendor]]]] = {
+    "nvidia": lambda c: (NvidiaVendor(c.nvidia),),
+    "hygon": lambda c: (HygonVendor(c.hygon),),
+}
+"""Every vendor family hami schedules, in registry order (the order vendors are tried and listed)."""
 
 
-def vendors_from_config(config: DeviceConfig) -> dict[str, Vendor]:
-    """Every vendor hami schedules, keyed by vendor key, in a fixed order."""
-    vendors: list[Vendor] = [NvidiaVendor(config.nvidia), HygonVendor(config.hygon)]
+def vendors_from_config(config: DeviceConfig, enabled: Collection[str] | None = None) -> dict[str, Vendor]:
+    """The vendors of the ``enabled`` families (``FAMILIES`` keys; None: every family), keyed by vendor key, in
+    registry order. A family switched off is not registered: its resources, registrations and allocations are
+    not hami's (``hami scheduler``'s ``--enable-ascend``, ``--disable-devices``; see ``SchedulerSettings``)."""
+    vendors = [v for family, build in FAMILIES.items() if enabled is None or family in enabled for v in build(config)]
     return {v.name: v for v in vendors}
 
 
