@@ -48,6 +48,7 @@ def decisions_document(outcomes: Iterable[Outcome]) -> dict[str, object]:
                 "annotations": annotations,
                 "reasons": {node: dict(sorted(codes.items())) for node, codes in sorted(o.reasons.items())},
                 "message": o.message,
+                "admission": list(o.admission) if o.admission is not None else None,
             }
         )
     return {"decisions": decisions}
@@ -96,6 +97,7 @@ def _counts(state: ClusterState, outcomes: Sequence[Outcome]) -> dict[str, int]:
         "placed": statuses.count("placed"),
         "pending": statuses.count("pending"),
         "invalid": statuses.count("invalid"),
+        "denied": statuses.count("denied"),
         "noDevices": statuses.count("no-devices"),
     }
 
@@ -120,6 +122,8 @@ def summary_line(title: str, state: ClusterState, outcomes: Sequence[Outcome]) -
     parts = [f"{c['placed']} placed", f"{c['pending']} pending"]
     if c["invalid"]:
         parts.append(f"{c['invalid']} invalid")
+    if c["denied"]:
+        parts.append(f"{c['denied']} denied at admission")
     if c["noDevices"]:
         parts.append(f"{c['noDevices']} asking for no device")
     return f"{title}: {c['nodes']} nodes, {c['devices']} devices; {c['pods']} pods in order: {', '.join(parts)}"
@@ -210,10 +214,10 @@ def render_placements(outcomes: Sequence[Outcome]) -> list[str]:
 
 
 def render_pending(outcomes: Sequence[Outcome]) -> list[str]:
-    """For each pending or invalid pod: its message, then each rejected node's reasons (HAMi's text)."""
+    """For each pending, invalid or denied pod: its message, then each rejected node's reasons (HAMi's text)."""
     lines: list[str] = []
     for o in outcomes:
-        if o.status not in ("pending", "invalid"):
+        if o.status not in ("pending", "invalid", "denied"):
             continue
         lines.append(f"{o.pod}: {o.message}")
         for node, rejection in sorted(o.rejected.items()):
