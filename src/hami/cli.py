@@ -628,8 +628,8 @@ def scheduler(
         None,
         "--disable-devices",
         metavar="FAMILY,...",
-        help="Device families not to schedule: their resources are left alone (nvidia, hygon, cambricon, metax, "
-        "mthreads, …). [default: none]",
+        help="Device families not to schedule, their resources left alone: nvidia, hygon, cambricon, metax, "
+        "mthreads, enflame, kunlun, awsneuron, amd, vastai, biren. [default: none]",
     ),
     kubeconfig: str | None = typer.Option(
         None,
