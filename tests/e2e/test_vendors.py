@@ -1,0 +1,54 @@
+"""One pod per vendor family, and a pod mixing families, bound through the real kube-scheduler and hami.
+
+Each family's case is in ``tests/e2e/vendors.py`` (``FAMILY_CASES``): a fake node as its device plugin registers
+it, one container's limits, and the allocation annotations HAMi would write, byte for byte. A family added there
+is tested here without a change.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hami.protocol import keys
+from tests.e2e.cluster import wait_until
+from tests.e2e.vendors import FAMILY_CASES, VendorStackFactory
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_CASES))
+def test_one_pod_of_the_family_is_bound_with_its_annotations(vendor_stack: VendorStackFactory, family: str) -> None:
+    case = FAMILY_CASES[family]
+    s = vendor_stack(family)
+    node = s.node("n1", case)
+    s.pod("p1", [case.limits], case.pod_annotations)
+    pod = s.bound("p1")
+
+    assert pod["spec"]["nodeName"] == node
+    annotations = pod["metadata"]["annotations"]
+    for key, value in case.expected(node).items():
+        assert annotations.get(key) == value, key
+    assert list(s.allocations(pod)) == [case.vendor]
+    assert annotations[keys.VGPU_NODE] == node
+    # the device-plugin stand-in saw the pod on its node and released the vendor's lock
+    wait_until(lambda: s.lock_released(node, "p1"), description=f"the node lock of {node} released for p1")
+    assert s.kube.get_pod(s.namespace, "p1")["metadata"]["annotations"][keys.BIND_PHASE] == "success"
+
+
+def test_a_pod_mixing_families_gets_each_familys_devices_on_one_node(vendor_stack: VendorStackFactory) -> None:
+    """NVIDIA and Hygon in one pod (one container each, and one container asking for both): one node holding both,
+    each vendor's allocation in its own annotations; a node with only one of them is not chosen."""
+    nvidia, hygon = FAMILY_CASES["nvidia"], FAMILY_CASES["hygon"]
+    s = vendor_stack("nvidia", "hygon")
+    s.node("gpus-only", nvidia)
+    both = s.node("both", nvidia, hygon)
+    s.pod("mixed", [nvidia.limits, hygon.limits, {**nvidia.limits, **hygon.limits}])
+    pod = s.bound("mixed")
+
+    assert pod["spec"]["nodeName"] == both
+    allocations = s.allocations(pod)
+    assert sorted(allocations) == ["DCU", "NVIDIA"]
+    # one slot per container, init first: [c0, c1, c2]; each vendor's devices only where asked for
+    assert [len(c) for c in allocations["NVIDIA"]] == [1, 0, 1]
+    assert [len(c) for c in allocations["DCU"]] == [0, 1, 1]
+    assert all(d.uuid.startswith(f"GPU-{both}-") for c in allocations["NVIDIA"] for d in c)
+    assert all(d.uuid.startswith(f"DCU-{both}-") for c in allocations["DCU"] for d in c)
+    wait_until(lambda: s.lock_released(both, "mixed"), description=f"the node lock of {both} released")
