@@ -37,6 +37,7 @@ def test_json_output_is_exactly_one_document_and_warnings_go_to_stderr() -> None
             "unschedulable": False,
             "mig": None,
             "blocked": None,
+            "slices": None,
         }
     ]
     assert {"decisions": doc["decisions"]} == {
