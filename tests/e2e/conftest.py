@@ -121,12 +121,13 @@ def vendor_stack(
     make_node: Callable[..., dict[str, Any]],
     start_scheduler: Callable[..., Scheduler],
 ) -> Iterator[VendorStackFactory]:
-    """Factory: ``vendor_stack("nvidia", "ascend")`` starts hami with those families' switches, kube-scheduler
-    calling it and a node-lock releaser (``tests/e2e/vendors.py``); all stopped and checked afterwards."""
+    """Factory: ``vendor_stack("nvidia", "ascend", flags=(...))`` starts hami with those families' switches (and
+    ``flags``), kube-scheduler calling it and a node-lock releaser (``tests/e2e/vendors.py``); all stopped and
+    checked afterwards."""
     made: list[VendorStack] = []
 
-    def start(*families: str) -> VendorStack:
-        stack = start_vendor_stack(control_plane, kube, namespace, make_node, start_scheduler, families)
+    def start(*families: str, flags: tuple[str, ...] = ()) -> VendorStack:
+        stack = start_vendor_stack(control_plane, kube, namespace, make_node, start_scheduler, families, flags)
         made.append(stack)
         return stack
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from hami.devices.hygon import HYGON_KEYS
 from hami.protocol import keys
 from tests.e2e.cluster import wait_until
 from tests.e2e.vendors import FAMILY_CASES, VendorStackFactory
@@ -31,6 +32,12 @@ def test_one_pod_of_the_family_is_bound_with_its_annotations(vendor_stack: Vendo
     # the device-plugin stand-in saw the pod on its node and released the vendor's lock
     wait_until(lambda: s.lock_released(node, "p1"), description=f"the node lock of {node} released for p1")
     assert s.kube.get_pod(s.namespace, "p1")["metadata"]["annotations"][keys.BIND_PHASE] == "success"
+    handshake = s.vendors[case.vendor].keys.handshake
+    if handshake is not None:  # hami answers the family's device plugin on the node
+        wait_until(
+            lambda: handshake in (s.kube.get(f"/api/v1/nodes/{node}")["metadata"].get("annotations") or {}),
+            description=f"{handshake} on {node}",
+        )
 
 
 def test_a_pod_mixing_families_gets_each_familys_devices_on_one_node(vendor_stack: VendorStackFactory) -> None:
@@ -52,3 +59,24 @@ def test_a_pod_mixing_families_gets_each_familys_devices_on_one_node(vendor_stac
     assert all(d.uuid.startswith(f"GPU-{both}-") for c in allocations["NVIDIA"] for d in c)
     assert all(d.uuid.startswith(f"DCU-{both}-") for c in allocations["DCU"] for d in c)
     wait_until(lambda: s.lock_released(both, "mixed"), description=f"the node lock of {both} released")
+
+
+def test_a_family_switched_off_is_left_alone(vendor_stack: VendorStackFactory) -> None:
+    """``--disable-devices=hygon`` (the chart's ``devices.hygon.enabled: false``): hami neither reads the node's DCU
+    registration (no handshake stamped) nor allocates DCUs; NVIDIA on the same node is scheduled as usual."""
+    nvidia, hygon = FAMILY_CASES["nvidia"], FAMILY_CASES["hygon"]
+    s = vendor_stack("nvidia", flags=("--disable-devices=hygon",))
+    node = s.node("n1", nvidia, hygon)
+    s.pod("gpu", [nvidia.limits])
+    s.pod("dcu", [hygon.limits])
+    assert sorted(s.allocations(s.bound("gpu"))) == ["NVIDIA"]
+    dcu = s.bound("dcu")  # kube-scheduler binds it (hami passes it through): not hami's devices any more
+    assert s.allocations(dcu) == {}
+    assert keys.VGPU_NODE not in (dcu["metadata"].get("annotations") or {})
+
+    def handshakes() -> dict[str, str] | None:
+        annotations = s.kube.get(f"/api/v1/nodes/{node}")["metadata"].get("annotations") or {}
+        return annotations if keys.NVIDIA_KEYS.handshake in annotations else None
+
+    annotations = wait_until(handshakes, description=f"hami's NVIDIA handshake on {node}")
+    assert HYGON_KEYS.handshake not in annotations

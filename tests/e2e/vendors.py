@@ -188,12 +188,13 @@ def start_vendor_stack(
     make_node: Callable[..., dict[str, Any]],
     start_scheduler: Callable[..., Scheduler],
     families: Sequence[str],
+    flags: Sequence[str] = (),
 ) -> VendorStack:
     """hami with the families' switches, kube-scheduler calling it with every device-config resource managed, and a
     lock releaser for every registered vendor's node lock (fixture ``vendor_stack`` in ``conftest.py``)."""
     config = default_device_config()
     vendors = vendors_from_config(config)
-    hami = HamiScheduler(plane, ["--node-lock-timeout=60s", *family_flags(families)])
+    hami = HamiScheduler(plane, ["--node-lock-timeout=60s", *family_flags(families), *flags])
     stack = VendorStack(plane, kube, namespace, hami, vendors, make_node)
     hami.start()
     scheduler_config = extender_config(hami)
