@@ -65,6 +65,10 @@ def scheduler_config(docs: list[dict[str, Any]]) -> dict[str, Any]:
             ["scheduler.admissionWebhook.enabled=false", "scheduler.metricsSecure=false"],
             id="without the webhook lints clean",
         ),
+        pytest.param(
+            ["devices.ascend.enabled=true", "devices.iluvatar.enabled=true", "devices.nvidia.enabled=false"],
+            id="other families lint clean",
+        ),
     ],
 )
 def test_helm_lint(sets: list[str]) -> None:
