@@ -246,9 +246,9 @@ class Simulator:
         self, item: Sourced[Pod], containers: tuple[tuple[str, Kind], ...]
     ) -> Outcome | tuple[Pod, tuple[PatchOp, ...]]:
         """The pod after the admission webhook and its patch, or the outcome of a pod not to place."""
-        key = _with_identity(item.obj, "").key
         if self.admission is None:
             return item.obj, ()
+        key = _with_identity(item.obj, "").key
         raw = item.raw if item.raw is not None else msgspec.to_builtins(item.obj)
         try:
             admitted = admit_pod(self.admission, raw, item.obj.metadata.namespace or DEFAULT_NAMESPACE)
