@@ -118,18 +118,23 @@ class LockContention(HamiError):
     """The node lock (``hami.io/mutex.lock``, spec webhook §3.2) is held by another pod that is still alive.
 
     Not an API failure: the lock works as intended. ``holder`` is ``namespace/name`` (empty for a legacy lock
-    that names no owner), ``since`` the time written in the lock, ``timeout`` the expiry in seconds. The message
-    ends with HAMi's sentinel text ``node lock contention``.
+    that names no owner), ``since`` the time written in the lock, ``timeout`` the expiry in seconds, ``key`` the
+    lock annotation when it is a vendor's own (empty for ``hami.io/mutex.lock``). The message ends with HAMi's
+    sentinel text ``node lock contention``.
     """
 
-    def __init__(self, node: str, holder: str, since: datetime, timeout: float, *, waited: float = 0.0) -> None:
+    def __init__(
+        self, node: str, holder: str, since: datetime, timeout: float, *, waited: float = 0.0, key: str = ""
+    ) -> None:
         self.node = node
         self.holder = holder
         self.since = since
         self.timeout = timeout
         self.waited = waited
+        self.key = key
         who = f"by {holder}" if holder else "(legacy lock, no owner recorded)"
-        state = f"is locked {who} since {since.isoformat()} (expires after {timeout:g}s)"
+        lock = f" ({key})" if key else ""
+        state = f"is locked{lock} {who} since {since.isoformat()} (expires after {timeout:g}s)"
         if waited:  # a PodGroup member's bind waited for it (HAMi's text, with who holds it)
             super().__init__(
                 f"timed out after {waited:g}s waiting for node {node} to be unlocked ({state}): node lock contention"

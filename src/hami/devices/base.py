@@ -9,6 +9,20 @@ admission (``admitter``), its partition hook (``Partitions``: devices handed out
 contribution (``Fitted.score``) and its annotation codecs. The core (``hami.scheduling``, ``hami.server``) sees
 "device, amount, placement" and never a vendor's name. The registry is an explicit dict in ``hami.devices``
 (no import side effects).
+
+What the core hands a vendor, beyond the request:
+
+* ``Selector.options`` — vendor-specific pod options its ``selector`` parsed (read in ``fit`` with ``option``);
+* ``FitContext.node_info`` / ``pair_scores`` — node-level facts its ``decode_inventory`` returned in
+  ``NodeInventory``; ``FitContext.chosen`` — its placements for the pod's earlier containers on that node;
+* ``AnnotationContext`` — the whole decision (node, its allocation, slices, container names, time in ns) for
+  ``extra_annotations``, called for every vendor with devices in the decision;
+* at admission, ``PodContext`` (``hami.devices.admission``) — the pod as edited so far.
+
+And what the core does with its keys (``VendorKeys``): ``register=""`` means the inventory comes from
+``status.capacity`` (no registration annotation is required anywhere), ``handshake=None`` means no handshake is
+stamped, ``to_allocate=None`` means only ``allocated`` is written, and ``/bind`` takes each distinct ``lock`` of
+the pod's vendors (sorted, each with ``lock_expiry_s``), none when no vendor has one.
 """
 
 from __future__ import annotations
@@ -29,6 +43,7 @@ from hami.protocol.reasons import Reason, Rejection
 
 __all__ = [
     "MEM_PERCENTAGE_UNSET",
+    "AnnotationContext",
     "Carved",
     "ContainerRequest",
     "FitContext",
@@ -91,10 +106,17 @@ class ResourceNames:
 
 @dataclass(frozen=True, slots=True)
 class NodeInventory:
-    """A node's devices of one vendor, decoded from its registration annotations."""
+    """A node's devices of one vendor, decoded from its registration annotations or its capacity.
+
+    * ``pair_scores`` — device id → device id → link score (NVIDIA's ``hami.io/node-nvidia-score``);
+    * ``node_info`` — other node-level facts the vendor's ``fit`` needs, decoded with the inventory (MetaX
+      topology losses/scores JSON, Ascend's ``hami-vnpu-core`` opt-in, …), as text keyed by a name the vendor
+      chooses. The filter passes them to ``FitContext.node_info`` unchanged; the core never reads them.
+    """
 
     devices: tuple[DeviceInfo, ...]
     pair_scores: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    node_info: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +126,11 @@ class Selector:
     Type filters match **whole words** of the card type, case-insensitively (deliberate difference: HAMi
     matches substrings, so ``A10`` would also select ``A100``). ``modes`` is the set of allowed device modes
     (``nvidia.com/vgpu-mode``), ``None`` when unrestricted; matching is exact per mode.
+
+    ``options`` are vendor-specific pod options the vendor's ``selector`` parsed from the annotations (Ascend's
+    ``huawei.com/vnpu-mode``, MetaX's QoS policy and app class, …) as sorted ``(name, value)`` pairs, read in
+    ``fit`` with ``option(name)``. They are part of the request's signature, so pods with different options
+    never share a memoised verdict.
     """
 
     use_types: tuple[tuple[str, ...], ...] = ()
@@ -111,6 +138,14 @@ class Selector:
     use_uuids: frozenset[str] = frozenset()
     nouse_uuids: frozenset[str] = frozenset()
     modes: frozenset[str] | None = None
+    options: tuple[tuple[str, str], ...] = ()
+
+    def option(self, name: str, default: str = "") -> str:
+        """The value of the vendor option ``name``, ``default`` when the pod did not give it."""
+        for key, value in self.options:
+            if key == name:
+                return value
+        return default
 
     def type_ok(self, info: DeviceInfo) -> bool:
         if not self.use_types and not self.nouse_types and self.modes is None:
@@ -182,13 +217,22 @@ usage is collapsed per device, so an app container on the GPU an init container 
 
 @dataclass(slots=True)
 class FitContext:
-    """What Fit needs besides the node's table and the request; built once per pod (and node)."""
+    """What Fit needs besides the node's table and the request; built once per container (and node).
+
+    * ``pair_scores``, ``node_info`` — this vendor's ``NodeInventory.pair_scores`` and ``node_info`` for the node;
+    * ``chosen`` — this vendor's placements already made for the earlier containers of the same pod on this node,
+      in container order (init first; ``()`` for a container that asked for none), so a vendor can keep every
+      container of a pod on the same card;
+    * ``quota`` — the namespace quota check, None when the namespace has no device limits.
+    """
 
     policy: GpuPolicy
     weights: tuple[int, int, int] = (1, 1, 1)  # slot, core, memory (hami.io/device-scoring-weights)
     cordoned: frozenset[str] = frozenset()
     pair_scores: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     quota: QuotaCheck | None = None
+    node_info: Mapping[str, str] = field(default_factory=dict)
+    chosen: tuple[tuple[Placement, ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +255,27 @@ class SliceAt:
     device: int
     uuid: str
     slice: Slice
+
+
+@dataclass(frozen=True, slots=True)
+class AnnotationContext:
+    """The whole decision for one vendor, from which it writes its extra pod annotations
+    (``Vendor.extra_annotations``):
+
+    * ``node`` — the chosen node;
+    * ``devices`` — this vendor's allocation, one slot per container (init containers first; an empty slot for
+      a container that got none of its devices);
+    * ``slices`` — the slices chosen on its partitioned devices (empty for none);
+    * ``containers`` — the container names, in the same order as the slots of ``devices``;
+    * ``now_ns`` — the decision time in Unix nanoseconds (``now_ns // 10**9`` is the ``hami.io/vgpu-time``
+      value written beside it).
+    """
+
+    node: str
+    devices: PodDevices
+    slices: tuple[SliceAt, ...]
+    containers: tuple[str, ...]
+    now_ns: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,9 +407,10 @@ class Vendor(Protocol):
         """Whether the pod asks for its devices on one NUMA node (this vendor's annotation, if it has one);
         raises ``InvalidInput`` for a value it cannot read."""
 
-    def extra_annotations(self, slices: Sequence[SliceAt]) -> dict[str, str]:
-        """The pod annotations this vendor writes besides its allocation (keys in ``keys.extra``), for the
-        slices of one decision; empty for none."""
+    def extra_annotations(self, ctx: AnnotationContext) -> dict[str, str]:
+        """The pod annotations this vendor writes besides its allocation (every key in ``keys.extra``, so they are
+        removed with the allocation), from the whole decision; empty for none. Called for every vendor with
+        devices in the decision (NVIDIA: ``hami.io/vgpu-mig-allocations`` from ``ctx.slices``)."""
 
     def decode_slices(self, annotations: Mapping[str, str]) -> tuple[tuple[str, Hashable], ...]:
         """The slice positions a placed pod holds, as (device id, position), from its annotations; raises

@@ -27,6 +27,7 @@ from typing import Protocol
 from hami.devices.admission import Admitter, CountInLimits
 from hami.devices.base import (
     MEM_PERCENTAGE_UNSET,
+    AnnotationContext,
     ContainerRequest,
     FitContext,
     Fitted,
@@ -34,7 +35,6 @@ from hami.devices.base import (
     Placement,
     ResourceNames,
     Selector,
-    SliceAt,
     Unfit,
 )
 from hami.devices.table import DeviceTable
@@ -405,7 +405,7 @@ class SharedDeviceVendor:
     def numa_bind(self, annotations: Mapping[str, str]) -> bool:
         return False
 
-    def extra_annotations(self, slices: Sequence[SliceAt]) -> dict[str, str]:
+    def extra_annotations(self, ctx: AnnotationContext) -> dict[str, str]:
         return {}
 
     def decode_slices(self, annotations: Mapping[str, str]) -> tuple[tuple[str, Hashable], ...]:

@@ -10,12 +10,14 @@ cluster (``KubeCluster``) and the unit tests' in-memory one (``MemoryCluster``).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 
 from hami.k8s.cluster import ClusterClient
 from hami.k8s.events import EventRecorder
 from hami.k8s.nodelock import NodeLocker
 from hami.k8s.records import ObjectRef
 from hami.protocol.events import EventReason, EventType
+from hami.protocol.keys import NODE_LOCK
 from hami.protocol.objects import Node, Pod
 
 __all__ = ["ExtenderIO"]
@@ -64,12 +66,15 @@ class ExtenderIO:
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         await self.cluster.bind(namespace, name, uid, node)
 
-    async def lock_node(self, node: str, namespace: str, name: str) -> None:
+    async def lock_node(
+        self, node: str, namespace: str, name: str, key: str = NODE_LOCK, expiry_s: float | None = None
+    ) -> None:
         hint = self.node_hint(node) if self.node_hint is not None else None
-        await self.locker.acquire(node, namespace, name, hint=hint)
+        timeout = None if expiry_s is None else timedelta(seconds=expiry_s)
+        await self.locker.acquire(node, namespace, name, hint=hint, key=key, timeout=timeout)
 
-    async def unlock_node(self, node: str, namespace: str, name: str) -> None:
-        await self.locker.release(node, namespace, name)
+    async def unlock_node(self, node: str, namespace: str, name: str, key: str = NODE_LOCK) -> None:
+        await self.locker.release(node, namespace, name, key=key)
 
     def event(self, pod: Pod, type: EventType, reason: EventReason, message: str) -> None:
         self.recorder.record(ObjectRef.for_pod(pod), type, reason, message)

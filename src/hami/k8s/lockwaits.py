@@ -8,6 +8,9 @@ next release; if not (another writer won the race, or its bind ended), the turn 
 watch shows the node free. So a burst of binds queued on one node costs one lock write per hand-over, not one
 per waiter.
 
+Each lock annotation of a node is its own queue (``key``: ``hami.io/mutex.lock`` by default, or a vendor's own
+lock such as ``cambricon.com/dsmlu.lock``): a release of one lock wakes only the waiters for that lock.
+
 A wait that starts after the watch already showed its holder's lock released (the release raced with the lock
 read that found it) returns at once. The watch lagging behind a read (showing no lock, or an older one) does
 not wake anyone: only a change of holder seen by the watch does.
@@ -21,6 +24,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from hami.errors import InvalidInput
+from hami.protocol.keys import NODE_LOCK
 from hami.protocol.nodelock import decode_node_lock
 
 __all__ = ["NodeLockWaits"]
@@ -55,17 +59,17 @@ class NodeLockWaits:
     """``LockWaits`` over the node watch: feed it every node event (``seen``, ``gone``)."""
 
     def __init__(self) -> None:
-        self._nodes: dict[str, _Node] = {}
+        self._nodes: dict[tuple[str, str], _Node] = {}  # (node, lock key) -> its queue
 
-    def waiting(self, node: str) -> int:
-        """How many binds wait for ``node`` now (queued, not yet woken)."""
-        entry = self._nodes.get(node)
+    def waiting(self, node: str, key: str = NODE_LOCK) -> int:
+        """How many binds wait for the lock ``key`` of ``node`` now (queued, not yet woken)."""
+        entry = self._nodes.get((node, key))
         return sum(not f.done() for f in entry.queue) if entry is not None else 0
 
     # --- fed by the node watch ----------------------------------------------------------------------------
-    def seen(self, node: str, lock: str | None) -> None:
-        """The watch shows ``node`` with the lock annotation ``lock`` (None: unlocked)."""
-        entry = self._nodes.setdefault(node, _Node())
+    def seen(self, node: str, lock: str | None, key: str = NODE_LOCK) -> None:
+        """The watch shows ``node`` with the value ``lock`` of the lock annotation ``key`` (None: unlocked)."""
+        entry = self._nodes.setdefault((node, key), _Node())
         holder = lock_holder(lock)
         if holder != entry.holder:
             if entry.holder:
@@ -78,15 +82,15 @@ class NodeLockWaits:
 
     def gone(self, node: str) -> None:
         """The node was deleted: its waiters are woken (their lock attempt then fails on the missing node)."""
-        entry = self._nodes.pop(node, None)
-        if entry is not None:
+        for at in [at for at in self._nodes if at[0] == node]:
+            entry = self._nodes.pop(at)
             for waiter in entry.queue:
                 if not waiter.done():
                     waiter.set_result(None)
 
     # --- used by the cycle --------------------------------------------------------------------------------
-    async def wait(self, node: str, holder: str, timeout: float) -> bool:
-        entry = self._nodes.setdefault(node, _Node())
+    async def wait(self, node: str, holder: str, timeout: float, key: str = NODE_LOCK) -> bool:
+        entry = self._nodes.setdefault((node, key), _Node())
         if not entry.turn and holder in entry.released and entry.holder is None:
             entry.turn = True  # released before this wait began: try at once
             return True
@@ -99,7 +103,7 @@ class NodeLockWaits:
             pass  # the caller tries once more, and reports that try
         except BaseException:
             if waiter.done() and not waiter.cancelled():
-                self.tried(node, False)  # woken, but cancelled before its try: the turn passes on
+                self.tried(node, False, key)  # woken, but cancelled before its try: the turn passes on
             raise
         finally:
             if not waiter.done():
@@ -107,8 +111,8 @@ class NodeLockWaits:
             self._discard(entry, waiter)
         return not waiter.cancelled()
 
-    def tried(self, node: str, locked: bool) -> None:
-        entry = self._nodes.get(node)
+    def tried(self, node: str, locked: bool, key: str = NODE_LOCK) -> None:
+        entry = self._nodes.get((node, key))
         if entry is None:
             return
         entry.turn = False

@@ -1,5 +1,9 @@
 """The node lock ``hami.io/mutex.lock`` (spec webhook §3.2), taken by Bind and released by the device plugin.
 
+Every method takes the lock annotation as ``key`` (default ``hami.io/mutex.lock``): a vendor whose device plugin
+honours a lock of its own (``VendorKeys.lock``, e.g. Cambricon's ``cambricon.com/dsmlu.lock``) is locked the same
+way under its key, with its own expiry (``VendorKeys.lock_expiry_s``, passed as ``timeout``).
+
 Every write is a compare-and-swap: a merge patch carrying the resourceVersion of the node we just read, so of
 two writers racing for a node exactly one wins and the other gets 409, re-reads and decides again. That makes
 HAMi's in-process per-node mutex unnecessary.
@@ -85,10 +89,12 @@ class NodeLocker:
         if not isinstance(exc, Conflict):
             await self._sleep(self._retry_delay * 2**attempt)
 
-    async def _takeover_reason(self, lock: NodeLock, now: datetime, lookup: PodLookup) -> str | None:
+    async def _takeover_reason(
+        self, lock: NodeLock, now: datetime, lookup: PodLookup, timeout: timedelta
+    ) -> str | None:
         """Why ``lock`` may be overwritten, or ``None`` if its holder still counts."""
-        if is_expired(lock, now, self.timeout):
-            return f"expired (taken at {lock.timestamp.isoformat()}, timeout {self.timeout})"
+        if is_expired(lock, now, timeout):
+            return f"expired (taken at {lock.timestamp.isoformat()}, timeout {timeout})"
         if not lock.has_owner:
             return None
         holder = await lookup(lock.namespace, lock.name)
@@ -98,8 +104,18 @@ class NodeLocker:
             return f"holder {_holder(lock)} has {holder.status.phase.lower()}"
         return None
 
-    async def acquire(self, node: str, namespace: str, name: str, hint: Node | None = None) -> NodeLock:
-        """Lock ``node`` for pod ``namespace/name``; returns the lock now on the node.
+    async def acquire(
+        self,
+        node: str,
+        namespace: str,
+        name: str,
+        hint: Node | None = None,
+        *,
+        key: str = NODE_LOCK,
+        timeout: timedelta | None = None,
+    ) -> NodeLock:
+        """Lock ``node`` for pod ``namespace/name`` under the annotation ``key``; returns the lock now on the node.
+        ``timeout`` is that lock's expiry (default: this locker's ``timeout``).
 
         ``hint`` is the node as a watch last saw it: when it shows no lock, the first write uses its
         resourceVersion instead of a fresh GET (one API call less per bind). A stale hint costs nothing but
@@ -108,41 +124,43 @@ class NodeLocker:
         Raises :class:`LockContention` if another live pod holds it, :class:`AnnotationError` for an unparsable
         lock, :class:`NotFound` if the node is gone, :class:`Conflict` if every attempt lost a race.
         """
+        expiry = self.timeout if timeout is None else timeout
         for attempt in range(self.attempts):
-            if attempt == 0 and hint is not None and NODE_LOCK not in hint.metadata.annotations:
+            if attempt == 0 and hint is not None and key not in hint.metadata.annotations:
                 current = hint
             else:
                 current = await self.cluster.get_node(node)
-            value = current.metadata.annotations.get(NODE_LOCK)
+            value = current.metadata.annotations.get(key)
             now = self._clock()
             if value is not None:
-                lock = decode_node_lock(value)
-                if is_owned_by(lock, namespace, name) and not is_expired(lock, now, self.timeout):
+                lock = decode_node_lock(value, key)
+                if is_owned_by(lock, namespace, name) and not is_expired(lock, now, expiry):
                     return lock  # re-entrant: one pod may lock through several vendors
-                reason = await self._takeover_reason(lock, now, self._pod_or_none)
+                reason = await self._takeover_reason(lock, now, self._pod_or_none, expiry)
                 if reason is None:
-                    raise LockContention(node, _holder(lock), lock.timestamp, self.timeout.total_seconds())
-                log.info("node %s: taking over lock %r for %s/%s: %s", node, value, namespace, name, reason)
+                    named = "" if key == NODE_LOCK else key
+                    raise LockContention(node, _holder(lock), lock.timestamp, expiry.total_seconds(), key=named)
+                log.info("node %s: taking over lock %s=%r for %s/%s: %s", node, key, value, namespace, name, reason)
             value = encode_node_lock(NodeLock(now, namespace, name))
             try:
                 await self.cluster.patch_node_annotations(
-                    node, {NODE_LOCK: value}, resource_version=current.metadata.resource_version
+                    node, {key: value}, resource_version=current.metadata.resource_version
                 )
                 return decode_node_lock(value)  # as others will read it (RFC3339 keeps whole seconds)
             except ApiError as exc:
                 await self._retry_pause(attempt, exc)
         raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
 
-    async def release(self, node: str, namespace: str, name: str) -> bool:
-        """Remove the lock if ``namespace/name`` owns it (or it is a legacy lock with no owner).
+    async def release(self, node: str, namespace: str, name: str, *, key: str = NODE_LOCK) -> bool:
+        """Remove the lock ``key`` if ``namespace/name`` owns it (or it is a legacy lock with no owner).
 
         Returns whether this call removed a lock. A missing node, no lock, a lock of another pod or an
         unparsable lock → ``False`` (logged), nothing written.
         """
-        return await self._release(node, lambda lock: not lock.has_owner or is_owned_by(lock, namespace, name))
+        return await self._release(node, lambda lock: not lock.has_owner or is_owned_by(lock, namespace, name), key)
 
-    async def release_if_stale(self, node: str, lookup: PodLookup | None = None) -> bool:
-        """Remove the lock if its holder pod was deleted or has finished (HAMi leaves these until expiry).
+    async def release_if_stale(self, node: str, lookup: PodLookup | None = None, *, key: str = NODE_LOCK) -> bool:
+        """Remove the lock ``key`` if its holder pod was deleted or has finished (HAMi leaves these until expiry).
 
         ``lookup`` finds the holder (default: a GET). Locks of live holders, expired locks (the next acquire
         takes them over) and legacy locks are left alone. Returns whether a lock was removed.
@@ -159,19 +177,21 @@ class NodeLocker:
                 holders[key] = pod is None or pod.status.phase in FINISHED_PHASES
             return holders[key]
 
-        return await self._release(node, holder_is_stale)
+        return await self._release(node, holder_is_stale, key)
 
-    async def _release(self, node: str, may_release: Callable[[NodeLock], bool | Awaitable[bool]]) -> bool:
+    async def _release(
+        self, node: str, may_release: Callable[[NodeLock], bool | Awaitable[bool]], key: str = NODE_LOCK
+    ) -> bool:
         for attempt in range(self.attempts):
             try:
                 current: Node = await self.cluster.get_node(node)
             except NotFound:
                 return False
-            value = current.metadata.annotations.get(NODE_LOCK)
+            value = current.metadata.annotations.get(key)
             if value is None:
                 return False
             try:
-                lock = decode_node_lock(value)
+                lock = decode_node_lock(value, key)
             except InvalidInput as exc:
                 log.warning("node %s: not releasing unparsable lock %r: %s", node, value, exc)
                 return False
@@ -183,7 +203,7 @@ class NodeLocker:
                 return False
             try:
                 await self.cluster.patch_node_annotations(
-                    node, {NODE_LOCK: None}, resource_version=current.metadata.resource_version
+                    node, {key: None}, resource_version=current.metadata.resource_version
                 )
                 return True
             except ApiError as exc:

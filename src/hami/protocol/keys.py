@@ -73,10 +73,13 @@ class VendorKeys:
     * ``to_allocate``/``allocated`` — the pod's allocation annotations (``to_allocate`` None when there is one);
     * ``extra`` — further pod annotations the scheduler writes for this vendor (removed with the allocation);
     * ``lock`` — the node lock annotation the vendor's device plugin honours (HAMi's ``hami.io/mutex.lock``, a
-      vendor's own, or ``None`` for none).
+      vendor's own such as Cambricon's ``cambricon.com/dsmlu.lock``, or ``None`` for none); ``/bind`` takes each
+      distinct lock of the vendors a pod uses, in sorted order;
+    * ``lock_expiry_s`` — after how many seconds that lock counts as expired (taken over by the next bind);
+      ``None``: the configured ``--node-lock-timeout``.
     """
 
-    __slots__ = ("allocated", "extra", "handshake", "lock", "register", "to_allocate", "vendor")
+    __slots__ = ("allocated", "extra", "handshake", "lock", "lock_expiry_s", "register", "to_allocate", "vendor")
 
     def __init__(
         self,
@@ -87,6 +90,7 @@ class VendorKeys:
         allocated: str,
         extra: tuple[str, ...] = (),
         lock: str | None = NODE_LOCK,
+        lock_expiry_s: float | None = None,
     ) -> None:
         self.vendor = vendor
         self.register = register
@@ -95,6 +99,7 @@ class VendorKeys:
         self.allocated = allocated
         self.extra = extra
         self.lock = lock
+        self.lock_expiry_s = lock_expiry_s
 
     def __repr__(self) -> str:
         return f"VendorKeys({self.vendor!r})"

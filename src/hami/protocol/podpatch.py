@@ -17,12 +17,13 @@ from typing import Any, Final, Literal
 
 from hami.errors import InvalidInput
 
-__all__ = ["PatchOp", "PodPatch", "Section", "pointer"]
+__all__ = ["PatchOp", "PodPatch", "Resources", "Section", "pointer"]
 
 PatchOp = dict[str, Any]
 """One operation: ``{"op": "add" | "replace", "path": ..., "value": ...}``."""
 
 Section = Literal["initContainers", "containers"]
+Resources = Literal["limits", "requests"]
 
 _MISSING: Final = object()
 
@@ -86,6 +87,49 @@ class PodPatch:
         for name, value in limits.items():
             if name not in current:
                 self.ops.append({"op": "add", "path": pointer(*base, "resources", "limits", name), "value": value})
+
+    def set_resources(self, section: Section, index: int, kind: Resources, values: Mapping[str, str]) -> None:
+        """Make each ``name: value`` an entry of the container's ``resources.<kind>`` (``limits``/``requests``):
+        ``add`` when absent (creating ``resources`` or ``resources.<kind>`` in the same operation), ``replace``
+        when present with another value; an equal value (as text: ``1`` and ``"1"`` are equal) is left alone."""
+        if not values:
+            return
+        base = ("spec", section, index)
+        container = self._container(section, index)
+        resources = container.get("resources")
+        if not isinstance(resources, Mapping):
+            self.ops.append({"op": "add", "path": pointer(*base, "resources"), "value": {kind: dict(values)}})
+            return
+        current = resources.get(kind)
+        if not isinstance(current, Mapping):
+            self.ops.append({"op": "add", "path": pointer(*base, "resources", kind), "value": dict(values)})
+            return
+        for name, value in values.items():
+            path = pointer(*base, "resources", kind, name)
+            if name not in current:
+                self.ops.append({"op": "add", "path": path, "value": value})
+            elif str(current[name]) != value:
+                self.ops.append({"op": "replace", "path": path, "value": value})
+
+    def set_annotations(self, annotations: Mapping[str, str]) -> None:
+        """Make each ``name: value`` a pod annotation: ``add`` when absent (creating ``metadata`` or
+        ``metadata.annotations`` in the same operation), ``replace`` when present with another value."""
+        if not annotations:
+            return
+        metadata = self._pod.get("metadata")
+        if not isinstance(metadata, Mapping):
+            self.ops.append({"op": "add", "path": pointer("metadata"), "value": {"annotations": dict(annotations)}})
+            return
+        current = metadata.get("annotations")
+        if not isinstance(current, Mapping):
+            self.ops.append({"op": "add", "path": pointer("metadata", "annotations"), "value": dict(annotations)})
+            return
+        for name, value in annotations.items():
+            path = pointer("metadata", "annotations", name)
+            if name not in current:
+                self.ops.append({"op": "add", "path": path, "value": value})
+            elif current[name] != value:
+                self.ops.append({"op": "replace", "path": path, "value": value})
 
     def set_env(self, section: Section, index: int, env: Mapping[str, str]) -> None:
         """Make each ``name=value`` the container's environment entry of that name.

@@ -11,8 +11,9 @@ Steps, in HAMi's order:
 2. scheduler-name gate: a pod already assigned to another scheduler is allowed unchanged
    (``pod already has different scheduler assigned``); ``default-scheduler`` counts as unassigned while
    ``force_overwrite_default_scheduler`` is on;
-3. every vendor's ``Admitter`` sees every container, init containers first, and records defaults and
-   environment variables; then every container's requests are parsed (``prefilter``) so that an invalid
+3. every vendor's ``Admitter`` sees every container, init containers first, and records defaults, rewrites
+   (limits and requests set), environment variables and pod annotations (``hami.devices.admission``); then
+   every container's requests are parsed (``prefilter``) so that an invalid
    quantity or annotation is refused now, with the parser's message, instead of leaving the pod pending;
 4. a pod asking for no vendor's devices is allowed with only the environment edits (``overwriteEnv``);
 5. otherwise ``spec.schedulerName`` becomes ours, and a pod that already names a node is denied (hami must
@@ -31,11 +32,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Final
 
 import msgspec
 
-from hami.devices.admission import Admitter, ContainerEdit
+from hami.devices.admission import Admitter, ContainerEdit, PodContext
 from hami.devices.base import Vendor
 from hami.errors import InvalidInput
 from hami.protocol.objects import Container, Pod
@@ -96,6 +98,15 @@ def _spec(raw: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _field(section: Section, index: int, container: Container) -> str:
     return f"{section}[{index}]({container.name})"
+
+
+def _apply(container: Container, section: Section, index: int, edit: ContainerEdit, patch: PodPatch) -> None:
+    """One container's edit: into the typed container (the parser sees it) and into the patch."""
+    container.resources.limits.update(edit.limits)
+    container.resources.requests.update(edit.requests)
+    patch.set_resources(section, index, "limits", edit.limits)
+    patch.set_resources(section, index, "requests", edit.requests)
+    patch.set_env(section, index, edit.env)
 
 
 def quota_demand(request: PodRequest, vendors: Mapping[str, Vendor]) -> dict[str, int]:
@@ -183,9 +194,15 @@ class Admission:
 
     def _admit_containers(self, pod: Pod, raw: Mapping[str, Any], patch: PodPatch) -> dict[str, str]:
         """Run every admitter on every container, recording the edits in ``patch``; returns container field → the
-        first vendor resource it asks for (privileged containers included: they are only not edited)."""
+        first vendor resource it asks for (privileged containers included: they are only not edited).
+
+        The pod's annotations as edited so far are what the next admitter sees (``PodContext``); once every
+        container is admitted they are set on the pod, so that the request is parsed as it will be scheduled."""
         uses: dict[str, str] = {}
         runtime_class = ""  # the first runtimeClassName a vendor that found its devices wants
+        annotations = dict(pod.metadata.annotations)
+        edited: dict[str, str] = {}
+        context = PodContext(pod.metadata.name, pod.metadata.namespace, MappingProxyType(annotations))
         for section, index, container in _containers(pod):
             field = _field(section, index, container)
             if container.security_context is not None and container.security_context.privileged:
@@ -193,12 +210,15 @@ class Admission:
                 continue
             edit = ContainerEdit()
             for name, admitter in self.admitters.items():
-                if admitter.admit(container, field, edit):
+                found = admitter.admit(container, field, edit, context)
+                annotations.update(edit.annotations)
+                if found:
                     uses.setdefault(field, self.vendors[name].resources.count)
                     runtime_class = runtime_class or admitter.runtime_class_name
-            container.resources.limits.update(edit.limits)  # the parser sees the defaults
-            patch.add_limits(section, index, edit.limits)
-            patch.set_env(section, index, edit.env)
+            edited.update(edit.annotations)
+            _apply(container, section, index, edit, patch)
+        pod.metadata.annotations.update(edited)
+        patch.set_annotations(edited)
         if uses and runtime_class and not _spec(raw).get("runtimeClassName"):
             patch.set_spec_field("runtimeClassName", runtime_class)
         return uses

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from hami.devices.base import SliceAt, Vendor
+from hami.devices.base import AnnotationContext, SliceAt, Vendor
 from hami.errors import ApiError, Conflict, HamiError, InvalidInput, LockContention, NotFound
 from hami.protocol import keys
 from hami.protocol.allocation import PodDevices
@@ -223,12 +223,20 @@ def select(scores: Mapping[str, float], node_policy: str) -> list[str]:
 
 
 def decide(
-    state: ClusterState, req: PodRequest, candidates: Iterable[str], now: int, memo: Verdicts | None = None
+    state: ClusterState,
+    req: PodRequest,
+    candidates: Iterable[str],
+    now: int,
+    memo: Verdicts | None = None,
+    *,
+    now_ns: int | None = None,
 ) -> Decision:
     """Choose one node and the devices for every container of ``req`` among ``candidates``.
 
-    ``now`` (Unix seconds) is stamped into ``hami.io/vgpu-time``. A pod that asks for no device gets a
-    decision with ``node=None`` and no rejections; callers pass such pods through untouched.
+    ``now`` (Unix seconds) is stamped into ``hami.io/vgpu-time``; ``now_ns`` is the same instant in Unix
+    nanoseconds for the vendors' extra annotations (``AnnotationContext.now_ns``; default ``now × 10⁹``). A pod
+    that asks for no device gets a decision with ``node=None`` and no rejections; callers pass such pods through
+    untouched.
     """
     names = sorted(set(candidates))
     if not req.wants_devices:
@@ -241,13 +249,14 @@ def decide(
     best = next(f for f in fits if f.node == ranked[0])
     devices = best.pod_devices()
     slices = best.slices()
+    stamp = _Stamp(now, now * 10**9 if now_ns is None else now_ns, req.names)
     return Decision(
         req.uid,
         req.key,
         best.node,
         devices,
         slices,
-        _annotations(state, best.node, devices, slices, now),
+        _annotations(state, best.node, devices, slices, stamp),
         rejected,
         dict(zip(ranked, map(scores.__getitem__, ranked), strict=True)),
         _success_message(best.node, len(names), ranked, scores),
@@ -255,19 +264,43 @@ def decide(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Stamp:
+    """What the annotations of a decision need besides the devices: the time (seconds and nanoseconds) and the
+    container names."""
+
+    now: int
+    now_ns: int
+    containers: tuple[str, ...]
+
+
 def _annotations(
-    state: ClusterState, node: str, devices: Mapping[str, PodDevices], slices: Mapping[str, Sequence[SliceAt]], now: int
+    state: ClusterState,
+    node: str,
+    devices: Mapping[str, PodDevices],
+    slices: Mapping[str, Sequence[SliceAt]],
+    stamp: _Stamp,
 ) -> dict[str, str]:
-    annotations = {keys.VGPU_NODE: node, keys.VGPU_TIME: str(now)}
+    annotations = {keys.VGPU_NODE: node, keys.VGPU_TIME: str(stamp.now)}
     for vendor in sorted(devices):
         vk = state.vendors[vendor].keys
         value = state.vendors[vendor].encode(devices[vendor])
         if vk.to_allocate:
             annotations[vk.to_allocate] = value
         annotations[vk.allocated] = value
-    for vendor in sorted(slices):
-        annotations.update(state.vendors[vendor].extra_annotations(slices[vendor]))
+    for vendor in sorted(devices):
+        per = devices[vendor]
+        names = stamp.containers if len(stamp.containers) == len(per) else ("",) * len(per)
+        ctx = AnnotationContext(node, per, tuple(slices.get(vendor, ())), names, stamp.now_ns)
+        annotations.update(state.vendors[vendor].extra_annotations(ctx))
     return annotations
+
+
+def _instant(seconds: float) -> tuple[int, int]:
+    """A clock reading as whole Unix seconds and as Unix nanoseconds, consistent: ``ns // 10**9 == s``."""
+    now = int(seconds)
+    base = now * 10**9
+    return now, min(max(int(seconds * 10**9), base), base + 10**9 - 1)
 
 
 def _success_message(chosen: str, total: int, ranked: Sequence[str], scores: Mapping[str, float]) -> str:
@@ -330,11 +363,14 @@ class ClusterPort(Protocol):
         """Merge-patch a pod, only if it is still the pod with ``uid`` (and, with ``resource_version``, still at
         that version); raises ``Conflict`` otherwise, ``NotFound`` if there is no pod of that name."""
 
-    async def lock_node(self, node: str, namespace: str, name: str) -> None:
-        """Take the node lock for a pod (re-entrant for the same pod); raises ``HamiError`` on contention."""
+    async def lock_node(
+        self, node: str, namespace: str, name: str, key: str = keys.NODE_LOCK, expiry_s: float | None = None
+    ) -> None:
+        """Take the node lock ``key`` for a pod (re-entrant for the same pod), counting it expired after
+        ``expiry_s`` seconds (None: the configured node-lock timeout); raises ``HamiError`` on contention."""
 
-    async def unlock_node(self, node: str, namespace: str, name: str) -> None:
-        """Release the node lock if (and only if) this pod holds it."""
+    async def unlock_node(self, node: str, namespace: str, name: str, key: str = keys.NODE_LOCK) -> None:
+        """Release the node lock ``key`` if (and only if) this pod holds it."""
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
 
@@ -345,11 +381,11 @@ class ClusterPort(Protocol):
 class LockWaits(Protocol):
     """Where lock waits wait (implemented in the shell over the node watch; the core reads no clock)."""
 
-    async def wait(self, node: str, holder: str, timeout: float) -> bool:
-        """Return once the lock ``holder`` (``namespace/name``) holds on ``node`` may have been handed over and it
-        is this waiter's turn to try (one waiter per release): True; or after ``timeout`` seconds: False."""
+    async def wait(self, node: str, holder: str, timeout: float, key: str = keys.NODE_LOCK) -> bool:
+        """Return once the lock ``key`` that ``holder`` (``namespace/name``) holds on ``node`` may have been handed
+        over and it is this waiter's turn to try (one waiter per release): True; or after ``timeout`` s: False."""
 
-    def tried(self, node: str, locked: bool) -> None:
+    def tried(self, node: str, locked: bool, key: str = keys.NODE_LOCK) -> None:
         """The waiter whose turn it was tried the lock: took it (``locked``) or not (the turn passes on)."""
 
 
@@ -525,7 +561,8 @@ class Cycle:
     def _decide_and_reserve(self, req: PodRequest, names: Sequence[str]) -> Decision:
         """decide → reserve, with no ``await`` in between (see the class docstring)."""
         t0 = self.stopwatch()
-        decision = decide(self.state, req, names, int(self.clock()), self.memo)
+        now, now_ns = _instant(self.clock())
+        decision = decide(self.state, req, names, now, self.memo, now_ns=now_ns)
         self.timed("decide", self.stopwatch() - t0)
         if reserve(self.state, req, decision) is not None:
             self.pending.add(req.uid)
@@ -683,14 +720,35 @@ class Cycle:
             return BindOutcome(Bound.NO_ALLOCATION, pod, node, message)
         return wants_devices
 
+    def _bind_locks(self, pod: Pod, record: PodRecord | None) -> list[tuple[str, float | None]]:
+        """The node locks a bind of ``pod`` takes: each distinct ``VendorKeys.lock`` of the vendors it uses, sorted
+        (so two binds never wait for each other crosswise), with its expiry (the shortest a vendor gives; None: the
+        configured node-lock timeout). Empty when none of its vendors has a lock."""
+        if record is not None and record.devices:
+            used: Iterable[str] = record.devices
+        else:
+            try:
+                used = prefilter(pod, self.vendors, self.defaults).vendors
+            except InvalidInput:
+                used = ()
+        expiry: dict[str, float | None] = {}
+        for vendor in used:
+            vk = self.vendors[vendor].keys if vendor in self.vendors else None
+            if vk is None or vk.lock is None:
+                continue
+            given = [e for e in (expiry.get(vk.lock), vk.lock_expiry_s) if e is not None]
+            expiry[vk.lock] = min(given) if given else None
+        return sorted(expiry.items())
+
     async def _lock_and_bind(self, pod: Pod, node: str, record: PodRecord | None, wants_devices: bool) -> BindOutcome:
-        """lock → bind phase (unless our own commit wrote it) → Binding; a failure releases what was taken."""
+        """locks → bind phase (unless our own commit wrote it) → Binding; a failure releases what was taken."""
         ns, name, uid = pod.metadata.namespace, pod.metadata.name, pod.metadata.uid
-        locked = False
+        locked: list[str] = []
         try:
             if wants_devices:
-                await self._lock(node, pod)
-                locked = True
+                for key, expiry in self._bind_locks(pod, record):
+                    await self._lock(node, pod, key, expiry)
+                    locked.append(key)
                 if record is None:  # not committed by this process: mark the bind phase now, as HAMi does, on
                     # the version just read (unbound, allocated on this node): replaced only if still so
                     await self.port.patch_pod_metadata(
@@ -705,8 +763,8 @@ class Cycle:
             return await self._bind_failed(pod, node, locked, err)
         return BindOutcome(Bound.BOUND, pod, node, binding_succeed_text(node, ns, name))
 
-    async def _lock(self, node: str, pod: Pod) -> None:
-        """Take the node lock for ``pod``, waiting for a hand-over where one is coming.
+    async def _lock(self, node: str, pod: Pod, key: str = keys.NODE_LOCK, expiry: float | None = None) -> None:
+        """Take the node lock ``key`` for ``pod``, waiting for a hand-over where one is coming.
 
         The lock is held from a bind until the node's device plugin has allocated for that pod, so a node takes one
         pod per hand-over. A bind that finds the node locked by *another hami bind in progress* (the holder is a
@@ -725,7 +783,7 @@ class Cycle:
         while True:
             locked = False
             try:
-                await self.port.lock_node(node, ns, name)
+                await self.port.lock_node(node, ns, name, key, expiry)
                 locked = True
             except LockContention as err:
                 budget = max(group, self.bind_lock_wait if self._handing_over(err.holder, node) else 0.0)
@@ -737,11 +795,13 @@ class Cycle:
                 step = self.lock_retry_interval if self.lock_waits is None else 0.0
                 if elapsed + step > budget or (not step and elapsed >= budget):
                     self.report_lock_wait(elapsed, True)
-                    raise LockContention(err.node, err.holder, err.since, err.timeout, waited=budget) from None
+                    raise LockContention(
+                        err.node, err.holder, err.since, err.timeout, waited=budget, key=err.key
+                    ) from None
                 holder = err.holder
             finally:
                 if turn and self.lock_waits is not None:
-                    self.lock_waits.tried(node, locked)
+                    self.lock_waits.tried(node, locked, key)
             if locked:
                 if waited:
                     self.report_lock_wait(max(self.stopwatch() - started, paused), False)
@@ -751,7 +811,7 @@ class Cycle:
                 await self.sleep(self.lock_retry_interval)
                 paused += self.lock_retry_interval
             else:
-                turn = await self.lock_waits.wait(node, holder, budget - elapsed)
+                turn = await self.lock_waits.wait(node, holder, budget - elapsed, key)
 
     def _handing_over(self, holder: str, node: str) -> bool:
         """Whether the lock on ``node`` is held by another hami bind in progress: a pod the ledger has on that node
@@ -767,7 +827,7 @@ class Cycle:
             return False
         return watched.metadata.annotations.get(keys.BIND_PHASE) != "failed"
 
-    async def _bind_failed(self, pod: Pod, node: str, locked: bool, err: HamiError) -> BindOutcome:
+    async def _bind_failed(self, pod: Pod, node: str, locked: Sequence[str], err: HamiError) -> BindOutcome:
         ns, name, uid = pod.metadata.namespace, pod.metadata.name, pod.metadata.uid
         fresh = await self._fresh(ns, name)
         ours = fresh if fresh is not None and fresh.metadata.uid == uid else None
@@ -776,10 +836,10 @@ class Cycle:
             # kube-scheduler retried a bind that had gone through (its request timed out): the pod runs there with
             # its allocation, so releasing anything now would free devices still in use.
             if locked and ours.metadata.annotations.get(keys.BIND_PHASE) in ("success", "failed"):
-                failed += await self._unlock(node, ns, name)
+                failed += await self._unlock(node, ns, name, locked)
             return BindOutcome(Bound.ALREADY_BOUND, pod, node, api_errors=tuple(failed))
         if locked:
-            failed += await self._unlock(node, ns, name)
+            failed += await self._unlock(node, ns, name, locked)
         if ours is not None and ours.spec.node_name:
             self.forget(uid)  # bound elsewhere meanwhile: its annotations are not ours to remove
         else:
@@ -796,12 +856,17 @@ class Cycle:
         except ApiError:
             return None
 
-    async def _unlock(self, node: str, ns: str, name: str) -> list[ApiFailure]:
-        try:
-            await self.port.unlock_node(node, ns, name)
-        except ApiError as err:
-            return [ApiFailure("unlock_node", f"releasing the lock on {node} after a failed or repeated bind: {err}")]
-        return []
+    async def _unlock(self, node: str, ns: str, name: str, locked: Sequence[str]) -> list[ApiFailure]:
+        """Release each lock taken (in reverse order); every failure is reported, none stops the others."""
+        failed: list[ApiFailure] = []
+        for key in reversed(locked):
+            try:
+                await self.port.unlock_node(node, ns, name, key)
+            except ApiError as err:
+                what = "the lock" if key == keys.NODE_LOCK else f"the lock {key}"
+                message = f"releasing {what} on {node} after a failed or repeated bind: {err}"
+                failed.append(ApiFailure("unlock_node", message))
+        return failed
 
     async def release_allocation(self, pod: Pod, uid: str, guard: str | None = None) -> tuple[ApiFailure, ...]:
         """Remove the annotations that hold the pod's devices, then the reservation; returns the failed operations.

@@ -43,6 +43,8 @@ class PodRequest:
     signature: tuple[object, ...] = ()
     """Everything a node's verdict depends on besides the node (hashable): pods with equal signatures get
     equal verdicts on a node whose usage did not change, which lets ``decide`` reuse them."""
+    names: tuple[str, ...] = ()
+    """The container names, in the order of ``containers`` (init first); read by the vendors' extra annotations."""
 
     @property
     def key(self) -> str:
@@ -106,4 +108,5 @@ def prefilter(pod: Pod, vendors: Mapping[str, Vendor], defaults: SchedulingDefau
         weights=weights,
         selectors=selectors,
         signature=signature,
+        names=tuple(c.name for _, _, c in all_containers),
     )

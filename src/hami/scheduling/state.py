@@ -61,6 +61,7 @@ class NodeState:
     cordoned: frozenset[str] = frozenset()
     tables: dict[str, DeviceTable] = field(default_factory=dict)
     pair_scores: dict[str, Mapping[str, Mapping[str, int]]] = field(default_factory=dict)
+    node_info: dict[str, Mapping[str, str]] = field(default_factory=dict)  # vendor -> NodeInventory.node_info
     problems: dict[str, str] = field(default_factory=dict)  # vendor -> why its registration was refused
     generation: int = 0
 
@@ -118,7 +119,7 @@ class ClusterState:
             try:
                 inv = vendor.decode_inventory(node)
                 if inv is not None:
-                    check_inventory(inv.devices, vendor.keys.register)
+                    check_inventory(inv.devices, vendor.keys.register or "status.capacity")
             except InvalidInput as err:
                 problems[vendor_name] = str(err)
                 continue
@@ -150,6 +151,7 @@ class ClusterState:
             cordoned=cordoned,
             tables={v: DeviceTable(v, inv.devices) for v, inv in inventories.items()},
             pair_scores={v: inv.pair_scores for v, inv in inventories.items() if inv.pair_scores},
+            node_info={v: inv.node_info for v, inv in inventories.items() if inv.node_info},
             problems=dict(problems or {}),
             generation=(old.generation + 1) if old else 1,
         )

@@ -105,7 +105,7 @@ class Runtime:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     state: ClusterState = field(init=False)
     metrics: Metrics = field(init=False)
-    locks: dict[str, str] = field(default_factory=dict)  # node -> lock annotation value
+    locks: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> lock key -> lock annotation value
     lock_waits: NodeLockWaits = field(default_factory=NodeLockWaits)
     """Binds waiting for a node lock hand-over, woken by the node watch."""
     quarantined: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> vendor -> refused registration
@@ -120,6 +120,8 @@ class Runtime:
         if self.transport is None:  # read the files now: a missing or bad one is a ConfigError at start-up
             self.transport = load_transport(self.settings)
         self.vendors = vendors_from_config(self.device_config, self.settings.enabled_families)
+        self.lock_keys = sorted({v.keys.lock for v in self.vendors.values() if v.keys.lock is not None})
+        """Every node lock annotation a vendor takes (``VendorKeys.lock``): watched, released, swept."""
         self.state = ClusterState(self.vendors)
         self.metrics = Metrics(lambda: self.state)
 
@@ -174,10 +176,14 @@ class Runtime:
                 self.quarantined.pop(name, None)
                 extender.on_node(obj, deleted=True)
                 return
-            lock = obj.metadata.annotations.get(keys.NODE_LOCK)
-            self.lock_waits.seen(name, lock or None)
-            if lock:
-                self.locks[name] = lock
+            held: dict[str, str] = {}
+            for key in self.lock_keys:
+                lock = obj.metadata.annotations.get(key)
+                self.lock_waits.seen(name, lock or None, key)
+                if lock:
+                    held[key] = lock
+            if held:
+                self.locks[name] = held
             else:
                 self.locks.pop(name, None)
             extender.on_node(obj)
@@ -206,12 +212,19 @@ class Runtime:
 
     def _handshake(self, node: Node, cluster: KubeCluster, supervisor: Supervisor) -> None:
         """Stamp ``Requesting_<now>`` for each vendor the node registers whose handshake is not requesting yet,
-        as HAMi's scheduler does — but only on nodes that have that vendor (HAMi stamps every node, §11)."""
+        as HAMi's scheduler does — but only on nodes that have that vendor (HAMi stamps every node, §11). A vendor
+        without a handshake (``VendorKeys.handshake`` None) is never stamped; one whose devices come from the
+        node's capacity (``register`` "") counts as registered when the ledger has its devices on the node."""
         annotations = node.metadata.annotations
         stamps: dict[str, str | None] = {}
+        seen = self.state.nodes.get(node.metadata.name)
         for vendor in self.vendors.values():
-            key = vendor.keys.handshake
-            if key is None or vendor.keys.register not in annotations:
+            key, register = vendor.keys.handshake, vendor.keys.register
+            if register:
+                registered = register in annotations
+            else:  # devices from the node's capacity: the node has the vendor if it decoded some (or refused them)
+                registered = seen is not None and (vendor.name in seen.tables or vendor.name in seen.problems)
+            if key is None or not registered:
                 continue
             if not decode_handshake(annotations.get(key)).requested:
                 stamps[key] = encode_requesting(datetime.now().replace(microsecond=0))
@@ -237,19 +250,19 @@ class Runtime:
 
     def _release_if_holder(self, pod: Pod, locker: NodeLocker, supervisor: Supervisor) -> None:
         node = pod.spec.node_name
+        for key, value in self.locks[node].items():
+            try:
+                lock = decode_node_lock(value, key)
+            except Exception:  # a malformed lock is handled by the next acquire; nothing to release here
+                continue
+            if lock.namespace == pod.metadata.namespace and lock.name == pod.metadata.name:
+                self._once(self._release(locker, node, pod, key), f"unlock-{node}" + _lock_suffix(key))
+
+    async def _release(self, locker: NodeLocker, node: str, pod: Pod, key: str) -> None:
         try:
-            lock = decode_node_lock(self.locks[node])
-        except Exception:  # a malformed lock is handled by the next acquire; nothing to release here
-            return
-        if lock.namespace == pod.metadata.namespace and lock.name == pod.metadata.name:
-
-            async def release() -> None:
-                try:
-                    await locker.release(node, pod.metadata.namespace, pod.metadata.name)
-                except ApiError as err:
-                    log.warning("releasing the lock on %s held by finished pod %s failed: %s", node, pod.key, err)
-
-            self._once(release(), f"unlock-{node}")
+            await locker.release(node, pod.metadata.namespace, pod.metadata.name, key=key)
+        except ApiError as err:
+            log.warning("releasing the lock %s on %s held by finished pod %s failed: %s", key, node, pod.key, err)
 
     def _once(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         """Run a one-shot API write in the background (the supervisor is for loops that must not end)."""
@@ -279,11 +292,12 @@ class Runtime:
     async def _lock_sweep(self, locker: NodeLocker) -> None:
         while True:
             await asyncio.sleep(LOCK_SWEEP_SECONDS)
-            for node in list(self.locks):
-                try:
-                    await locker.release_if_stale(node)
-                except ApiError as err:
-                    log.warning("checking the lock on %s failed: %s", node, err)
+            for node, held in list(self.locks.items()):
+                for key in list(held):
+                    try:
+                        await locker.release_if_stale(node, key=key)
+                    except ApiError as err:
+                        log.warning("checking the lock %s on %s failed: %s", key, node, err)
 
     # --- run ------------------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -506,6 +520,11 @@ def settle_heap() -> None:
     """
     gc.collect()
     gc.freeze()
+
+
+def _lock_suffix(key: str) -> str:
+    """The task-name suffix of a lock other than ``hami.io/mutex.lock`` ("" for that one: names unchanged)."""
+    return "" if key == keys.NODE_LOCK else f"-{key}"
 
 
 def _parse_time(text: str) -> datetime | None:

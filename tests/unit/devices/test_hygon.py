@@ -8,8 +8,15 @@ import msgspec
 import pytest
 
 from hami.devices import registered_keys
-from hami.devices.admission import ContainerEdit, CountInLimits
-from hami.devices.base import MEM_PERCENTAGE_UNSET, ContainerRequest, Fitted, NodeInventory, Placement
+from hami.devices.admission import ContainerEdit, CountInLimits, PodContext
+from hami.devices.base import (
+    MEM_PERCENTAGE_UNSET,
+    AnnotationContext,
+    ContainerRequest,
+    Fitted,
+    NodeInventory,
+    Placement,
+)
 from hami.devices.hygon import HYGON_KEYS, HygonVendor
 from hami.errors import QuantityError
 from hami.protocol import keys
@@ -117,9 +124,10 @@ def test_what_it_owns_behind_the_interface(dcu: HygonVendor) -> None:
     # HAMi's default admission (found iff the count is in limits), no NUMA annotation, no partitions or slices.
     admitter = dcu.admitter()
     assert isinstance(admitter, CountInLimits)
-    assert admitter.admit(_container({COUNT: 1}), "containers[0](c)", ContainerEdit()) is True
-    assert admitter.admit(_container(requests={COUNT: 1}), "containers[0](c)", ContainerEdit()) is False
-    assert (dcu.partitions, dcu.numa_bind({keys.NVIDIA_NUMA_BIND: "not read"}), dcu.extra_annotations(())) == (
+    assert admitter.admit(_container({COUNT: 1}), "containers[0](c)", ContainerEdit(), PodContext()) is True
+    assert admitter.admit(_container(requests={COUNT: 1}), "containers[0](c)", ContainerEdit(), PodContext()) is False
+    ctx = AnnotationContext("n", ((),), (), ("c",), 0)
+    assert (dcu.partitions, dcu.numa_bind({keys.NVIDIA_NUMA_BIND: "not read"}), dcu.extra_annotations(ctx)) == (
         None,
         False,
         {},

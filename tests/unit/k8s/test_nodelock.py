@@ -289,3 +289,23 @@ async def test_release_if_stale_can_use_a_cache_lookup() -> None:
 def test_the_clock_is_wall_time_with_an_offset() -> None:
     assert isinstance(NOW, datetime)
     assert NOW.utcoffset() == timedelta(0)
+
+
+async def test_a_vendor_lock_has_its_own_key_and_expiry() -> None:
+    memory = MemoryCluster()
+    memory.put_node(Node(metadata=ObjectMeta(name="gpu-1")))
+    memory.put_pod(Pod(metadata=ObjectMeta(name="p1", namespace="default")))  # a live holder
+    got = await locker(memory).acquire(
+        "gpu-1", "default", "p1", key="vendor.example/lock", timeout=timedelta(seconds=120)
+    )
+    annotations = memory.nodes["gpu-1"].metadata.annotations
+    assert (got.name, list(annotations)) == ("p1", ["vendor.example/lock"])
+    with pytest.raises(
+        LockContention, match=r"node gpu-1 is locked \(vendor.example/lock\) by default/p1 .*after 120s"
+    ):
+        await locker(memory).acquire(
+            "gpu-1", "default", "p2", key="vendor.example/lock", timeout=timedelta(seconds=120)
+        )
+    assert await locker(memory).release("gpu-1", "default", "p1") is False  # hami.io/mutex.lock: not there
+    assert await locker(memory).release("gpu-1", "default", "p1", key="vendor.example/lock") is True
+    assert memory.nodes["gpu-1"].metadata.annotations == {}

@@ -138,3 +138,61 @@ def test_nothing_to_change_makes_no_ops() -> None:
     patch.add_limits("containers", 0, {})
     patch.set_env("containers", 0, {})
     assert patch.ops == []
+
+
+@pytest.mark.parametrize(
+    ("container", "ops"),
+    [
+        pytest.param(
+            {"name": "c"},
+            [{"op": "add", "path": "/spec/containers/0/resources", "value": {"requests": {"x/n": "2"}}}],
+            id="no resources",
+        ),
+        pytest.param(
+            {"name": "c", "resources": {"limits": {"x/n": 2}}},
+            [{"op": "add", "path": "/spec/containers/0/resources/requests", "value": {"x/n": "2"}}],
+            id="no requests",
+        ),
+        pytest.param(
+            {"name": "c", "resources": {"requests": {"x/n": 1}}},
+            [{"op": "replace", "path": "/spec/containers/0/resources/requests/x~1n", "value": "2"}],
+            id="another value is replaced",
+        ),
+        pytest.param({"name": "c", "resources": {"requests": {"x/n": 2}}}, [], id="an equal value (2 == '2') stays"),
+    ],
+)
+def test_set_resources_adds_replaces_or_does_nothing(container: dict[str, Any], ops: list[dict[str, Any]]) -> None:
+    pod = raw(container)
+    patch = PodPatch(pod)
+    patch.set_resources("containers", 0, "requests", {"x/n": "2"})
+    assert patch.ops == ops
+    assert str(apply_patch(pod, patch.ops)["spec"]["containers"][0]["resources"]["requests"]["x/n"]) == "2"
+
+
+@pytest.mark.parametrize(
+    ("metadata", "ops"),
+    [
+        pytest.param(
+            None, [{"op": "add", "path": "/metadata", "value": {"annotations": {"a/b": "1"}}}], id="no metadata"
+        ),
+        pytest.param(
+            {"name": "p"}, [{"op": "add", "path": "/metadata/annotations", "value": {"a/b": "1"}}], id="none yet"
+        ),
+        pytest.param(
+            {"annotations": {"a/b": "0"}},
+            [{"op": "replace", "path": "/metadata/annotations/a~1b", "value": "1"}],
+            id="another value is replaced",
+        ),
+        pytest.param({"annotations": {"a/b": "1"}}, [], id="an equal value stays"),
+    ],
+)
+def test_set_annotations_adds_replaces_or_does_nothing(
+    metadata: dict[str, Any] | None, ops: list[dict[str, Any]]
+) -> None:
+    pod: dict[str, Any] = {"spec": {"containers": [{"name": "c"}]}}
+    if metadata is not None:
+        pod["metadata"] = metadata
+    patch = PodPatch(pod)
+    patch.set_annotations({"a/b": "1"})
+    assert patch.ops == ops
+    assert apply_patch(pod, patch.ops)["metadata"]["annotations"]["a/b"] == "1"

@@ -18,6 +18,7 @@ import pytest
 from hami.devices.admission import Admitter, CountInLimits
 from hami.devices.base import (
     MEM_PERCENTAGE_UNSET,
+    AnnotationContext,
     Carved,
     ContainerRequest,
     FitContext,
@@ -26,7 +27,6 @@ from hami.devices.base import (
     ResourceNames,
     Selector,
     Slice,
-    SliceAt,
     Unfit,
     Vendor,
 )
@@ -123,8 +123,8 @@ class AcmeVendor:
     def numa_bind(self, annotations: Mapping[str, str]) -> bool:
         return False
 
-    def extra_annotations(self, slices: Sequence[SliceAt]) -> dict[str, str]:
-        return {TEMPLATES: ";".join(f"{s.container}:{s.uuid}:{s.slice.template}" for s in slices)}
+    def extra_annotations(self, ctx: AnnotationContext) -> dict[str, str]:
+        return {TEMPLATES: ";".join(f"{s.container}:{s.uuid}:{s.slice.template}" for s in ctx.slices)}
 
     def decode_slices(self, annotations: Mapping[str, str]) -> tuple[tuple[str, Hashable], ...]:
         return ()

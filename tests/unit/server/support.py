@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 
 from hami.config import default_device_config
 from hami.devices import vendors_from_config
+from hami.devices.base import Vendor
 from hami.k8s.cluster import ClusterClient
 from hami.k8s.events import EventRecorder
 from hami.k8s.extender_io import ExtenderIO
@@ -197,10 +198,12 @@ def make_world(
     backing: MemoryCluster | None = None,
     seam: ClusterClient | None = None,
     background_commit: bool = True,
+    vendors: Mapping[str, Vendor] | None = None,
 ) -> World:
     """A world over ``backing`` (a new ``MemoryCluster`` by default). ``seam`` is what the extender talks to:
-    ``backing`` itself by default, or a ``KubeCluster`` over HTTP to a fake API server backed by it."""
-    vendors = vendors_from_config(default_device_config())
+    ``backing`` itself by default, or a ``KubeCluster`` over HTTP to a fake API server backed by it. ``vendors``:
+    the registered ones with their default configuration unless given."""
+    vendors = dict(vendors) if vendors is not None else vendors_from_config(default_device_config())
     state = ClusterState(vendors)
     memory = backing or MemoryCluster()
     io: ClusterClient = seam or memory

@@ -206,12 +206,12 @@ async def test_a_lock_wait_is_bounded_and_a_timeout_is_reported(world: World) ->
     now = [0.0]
 
     class Never:  # the holder's device plugin never releases: each wait runs out (on a clock of its own)
-        async def wait(self, node: str, holder: str, timeout: float) -> bool:
+        async def wait(self, node: str, holder: str, timeout: float, key: str = keys.NODE_LOCK) -> bool:
             assert (node, holder) == ("n1", f"{NS}/p1")
             now[0] += timeout
             return False
 
-        def tried(self, node: str, locked: bool) -> None:
+        def tried(self, node: str, locked: bool, key: str = keys.NODE_LOCK) -> None:
             raise AssertionError("no turn was given")
 
     waited: list[tuple[float, bool]] = []
@@ -250,10 +250,10 @@ async def test_a_lock_held_by_a_pod_hami_did_not_place_is_not_waited_for(world: 
     world.deliver(NS, "p2")
 
     class Unused:
-        async def wait(self, node: str, holder: str, timeout: float) -> bool:
+        async def wait(self, node: str, holder: str, timeout: float, key: str = keys.NODE_LOCK) -> bool:
             raise AssertionError("a foreign holder is not waited for")
 
-        def tried(self, node: str, locked: bool) -> None:
+        def tried(self, node: str, locked: bool, key: str = keys.NODE_LOCK) -> None:
             raise AssertionError("no turn was given")
 
     waited: list[bool] = []

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from hami.config import NvidiaConfig
-from hami.devices.admission import ContainerEdit, lookup
+from hami.devices.admission import ContainerEdit, PodContext, lookup
 from hami.errors import InvalidInput, QuantityError
 from hami.protocol.objects import Container, QuantityValue
 from hami.protocol.quantity import quantity_as_int
@@ -98,7 +98,7 @@ class NvidiaAdmitter:
     def runtime_class_name(self) -> str:
         return self.settings.runtime_class_name
 
-    def admit(self, container: Container, field: str, edit: ContainerEdit) -> bool:
+    def admit(self, container: Container, field: str, edit: ContainerEdit, pod: PodContext) -> bool:
         s = self.settings
         limits = container.resources.limits
 

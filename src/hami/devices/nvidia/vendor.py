@@ -10,15 +10,15 @@ Legacy MIG UUIDs in allocations (``GPU-x[7-9]``, HAMi ≤ v2.9) are charged to t
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping
 
 from hami.config import NvidiaConfig
 from hami.devices.admission import Admitter
 from hami.devices.base import (
+    AnnotationContext,
     ContainerRequest,
     NodeInventory,
     Selector,
-    SliceAt,
     parse_bool,
     parse_type_list,
     parse_uuid_list,
@@ -63,8 +63,8 @@ class NvidiaVendor(SharedDeviceVendor):
     def decode(self, value: str, field: str) -> PodDevices:
         return _strip_legacy(super().decode(value, field))
 
-    def extra_annotations(self, slices: Sequence[SliceAt]) -> dict[str, str]:
-        allocations = mig_allocations(slices)
+    def extra_annotations(self, ctx: AnnotationContext) -> dict[str, str]:
+        allocations = mig_allocations(ctx.slices)
         return {keys.NVIDIA_MIG_ALLOCATIONS: encode_mig_allocations(allocations)} if allocations else {}
 
     def decode_slices(self, annotations: Mapping[str, str]) -> tuple[tuple[str, Hashable], ...]:

@@ -6,7 +6,7 @@ import msgspec
 import pytest
 
 from hami.config import default_device_config
-from hami.devices.admission import ContainerEdit, CountInLimits
+from hami.devices.admission import ContainerEdit, CountInLimits, PodContext
 from hami.devices.nvidia.admission import NvidiaAdmission, NvidiaAdmitter
 from hami.errors import QuantityError
 from hami.protocol.objects import Container
@@ -20,7 +20,7 @@ def container(limits: dict[str, str] | None = None, requests: dict[str, str] | N
 
 def admit(settings: NvidiaAdmission, c: Container) -> tuple[bool, ContainerEdit]:
     edit = ContainerEdit()
-    found = NvidiaAdmitter(settings).admit(c, "containers[0](c)", edit)
+    found = NvidiaAdmitter(settings).admit(c, "containers[0](c)", edit, PodContext())
     return found, edit
 
 
@@ -96,6 +96,6 @@ def test_percentage_errors_name_where_the_value_was() -> None:
 
 def test_other_vendors_are_found_by_their_count_in_limits() -> None:
     dcu = CountInLimits("hygon.com/dcunum")
-    assert dcu.admit(container({"hygon.com/dcunum": "1"}), "f", ContainerEdit())
-    assert not dcu.admit(container({}, {"hygon.com/dcunum": "1"}), "f", ContainerEdit())
-    assert not CountInLimits("").admit(container({"": "1"}), "f", ContainerEdit())
+    assert dcu.admit(container({"hygon.com/dcunum": "1"}), "f", ContainerEdit(), PodContext())
+    assert not dcu.admit(container({}, {"hygon.com/dcunum": "1"}), "f", ContainerEdit(), PodContext())
+    assert not CountInLimits("").admit(container({"": "1"}), "f", ContainerEdit(), PodContext())

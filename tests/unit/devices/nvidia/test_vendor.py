@@ -5,8 +5,18 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from hami.devices.admission import ContainerEdit
-from hami.devices.base import Carved, Fitted, NodeInventory, Placement, Selector, Slice, SliceAt, Unfit
+from hami.devices.admission import ContainerEdit, PodContext
+from hami.devices.base import (
+    AnnotationContext,
+    Carved,
+    Fitted,
+    NodeInventory,
+    Placement,
+    Selector,
+    Slice,
+    SliceAt,
+    Unfit,
+)
 from hami.devices.nvidia.admission import NvidiaAdmitter
 from hami.devices.nvidia.mig import MigPartitions
 from hami.devices.nvidia.vendor import NvidiaVendor
@@ -106,7 +116,7 @@ def test_admitter_is_nvidias(nvidia: NvidiaVendor) -> None:
     assert isinstance(admitter, NvidiaAdmitter)
     edit = ContainerEdit()
     gpu_only = msgspec.convert({"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}, Container)
-    assert admitter.admit(gpu_only, "containers[0](c)", edit) is True
+    assert admitter.admit(gpu_only, "containers[0](c)", edit, PodContext()) is True
     assert edit.limits == {"nvidia.com/gpucores": "100"}  # a bare count is a whole, exclusive GPU
 
 
@@ -129,13 +139,17 @@ MIG_VALUE = (
 )
 
 
+def _ctx(slices: tuple[SliceAt, ...]) -> AnnotationContext:
+    return AnnotationContext("node", ((), ()), slices, ("a", "b"), 0)
+
+
 def test_extra_annotations_are_hamis_mig_allocations_byte_for_byte(nvidia: NvidiaVendor) -> None:
     slices = (
         SliceAt(0, 0, "GPU-M", Slice("1g.5gb", P(6, 1))),
         SliceAt(1, 1, "GPU-M", Slice("2g.10gb", P(0, 2))),
     )
-    assert nvidia.extra_annotations(slices) == {keys.NVIDIA_MIG_ALLOCATIONS: MIG_VALUE}
-    assert nvidia.extra_annotations(()) == {}
+    assert nvidia.extra_annotations(_ctx(slices)) == {keys.NVIDIA_MIG_ALLOCATIONS: MIG_VALUE}
+    assert nvidia.extra_annotations(_ctx(())) == {}
 
 
 def test_decode_slices_reads_the_mig_reservations(nvidia: NvidiaVendor) -> None:
