@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection
 
 import pytest
 
-from hami.config import default_device_config
+from hami.config import DeviceConfig, default_device_config
+from hami.devices.base import Vendor
 from hami.errors import InvalidInput
 from hami.scheduling.request import SchedulingDefaults
 from hami.simulate.admit import apply_patch
@@ -159,3 +161,53 @@ def test_apply_patch(ops: list[dict[str, object]], expected: object) -> None:
 def test_apply_patch_refuses_what_it_cannot_apply(op: dict[str, object]) -> None:
     with pytest.raises(InvalidInput):
         apply_patch({"spec": {"a": [1, 2]}}, [op])
+
+
+TOY_PODS = """
+apiVersion: v1
+kind: Pod
+metadata: {name: toy-a, namespace: default}
+spec:
+  containers:
+    - {name: first, resources: {limits: {toy.example/tpu: "1"}}}
+    - {name: second, resources: {limits: {toy.example/tpu: "1"}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: toy-refused, namespace: default, annotations: {toy.example/mode: forbidden}}
+spec:
+  containers: [{name: c, resources: {limits: {toy.example/tpu: "1"}}}]
+"""
+
+TOY_NODE = """
+apiVersion: v1
+kind: Node
+metadata: {name: toy-node}
+status: {capacity: {toy.example/tpu: "4"}}
+"""
+
+
+def test_a_vendors_admission_edits_and_denials_apply(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The TOY vendor (``tests/toyvendor.py``) sets requests and a pod annotation from each container, and refuses
+    a mode: the simulated pod carries the edits, the refused one is denied with the vendor's message."""
+    import hami.simulate.simulator as simulator_module
+    from tests.toyvendor import TOY, USERS, ToyVendor
+
+    registry = simulator_module.vendors_from_config
+
+    def with_toy(config: DeviceConfig, enabled: Collection[str] | None = None) -> dict[str, Vendor]:
+        return {**registry(config, enabled), TOY: ToyVendor()}
+
+    monkeypatch.setattr(simulator_module, "vendors_from_config", with_toy)
+    sim = Simulator(default_device_config(), SchedulingDefaults(), admission=True)
+    sim.add_snapshot(load_snapshot([("toy-node.yaml", TOY_NODE)]))
+    placed, refused = (sim.place(p, NOW) for p in load_pods([("pods.yaml", TOY_PODS)]))
+    assert placed.status == "placed"
+    assert placed.admission is not None
+    ops = {op["path"]: op["value"] for op in placed.admission}
+    assert ops["/metadata/annotations"] == {USERS: "first,second"}
+    assert ops["/spec/containers/0/resources/requests"] == {"toy.example/tpu": "1"}
+    assert refused.status == "denied"
+    assert refused.message.endswith(
+        "metadata.annotations[toy.example/mode]: TOY devices refuse this mode (got 'forbidden')"
+    )
