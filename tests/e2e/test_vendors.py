@@ -2,15 +2,17 @@
 
 Each family's case is in ``tests/e2e/vendors.py`` (``FAMILY_CASES``): a fake node as its device plugin registers
 it, one container's limits, and the allocation annotations HAMi would write, byte for byte. A family added there
-is tested here without a change.
+is tested here without a change, alone and in a pod beside NVIDIA.
 """
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from hami.devices.hygon import HYGON_KEYS
 from hami.protocol import keys
+from hami.protocol.objects import Node
 from tests.e2e.cluster import wait_until
 from tests.e2e.vendors import FAMILY_CASES, VendorStackFactory
 
@@ -40,24 +42,35 @@ def test_one_pod_of_the_family_is_bound_with_its_annotations(vendor_stack: Vendo
         )
 
 
-def test_a_pod_mixing_families_gets_each_familys_devices_on_one_node(vendor_stack: VendorStackFactory) -> None:
-    """NVIDIA and Hygon in one pod (one container each, and one container asking for both): one node holding both,
-    each vendor's allocation in its own annotations; a node with only one of them is not chosen."""
-    nvidia, hygon = FAMILY_CASES["nvidia"], FAMILY_CASES["hygon"]
-    s = vendor_stack("nvidia", "hygon")
-    s.node("gpus-only", nvidia)
-    both = s.node("both", nvidia, hygon)
-    s.pod("mixed", [nvidia.limits, hygon.limits, {**nvidia.limits, **hygon.limits}])
+MIXES = [("nvidia", family) for family in sorted(FAMILY_CASES) if family != "nvidia"]
+"""NVIDIA with each other family that has a case: a new family's mixed pod is tested without a change here."""
+
+
+@pytest.mark.parametrize(("first", "second"), MIXES, ids=[f"{a}+{b}" for a, b in MIXES])
+def test_a_pod_mixing_families_gets_each_familys_devices_on_one_node(
+    vendor_stack: VendorStackFactory, first: str, second: str
+) -> None:
+    """One container of each family and one asking for both: one node holding both families, each vendor's
+    allocation in its own annotations, devices of that node only; a node with only the first family is not
+    chosen."""
+    a, b = FAMILY_CASES[first], FAMILY_CASES[second]
+    s = vendor_stack(first, second)
+    s.node("first-only", a)
+    both = s.node("both", a, b)
+    s.pod("mixed", [a.limits, b.limits, {**a.limits, **b.limits}])
     pod = s.bound("mixed")
 
     assert pod["spec"]["nodeName"] == both
     allocations = s.allocations(pod)
-    assert sorted(allocations) == ["DCU", "NVIDIA"]
-    # one slot per container, init first: [c0, c1, c2]; each vendor's devices only where asked for
-    assert [len(c) for c in allocations["NVIDIA"]] == [1, 0, 1]
-    assert [len(c) for c in allocations["DCU"]] == [0, 1, 1]
-    assert all(d.uuid.startswith(f"GPU-{both}-") for c in allocations["NVIDIA"] for d in c)
-    assert all(d.uuid.startswith(f"DCU-{both}-") for c in allocations["DCU"] for d in c)
+    assert sorted(allocations) == sorted([a.vendor, b.vendor])
+    # one slot per container; each vendor's devices only where asked for
+    assert [len(c) for c in allocations[a.vendor]] == [1, 0, 1]
+    assert [len(c) for c in allocations[b.vendor]] == [0, 1, 1]
+    node = msgspec.convert(s.kube.get(f"/api/v1/nodes/{both}"), Node)
+    for vendor, devices in allocations.items():
+        inventory = s.vendors[vendor].decode_inventory(node)
+        assert inventory is not None
+        assert {d.uuid for c in devices for d in c} <= {info.id for info in inventory.devices}
     wait_until(lambda: s.lock_released(both, "mixed"), description=f"the node lock of {both} released")
 
 
