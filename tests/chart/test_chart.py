@@ -18,6 +18,7 @@ from tests.helm import CHART, helm, template
 
 KUBE_VERSION = "1.36.3"
 NAMESPACE = "hami-system"
+KUNLUN = ("kunlunxin.com/xpu", "kunlunxin.com/vxpu", "kunlunxin.com/vxpu-memory")
 
 
 def run_helm(*args: str) -> subprocess.CompletedProcess[str]:
@@ -155,6 +156,13 @@ def test_the_kube_scheduler_configuration_calls_hami_as_its_extender() -> None:
             "hygon.com/dcunum",
             "hygon.com/dcumem",
             "hygon.com/dcucores",
+            *KUNLUN,
+            "enflame.com/gcu",
+            "enflame.com/drs-gcu",
+            "enflame.com/gcu-memory",
+            "enflame.com/gcu-core",
+            "aws.amazon.com/neuron",
+            "aws.amazon.com/neuroncore",
             *CAMBRICON,
             *METAX,
             *MTHREADS,
@@ -169,8 +177,19 @@ def device_config_text(docs: list[dict[str, Any]]) -> str:
 
 def test_the_device_config_uses_hamis_keys() -> None:
     config = yaml.safe_load(device_config_text(render()))
-    assert list(config) == ["nvidia", "hygon", "cambricon", "metax", "mthreads", "iluvatars", "vnpus"]
-    assert {k: config[k] for k in ("nvidia", "hygon")} == {
+    assert list(config) == [
+        "nvidia",
+        "hygon",
+        "kunlun",
+        "enflame",
+        "awsneuron",
+        "cambricon",
+        "metax",
+        "mthreads",
+        "iluvatars",
+        "vnpus",
+    ]
+    assert {k: config[k] for k in ("nvidia", "hygon", "kunlun", "enflame", "awsneuron")} == {
         "nvidia": {
             "resourceCountName": "nvidia.com/gpu",
             "resourceMemoryName": "nvidia.com/gpumem",
@@ -192,6 +211,18 @@ def test_the_device_config_uses_hamis_keys() -> None:
             "resourceCoreName": "hygon.com/dcucores",
             "memoryFactor": 1,
         },
+        "kunlun": {
+            "resourceCountName": "kunlunxin.com/xpu",
+            "resourceVCountName": "kunlunxin.com/vxpu",
+            "resourceVMemoryName": "kunlunxin.com/vxpu-memory",
+        },
+        "enflame": {
+            "resourceNameGCU": "enflame.com/gcu",
+            "resourceNameDRSGCU": "enflame.com/drs-gcu",
+            "resourceNameGCUMemory": "enflame.com/gcu-memory",
+            "resourceNameGCUCore": "enflame.com/gcu-core",
+        },
+        "awsneuron": {"resourceCountName": "aws.amazon.com/neuron", "resourceCoreName": "aws.amazon.com/neuroncore"},
     }
     assert config["cambricon"] == {
         "resourceCountName": "cambricon.com/vmlu",
@@ -247,6 +278,13 @@ MANAGED = [
     "hygon.com/dcunum",
     "hygon.com/dcumem",
     "hygon.com/dcucores",
+    *KUNLUN,
+    "enflame.com/gcu",
+    "enflame.com/drs-gcu",
+    "enflame.com/gcu-memory",
+    "enflame.com/gcu-core",
+    "aws.amazon.com/neuron",
+    "aws.amazon.com/neuroncore",
 ]
 
 ASCEND = [f"huawei.com/{w}{s}" for w in ("Ascend910A", "Ascend910B2", "Ascend910B3", "Ascend910B4-1", "Ascend910B4",
@@ -288,7 +326,7 @@ def managed(docs: list[dict[str, Any]]) -> list[str]:
             ("devices.cambricon.enabled=false", "devices.metax.enabled=false", "devices.mthreads.enabled=false"),
             MANAGED,
             ["--disable-devices=cambricon,metax,mthreads"],
-            id="nvidia-and-hygon-only",
+            id="without-cambricon-metax-mthreads",
         ),
     ],
 )
@@ -364,7 +402,13 @@ def match_condition_resources(webhook: dict[str, Any]) -> list[str]:
 
 def test_the_webhook_and_the_extender_manage_the_resources_of_the_device_config() -> None:
     content = "nvidia:\n  resourceCountName: example.com/vgpu\n  resourcePriorityName: ''\n"
-    docs = render(f"scheduler.deviceConfig.content={content}", "devices.hygon.enabled=false")
+    docs = render(
+        f"scheduler.deviceConfig.content={content}",
+        "devices.hygon.enabled=false",
+        "devices.kunlun.enabled=false",
+        "devices.enflame.enabled=false",
+        "devices.awsneuron.enabled=false",
+    )
     expected = ["example.com/vgpu", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores"]
     expected += CAMBRICON + METAX + MTHREADS  # the sections the content leaves out: the values' names
     (extender,) = scheduler_config(docs)["extenders"]
@@ -771,16 +815,33 @@ def test_verifying_the_extender_mounts_the_ca_into_kube_scheduler() -> None:
 def test_disabling_hygon_drops_its_managed_resources() -> None:
     (extender,) = scheduler_config(render("devices.hygon.enabled=false"))["extenders"]
     assert [r["name"] for r in extender["managedResources"]] == [
-        "nvidia.com/gpu",
-        "nvidia.com/gpumem",
-        "nvidia.com/gpumem-percentage",
-        "nvidia.com/gpucores",
-        "nvidia.com/priority",
-        *CAMBRICON,
-        *METAX,
-        *MTHREADS,
+        n for n in MANAGED + CAMBRICON + METAX + MTHREADS if not n.startswith("hygon.com/")
     ]
     assert "--disable-devices=hygon" in container(render("devices.hygon.enabled=false"), "hami")["args"]
+
+
+def test_disabling_kunlun_drops_its_managed_resources_and_its_section_renames_them() -> None:
+    (extender,) = scheduler_config(render("devices.kunlun.enabled=false"))["extenders"]
+    assert not set(KUNLUN) & {r["name"] for r in extender["managedResources"]}
+    content = "kunlun:\n  resourceVCountName: example.com/vxpu\n"
+    (extender,) = scheduler_config(render(f"scheduler.deviceConfig.content={content}"))["extenders"]
+    names = [r["name"] for r in extender["managedResources"]]
+    assert names[names.index("kunlunxin.com/xpu") :][:3] == [
+        "kunlunxin.com/xpu",
+        "example.com/vxpu",
+        "kunlunxin.com/vxpu-memory",
+    ]
+    assert "--disable-devices=kunlun" in container(render("devices.kunlun.enabled=false"), "hami")["args"]
+
+
+def test_disabling_enflame_or_neuron_drops_their_managed_resources() -> None:
+    (extender,) = scheduler_config(render("devices.enflame.enabled=false"))["extenders"]
+    rest = CAMBRICON + METAX + MTHREADS
+    expected = [n for n in MANAGED + rest if not n.startswith("enflame.com/")]
+    assert [r["name"] for r in extender["managedResources"]] == expected
+    (extender,) = scheduler_config(render("devices.awsneuron.enabled=false"))["extenders"]
+    expected = [n for n in MANAGED + rest if not n.startswith("aws.amazon")]
+    assert [r["name"] for r in extender["managedResources"]] == expected
 
 
 def test_several_replicas_spread_over_nodes_and_need_leader_election() -> None:

@@ -104,6 +104,18 @@ hygon:
   resourceMemoryName: {{ .Values.dcuResourceMem }}
   resourceCoreName: {{ .Values.dcuResourceCores }}
   memoryFactor: {{ .Values.devices.hygon.memoryFactor | int }}
+kunlun:
+  resourceCountName: {{ .Values.kunlunResourceName }}
+  resourceVCountName: {{ .Values.kunlunResourceVCountName }}
+  resourceVMemoryName: {{ .Values.kunlunResourceVMemoryName }}
+enflame:
+  resourceNameGCU: enflame.com/gcu
+  resourceNameDRSGCU: {{ .Values.enflameResourceNameDRSGCU }}
+  resourceNameGCUMemory: {{ .Values.enflameResourceNameGCUMemory }}
+  resourceNameGCUCore: {{ .Values.enflameResourceNameGCUCore }}
+awsneuron:
+  resourceCountName: aws.amazon.com/neuron
+  resourceCoreName: aws.amazon.com/neuroncore
 cambricon:
   resourceCountName: {{ .Values.mluResourceName }}
   resourceMemoryName: {{ .Values.mluResourceMem }}
@@ -155,6 +167,9 @@ vnpus:
 {{- $families := list
   (list "nvidia" "nvidia" (list "resourceCountName" "resourceMemoryName" "resourceMemoryPercentageName" "resourceCoreName" "resourcePriorityName"))
   (list "hygon" "hygon" $counts)
+  (list "kunlun" "kunlun" (list "resourceCountName" "resourceVCountName" "resourceVMemoryName"))
+  (list "enflame" "enflame" (list "resourceNameGCU" "resourceNameDRSGCU" "resourceNameGCUMemory" "resourceNameGCUCore"))
+  (list "awsneuron" "awsneuron" (list "resourceCountName" "resourceCoreName"))
   (list "cambricon" "cambricon" $counts)
   (list "metax" "metax" (list "resourceCountName" "resourceVCountName" "resourceVMemoryName" "resourceVCoreName"))
   (list "mthreads" "mthreads" $counts)
@@ -195,7 +210,7 @@ vnpus:
 {{- define "hami.familyArgs" -}}
 {{- $args := list -}}
 {{- $off := list -}}
-{{- range $family := list "nvidia" "hygon" "cambricon" "metax" "mthreads" -}}
+{{- range $family := list "nvidia" "hygon" "kunlun" "enflame" "awsneuron" "cambricon" "metax" "mthreads" -}}
 {{- if not (get $.Values.devices $family | default (dict "enabled" true)).enabled -}}
 {{- $off = append $off $family -}}
 {{- end -}}

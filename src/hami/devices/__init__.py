@@ -12,8 +12,11 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Final
 
 from hami.config import DeviceConfig, default_device_config
+from hami.devices.awsneuron import AwsNeuronVendor
 from hami.devices.base import Vendor
+from hami.devices.enflame import EnflameDrsVendor, EnflameGcuVendor
 from hami.devices.hygon import HygonVendor
+from hami.devices.kunlun import KunlunVendor, XpuVendor
 from hami.devices.nvidia.vendor import NvidiaVendor
 from hami.protocol.keys import VendorKeys
 
@@ -22,6 +25,9 @@ __all__ = ["FAMILIES", "registered_keys", "vendors_from_config"]
 FAMILIES: Final[dict[str, Callable[[DeviceConfig], Sequence[Vendor]]]] = {
     "nvidia": lambda c: (NvidiaVendor(c.nvidia),),
     "hygon": lambda c: (HygonVendor(c.hygon),),
+    "kunlun": lambda c: (KunlunVendor(c.kunlun), XpuVendor(c.kunlun)),
+    "enflame": lambda c: (EnflameGcuVendor(c.enflame), EnflameDrsVendor(c.enflame)),
+    "awsneuron": lambda c: (AwsNeuronVendor(c.awsneuron),),
 }
 """Every vendor family hami schedules, in registry order (the order vendors are tried and listed)."""
 

@@ -75,7 +75,10 @@ class ContainerRequest:
     * ``memreq`` — MiB per device, already multiplied by the vendor's memory factor (0 = use the percentage);
     * ``mem_percentage`` — percent of each device's memory, 1..100, or ``MEM_PERCENTAGE_UNSET`` (101);
     * ``coresreq`` — core units per device (percent of a card);
-    * ``priority`` — ``nvidia.com/priority`` (task priority passed to HAMi-core), ``None`` when absent.
+    * ``priority`` — ``nvidia.com/priority`` (task priority passed to HAMi-core), ``None`` when absent;
+    * ``variant`` — the vendor's own form of the request, opaque to the core and read back by the vendor's ``fit``
+      (Enflame DRS: a slice count or a memory/core spec; AWS Neuron: devices or NeuronCores), for requests whose
+      meaning depends on the node (its profiles, its cores per device). Part of the request's signature.
     """
 
     vendor: str
@@ -84,6 +87,7 @@ class ContainerRequest:
     mem_percentage: int = MEM_PERCENTAGE_UNSET
     coresreq: int = 0
     priority: int | None = None
+    variant: str = ""
 
     def memory_on(self, devmem: int) -> int:
         """MiB this request reserves on a device with ``devmem`` MiB (spec §6.2 step 9)."""
@@ -240,10 +244,20 @@ class Slice:
     """One fixed slice of a partitioned device: the vendor's template name (NVIDIA: the MIG profile; Ascend: the
     vNPU template) and its position on the device (NVIDIA: a ``MigPlacement``; ``None`` for vendors whose slices
     have no position). Positions are what the ledger keeps per device (``DeviceTable.slices``); the core only
-    compares them for equality."""
+    compares them for equality. ``facts`` are further vendor facts about the slice, as sorted ``(name, value)``
+    pairs, that its ``extra_annotations`` writes (Enflame DRS: the profile id and the device minor); the core
+    never reads them."""
 
     template: str
     position: Hashable | None = None
+    facts: tuple[tuple[str, str], ...] = ()
+
+    def fact(self, name: str, default: str = "") -> str:
+        """The value of the fact ``name``, ``default`` when the vendor did not record it."""
+        for key, value in self.facts:
+            if key == name:
+                return value
+        return default
 
 
 @dataclass(frozen=True, slots=True)

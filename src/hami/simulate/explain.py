@@ -147,8 +147,12 @@ def _card_verdicts(state: ClusterState, node: NodeState, req: PodRequest) -> tup
         table = node.tables.get(vendor)
         if table is None:
             continue
-        one_each = ContainerRequest(vendor, 1, creq.memreq, creq.mem_percentage, creq.coresreq, creq.priority)
-        ctx = FitContext(policy=req.gpu_policy, weights=req.weights, cordoned=node.cordoned)
+        one_each = ContainerRequest(
+            vendor, 1, creq.memreq, creq.mem_percentage, creq.coresreq, creq.priority, creq.variant
+        )
+        ctx = FitContext(
+            policy=req.gpu_policy, weights=req.weights, cordoned=node.cordoned, node_info=node.node_info.get(vendor, {})
+        )
         for i, info in enumerate(table.infos):
             single = DeviceTable(vendor, (info,))
             single.used[0], single.usedmem[0], single.usedcores[0] = table.used[i], table.usedmem[i], table.usedcores[i]

@@ -178,20 +178,21 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 def _slice_texts(o: Outcome, state: ClusterState | None) -> dict[tuple[str, int, int], str]:
-    """``(vendor, container, device) → "MIG 2g.20gb@0"`` for every slice of the decision (the vendor's words
-    through ``SliceLabels``; the template name without ``state`` or without the hook)."""
+    """``(vendor, container, device) → "MIG 2g.20gb@0"`` for every slice of the decision whose vendor names its
+    slices (``SliceLabels``); other vendors' devices show their memory and cores only."""
     d = o.decision
-    if d is None or d.node is None:
+    if state is None or d is None or d.node is None or d.node not in state.nodes:
         return {}
     out: dict[tuple[str, int, int], str] = {}
     for vendor, slices in d.slices.items():
-        table = state.nodes[d.node].tables.get(vendor) if state is not None and d.node in state.nodes else None
+        table = state.nodes[d.node].tables.get(vendor)
+        hook = state.vendors[vendor].partitions if vendor in state.vendors else None
+        if table is None or not isinstance(hook, SliceLabels):
+            continue
         for s in slices:
-            info = next((i for i in table.infos if i.id == s.uuid), None) if table is not None else None
-            labels = slice_labels(state, vendor, info, [s.slice.position]) if state and info else None
-            text = labels[0] if labels else s.slice.template
-            kind = _slice_kind(state, vendor) if state is not None else "slice"
-            out[(vendor, s.container, s.device)] = f"{kind} {text}"
+            info = next((i for i in table.infos if i.id == s.uuid), None)
+            labels = hook.slice_labels(info, [s.slice.position]) if info is not None else []
+            out[(vendor, s.container, s.device)] = f"{hook.slice_kind} {labels[0] if labels else s.slice.template}"
     return out
 
 

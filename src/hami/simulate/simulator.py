@@ -105,12 +105,13 @@ def container_devices(decision: Decision | None) -> list[list[ContainerDevice]]:
 
 
 def known_resource_names(config: DeviceConfig) -> frozenset[str]:
-    """Every resource name the device config spells (``resource_*_name`` keys of every vendor section)."""
+    """Every resource name the device config spells (``resource_*_name`` and ``resource_name_*`` keys of every
+    vendor section; Enflame's keys are ``resourceNameGCU`` …)."""
 
     def walk(value: object) -> Iterator[str]:
         if isinstance(value, dict):
             for key, item in value.items():
-                if isinstance(item, str) and key.startswith("resource_") and key.endswith("_name") and item:
+                if isinstance(item, str) and key.startswith("resource_") and "_name" in key and item:
                     yield item
                 else:
                     yield from walk(item)

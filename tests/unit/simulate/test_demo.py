@@ -28,6 +28,11 @@ EXPECTED = {
     "demo/mig-2g": ("mig-a100", [["GPU-mig-0"]]),
     "demo/mig-1g": ("mig-a100", [["GPU-mig-0"]]),
     "demo/dcu-job": ("dcu-z100", [["DCU-z100-2"]]),
+    "demo/xpu-train": ("xpu-p800", [[f"xpu-p800-kunlun-{i}" for i in range(4)]]),
+    "demo/vxpu-infer": ("vxpu-p800", [["XPU-p800-0", "XPU-p800-1"]]),
+    "demo/gcu-drs": ("drs-s60", [["drs-s60-enflame-drs-0"]]),
+    "demo/gcu-whole": ("gcu-s60", [["gcu-s60-GCU-0", "gcu-s60-GCU-1"]]),
+    "demo/neuron-cores": ("inf2-24xl", [["inf2-24xl-AWSNeuron-0", "inf2-24xl-AWSNeuron-1"]]),
     "demo/init-then-serve": ("t4-b", [["GPU-t4b-2"], ["GPU-t4b-2"]]),
     "demo/too-big": (None, []),
 }
@@ -81,9 +86,14 @@ def test_demo_pending_pod_has_a_reason_for_every_node() -> None:
     assert outcomes["demo/too-big"].reasons == {
         "a100-nvlink": {"AllocatedCardsInsufficientRequest": 1, "CardInsufficientMemory": 7},
         "dcu-z100": {"NodeUnregistered": 1},
+        "drs-s60": {"NodeUnregistered": 1},
+        "gcu-s60": {"NodeUnregistered": 1},
+        "inf2-24xl": {"NodeUnregistered": 1},
         "mig-a100": {"CardInsufficientMemory": 1},
         "t4-a": {"CardInsufficientMemory": 4},
         "t4-b": {"CardInsufficientMemory": 4},
+        "vxpu-p800": {"NodeUnregistered": 1},
+        "xpu-p800": {"NodeUnregistered": 1},
     }
 
 
@@ -107,7 +117,7 @@ def test_demo_registrations_are_in_hamis_encoder_format() -> None:
     nvidia = [
         n.obj.metadata.annotations["hami.io/node-nvidia-register"]
         for n in snap.nodes
-        if n.obj.metadata.name != "dcu-z100"
+        if "hami.io/node-nvidia-register" in n.obj.metadata.annotations
     ]
     assert len(nvidia) == 4
     for value in nvidia:
@@ -129,7 +139,7 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
     assert result.code == 0
     assert result.stderr == ""
     lines = result.stdout.splitlines()
-    assert lines[0] == "hami simulate --demo: 5 nodes, 21 devices; 14 pods in order: 13 placed, 1 pending"
+    assert lines[0] == "hami simulate --demo: 10 nodes, 45 devices; 19 pods in order: 18 placed, 1 pending"
     for heading in (
         "Placements",
         "Per-device utilization after placement",
@@ -141,21 +151,27 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
         in lines
     )
     assert "demo/mig-2g           mig-a100     GPU-mig-0 (19968 MiB, 28%, MIG 2g.20gb@0)" in lines
-    assert "t4-b         GPU-t4b-0   NVIDIA-Tesla T4        4/10   14000/15360  90/100" in lines
+    assert "t4-b         GPU-t4b-0              NVIDIA-Tesla T4        4/10   14000/15360  90/100" in lines
     assert (
-        "mig-a100     GPU-mig-0   NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100  MIG: 1g.10gb@6 2g.20gb@0"
-        not in lines
+        "mig-a100     GPU-mig-0              NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100   "
+        "MIG: 1g.10gb@6 2g.20gb@0" not in lines
     )
     assert (
-        "mig-a100     GPU-mig-0   NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100  MIG: 2g.20gb@0 1g.10gb@6" in lines
+        "mig-a100     GPU-mig-0              NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100   "
+        "MIG: 2g.20gb@0 1g.10gb@6" in lines
     )
-    assert lines[-6:] == [
-        "demo/too-big: no available node, 5 nodes do not meet",
+    assert lines[-11:] == [
+        "demo/too-big: no available node, 10 nodes do not meet",
         "  a100-nvlink: 1/8 AllocatedCardsInsufficientRequest, 7/8 CardInsufficientMemory",
         "  dcu-z100: node unregistered for NVIDIA",
+        "  drs-s60: node unregistered for NVIDIA",
+        "  gcu-s60: node unregistered for NVIDIA",
+        "  inf2-24xl: node unregistered for NVIDIA",
         "  mig-a100: 1/1 CardInsufficientMemory",
         "  t4-a: 4/4 CardInsufficientMemory",
         "  t4-b: 4/4 CardInsufficientMemory",
+        "  vxpu-p800: node unregistered for NVIDIA",
+        "  xpu-p800: node unregistered for NVIDIA",
     ]
 
 

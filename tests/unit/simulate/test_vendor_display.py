@@ -1,7 +1,8 @@
 """``hami simulate``'s tables and JSON show every vendor's devices and slices through the vendor interface alone.
 
 ACME (``tests/unit/scheduling/test_plugin_vendor.py``) is a made-up vendor that hands devices out in templates
-without positions; ``LabelledAcme`` adds the optional ``SliceLabels`` hook, as NVIDIA's MIG does.
+without positions: its devices show their memory and cores; ``LabelledAcme`` adds the optional ``SliceLabels``
+hook, as NVIDIA's MIG does, and its slices are named.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def test_a_vendor_without_labels_shows_its_template() -> None:
     assert not isinstance(AcmeVendor().partitions, SliceLabels)
     state, outcomes = placed(AcmeVendor())
     rows = render_placements(outcomes, state)
-    assert rows[1].split(None, 2)[2] == "node-a-acme-0 (8192 MiB, 50%, slice vir08)"
+    assert rows[1].split(None, 2)[2] == "node-a-acme-0 (8192 MiB, 50%)"  # the vir08 slice's memory and cores
     utilization = render_utilization(state)
     assert utilization[1].split() == ["node-a", "node-a-acme-0", "slow", "1/1", "8192/16384", "50/100"]
     doc = json.loads(render_json(state, outcomes))
