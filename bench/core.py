@@ -20,20 +20,36 @@ def percentiles(samples: list[float]) -> dict[str, float]:
 
 
 def bench_decide(
-    s: Scenario, iterations: int, with_reserve: bool, warmup: int = 50, memo: bool = True
+    s: Scenario,
+    iterations: int,
+    with_reserve: bool,
+    warmup: int = 50,
+    memo: bool = True,
+    shapes: int = 1,
+    changed: bool = False,
+    screening: bool = True,
+    gpumem: int = 1024,
 ) -> dict[str, float]:
     """Latency of ``decide`` (and ``reserve``) over ``iterations`` pods after ``warmup``; ``memo=False`` clears
-    the verdict memo before every decision (every candidate judged afresh: the worst case)."""
+    the verdict memo before every decision (every candidate judged afresh: the worst case). ``shapes`` > 1
+    interleaves that many request shapes (``gpumem`` 1,024, 1,032, … MiB), ``changed`` drops every node's capacity
+    summary before each decision (as if every node had changed since the last one), ``screening=False`` judges
+    every node with Fit (no capacity index: the figures before issue 19 item 4). ``gpumem`` is the request's
+    memory (6,000 MiB: about half the nodes of the generated clusters cannot take it)."""
     state = build_state(s)
-    verdicts = Verdicts()
+    verdicts = Verdicts(screening=screening)
     vs = vendors()
     rng = random.Random(7)
     samples: list[float] = []
     for k in range(warmup + iterations):
         cands = candidates(s, rng)
-        req = make_request(s, f"bench-{k}", vs)
+        req = make_request(s, f"bench-{k}", vs, gpumem=gpumem + 8 * (k % shapes))
         if not memo:
             verdicts.clear()
+        if changed:
+            for node in state.nodes.values():
+                for table in node.tables.values():
+                    table.charge(0, 0, 0, 0)  # a charge of nothing: the ledger's path, which drops the summary
         t0 = time.perf_counter()
         d = decide(state, req, cands, 1_700_000_000, verdicts)
         if with_reserve:

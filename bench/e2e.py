@@ -107,6 +107,143 @@ request beyond that is answered ``429 Retry-After: 1``. The admin is exempt; ham
 ServiceAccount."""
 
 
+class _BoundTimes:
+    """Watches the namespace's pods (one watch request) and notes when each is first seen bound."""
+
+    def __init__(self, cp: ControlPlane, namespace: str, stop: threading.Event) -> None:
+        self.created: dict[str, float] = {}
+        self.bound: dict[str, float] = {}
+        self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
+        self._thread = threading.Thread(target=self._run, args=(cp, namespace, stop), daemon=True)
+        self._thread.start()
+
+    def _run(self, cp: ControlPlane, namespace: str, stop: threading.Event) -> None:
+        headers = {"Authorization": f"Bearer {cp.token}"}
+        while not stop.is_set():
+            try:
+                with (
+                    httpx.Client(base_url=cp.server, verify=str(cp.ca_file), headers=headers, timeout=None) as http,
+                    http.stream("GET", f"/api/v1/namespaces/{namespace}/pods", params={"watch": "1"}) as stream,
+                ):
+                    for line in stream.iter_lines():
+                        pod = json.loads(line).get("object") or {}
+                        name = (pod.get("metadata") or {}).get("name")
+                        if (pod.get("spec") or {}).get("nodeName") and name:
+                            with self.lock:
+                                self.bound.setdefault(name, time.perf_counter())
+                                self.changed.notify_all()
+                        if stop.is_set():
+                            return
+            except httpx.HTTPError:
+                time.sleep(0.2)
+
+    def wait_all(self, pods: int, timeout: float = 300) -> int:
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            while len(self.bound) < pods and time.monotonic() < deadline:
+                self.changed.wait(0.5)
+            return len(self.bound)
+
+    def latencies(self) -> list[float]:
+        """Creation (the create call answered) → first seen bound, per bound pod, sorted (seconds)."""
+        with self.lock:
+            return sorted(self.bound[n] - self.created[n] for n in self.bound if n in self.created)
+
+
+def _apiserver_requests(kube: KubeClient) -> float:
+    """kube-apiserver's own count of the requests it served (``apiserver_request_total``, every verb and code)."""
+    text = kube.request("GET", "/metrics")
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in str(text).splitlines() if line.startswith("apiserver_request_total{")
+    )
+
+
+def _failed_attempts(cp: ControlPlane, port: int) -> float:
+    """kube-scheduler's scheduling attempts that did not end bound (``scheduler_schedule_attempts_total`` with result
+    unschedulable or error: a refused filter, a failed bind)."""
+    headers = {"Authorization": f"Bearer {cp.token}"}
+    # kube-scheduler serves its metrics with a self-signed certificate of its own (loopback only)
+    text = httpx.get(f"https://127.0.0.1:{port}/metrics", headers=headers, verify=False, timeout=10).text
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("scheduler_schedule_attempts_total{") and (
+            'result="unschedulable"' in line or 'result="error"' in line
+        ):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else 0.0
+
+
+def bench_pipeline(pipeline: str, nodes: int = 100, gpus: int = 8, pods: int = 200) -> dict[str, float]:
+    """One row of the honest end-to-end table (issue 19 item 3): ``pods`` pods created at once and bound by
+    ``bare`` kube-scheduler (no extender, pods without devices), or by kube-scheduler with hami as its extender
+    under node policy ``spread`` or ``binpack`` (one-GPU pods; the device plugin's stand-in releases each node lock
+    with a GET and a PATCH, as HAMi's plugin does after Allocate). Measured: pods/s (first create → last bound),
+    creation → bound p50/p99 (create call answered → first seen bound by one watch), API requests per pod (from
+    kube-apiserver's own ``apiserver_request_total``: everything, the benchmark's creates and its one watch
+    included, nothing polled), kube-scheduler's failed attempts, and hami's CPU time per bound pod."""
+    with tempfile.TemporaryDirectory(prefix="hami-bench-") as tmp:
+        cp = start_control_plane(Path(tmp))
+        hami: subprocess.Popen[bytes] | None = None
+        stop = threading.Event()
+        try:
+            kube = cp.client()
+            _create_nodes(kube, nodes, gpus)
+            if pipeline == "bare":
+                scheduler = cp.start_scheduler({"profiles": [{"schedulerName": "hami-scheduler"}]})
+                limits: dict[str, int] = {}
+            else:
+                port, metrics_port = free_port(), free_port()
+                hami = _start_hami(Path(tmp), cp.kubeconfig, port, metrics_port, pipeline)
+                scheduler = cp.start_scheduler(_scheduler_config(port))
+                limits = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1024, "nvidia.com/gpucores": 10}
+            ns = kube.create_namespace()
+            if hami is not None:
+                threading.Thread(target=_release_locks, args=(cp, ns, stop), daemon=True).start()
+            times = _BoundTimes(cp, ns, stop)
+            time.sleep(1.0)  # the watches are open and hami's caches have the namespace
+            requests0 = _apiserver_requests(kube)
+            failed0 = _failed_attempts(cp, scheduler.port)
+            cpu0 = _cpu_seconds(hami.pid) if hami is not None else 0.0
+            t0 = time.perf_counter()
+            _create_pods(cp, ns, pods, limits, times)
+            bound = times.wait_all(pods)
+            elapsed = max(times.bound.values(), default=t0) - t0
+            cpu = _cpu_seconds(hami.pid) - cpu0 if hami is not None else 0.0
+            requests = _apiserver_requests(kube) - requests0
+            lat = times.latencies()
+            return {
+                "pods": pods,
+                "bound": bound,
+                "seconds": elapsed,
+                "pods_per_s": bound / elapsed if elapsed > 0 else 0.0,
+                "p50_s": _quantile(lat, 0.50),
+                "p99_s": _quantile(lat, 0.99),
+                "api_requests_per_pod": requests / max(bound, 1),
+                "failed_attempts": _failed_attempts(cp, scheduler.port) - failed0,
+                "hami_cpu_ms_per_pod": 1e3 * cpu / max(bound, 1),
+            }
+        finally:
+            stop.set()
+            if hami is not None:
+                hami.terminate()
+                try:
+                    hami.wait(15)
+                except subprocess.TimeoutExpired:
+                    hami.kill()
+            cp.stop()
+
+
 def bench_e2e(
     nodes: int = 100,
     gpus: int = 8,
@@ -235,17 +372,24 @@ def _scheduler_config(port: int) -> dict[str, Any]:
     }
 
 
-def _create_pods(cp: ControlPlane, ns: str, pods: int) -> None:
-    """``pods`` one-GPU pods created at once by 8 client threads."""
-    limits = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1024, "nvidia.com/gpucores": 10}
+ONE_GPU = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1024, "nvidia.com/gpucores": 10}
+
+
+def _create_pods(
+    cp: ControlPlane, ns: str, pods: int, limits: dict[str, int] = ONE_GPU, times: _BoundTimes | None = None
+) -> None:
+    """``pods`` pods (one GPU each by default) created at once by 8 client threads; with ``times``, each pod's
+    creation time is noted when its create call answers."""
+
+    def create(i: int) -> None:
+        clients[i % 8].create_pod(ns, f"p{i:04d}", limits=limits, scheduler_name="hami-scheduler")
+        if times is not None:
+            with times.lock:
+                times.created[f"p{i:04d}"] = time.perf_counter()
+
     with ThreadPoolExecutor(8) as pool:
         clients = [cp.client() for _ in range(8)]
-        list(
-            pool.map(
-                lambda i: clients[i % 8].create_pod(ns, f"p{i:04d}", limits=limits, scheduler_name="hami-scheduler"),
-                range(pods),
-            )
-        )
+        list(pool.map(create, range(pods)))
 
 
 def _wait_bound(

@@ -25,6 +25,8 @@ QUICK = ["S", "M"]
 FULL = ["S", "M", "M-50x8", "M-100x16", "M-topo4", "L-420", "L-1000", "L-1000-init3", "XL-500", "XL-5000"]
 HTTP = ["M", "L-1000", "XL-500"]
 TARGETS = {"S": 0.5, "M": 2.0, "L-1000": 10.0, "XL-500": 10.0}  # in-process decide p99, ms
+AFRESH_TARGETS = {"L-1000": 3.0, "XL-500": 3.0, "XL-5000": 25.0}  # decide p99 with the memo off, ms (issue 19)
+AFRESH = ["M", "L-1000", "XL-500", "XL-5000"]
 
 
 def machine() -> dict[str, Any]:
@@ -102,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         rows,
     )
 
+    afresh_rows(names, args.iterations, results)
+
     rows = []
     ledger_results: dict[str, Any] = {}
     for name in [n for n in names if n in ("M", "L-1000", "XL-500")] or names[:1]:
@@ -121,6 +125,21 @@ def main(argv: list[str] | None = None) -> int:
         [[fmt(cs["cold_start_s"]), fmt(cs["state_mb"]), fmt(cs["peak_mb"])]],
     )
 
+    from bench.scrape import bench_scrape
+
+    scrape_name = "M" if args.quick else "XL-500"
+    sc = bench_scrape(SCENARIOS[scrape_name])
+    results["scrape"] = {scrape_name: sc}
+    table(
+        f"/metrics scrape ({scrape_name}, {sc['sliced']['mb']:.0f} MB of text): one scrape, and the longest the event "
+        "loop waited meanwhile",
+        ["writer", "scrape s", "longest loop stall ms"],
+        [
+            [name, fmt(r["seconds"]), fmt(r["loop_stall_ms"])]
+            for name, r in (("generate_latest, one go (before)", sc["generate_latest"]), ("sliced", sc["sliced"]))
+        ],
+    )
+
     rows = []
     http_results: dict[str, Any] = {}
     for name in [n for n in HTTP if n in names] or ["M"]:
@@ -129,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
         rows.append([name, f"{h['request_kb']:.1f}", fmt(h["p50_ms"]), fmt(h["p95_ms"]), fmt(h["p99_ms"])])
     results["http_filter"] = http_results
     table("HTTP /filter on a running server (stub API server)", ["scenario", "req KB", "p50", "p95", "p99"], rows)
+
+    if not args.quick and args.e2e_pods > 0:
+        pipelines_table(args.e2e_pods, results)
 
     if not args.quick and args.e2e_pods > 0:
         from bench.e2e import THROTTLED, bench_e2e
@@ -188,6 +210,104 @@ def main(argv: list[str] | None = None) -> int:
     path.write_text(json.dumps(results, indent=2))
     print(f"\nraw results: {path}")
     return 0
+
+
+def pipelines_table(pods: int, results: dict[str, Any]) -> None:
+    """The honest end-to-end table (issue 19 item 3): bare kube-scheduler, hami ``spread``, hami ``binpack``, in this
+    run, each on a fresh control plane (M: 100 nodes x 8 GPUs), with the ratios to bare and the issue's targets."""
+    from bench.e2e import bench_pipeline
+
+    runs = {name: bench_pipeline(name, pods=pods) for name in ("bare", "spread", "binpack")}
+    results["pipelines"] = runs
+    bare, spread = runs["bare"]["pods_per_s"], runs["spread"]["pods_per_s"]
+    binpack_ok = runs["binpack"]["pods_per_s"] >= 0.5 * spread and runs["binpack"]["failed_attempts"] == 0
+    targets = {
+        "bare": "-",
+        "spread": f">= 0.5x bare: {'ok' if spread >= 0.5 * bare else 'MISSED'}",
+        "binpack": f">= 0.5x spread, 0 failed: {'ok' if binpack_ok else 'MISSED'}",
+    }
+    rows = []
+    for name, r in runs.items():
+        cpu = r["hami_cpu_ms_per_pod"]
+        rows.append(
+            [
+                {"bare": "bare kube-scheduler (no devices)", "spread": "hami spread", "binpack": "hami binpack"}[name],
+                f"{r['bound']:.0f}/{r['pods']:.0f}",
+                fmt(r["pods_per_s"]),
+                f"{r['pods_per_s'] / bare:.2f}" if bare else "-",
+                fmt(r["p50_s"]),
+                fmt(r["p99_s"]),
+                fmt(r["api_requests_per_pod"]),
+                f"{r['failed_attempts']:.0f}",
+                "-" if name == "bare" else fmt(cpu) + (" (< 5 ok)" if cpu < 5 else " (< 5 MISSED)"),
+                targets[name],
+            ]
+        )
+    table(
+        f"End to end, {pods} pods created at once (M: 100 nodes x 8 GPUs, real kube-apiserver + kube-scheduler)",
+        [
+            "pipeline",
+            "bound",
+            "pods/s",
+            "x bare",
+            "p50 s",
+            "p99 s",
+            "API req/pod",
+            "failed",
+            "hami CPU ms/pod",
+            "target",
+        ],
+        rows,
+    )
+
+
+def afresh_rows(names: list[str], iterations: int, results: dict[str, Any]) -> None:
+    """Decisions the memo does not help (issue 19 item 4): the memo cleared before every decision, 200 request
+    shapes interleaved (memo on), every node's capacity summary dropped too, a request about half the nodes reject
+    (6,000 MiB; memo off), and Fit on every node (the capacity index off: the figure before it), each against its
+    scenario's single-shape memo figure from this run."""
+    rows = []
+    out: dict[str, Any] = {}
+    n = min(iterations, 200)
+    for name in [x for x in AFRESH if x in names]:
+        s = SCENARIOS[name]
+        single = results["decide"][name]["decide"]
+        afresh = results["decide"][name]["decide_cold"]
+        shapes = bench_decide(s, n, with_reserve=False, shapes=200)
+        rejecting = bench_decide(s, min(n, 100), with_reserve=False, memo=False, gpumem=6000)
+        changed = bench_decide(s, min(n, 100), with_reserve=False, memo=False, changed=True)
+        unscreened = bench_decide(s, min(n, 100), with_reserve=False, memo=False, screening=False)
+        out[name] = {"shapes_200": shapes, "all_changed": changed, "no_index": unscreened, "half_rejected": rejecting}
+        target = AFRESH_TARGETS.get(name)
+        rows.append(
+            [
+                name,
+                fmt(single["p99_ms"]),
+                fmt(afresh["p50_ms"]) + " / " + fmt(afresh["p99_ms"]),
+                fmt(shapes["p99_ms"]) + f" ({shapes['p99_ms'] / single['p99_ms']:.1f}x)",
+                fmt(changed["p99_ms"]),
+                fmt(rejecting["p99_ms"]),
+                fmt(unscreened["p99_ms"]),
+                "-" if target is None else (f"< {target}" + (" ok" if afresh["p99_ms"] < target else " MISSED")),
+            ]
+        )
+    results["afresh"] = out
+    if rows:
+        table(
+            "Decisions without the memo (ms): memo off; 200 shapes interleaved (x single shape); every node changed; "
+            "half the nodes rejecting; no capacity index",
+            [
+                "scenario",
+                "1 shape p99",
+                "afresh p50 / p99",
+                "200 shapes p99",
+                "all changed p99",
+                "half rejected p99",
+                "no index p99",
+                "target",
+            ],
+            rows,
+        )
 
 
 def profile() -> int:

@@ -100,8 +100,8 @@ def build_state(s: Scenario) -> ClusterState:
     return state
 
 
-def make_pod(s: Scenario, uid: str) -> Pod:
-    res = {"limits": {"nvidia.com/gpu": s.gpus_per_pod, "nvidia.com/gpumem": 1024, "nvidia.com/gpucores": 10}}
+def make_pod(s: Scenario, uid: str, gpumem: int = 1024) -> Pod:
+    res = {"limits": {"nvidia.com/gpu": s.gpus_per_pod, "nvidia.com/gpumem": gpumem, "nvidia.com/gpucores": 10}}
     spec = {
         "containers": [{"name": "main", "image": "cuda:12", "resources": res}],
         "initContainers": [
@@ -115,8 +115,8 @@ def make_pod(s: Scenario, uid: str) -> Pod:
     )
 
 
-def make_request(s: Scenario, uid: str, vs: dict[str, Vendor]) -> PodRequest:
-    return prefilter(make_pod(s, uid), vs, SchedulingDefaults())
+def make_request(s: Scenario, uid: str, vs: dict[str, Vendor], gpumem: int = 1024) -> PodRequest:
+    return prefilter(make_pod(s, uid, gpumem), vs, SchedulingDefaults())
 
 
 def candidates(s: Scenario, rng: random.Random) -> list[str]:

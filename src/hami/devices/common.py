@@ -37,17 +37,19 @@ from hami.devices.base import (
     Selector,
     Unfit,
 )
-from hami.devices.table import DeviceTable
+from hami.devices.table import DeviceTable, OpenCard
 from hami.protocol.allocation import ContainerDevice, PodDevices, decode_pod_devices, encode_pod_devices
 from hami.protocol.reasons import Reason, Rejection
 
 __all__ = [
     "EXHAUSTIVE_SUBSETS",
+    "Screener",
     "SharedDeviceVendor",
     "best_combination",
     "device_scores",
     "fit_shared",
     "policy_order",
+    "shared_screener",
     "worst_single",
 ]
 
@@ -368,6 +370,72 @@ def _topology_choice(ctx: FitContext, groups: Sequence[Sequence[Placement]], num
     return best
 
 
+Screener = Callable[[DeviceTable, bool], bool | None]
+"""``screen(table, idle)``: what Fit would answer for one container request on ``table`` (``idle``: on
+``table.empty()``): True (a ``Fitted`` with score 0), False (an ``Unfit``), None (cannot tell)."""
+
+
+def shared_screener(
+    req: ContainerRequest, ctx: FitContext, selector: Selector, partitions: Partitions | None
+) -> Screener | None:
+    """A screen of ``fit_shared`` for one container request, from the tables' capacity summaries; None when the
+    summaries cannot tell (a namespace quota, cordoned devices, device filters, ``topology-aware`` or ``mutex``). It
+    answers None for a table with devices carved into slices.
+
+    It mirrors the loop's checks for a device that passed health, type and slots (``Capacity.cards`` holds exactly
+    those): memory, cores, a whole card, compute units; with NUMA binding the devices must be on one NUMA node (the
+    policy orders devices by NUMA node first, so the loop's groups are the NUMA nodes). The equivalence with Fit is
+    a property test (``tests/unit/scheduling/test_screen.py``).
+    """
+    policy = ctx.policy
+    if ctx.quota is not None or ctx.cordoned or policy.topology or policy.mutex or _filters(selector):
+        return None
+    carves = partitions.carves if partitions is not None else None
+    nums, memreq, pct, numa_bind = req.nums, req.memreq, req.mem_percentage, policy.numa_bind
+    cores = min(req.coresreq, 100)
+
+    def screen(table: DeviceTable, idle: bool) -> bool | None:
+        cap = table.idle_summary(carves) if idle else table.summary(carves)
+        if cap.carved:
+            return None
+        if nums > len(cap.cards) or memreq > cap.max_mem or cores > cap.max_cores:
+            return False
+        if cores >= 100 and cap.idle < nums:
+            return False
+        return _enough_cards(cap.cards, nums, memreq, pct, cores, numa_bind)
+
+    return screen
+
+
+def _enough_cards(cards: Sequence[OpenCard], nums: int, memreq: int, pct: int, cores: int, numa_bind: bool) -> bool:
+    """Whether ``nums`` of the open cards (on one NUMA node with ``numa_bind``) pass Fit's memory and core checks."""
+    found: dict[int, int] = {}
+    for free_mem, free_cores, used, devmem, devcore, numa in cards:
+        mem = memreq if memreq > 0 else (devmem * pct // 100 if pct != MEM_PERCENTAGE_UNSET else 0)
+        if free_mem < mem:
+            if memreq > 0:
+                break  # cards come largest free memory first: none further has room
+            continue
+        if free_cores < cores or (cores >= 100 and used > 0) or (cores == 0 and devcore != 0 and free_cores <= 0):
+            continue
+        group = numa if numa_bind else 0
+        n = found[group] = found.get(group, 0) + 1
+        if n == nums:
+            return True
+    return False
+
+
+def _filters(selector: Selector) -> bool:
+    """Whether the selector restricts devices by type, mode or UUID."""
+    return bool(
+        selector.use_types
+        or selector.nouse_types
+        or selector.use_uuids
+        or selector.nouse_uuids
+        or selector.modes is not None
+    )
+
+
 class SharedDeviceVendor:
     """What vendors with slot/memory/core sharing and HAMi's allocation annotation have in common: the
     resource names of their config section, the shared fit loop and the ``UUID,Type,mem,cores:`` codec.
@@ -391,6 +459,16 @@ class SharedDeviceVendor:
     def order(self, table: DeviceTable, scores: Sequence[float], ctx: FitContext) -> Sequence[int]:
         """The order devices are tried in; a vendor with its own ordering overrides this."""
         return policy_order(table, scores, ctx)
+
+    def screener(self, request: ContainerRequest, ctx: FitContext, selector: Selector) -> Screener | None:
+        """A screen of ``fit`` for this container request (``shared_screener``); None for a subclass with its own
+        ``fit`` (or its own ``order`` under NUMA binding), which the summary cannot speak for."""
+        cls = type(self)
+        if cls.fit is not SharedDeviceVendor.fit or (
+            ctx.policy.numa_bind and cls.order is not SharedDeviceVendor.order
+        ):
+            return None
+        return shared_screener(request, ctx, selector, self.partitions)
 
     def encode(self, devices: PodDevices) -> str:
         return encode_pod_devices(devices)

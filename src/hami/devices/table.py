@@ -9,11 +9,35 @@ Units: memory in MiB, cores in core units (100 = one card at deviceCoreScaling 1
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import NamedTuple
 
 from hami.protocol.inventory import DeviceInfo
 
-__all__ = ["DeviceTable"]
+__all__ = ["Capacity", "DeviceTable", "OpenCard"]
+
+OpenCard = tuple[int, int, int, int, int, int]
+"""One card that can take another task: (free MiB, free core units, tasks on it, devmem, devcore, NUMA node)."""
+
+
+class Capacity(NamedTuple):
+    """A table's usage summarised for screening requests without running Fit (issue 19 item 4).
+
+    ``cards`` are the devices that can take another task — healthy, not ``broken``, not carved into slices, with a
+    free slot — largest free memory first (ties: more free cores first); ``carved`` counts the devices the vendor
+    carves into slices (their fit depends on the slice layout: a screen answers "unknown" for them). ``max_mem`` and
+    ``max_cores`` are the largest free amounts on any open card (0 when none), ``idle`` the open cards with no task.
+    ``totals`` are ``DeviceTable.totals()``. Built from the table in one pass, at most once per change: the table
+    drops it in ``charge``, the ledger's single mutation path. (A named tuple: it is built often and must be cheap.)
+    """
+
+    devices: int
+    cards: tuple[OpenCard, ...]
+    carved: int
+    max_mem: int
+    max_cores: int
+    idle: int
+    totals: tuple[int, int, int, int, int, int]
 
 
 class DeviceTable:
@@ -25,7 +49,20 @@ class DeviceTable:
     ``slices[i]`` are the positions of the slices taken on a partitioned device (``hami.devices.base.Slice``).
     """
 
-    __slots__ = ("broken", "capacity", "index_of", "infos", "slices", "used", "usedcores", "usedmem", "vendor")
+    __slots__ = (
+        "_idle",
+        "_static",
+        "_summary",
+        "broken",
+        "capacity",
+        "index_of",
+        "infos",
+        "slices",
+        "used",
+        "usedcores",
+        "usedmem",
+        "vendor",
+    )
 
     def __init__(self, vendor: str, infos: Sequence[DeviceInfo]) -> None:
         self.vendor = vendor
@@ -43,6 +80,9 @@ class DeviceTable:
         self.usedcores: list[int] = [0] * n
         self.slices: list[tuple[Hashable, ...]] = [()] * n
         self.broken: list[str | None] = [None] * n
+        self._summary: Capacity | None = None
+        self._idle: Capacity | None = None  # the summary of ``empty()``: static, shared by every copy
+        self._static: tuple[int, tuple[tuple[int, int, int, int, int], ...]] | None = None  # see _summarize
 
     def __len__(self) -> int:
         return len(self.infos)
@@ -59,16 +99,23 @@ class DeviceTable:
         copy.usedcores = self.usedcores.copy()
         copy.slices = self.slices.copy()
         copy.broken = self.broken.copy()
+        copy._summary = self._summary
+        copy._idle = self._idle
+        copy._static = self._static
         return copy
 
     def empty(self) -> DeviceTable:
         """The same devices with no usage at all (used to tell 'never fits' from 'does not fit now')."""
-        return DeviceTable(self.vendor, self.infos)
+        table = DeviceTable(self.vendor, self.infos)
+        table._summary = table._idle = self._idle
+        table._static = self._static
+        return table
 
     def charge(
         self, i: int, slots: int, mem: int, cores: int, positions: Iterable[Hashable] = (), sign: int = 1
     ) -> None:
         """Add (``sign=1``) or remove (``sign=-1``) usage on device ``i``, with the slice positions it takes."""
+        self._summary = None
         self.used[i] += sign * slots
         self.usedmem[i] += sign * mem
         self.usedcores[i] += sign * cores
@@ -88,5 +135,58 @@ class DeviceTable:
 
     def totals(self) -> tuple[int, int, int, int, int, int]:
         """(Σused, Σcount, Σusedcores, Σdevcore, Σusedmem, Σdevmem) for the node score (spec §5.2)."""
+        summary = self._summary
+        if summary is not None:
+            return summary.totals
         count, devcore, devmem = self.capacity
         return (sum(self.used), count, sum(self.usedcores), devcore, sum(self.usedmem), devmem)
+
+    def mark_broken(self, i: int, reason: str | None) -> None:
+        """Take device ``i`` out of service (a reason) or back into it (None)."""
+        self.broken[i] = reason
+        self._summary = None
+
+    def summary(self, carves: Callable[[DeviceInfo], bool] | None = None) -> Capacity:
+        """The usage summary (``Capacity``), built at most once per change. ``carves`` is the owning vendor's
+        partition test (``Partitions.carves``; always the same for one table, as a table belongs to one vendor)."""
+        summary = self._summary
+        if summary is None:
+            summary = self._summary = self._summarize(carves)
+        return summary
+
+    def idle_summary(self, carves: Callable[[DeviceInfo], bool] | None = None) -> Capacity:
+        """The summary of ``empty()`` (no usage, nothing broken), built once per inventory."""
+        idle = self._idle
+        if idle is None:
+            idle = self._idle = self.empty().summary(carves)
+        return idle
+
+    def _summarize(self, carves: Callable[[DeviceInfo], bool] | None) -> Capacity:
+        static = self._static
+        if static is None:  # per inventory: the carved devices, and (index, count, devmem, devcore, NUMA) of the rest
+            carved = [carves is not None and carves(info) for info in self.infos]
+            static = self._static = (
+                sum(carved),
+                tuple(
+                    (i, info.count, info.devmem, info.devcore, info.numa)
+                    for i, info in enumerate(self.infos)
+                    if info.health and not carved[i]
+                ),
+            )
+        broken, used, usedmem, usedcores = self.broken, self.used, self.usedmem, self.usedcores
+        cards = [
+            (devmem - usedmem[i], devcore - usedcores[i], used[i], devmem, devcore, numa)
+            for i, count, devmem, devcore, numa in static[1]
+            if used[i] < count and broken[i] is None
+        ]
+        cards.sort(reverse=True)
+        total, devcore, devmem = self.capacity
+        return Capacity(
+            len(self.infos),
+            tuple(cards),
+            static[0],
+            cards[0][0] if cards else 0,
+            max([c[1] for c in cards], default=0),
+            [c[2] for c in cards].count(0),
+            (sum(used), total, sum(usedcores), devcore, sum(usedmem), devmem),
+        )

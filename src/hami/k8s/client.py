@@ -26,6 +26,7 @@ import enum
 import logging
 import random
 import time
+import urllib.request
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -39,6 +40,7 @@ from hami.k8s.config import KubeConfig
 from hami.k8s.ratelimit import Clock, Sleep, TokenBucket
 from hami.k8s.records import Binding, Bookmark, EventType, ObjectList, ObjectRef, Status, WatchLine
 from hami.k8s.resources import PODS, Resource
+from hami.k8s.wire import WireClient, WireResponse
 from hami.protocol.objects import ObjectMeta
 
 __all__ = [
@@ -152,7 +154,7 @@ def retry_after(value: str | None) -> float | None:
     return seconds if seconds >= 0 else None
 
 
-def _response_error(response: httpx.Response, what: str) -> ApiError:
+def _response_error(response: httpx.Response | WireResponse, what: str) -> ApiError:
     error = api_error(response.status_code, response.content, what)
     if isinstance(error, TooManyRequests):
         error.retry_after = retry_after(response.headers.get("Retry-After"))
@@ -195,6 +197,20 @@ class KubeClient:
             limits=httpx.Limits(max_connections=settings.max_connections, max_keepalive_connections=20),
             headers={"Accept": "application/json", "User-Agent": f"hami/{__version__}"},
         )
+        # Plain requests go through the lean HTTP/1.1 client (hami.k8s.wire: a tenth of httpx's CPU per request),
+        # except with a test transport or a proxy in the environment (httpx honours those).
+        self._wire = (
+            WireClient(
+                config.server,
+                verify or None,
+                {"Accept": "application/json", "User-Agent": f"hami/{__version__}"},
+                connect_timeout=settings.connect_timeout,
+                request_timeout=settings.request_timeout,
+                max_connections=settings.max_connections,
+            )
+            if transport is None and not urllib.request.getproxies()
+            else None
+        )
         self._decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
         self._token: str | None = config.token
         self._token_read_at: float | None = None
@@ -210,6 +226,8 @@ class KubeClient:
         await self.aclose()
 
     async def aclose(self) -> None:
+        if self._wire is not None:
+            await self._wire.aclose()
         await self._http.aclose()
 
     # --- plumbing -----------------------------------------------------------------------------------------
@@ -269,7 +287,8 @@ class KubeClient:
         for attempt in range(self.settings.max_retries + 1):
             await self.limiter.acquire()
             try:
-                response = await self._http.request(
+                sender = self._http if self._wire is None else self._wire
+                response = await sender.request(
                     method, path, params=params, content=content, headers=self._headers(content_type)
                 )
             except httpx.HTTPError as exc:
@@ -298,7 +317,9 @@ class KubeClient:
     def _backoff(self, attempt: int) -> float:
         return float(min(self.settings.retry_wait_max, self.settings.retry_backoff * 2**attempt))
 
-    def _retry_delay(self, method: str, response: httpx.Response, error: ApiError, attempt: int) -> float | None:
+    def _retry_delay(
+        self, method: str, response: httpx.Response | WireResponse, error: ApiError, attempt: int
+    ) -> float | None:
         """Seconds to wait before sending the request again, or ``None`` if it must not be repeated."""
         status = response.status_code
         after = retry_after(response.headers.get("Retry-After"))

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Final
 
@@ -123,6 +124,11 @@ def decode_pod_devices(value: str, field: str = keys.NVIDIA_KEYS.allocated) -> P
     return tuple(containers)
 
 
+_SHARED_INTS: dict[int, int] = {}
+"""Memory amounts decoded so far, one int object each (the ledger keeps one per placed pod; a few thousand distinct
+amounts at most are kept here)."""
+
+
 def _decode_container(piece: str, offset: int, field: str, value: str) -> ContainerDevices:
     devices = []
     for entry in piece.split(":"):
@@ -135,8 +141,11 @@ def _decode_container(piece: str, offset: int, field: str, value: str) -> Contai
             raise AnnotationError(field, value, MISSING_FIELDS, start)
         mem_at = start + len(parts[0]) + len(parts[1]) + 2
         usedmem = _int32(parts[2], "memory", field, value, mem_at)
+        usedmem = _SHARED_INTS.setdefault(usedmem, usedmem) if len(_SHARED_INTS) < 4096 else usedmem
         usedcores = _int32(parts[3], "core", field, value, mem_at + len(parts[2]) + 1)
-        devices.append(ContainerDevice(uuid=parts[0], type=parts[1], usedmem=usedmem, usedcores=usedcores))
+        # Interned: the ledger keeps every placed pod's devices, and many pods name the same device and vendor.
+        uuid, kind = sys.intern(parts[0]), sys.intern(parts[1])
+        devices.append(ContainerDevice(uuid=uuid, type=kind, usedmem=usedmem, usedcores=usedcores))
     return tuple(devices)
 
 

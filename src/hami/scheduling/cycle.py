@@ -40,6 +40,7 @@ from hami.scheduling.filter import NodeFit, NodeRejection, filter_node
 from hami.scheduling.quota import QuotaBook
 from hami.scheduling.records import holds_devices, is_terminal, pod_group, record_from_pod
 from hami.scheduling.request import PodRequest, SchedulingDefaults, prefilter
+from hami.scheduling.screen import Screen, realize
 from hami.scheduling.state import ClusterState, NodeState, PodRecord
 from hami.scheduling.usage import effective_charges
 
@@ -111,11 +112,13 @@ class Verdicts:
     Never authoritative: a node's entry is used only while it was made for the very same ``NodeState`` at the same
     generation (every charge and update bumps it; a node removed and added again is a new object). Bounded:
     ``per_node`` shapes per node, and when more than ``shapes`` request shapes were seen it starts over.
+    ``screening=False`` judges every node with Fit (no capacity screening, ``hami.scheduling.screen``).
     """
 
-    def __init__(self, per_node: int = 8, shapes: int = 4096) -> None:
+    def __init__(self, per_node: int = 8, shapes: int = 4096, screening: bool = True) -> None:
         self.per_node = per_node
         self.shapes = shapes
+        self.screening = screening
         self.nodes: dict[str, _NodeMemo] = {}
         """Node name → its entry; read through ``entry`` (the stages inline that check on their hot loop)."""
         self._ids: dict[tuple[object, ...], int] = {}
@@ -173,6 +176,7 @@ def filter_nodes(
     """The filter stage: every candidate judged; the fitting ones and every rejection with its numbers."""
     memo = memo or Verdicts(per_node=0)
     shape = memo.shape(req, state.quotas)
+    screen = Screen.prepare(state, req) if memo.screening else None  # fitting nodes come back SCREENED
     fits: list[NodeFit] = []
     rejected: dict[str, NodeRejection] = {}
     nodes, entries = state.nodes, memo.nodes
@@ -186,7 +190,7 @@ def filter_nodes(
             entry = entries[name] = _NodeMemo(node)
         verdict = entry.verdicts.get(shape)
         if verdict is None:
-            verdict = judge(state, node, req)
+            verdict = judge(state, node, req) if screen is None else screen.judge(node)
             memo.keep(entry, shape, verdict)
         if isinstance(verdict, NodeFit):
             fits.append(verdict)
@@ -246,7 +250,9 @@ def decide(
         return Decision(req.uid, req.key, None, rejected=rejected, message=no_available_node_text(len(names)))
     scores = score(state, fits, memo)
     ranked = select(scores, req.node_policy)
-    best = next(f for f in fits if f.node == ranked[0])
+    best = realize(state, req, next(f for f in fits if f.node == ranked[0]))
+    if best is None:  # a screen disagreed with Fit: judge every node as without screening
+        return decide(state, req, names, now, Verdicts(per_node=0, screening=False))
     devices = best.pod_devices()
     slices = best.slices()
     stamp = _Stamp(now, now * 10**9 if now_ns is None else now_ns, req.names)

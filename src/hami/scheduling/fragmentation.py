@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from hami.scheduling.state import ClusterState
+from hami.scheduling.state import ClusterState, PodRecord
 
 __all__ = [
     "MAX_SHAPES",
@@ -28,9 +28,11 @@ __all__ = [
     "ModelFragment",
     "Shape",
     "card_fragments",
+    "count_shapes",
     "fragmentation_index",
     "model_fragments",
     "shapes_of",
+    "top_shapes",
 ]
 
 MAX_SHAPES = 64
@@ -86,11 +88,21 @@ class ModelFragment:
 def shapes_of(state: ClusterState) -> dict[str, tuple[Shape, ...]]:
     """Per vendor, the distinct (MiB, cores) a pod holds on one device, most frequent first (ties: smaller)."""
     counts: dict[str, dict[Shape, int]] = {}
-    for record in state.pods.values():
+    count_shapes(state.pods.values(), counts)
+    return top_shapes(counts)
+
+
+def count_shapes(records: Iterable[PodRecord], counts: dict[str, dict[Shape, int]]) -> None:
+    """Add the shapes the ``records`` hold to ``counts`` (vendor → shape → pods): ``shapes_of`` in parts."""
+    for record in records:
         for charge in record.charges:
             per = counts.setdefault(charge.vendor, {})
             shape = Shape(charge.mem, charge.cores)
             per[shape] = per.get(shape, 0) + 1
+
+
+def top_shapes(counts: Mapping[str, Mapping[Shape, int]]) -> dict[str, tuple[Shape, ...]]:
+    """The most frequent shapes per vendor from ``count_shapes`` (``MAX_SHAPES`` at most; ties: smaller first)."""
     return {
         vendor: tuple(s for s, _ in sorted(per.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_SHAPES])
         for vendor, per in counts.items()
@@ -107,13 +119,17 @@ def _copies(shape: Shape, slots: int, mem: int, cores: int) -> int:
     return max(n, 0)
 
 
-def card_fragments(state: ClusterState, shapes: Mapping[str, Iterable[Shape]] | None = None) -> list[CardFragment]:
+def card_fragments(
+    state: ClusterState, shapes: Mapping[str, Iterable[Shape]] | None = None, names: Iterable[str] | None = None
+) -> list[CardFragment]:
     """Every card of every node (sorted by node, vendor, index), judged against ``shapes`` (default: the
-    ledger's own, ``shapes_of(state)``)."""
+    ledger's own, ``shapes_of(state)``); only the nodes ``names`` (in that order) when given."""
     seen = shapes_of(state) if shapes is None else {v: tuple(s) for v, s in shapes.items()}
     out: list[CardFragment] = []
-    for name in sorted(state.nodes):
-        node = state.nodes[name]
+    for name in sorted(state.nodes) if names is None else names:
+        node = state.nodes.get(name)
+        if node is None:
+            continue
         for vendor in sorted(node.tables):
             table = node.tables[vendor]
             vendor_shapes = seen.get(vendor, ())

@@ -13,6 +13,7 @@ visible (it is reported on every update) until its annotations are repaired or i
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Hashable, Mapping
 
 from hami.devices.base import Vendor
@@ -104,9 +105,9 @@ def record_from_pod(pod: Pod, vendors: Mapping[str, Vendor]) -> PodRecord | None
     charges = effective_charges(devices, container_kinds(pod), init_done=init_containers_done(pod))
     return PodRecord(
         uid=pod.metadata.uid,
-        namespace=pod.metadata.namespace,
+        namespace=sys.intern(pod.metadata.namespace),  # shared by many records: one string each (state size)
         name=pod.metadata.name,
-        node=node,
+        node=sys.intern(node),
         devices=devices,
         charges=charges,
         slices=tuple(slices),

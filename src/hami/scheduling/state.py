@@ -12,7 +12,7 @@ from the records and returns the differences (an empty list when the ledger is r
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from hami.devices.base import NodeInventory, Vendor, parse_uuid_list
@@ -46,9 +46,38 @@ class PodRecord:
     slices: tuple[tuple[str, str, Hashable], ...] = ()
     problem: str | None = None
 
+    def __post_init__(self) -> None:
+        if type(self.devices) is dict and len(self.devices) == 1:  # the common case, kept compact (state size)
+            object.__setattr__(self, "devices", OneVendor(*next(iter(self.devices.items()))))
+
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+class OneVendor(Mapping[str, PodDevices]):
+    """A read-only ``{vendor: devices}`` with one entry: what almost every ``PodRecord`` holds, in 48 bytes instead of
+    a dict's 184 (the ledger keeps one record per placed pod: 13 MB at 100,000 pods). Equal to the dict it stands
+    for."""
+
+    __slots__ = ("_devices", "_vendor")
+
+    def __init__(self, vendor: str, devices: PodDevices) -> None:
+        self._vendor, self._devices = vendor, devices
+
+    def __getitem__(self, key: str) -> PodDevices:
+        if key != self._vendor:
+            raise KeyError(key)
+        return self._devices
+
+    def __iter__(self) -> Iterator[str]:
+        yield self._vendor
+
+    def __len__(self) -> int:
+        return 1
+
+    def __repr__(self) -> str:
+        return repr({self._vendor: self._devices})
 
 
 @dataclass(slots=True)
@@ -304,5 +333,5 @@ def _charge_tables(
         owner = vendors.get(ch.vendor)
         partitions = owner.partitions if owner is not None else None
         if sign > 0 and partitions is not None:
-            table.broken[i] = partitions.conflict(table.infos[i], positions, record.key) or table.broken[i]
+            table.mark_broken(i, partitions.conflict(table.infos[i], positions, record.key) or table.broken[i])
     return missing

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from hami.errors import HamiError
@@ -27,6 +27,7 @@ from hami.protocol.extender import (
 )
 from hami.server.extender import Extender
 from hami.server.metrics import Metrics
+from hami.server.scrape import scrape_chunks
 
 __all__ = ["EXTENDER_BODY_LIMIT", "BodyTooLarge", "build_app", "build_metrics_app", "build_service_app", "read_body"]
 
@@ -149,6 +150,7 @@ def build_service_app(extender: Extender, routes: list[Route]) -> Starlette:
 
 def build_metrics_app(metrics: Metrics) -> Starlette:
     async def metrics_route(_: Request) -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        # The cluster gauges are written in slices with the event loop's turn in between (hami.server.scrape).
+        return StreamingResponse(scrape_chunks(metrics, metrics.state()), media_type=CONTENT_TYPE_LATEST)
 
     return Starlette(routes=[Route("/metrics", metrics_route, methods=["GET"])])

@@ -190,61 +190,65 @@ class Metrics:
     """All of hami's metrics on one registry (served on ``--metrics-bind-address``)."""
 
     def __init__(self, state: Callable[[], ClusterState]) -> None:
+        self.state = state
+        self.own = CollectorRegistry(auto_describe=True)
+        """hami's own counters, histograms and gauges: everything but the cluster gauges, which ``/metrics`` writes
+        in slices (``hami.server.scrape``)."""
         self.registry = CollectorRegistry(auto_describe=True)
+        """Everything (``own`` and the cluster gauges), for ``get_sample_value`` and other in-process readers."""
+        self.registry.register(self.own)
+        self.registry.register(_StateCollector(state))
         Gauge(
             "hami_build_info",
             "hami build information",
             ["version", "revision", "build_date", "go_version", "compiler", "platform"],
-            registry=self.registry,
+            registry=self.own,
         ).labels(__version__, "", "", "", "cpython", "linux").set(1)
-        self.registry.register(_StateCollector(state))
         self.latency = Histogram(
             "hami_request_duration_seconds",
             "Extender/webhook request latency by endpoint",
             ["endpoint"],
             buckets=_LATENCY_BUCKETS,
-            registry=self.registry,
+            registry=self.own,
         )
         self.stage_latency = Histogram(
             "hami_stage_duration_seconds",
             "Time spent in each scheduling stage",
             ["stage"],
             buckets=_LATENCY_BUCKETS,
-            registry=self.registry,
+            registry=self.own,
         )
-        self.decisions = Counter(
-            "hami_filter_decisions", "Filter decisions by result", ["result"], registry=self.registry
-        )
-        self.binds = Counter("hami_bind_results", "Bind results", ["result"], registry=self.registry)
+        self.decisions = Counter("hami_filter_decisions", "Filter decisions by result", ["result"], registry=self.own)
+        self.binds = Counter("hami_bind_results", "Bind results", ["result"], registry=self.own)
         self.lock_wait = Histogram(
             "hami_bind_lock_wait_seconds",
             "How long binds waited for a node lock hand-over (another bind's device plugin to release the lock)",
             buckets=_LOCK_WAIT_BUCKETS,
-            registry=self.registry,
+            registry=self.own,
         )
         self.lock_wait_timeouts = Counter(
             "hami_bind_lock_wait_timeouts",
             "Binds whose wait for a node lock hand-over ran out (--bind-lock-wait, --node-lock-retry-timeout)",
-            registry=self.registry,
+            registry=self.own,
         )
         self.api_errors = Counter(
-            "hami_kube_api_errors", "Kubernetes API calls that failed", ["operation"], registry=self.registry
+            "hami_kube_api_errors", "Kubernetes API calls that failed", ["operation"], registry=self.own
         )
         self.ledger_drift = Gauge(
-            "hami_ledger_drift", "Differences between the usage ledger and a full recount", registry=self.registry
+            "hami_ledger_drift", "Differences between the usage ledger and a full recount", registry=self.own
         )
         self.ledger_api_drift = Gauge(
             "hami_ledger_api_drift",
             "Pods on which the ledger and the API disagreed at the last re-list of pods, confirmed by the re-list "
             "before it (kind: leaked, missing, changed)",
             ["kind"],
-            registry=self.registry,
+            registry=self.own,
         )
         self.ledger_api_repairs = Counter(
             "hami_ledger_api_repairs",
             "Ledger records set to what the API holds after a confirmed difference (kind: leaked, missing, changed)",
             ["kind"],
-            registry=self.registry,
+            registry=self.own,
         )
         for kind in DriftKind:
             self.ledger_api_drift.labels(kind.value).set(0)

@@ -1,0 +1,128 @@
+"""Screening: judging a node from its capacity index instead of running Fit (issue 19 item 4).
+
+Every device table keeps a summary of its usage (``hami.devices.table.Capacity``: the cards that can take another
+task with their free memory and cores, the largest free amounts, the idle cards, the node-score totals). It is built
+at most once per change and dropped by ``DeviceTable.charge``, the ledger's single mutation path, so reading it
+costs O(1) until the node changes again. A vendor that can answer "would ``fit`` succeed?" from that summary
+implements ``Screening`` (the shared fit loop does: ``SharedDeviceVendor.screen``); any other vendor is judged by
+Fit as before.
+
+``Screen.judge`` then costs, per candidate node:
+
+* a node every vendor screens as fitting: O(1). It is listed as fitting with ``placements`` left ``SCREENED``; only
+  the node that ``decide`` chooses is fitted for real (``realize``) — the devices of the others are never
+  needed. Its score needs no devices either: a screened fit's vendor contribution is 0 by ``Screening``'s contract.
+* a node some vendor screens as not fitting: Fit runs once for the reasons and their numbers (exactly today's), and
+  the "could it fit if empty" check (``unresolvable``) is answered from the static summary of the empty table.
+* anything the screen cannot tell (a quota in the namespace, cordoned devices, device filters, sliced devices,
+  several containers with devices, ``topology-aware``/``mutex``): Fit, as before.
+
+The decisions are the same as without screening — chosen node, devices, scores, every reason and number — which is
+a property test (``tests/unit/scheduling/test_screen.py``); ``decide`` falls back to judging every node
+when a screened node does not fit after all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Final, Protocol, runtime_checkable
+
+from hami.devices.base import ContainerRequest, FitContext, Placement, Selector
+from hami.devices.common import Screener
+from hami.scheduling.filter import NodeFit, NodeRejection, filter_node
+from hami.scheduling.request import PodRequest
+from hami.scheduling.state import ClusterState, NodeState
+
+__all__ = ["SCREENED", "Screen", "Screening", "realize", "screened"]
+
+SCREENED: Final[Mapping[str, tuple[tuple[Placement, ...], ...]]] = MappingProxyType({})
+"""``NodeFit.placements`` of a node that screened as fitting and was not fitted yet."""
+
+
+@runtime_checkable
+class Screening(Protocol):
+    """A vendor that can tell from a table's capacity summary what its ``fit`` would answer.
+
+    ``screener`` is asked once per decision and returns None when it cannot screen this request at all; its
+    ``screen(table, idle)`` answers True only if ``fit`` would return a ``Fitted`` whose ``score`` is 0 (on
+    ``table.empty()`` when ``idle``), False only if it would return ``Unfit``, and None whenever it cannot tell.
+    """
+
+    def screener(self, request: ContainerRequest, ctx: FitContext, selector: Selector) -> Screener | None:
+        """A screen for this container request, or None."""
+
+
+def screened(fit: NodeFit) -> bool:
+    """Whether ``fit`` is a screened node whose devices were not chosen yet."""
+    return fit.placements is SCREENED
+
+
+class Screen:
+    """Screening for one decision: the request's single device-using container, per vendor its screen and context."""
+
+    __slots__ = ("checks", "req", "state")
+
+    def __init__(
+        self,
+        state: ClusterState,
+        req: PodRequest,
+        checks: tuple[tuple[str, Screener], ...],
+    ) -> None:
+        self.state, self.req, self.checks = state, req, checks
+
+    @classmethod
+    def prepare(cls, state: ClusterState, req: PodRequest) -> Screen | None:
+        """A screen for ``req``, or None when the request cannot be screened (several containers with devices, a
+        namespace quota, a vendor without ``Screening``)."""
+        with_devices = [c for c in req.containers if c]
+        if len(with_devices) != 1 or state.quotas.has_limits(req.namespace):
+            return None
+        checks = []
+        ctx = FitContext(policy=req.gpu_policy, weights=req.weights)
+        for vendor, creq in sorted(with_devices[0].items()):
+            owner = state.vendors[vendor]
+            screen = owner.screener(creq, ctx, req.selectors[vendor]) if isinstance(owner, Screening) else None
+            if screen is None:
+                return None
+            checks.append((vendor, screen))
+        return cls(state, req, tuple(checks))
+
+    def judge(self, node: NodeState) -> NodeFit | NodeRejection:
+        """The node's verdict; a fitting node comes back ``SCREENED`` (see the module docstring)."""
+        tables = node.tables
+        answer: bool | None = None if node.cordoned else True
+        for vendor, screen in self.checks:
+            if answer is None:
+                break
+            table = tables.get(vendor)
+            answer = None if table is None else screen(table, False)
+            if answer is False:
+                break
+        if answer:
+            return NodeFit(node.name, SCREENED)
+        verdict = filter_node(self.state, node, self.req)
+        if isinstance(verdict, NodeRejection) and not verdict.unresolvable and self._never_fits(node, verdict):
+            return NodeRejection(verdict.node, verdict.counts, verdict.total, verdict.closest, True, verdict.detail)
+        return verdict
+
+    def _never_fits(self, node: NodeState, verdict: NodeRejection) -> bool:
+        """Whether the node could not run the pod even without any usage (``judge``'s ``unresolvable``)."""
+        idle = not node.cordoned  # the empty node keeps its cordons, which the idle summary does not know
+        for vendor, screen in self.checks:
+            answer = screen(node.tables[vendor], True)
+            if answer is False:
+                return True
+            if answer is None:
+                idle = False
+        if idle:
+            return False
+        return isinstance(filter_node(self.state, node, self.req, empty=True), NodeRejection)
+
+
+def realize(state: ClusterState, req: PodRequest, fit: NodeFit) -> NodeFit | None:
+    """A screened node's real fit (its devices), or None when Fit disagrees with the screen; other fits as they are."""
+    if not screened(fit):
+        return fit
+    verdict = filter_node(state, state.nodes[fit.node], req)
+    return verdict if isinstance(verdict, NodeFit) else None

@@ -1,0 +1,176 @@
+"""The lean HTTP/1.1 client (``hami.k8s.wire``) against a real loopback server: bodies by length, chunked and until
+close, keep-alive reuse, a server that closed an idle connection, a connection lost mid-response, timeouts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import httpx
+import pytest
+
+from hami.k8s.wire import WireClient
+
+Handler = Callable[[bytes, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[bool]]
+
+
+class Server:
+    """A loopback HTTP/1.1 server answering each request with ``handler`` (False: close the connection)."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.connections = 0
+        self.requests: list[bytes] = []
+        self.writers: list[asyncio.StreamWriter] = []
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self.writers.append(writer)
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                body = await reader.readexactly(length) if length else b""
+                self.requests.append(head + body)
+                if not await self.handler(head, reader, writer):
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Callable[[Handler], Awaitable[tuple[Server, WireClient]]]]:
+    servers: list[asyncio.Server] = []
+    handlers: list[Server] = []
+    clients: list[WireClient] = []
+
+    async def start(handler: Handler) -> tuple[Server, WireClient]:
+        server = Server(handler)
+        handlers.append(server)
+        listener = await asyncio.start_server(server.serve, "127.0.0.1", 0)
+        servers.append(listener)
+        port = listener.sockets[0].getsockname()[1]
+        client = WireClient(
+            f"http://127.0.0.1:{port}/prefix",
+            None,
+            {"Accept": "application/json"},
+            connect_timeout=2,
+            request_timeout=0.5,
+            max_connections=4,
+        )
+        clients.append(client)
+        return server, client
+
+    yield start
+    for c in clients:
+        await c.aclose()
+    for s in servers:
+        s.close()
+    for h in handlers:
+        for w in h.writers:
+            w.close()
+    await asyncio.sleep(0.05)  # the transports finish closing
+
+
+def reply(body: bytes, *, chunked: bool = False, close: bool = False, status: str = "200 OK") -> Handler:
+    async def handler(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        headers = f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
+        if close:
+            headers += "Connection: close\r\n"
+        if chunked:
+            half = len(body) // 2
+            payload = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in (body[:half], body[half:]) if p) + b"0\r\n\r\n"
+            writer.write((headers + "Transfer-Encoding: chunked\r\n\r\n").encode() + payload)
+        else:
+            writer.write((headers + f"Content-Length: {len(body)}\r\n\r\n").encode() + body)
+        await writer.drain()
+        return not close
+
+    return handler
+
+
+async def test_a_request_carries_its_line_headers_and_body_and_the_connection_is_reused(serve) -> None:  # type: ignore[no-untyped-def]
+    server, client = await serve(reply(b'{"kind":"Pod"}'))
+    first = await client.request(
+        "PATCH",
+        "/api/v1/pods/p",
+        params={"labelSelector": "a in (x,y)"},
+        content=b'{"a":1}',
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    second = await client.request("GET", "/api/v1/pods/p")
+    assert (first.status_code, first.content, first.headers["content-type"]) == (
+        200,
+        b'{"kind":"Pod"}',
+        "application/json",
+    )
+    assert second.content == b'{"kind":"Pod"}'
+    assert server.connections == 1
+    head = server.requests[0].decode()
+    assert head.startswith("PATCH /prefix/api/v1/pods/p?labelSelector=a+in+%28x%2Cy%29 HTTP/1.1\r\n")
+    assert "\r\nHost: 127.0.0.1:" in head
+    assert "\r\nContent-Type: application/merge-patch+json\r\n" in head
+    assert head.endswith('\r\nContent-Length: 7\r\n\r\n{"a":1}')
+
+
+async def test_chunked_and_closing_responses(serve) -> None:  # type: ignore[no-untyped-def]
+    body = b"x" * 10000
+    _, client = await serve(reply(body, chunked=True))
+    assert (await client.request("GET", "/a")).content == body
+    server2, client2 = await serve(reply(b"bye", close=True))
+    assert (await client2.request("POST", "/b", content=b"{}")).content == b"bye"
+    assert (await client2.request("POST", "/b", content=b"{}")).content == b"bye"
+    assert server2.connections == 2  # Connection: close is honoured
+
+
+async def test_an_error_status_is_a_response(serve) -> None:  # type: ignore[no-untyped-def]
+    _, client = await serve(reply(b'{"kind":"Status","code":409}', status="409 Conflict"))
+    response = await client.request("POST", "/x", content=b"{}")
+    assert (response.status_code, response.content) == (409, b'{"kind":"Status","code":409}')
+
+
+async def test_an_idle_connection_the_server_closed_is_not_reused(serve) -> None:  # type: ignore[no-untyped-def]
+    closing = reply(b"ok", close=False)
+
+    async def once_then_close(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        await closing(head, reader, writer)
+        return False  # closes after answering, without saying so
+
+    server, client = await serve(once_then_close)
+    assert (await client.request("POST", "/a", content=b"{}")).content == b"ok"
+    await asyncio.sleep(0.05)  # the close reaches the client
+    assert (await client.request("POST", "/a", content=b"{}")).content == b"ok"
+    assert server.connections == 2
+
+
+async def test_a_connection_lost_mid_response_and_a_silent_server(serve) -> None:  # type: ignore[no-untyped-def]
+    async def half(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nabc")
+        await writer.drain()
+        return False
+
+    _, client = await serve(half)
+    with pytest.raises(httpx.RemoteProtocolError):
+        await client.request("POST", "/a", content=b"{}")
+
+    async def silent(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        await reader.read()  # until the client gives up and closes
+        return False
+
+    _, slow = await serve(silent)
+    with pytest.raises(httpx.ReadTimeout):
+        await slow.request("GET", "/a")
+
+
+async def test_a_refused_connection_is_a_connect_error() -> None:
+    listener = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    listener.close()
+    await listener.wait_closed()
+    client = WireClient(f"http://127.0.0.1:{port}", None, {}, connect_timeout=1, request_timeout=1, max_connections=1)
+    with pytest.raises(httpx.ConnectError):
+        await client.request("GET", "/")
