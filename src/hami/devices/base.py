@@ -376,7 +376,7 @@ class Vendor(Protocol):
     """One device vendor. Implementations are stateless apart from their configuration.
 
     Adding a vendor: its module in ``hami.devices`` implementing this protocol (most reuse
-    ``common.SharedDeviceVendor``), its test file, its line in ``vendors_from_config`` and its chart values.
+    ``common.SharedDeviceVendor``), its test file, its line in ``hami.devices.FAMILIES`` and its chart values.
     """
 
     @property
