@@ -14,9 +14,11 @@ from typing import Final
 from hami.config import DeviceConfig, default_device_config
 from hami.devices.awsneuron import AwsNeuronVendor
 from hami.devices.base import Vendor
+from hami.devices.cambricon import CambriconVendor
 from hami.devices.enflame import EnflameDrsVendor, EnflameGcuVendor
 from hami.devices.hygon import HygonVendor
 from hami.devices.kunlun import KunlunVendor, XpuVendor
+from hami.devices.mthreads import MthreadsVendor
 from hami.devices.nvidia.vendor import NvidiaVendor
 from hami.protocol.keys import VendorKeys
 
@@ -28,6 +30,8 @@ FAMILIES: Final[dict[str, Callable[[DeviceConfig], Sequence[Vendor]]]] = {
     "kunlun": lambda c: (KunlunVendor(c.kunlun), XpuVendor(c.kunlun)),
     "enflame": lambda c: (EnflameGcuVendor(c.enflame), EnflameDrsVendor(c.enflame)),
     "awsneuron": lambda c: (AwsNeuronVendor(c.awsneuron),),
+    "cambricon": lambda c: (CambriconVendor(c.cambricon),),
+    "mthreads": lambda c: (MthreadsVendor(c.mthreads),),
 }
 """Every vendor family hami schedules, in registry order (the order vendors are tried and listed)."""
 

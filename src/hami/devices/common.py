@@ -39,6 +39,7 @@ from hami.devices.base import (
 )
 from hami.devices.table import DeviceTable, OpenCard
 from hami.protocol.allocation import ContainerDevice, PodDevices, decode_pod_devices, encode_pod_devices
+from hami.protocol.inventory import DeviceInfo
 from hami.protocol.reasons import Reason, Rejection
 
 __all__ = [
@@ -158,16 +159,24 @@ def fit_shared(
     vendor: str,
     partitions: Partitions | None = None,
     order: Order = policy_order,
+    rule: Rule | None = None,
 ) -> Fitted | Unfit:
-    """Choose ``req.nums`` devices of ``table`` for one container, or say why not. Reads the table only."""
+    """Choose ``req.nums`` devices of ``table`` for one container, or say why not. Reads the table only.
+
+    ``rule`` is a vendor's last per-device check (HAMi's ``CustomFilterRule``), made after every other one; a device
+    it refuses counts ``CardNotFoundCustomFilterRule``."""
     n = len(table.infos)
     several = partitions is not None and partitions.several_per_device(table.infos, selector)
     if req.nums > n and not several:
         return Unfit(
             {Reason.NODE_INSUFFICIENT_DEVICE: n}, n, (Rejection(Reason.NODE_INSUFFICIENT_DEVICE, None, req.nums, n),)
         )
-    return _SharedFit(table, req, ctx, selector, vendor, partitions).run(order)
+    return _SharedFit(table, req, ctx, selector, vendor, partitions, rule).run(order)
 
+
+Rule = Callable[[DeviceInfo], bool]
+"""A vendor's custom filter rule: may this device take the container (given what the rule captured, such as the
+devices the pod's earlier containers got)?"""
 
 Problem = tuple[Reason, int, int]
 """Why one device cannot take the container: the reason, and the amounts requested and available (0 if none)."""
@@ -186,6 +195,7 @@ class _SharedFit:
         "partitions",
         "prev_numa",
         "req",
+        "rule",
         "selector",
         "table",
         "vendor",
@@ -199,9 +209,11 @@ class _SharedFit:
         selector: Selector,
         vendor: str,
         partitions: Partitions | None,
+        rule: Rule | None = None,
     ):
         self.table, self.req, self.ctx, self.selector, self.vendor = table, req, ctx, selector, vendor
         self.partitions = partitions
+        self.rule = rule
         # Spec §6.2 step 8 / §6.7: a request for more than 100 cores is clamped to 100 (a whole card), so it is
         # judged, and recorded in the allocation, as 100 — not refused as CardInsufficientCore on an idle card.
         self.cores = min(req.coresreq, 100)
@@ -220,7 +232,7 @@ class _SharedFit:
             if problem is None:
                 self._numa_boundary(info.numa)
                 memreq = self.req.memory_on(info.devmem)
-                problem = self._share_problem(i) or self._room_problem(i, memreq)
+                problem = self._share_problem(i) or self._room_problem(i, memreq) or self._rule_problem(info)
             if problem is not None:
                 self._miss(info.id, *problem)
                 continue
@@ -286,6 +298,11 @@ class _SharedFit:
         if info.devcore != 0 and table.usedcores[i] >= info.devcore and cores == 0:
             return (Reason.CARD_COMPUTE_UNITS_EXHAUSTED, 0, 0)
         return None
+
+    def _rule_problem(self, info: DeviceInfo) -> Problem | None:
+        if self.rule is None or self.rule(info):
+            return None
+        return (Reason.CARD_NOT_FOUND_CUSTOM_FILTER_RULE, 0, 0)
 
     def _place(self, i: int, memreq: int) -> Fitted | None:
         self.accepted.append(Placement(i, ContainerDevice(self.table.infos[i].id, self.vendor, memreq, self.cores)))

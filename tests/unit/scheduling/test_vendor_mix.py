@@ -2,7 +2,8 @@
 
 The vendors are the registry's (``vendors_from_config`` with every family), so a vendor added to
 ``hami.devices.FAMILIES`` joins these examples without a change here: nodes get devices of random subsets of
-the vendors (inventories set directly, typed with the vendor key), and pods ask for random subsets of them
+the vendors (set directly, typed with the vendor key; a vendor that derives its devices from the node's capacity
+decodes them itself from a capacity of random cards), and pods ask for random subsets of them
 through each vendor's own resource names, in container limits — so each vendor's request parsing (units,
 defaults, refusals) applies — and, for half the pods, after the admission webhook's own decision and patch
 (``hami.simulate.admit``). Every pod is placed with ``decide`` and charged with ``reserve``; after each, every
@@ -22,7 +23,7 @@ from hami.devices import vendors_from_config
 from hami.devices.base import NodeInventory
 from hami.errors import InvalidInput
 from hami.protocol.inventory import DeviceInfo
-from hami.protocol.objects import Pod
+from hami.protocol.objects import Node, Pod
 from hami.scheduling.admission import Admission, AdmissionSettings, admitters_for
 from hami.scheduling.cycle import Verdicts, decide, reserve
 from hami.scheduling.request import SchedulingDefaults, prefilter
@@ -38,14 +39,12 @@ MIX = settings(max_examples=100, deadline=None, suppress_health_check=[HealthChe
 DEFAULTS = SchedulingDefaults()
 
 
-@st.composite
-def inventories(draw: st.DrawFn, node: int) -> dict[str, NodeInventory]:
-    present = draw(st.lists(st.sampled_from(NAMES), min_size=1, max_size=min(len(NAMES), 4), unique=True))
-    out: dict[str, NodeInventory] = {}
-    for v, vendor in enumerate(present):
-        devices = tuple(
+def _plain(draw: st.DrawFn, node: int, v: int, vendor: str) -> NodeInventory:
+    """Devices typed with the vendor key, as a registration annotation would list them."""
+    return NodeInventory(
+        tuple(
             DeviceInfo(
-                id=f"n{node}-v{v}-{i}",
+                id=f"node-{node}-v{v}-{i}",
                 index=i,
                 count=draw(st.integers(1, 6)),
                 devmem=draw(st.sampled_from([4096, 16384, 32768, 65536])),
@@ -56,7 +55,39 @@ def inventories(draw: st.DrawFn, node: int) -> dict[str, NodeInventory]:
             )
             for i in range(draw(st.integers(1, 4)))
         )
-        out[vendor] = NodeInventory(devices)
+    )
+
+
+def capacity_inventory(vendor: str, node: str, cards: int, slots: int, memory_units: int) -> NodeInventory | None:
+    """A capacity-registered vendor's devices (``keys.register == ""``) decoded by the vendor itself from a node whose
+    ``status.capacity`` holds its resources (``cards × slots`` of the count, ``cards × memory_units`` of memory, 100
+    core units per card), with the ids the vendor synthesizes; None when the vendor makes nothing of it."""
+    names = REGISTRY[vendor].resources
+    capacity = {names.count: str(cards * slots)}
+    if names.memory:
+        capacity[names.memory] = str(cards * memory_units)
+    if names.core:
+        capacity[names.core] = str(cards * 100)
+    raw = {"metadata": {"name": node}, "status": {"capacity": capacity, "allocatable": capacity}}
+    try:
+        inventory = REGISTRY[vendor].decode_inventory(msgspec.convert(raw, type=Node))
+    except InvalidInput:
+        return None
+    return inventory if inventory is not None and inventory.devices else None
+
+
+def _from_capacity(draw: st.DrawFn, node: int, vendor: str) -> NodeInventory | None:
+    cards, slots = draw(st.integers(1, 4)), draw(st.sampled_from([1, 2, 10]))
+    return capacity_inventory(vendor, f"node-{node}", cards, slots, draw(st.sampled_from([16, 64, 96, 256])))
+
+
+@st.composite
+def inventories(draw: st.DrawFn, node: int) -> dict[str, NodeInventory]:
+    present = draw(st.lists(st.sampled_from(NAMES), min_size=1, max_size=min(len(NAMES), 4), unique=True))
+    out: dict[str, NodeInventory] = {}
+    for v, vendor in enumerate(present):
+        inventory = _from_capacity(draw, node, vendor) if REGISTRY[vendor].keys.register == "" else None
+        out[vendor] = inventory if inventory is not None else _plain(draw, node, v, vendor)
     return out
 
 
@@ -130,15 +161,16 @@ def test_no_device_goes_over_capacity_whatever_the_vendor_mix(
 
 
 def test_the_mix_places_pods_of_the_vendors_with_plain_devices() -> None:
-    """Not vacuous: one whole-device pod per vendor goes to a node holding one plain device of every vendor; the
-    vendors whose devices need node facts this generic inventory lacks (DRS profiles, cores per device, board
-    groups) place nothing there, and only capacity is checked for them above."""
+    """Not vacuous: one whole-device pod per vendor goes to a node holding devices of every vendor (capacity-derived
+    ones decoded by the vendor); vendors needing node facts this generic node lacks (DRS profiles, Neuron core
+    counts, vXPU or Moore Threads card sizes) may place nothing there, and only capacity is checked for them."""
     state = ClusterState(REGISTRY)
-    inventory = {
+    plain = {
         name: NodeInventory((DeviceInfo(id=f"d-{i}", count=4, devmem=65536, devcore=100, type=name, health=True),))
         for i, name in enumerate(NAMES)
     }
-    state.set_node("all", inventory)
+    derived = {name: capacity_inventory(name, "all", 2, 4, 64) for name in NAMES if REGISTRY[name].keys.register == ""}
+    state.set_node("all", {name: derived.get(name) or plain[name] for name in NAMES})
     placed = []
     for k, name in enumerate(NAMES):
         raw = {
@@ -152,5 +184,5 @@ def test_the_mix_places_pods_of_the_vendors_with_plain_devices() -> None:
         reserve(state, req, decision)
         if decision.node == "all":
             placed += list(decision.devices)
-    assert {"NVIDIA", "DCU"} <= set(placed)
+    assert {"NVIDIA", "DCU", "MLU", "GCU", "kunlun"} <= set(placed)  # registered and capacity-derived devices
     assert over_capacity(state) == []

@@ -33,6 +33,8 @@ EXPECTED = {
     "demo/gcu-drs": ("drs-s60", [["drs-s60-enflame-drs-0"]]),
     "demo/gcu-whole": ("gcu-s60", [["gcu-s60-GCU-0", "gcu-s60-GCU-1"]]),
     "demo/neuron-cores": ("inf2-24xl", [["inf2-24xl-AWSNeuron-0", "inf2-24xl-AWSNeuron-1"]]),
+    "demo/mlu-job": ("mlu370", [["mlu370-cambricon-mlu-0"]]),
+    "demo/mthreads-pair": ("mtt-s4000", [["mtt-s4000-mthreads-0"], ["mtt-s4000-mthreads-0"]]),
     "demo/init-then-serve": ("t4-b", [["GPU-t4b-2"], ["GPU-t4b-2"]]),
     "demo/too-big": (None, []),
 }
@@ -90,6 +92,8 @@ def test_demo_pending_pod_has_a_reason_for_every_node() -> None:
         "gcu-s60": {"NodeUnregistered": 1},
         "inf2-24xl": {"NodeUnregistered": 1},
         "mig-a100": {"CardInsufficientMemory": 1},
+        "mlu370": {"NodeUnregistered": 1},
+        "mtt-s4000": {"NodeUnregistered": 1},
         "t4-a": {"CardInsufficientMemory": 4},
         "t4-b": {"CardInsufficientMemory": 4},
         "vxpu-p800": {"NodeUnregistered": 1},
@@ -139,7 +143,7 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
     assert result.code == 0
     assert result.stderr == ""
     lines = result.stdout.splitlines()
-    assert lines[0] == "hami simulate --demo: 10 nodes, 45 devices; 19 pods in order: 18 placed, 1 pending"
+    assert lines[0] == "hami simulate --demo: 12 nodes, 51 devices; 21 pods in order: 20 placed, 1 pending"
     for heading in (
         "Placements",
         "Per-device utilization after placement",
@@ -151,23 +155,25 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
         in lines
     )
     assert "demo/mig-2g           mig-a100     GPU-mig-0 (19968 MiB, 28%, MIG 2g.20gb@0)" in lines
-    assert "t4-b         GPU-t4b-0              NVIDIA-Tesla T4        4/10   14000/15360  90/100" in lines
+    assert "t4-b         GPU-t4b-0               NVIDIA-Tesla T4        4/10   14000/15360  90/100" in lines
     assert (
-        "mig-a100     GPU-mig-0              NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100   "
+        "mig-a100     GPU-mig-0               NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100   "
         "MIG: 1g.10gb@6 2g.20gb@0" not in lines
     )
     assert (
-        "mig-a100     GPU-mig-0              NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100   "
+        "mig-a100     GPU-mig-0               NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100   "
         "MIG: 2g.20gb@0 1g.10gb@6" in lines
     )
-    assert lines[-11:] == [
-        "demo/too-big: no available node, 10 nodes do not meet",
+    assert lines[-13:] == [
+        "demo/too-big: no available node, 12 nodes do not meet",
         "  a100-nvlink: 1/8 AllocatedCardsInsufficientRequest, 7/8 CardInsufficientMemory",
         "  dcu-z100: node unregistered for NVIDIA",
         "  drs-s60: node unregistered for NVIDIA",
         "  gcu-s60: node unregistered for NVIDIA",
         "  inf2-24xl: node unregistered for NVIDIA",
         "  mig-a100: 1/1 CardInsufficientMemory",
+        "  mlu370: node unregistered for NVIDIA",
+        "  mtt-s4000: node unregistered for NVIDIA",
         "  t4-a: 4/4 CardInsufficientMemory",
         "  t4-b: 4/4 CardInsufficientMemory",
         "  vxpu-p800: node unregistered for NVIDIA",
