@@ -28,6 +28,7 @@ from hami.config import default_device_config
 from hami.config.settings import GATED_FAMILIES
 from hami.devices import vendors_from_config
 from hami.devices.base import Vendor
+from hami.devices.cambricon import CAMBRICON_KEYS, DSMLU_ASSIGNED, DSMLU_PROFILE
 from hami.devices.hygon import HYGON_KEYS
 from hami.protocol import keys
 from hami.protocol.allocation import PodDevices
@@ -81,6 +82,23 @@ def _hygon_expected(node: str) -> dict[str, str]:
     return {HYGON_KEYS.allocated: value, HYGON_KEYS.to_allocate or "": value}
 
 
+def _cambricon_node(name: str) -> FakeNode:
+    # Cambricon's plugin registers no annotation: two MLU370s in the capacity (200 core units, 2 × 96 memory units)
+    return FakeNode(
+        {}, {"cambricon.com/vmlu": 200, "cambricon.com/mlu.smlu.vcore": 200, "cambricon.com/mlu.smlu.vmemory": 192}
+    )
+
+
+def _cambricon_expected(node: str) -> dict[str, str]:
+    value = f"{node}-cambricon-mlu-0,MLU,2048,30:;"
+    return {
+        CAMBRICON_KEYS.allocated: value,
+        CAMBRICON_KEYS.to_allocate or "": value,
+        DSMLU_ASSIGNED: "false",
+        DSMLU_PROFILE: "0_30_8",
+    }
+
+
 FAMILY_CASES: dict[str, FamilyCase] = {
     "nvidia": FamilyCase(
         "nvidia",
@@ -95,6 +113,13 @@ FAMILY_CASES: dict[str, FamilyCase] = {
         _hygon_node,
         {"hygon.com/dcunum": 1, "hygon.com/dcumem": 2000, "hygon.com/dcucores": 40},
         _hygon_expected,
+    ),
+    "cambricon": FamilyCase(
+        "cambricon",
+        "MLU",
+        _cambricon_node,
+        {"cambricon.com/vmlu": 1, "cambricon.com/mlu.smlu.vmemory": 8, "cambricon.com/mlu.smlu.vcore": 30},
+        _cambricon_expected,
     ),
 }
 """One case per family with an end-to-end test; a family adds its case here (and nothing else)."""
