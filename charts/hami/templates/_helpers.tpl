@@ -116,6 +116,14 @@ enflame:
 awsneuron:
   resourceCountName: aws.amazon.com/neuron
   resourceCoreName: aws.amazon.com/neuroncore
+amd:
+  resourceCountName: amd.com/gpu
+  resourceCoreName: amd.com/gpucores
+  resourceMemoryName: amd.com/gpumem
+vastai:
+  resourceCountName: {{ .Values.vastaiResourceName }}
+biren:
+  resourceCountName: {{ .Values.birenResourceName }}
 cambricon:
   resourceCountName: {{ .Values.mluResourceName }}
   resourceMemoryName: {{ .Values.mluResourceMem }}
@@ -170,6 +178,9 @@ vnpus:
   (list "kunlun" "kunlun" (list "resourceCountName" "resourceVCountName" "resourceVMemoryName"))
   (list "enflame" "enflame" (list "resourceNameGCU" "resourceNameDRSGCU" "resourceNameGCUMemory" "resourceNameGCUCore"))
   (list "awsneuron" "awsneuron" (list "resourceCountName" "resourceCoreName"))
+  (list "amd" "amd" (list "resourceCountName" "resourceMemoryName" "resourceCoreName"))
+  (list "vastai" "vastai" (list "resourceCountName"))
+  (list "biren" "biren" (list "resourceCountName"))
   (list "cambricon" "cambricon" $counts)
   (list "metax" "metax" (list "resourceCountName" "resourceVCountName" "resourceVMemoryName" "resourceVCoreName"))
   (list "mthreads" "mthreads" $counts)
@@ -210,7 +221,7 @@ vnpus:
 {{- define "hami.familyArgs" -}}
 {{- $args := list -}}
 {{- $off := list -}}
-{{- range $family := list "nvidia" "hygon" "kunlun" "enflame" "awsneuron" "cambricon" "metax" "mthreads" -}}
+{{- range $family := list "nvidia" "hygon" "kunlun" "enflame" "awsneuron" "amd" "vastai" "biren" "cambricon" "metax" "mthreads" -}}
 {{- if not (get $.Values.devices $family | default (dict "enabled" true)).enabled -}}
 {{- $off = append $off $family -}}
 {{- end -}}

@@ -12,14 +12,17 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Final
 
 from hami.config import DeviceConfig, default_device_config
+from hami.devices.amd import AmdVendor
 from hami.devices.awsneuron import AwsNeuronVendor
 from hami.devices.base import Vendor
+from hami.devices.biren import BirenVendor
 from hami.devices.cambricon import CambriconVendor
 from hami.devices.enflame import EnflameDrsVendor, EnflameGcuVendor
 from hami.devices.hygon import HygonVendor
 from hami.devices.kunlun import KunlunVendor, XpuVendor
 from hami.devices.mthreads import MthreadsVendor
 from hami.devices.nvidia.vendor import NvidiaVendor
+from hami.devices.vastai import VastaiVendor
 from hami.protocol.keys import VendorKeys
 
 __all__ = ["FAMILIES", "registered_keys", "vendors_from_config"]
@@ -32,6 +35,9 @@ FAMILIES: Final[dict[str, Callable[[DeviceConfig], Sequence[Vendor]]]] = {
     "awsneuron": lambda c: (AwsNeuronVendor(c.awsneuron),),
     "cambricon": lambda c: (CambriconVendor(c.cambricon),),
     "mthreads": lambda c: (MthreadsVendor(c.mthreads),),
+    "amd": lambda c: (AmdVendor(c.amd),),
+    "biren": lambda c: (BirenVendor(c.biren),),
+    "vastai": lambda c: (VastaiVendor(c.vastai),),
 }
 """Every vendor family hami schedules, in registry order (the order vendors are tried and listed)."""
 
