@@ -19,7 +19,9 @@ from hami.devices.biren import BirenVendor
 from hami.devices.cambricon import CambriconVendor
 from hami.devices.enflame import EnflameDrsVendor, EnflameGcuVendor
 from hami.devices.hygon import HygonVendor
+from hami.devices.iluvatar import IluvatarVendor
 from hami.devices.kunlun import KunlunVendor, XpuVendor
+from hami.devices.metax import MetaxGpuVendor, MetaxSgpuVendor
 from hami.devices.mthreads import MthreadsVendor
 from hami.devices.nvidia.vendor import NvidiaVendor
 from hami.devices.vastai import VastaiVendor
@@ -38,6 +40,8 @@ FAMILIES: Final[dict[str, Callable[[DeviceConfig], Sequence[Vendor]]]] = {
     "amd": lambda c: (AmdVendor(c.amd),),
     "biren": lambda c: (BirenVendor(c.biren),),
     "vastai": lambda c: (VastaiVendor(c.vastai),),
+    "iluvatar": lambda c: tuple(IluvatarVendor(chip) for chip in c.iluvatars),
+    "metax": lambda c: (MetaxGpuVendor(c.metax), MetaxSgpuVendor(c.metax)),
 }
 """Every vendor family hami schedules, in registry order (the order vendors are tried and listed)."""
 

@@ -18,7 +18,7 @@ def test_none_enables_every_family() -> None:
     everything = vendors_from_config(config)
     built = [v.name for build in FAMILIES.values() for v in build(config)]
     assert list(everything) == built
-    assert registered_keys() == tuple(v.keys for v in everything.values())
+    assert [k.vendor for k in registered_keys()] == [v.keys.vendor for v in everything.values()]
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
