@@ -94,7 +94,7 @@ class Prometheus:
         """The values of an instant query (vector results), NaN included."""
         try:
             return [float(series["value"][1]) for series in self.result(expr)]
-        except httpx.HTTPError:
+        except (httpx.HTTPError, ValueError):  # not up yet: no answer, or an answer that is not JSON yet
             return []
 
 
@@ -120,14 +120,15 @@ def prometheus_on_hami(
     # a node whose registration does not decode: hami quarantines it, and the quarantine panel has a series
     make_node(f"{namespace}-broken", extended={GPU: 10}, labels=label, annotations={keys.NVIDIA_REGISTER: "[{"})
     hami.start()
-    start_scheduler(extender_config(hami))
-    plugin.start()
-    prometheus.start()
-    try:
+    try:  # a start that fails must not leave hami running: it would stamp and report on every later test's nodes
+        start_scheduler(extender_config(hami))
+        plugin.start()
+        prometheus.start()
         yield prometheus, kube, namespace, nodes
     finally:
         prometheus.stop()
-        plugin.stop()
+        with contextlib.suppress(RuntimeError):  # the plugin's thread was never started
+            plugin.stop()
         hami.stop()
 
 
