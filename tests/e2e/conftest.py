@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e import cluster
+from tests.e2e import cluster, hami_stack
 from tests.e2e.cluster import ControlPlane, KubeClient, Scheduler
 from tests.e2e.vendors import VendorStack, VendorStackFactory, start_vendor_stack, stop_vendor_stack
 
@@ -96,6 +96,23 @@ def start_scheduler(control_plane: ControlPlane) -> Iterator[Callable[..., Sched
     yield factory
     for scheduler in started:
         scheduler.stop()
+
+
+@pytest.fixture(autouse=True)
+def no_hami_left_running() -> Iterator[None]:
+    """Fail a test whose ``hami scheduler`` still runs after its fixtures are torn down, and stop it. A fixture
+    that starts hami and then fails before its clean-up is registered leaves it running for the rest of the
+    session; it watches the same API server, so the next tests see every Warning event twice (one per
+    process) and its log lines interleaved with theirs in the shared ``hami-scheduler.log``."""
+    first = len(hami_stack.STARTED)
+    yield
+    left = [hami for hami in hami_stack.STARTED[first:] if hami.running()]
+    for hami in left:
+        hami.stop()
+    del hami_stack.STARTED[first:]
+    if left:
+        logs = ", ".join(str(hami.log_file) for hami in left)
+        pytest.fail(f"{len(left)} hami scheduler(s) started by this test were still running afterwards: {logs}")
 
 
 @pytest.hookimpl(wrapper=True)

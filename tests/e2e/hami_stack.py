@@ -45,6 +45,11 @@ Usage = dict[str, tuple[int, int, int]]
 """device UUID → (slots, MiB, cores) in use."""
 
 
+STARTED: list[HamiScheduler] = []
+"""Every ``HamiScheduler`` started in this session, in order (``tests/e2e/conftest.py`` checks none outlives its
+test: a leftover one watches every node of the session's control plane and reports on the next tests' nodes)."""
+
+
 class HamiScheduler:
     """``hami scheduler`` in a subprocess on fixed loopback ports (kept across restarts)."""
 
@@ -100,6 +105,8 @@ class HamiScheduler:
             self.log_file,
         )
         self.process.start()
+        if self not in STARTED:
+            STARTED.append(self)
         process = self.process
 
         def check() -> None:
@@ -111,6 +118,9 @@ class HamiScheduler:
 
     def _ready(self) -> bool:
         return httpx.get(f"{self.url}/readyz", timeout=5.0).status_code == 200
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.exited() is None
 
     def stop(self) -> None:
         """SIGTERM (SIGKILL after 10 s); the exit status goes to ``exit_codes`` (0: a graceful shutdown)."""

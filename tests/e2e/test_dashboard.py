@@ -78,24 +78,29 @@ class Prometheus:
             if code is not None:
                 raise RuntimeError(f"prometheus exited with status {code}:\n{self.process.log_tail()}")
 
+        # Prometheus opens its port before its storage is ready and answers every request with a plain-text
+        # 503 "Service Unavailable" until then (longer on a loaded machine): wait for /-/ready, then for a scrape.
+        wait_until(self.ready, description="prometheus /-/ready", check=check)
         wait_until(lambda: self.query("up") == [1.0], description="prometheus scraping hami", check=check)
+
+    def ready(self) -> bool:
+        return httpx.get(f"http://127.0.0.1:{self.port}/-/ready", timeout=10.0).status_code == 200
 
     def stop(self) -> None:
         self.process.stop()
 
     def result(self, expr: str) -> list[dict[str, Any]]:
-        answer = httpx.get(f"http://127.0.0.1:{self.port}/api/v1/query", params={"query": expr}, timeout=10.0)
+        answer = httpx.get(f"http://127.0.0.1:{self.port}/api/v1/query", params={"query": expr}, timeout=30.0)
+        answer.raise_for_status()  # an httpx.HTTPError that names the status (a 503 body is not JSON)
         body = answer.json()
         assert body["status"] == "success", f"{expr}: {body}"
         data: list[dict[str, Any]] = body["data"]["result"]
         return data
 
     def query(self, expr: str) -> list[float]:
-        """The values of an instant query (vector results), NaN included."""
-        try:
-            return [float(series["value"][1]) for series in self.result(expr)]
-        except (httpx.HTTPError, ValueError):  # not up yet: no answer, or an answer that is not JSON yet
-            return []
+        """The values of an instant query (vector results), NaN included. A failed request raises
+        ``httpx.HTTPError``: ``wait_until`` polls again after it, an assertion shows it."""
+        return [float(series["value"][1]) for series in self.result(expr)]
 
 
 @pytest.fixture
@@ -119,17 +124,17 @@ def prometheus_on_hami(
         nodes.append(node)
     # a node whose registration does not decode: hami quarantines it, and the quarantine panel has a series
     make_node(f"{namespace}-broken", extended={GPU: 10}, labels=label, annotations={keys.NVIDIA_REGISTER: "[{"})
-    hami.start()
-    try:  # a start that fails must not leave hami running: it would stamp and report on every later test's nodes
+    # Each component is stopped even when a later one fails to start: a hami left running would report the next
+    # tests' nodes too (a second RegistrationRefused event on their broken nodes).
+    with contextlib.ExitStack() as started:
+        started.callback(hami.stop)
+        hami.start()
         start_scheduler(extender_config(hami))
         plugin.start()
+        started.callback(plugin.stop)
+        started.callback(prometheus.stop)
         prometheus.start()
         yield prometheus, kube, namespace, nodes
-    finally:
-        prometheus.stop()
-        with contextlib.suppress(RuntimeError):  # the plugin's thread was never started
-            plugin.stop()
-        hami.stop()
 
 
 def test_every_dashboard_query_returns_data_from_a_real_prometheus(

@@ -131,6 +131,18 @@ def _is_empty(section: object) -> bool:
     return section is None or section in ({}, [])
 
 
+def _newer_than_v210(config: DeviceConfig) -> list[str]:
+    """Keys hami's models accept that HAMi v2.10 does not read (vendors-appendix.md): set, they change nothing."""
+    vnpus = config.vnpus
+    newer = (("hamiVnpuMode", vnpus.hami_vnpu_mode), ("enpuPolicy", vnpus.enpu_policy))
+    return [
+        f"vnpus.{key}: not read by HAMi v2.10 and ignored (soft split is vnpus.hamiVnpuCore, a node's hami-vnpu-core "
+        "annotation and a pod's huawei.com/vnpu-mode: hami-core)"
+        for key, value in newer
+        if value
+    ]
+
+
 def parse_device_config(text: str, source: str) -> LoadedConfig:
     """Parse the text of a ``device-config.yaml``; ``source`` names it in messages (a path or ConfigMap key).
 
@@ -157,6 +169,7 @@ def parse_device_config(text: str, source: str) -> LoadedConfig:
     except ValidationError as exc:
         raise config_error(exc) from None
     warnings.extend(unknown_keys(config))
+    warnings.extend(_newer_than_v210(config))
     if all(_is_empty(document.get(key)) for key in _SECTIONS):
         # HAMi: fatal "all configurations are empty". Explicitly empty sections ("iluvatars: []") are
         # overridden too: an all-empty file cannot mean "no vendor at all".

@@ -13,6 +13,7 @@ from typing import Final
 
 from hami.config import DeviceConfig, default_device_config
 from hami.devices.amd import AmdVendor
+from hami.devices.ascend import ascend_vendors
 from hami.devices.awsneuron import AwsNeuronVendor
 from hami.devices.base import Vendor
 from hami.devices.biren import BirenVendor
@@ -42,6 +43,7 @@ FAMILIES: Final[dict[str, Callable[[DeviceConfig], Sequence[Vendor]]]] = {
     "vastai": lambda c: (VastaiVendor(c.vastai),),
     "iluvatar": lambda c: tuple(IluvatarVendor(chip) for chip in c.iluvatars),
     "metax": lambda c: (MetaxGpuVendor(c.metax), MetaxSgpuVendor(c.metax)),
+    "ascend": lambda c: tuple(ascend_vendors(c.vnpus)),
 }
 """Every vendor family hami schedules, in registry order (the order vendors are tried and listed)."""
 

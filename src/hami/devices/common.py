@@ -44,6 +44,7 @@ from hami.protocol.reasons import Reason, Rejection
 
 __all__ = [
     "EXHAUSTIVE_SUBSETS",
+    "Gather",
     "Screener",
     "SharedDeviceVendor",
     "best_combination",
@@ -151,6 +152,12 @@ def policy_order(table: DeviceTable, scores: Sequence[float], ctx: FitContext) -
     return ctx.policy.order(len(table.infos), scores.__getitem__, [info.numa for info in table.infos], table.used)
 
 
+Gather = Callable[[Sequence[Placement], int], tuple[Placement, ...] | None]
+"""A vendor's own choice among candidates: ``gather(candidates, nums)`` → the ``nums`` devices to use (None when no
+acceptable set exists). With a gather the loop collects every device that could serve the container (as for the
+topology-aware policy) and lets the vendor choose (Ascend: NetworkID groups, super-pod pairs)."""
+
+
 def fit_shared(
     table: DeviceTable,
     req: ContainerRequest,
@@ -160,6 +167,7 @@ def fit_shared(
     partitions: Partitions | None = None,
     order: Order = policy_order,
     rule: Rule | None = None,
+    gather: Gather | None = None,
 ) -> Fitted | Unfit:
     """Choose ``req.nums`` devices of ``table`` for one container, or say why not. Reads the table only.
 
@@ -171,7 +179,7 @@ def fit_shared(
         return Unfit(
             {Reason.NODE_INSUFFICIENT_DEVICE: n}, n, (Rejection(Reason.NODE_INSUFFICIENT_DEVICE, None, req.nums, n),)
         )
-    return _SharedFit(table, req, ctx, selector, vendor, partitions, rule).run(order)
+    return _SharedFit(table, req, ctx, selector, vendor, partitions, rule, gather).run(order)
 
 
 Rule = Callable[[DeviceInfo], bool]
@@ -187,9 +195,11 @@ class _SharedFit:
 
     __slots__ = (
         "accepted",
+        "collect",
         "cores",
         "counts",
         "ctx",
+        "gather",
         "groups",
         "misses",
         "partitions",
@@ -210,10 +220,13 @@ class _SharedFit:
         vendor: str,
         partitions: Partitions | None,
         rule: Rule | None = None,
+        gather: Gather | None = None,
     ):
         self.table, self.req, self.ctx, self.selector, self.vendor = table, req, ctx, selector, vendor
         self.partitions = partitions
         self.rule = rule
+        self.gather = gather
+        self.collect = ctx.policy.topology or gather is not None  # every candidate, then choose
         # Spec §6.2 step 8 / §6.7: a request for more than 100 cores is clamped to 100 (a whole card), so it is
         # judged, and recorded in the allocation, as 100 — not refused as CardInsufficientCore on an idle card.
         self.cores = min(req.coresreq, 100)
@@ -306,7 +319,7 @@ class _SharedFit:
 
     def _place(self, i: int, memreq: int) -> Fitted | None:
         self.accepted.append(Placement(i, ContainerDevice(self.table.infos[i].id, self.vendor, memreq, self.cores)))
-        if not self.ctx.policy.topology and len(self.accepted) == self.req.nums:
+        if not self.collect and len(self.accepted) == self.req.nums:
             return Fitted(tuple(self.accepted))
         return None
 
@@ -336,14 +349,21 @@ class _SharedFit:
             placed = Placement(i, device, carved.slice)
             self.accepted.append(placed)
             mine.append(placed)
-            if self.ctx.policy.topology:
+            if self.collect:
                 return None
             if len(self.accepted) == self.req.nums:
                 return Fitted(tuple(self.accepted))
 
     def _finish(self) -> Fitted | Unfit:
-        """After the last device: topology-aware picks the best group; otherwise (or if none) every reason."""
-        if self.ctx.policy.topology:
+        """After the last device: the vendor's gather or topology-aware picks the set; otherwise (or if none) every
+        reason."""
+        if self.gather is not None:
+            picked = self.gather(self.accepted, self.req.nums) if len(self.accepted) >= self.req.nums else None
+            if picked:
+                return Fitted(picked)
+            if self.accepted:
+                self.counts[Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(self.accepted)
+        elif self.ctx.policy.topology:
             fitted = self._topology_fit()
             if fitted is not None:
                 return fitted

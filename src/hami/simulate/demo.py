@@ -7,6 +7,7 @@ DRS node, an Enflame whole-GCU node, an AWS inf2 node, a Cambricon MLU node, a M
 node, a Biren node and a Vastai node in die mode) and one running pod whose allocation annotations are charged;
 ``demo/workload.yaml`` holds the pods to place, in order, each showing one behaviour (its ``hami.io/demo``
 annotation says which).
+Each family of ``DEMO_FAMILIES`` adds a node and its pods (a 4×Ascend 910B3 node with NetworkIDs).
 """
 
 from __future__ import annotations
@@ -22,14 +23,21 @@ __all__ = ["DEMO_CLUSTER", "DEMO_WORKLOAD", "demo_sources", "render_demo"]
 
 DEMO_CLUSTER = "demo/cluster.yaml"
 DEMO_WORKLOAD = "demo/workload.yaml"
+DEMO_FAMILIES = ("ascend",)
+"""Vendor families with a demo node of their own: ``demo/<family>-node.yaml`` joins the cluster and
+``demo/<family>-pods.yaml`` the workload, after the files above."""
 
 
 def demo_sources() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """``(snapshot, pods)`` as ``(label, text)`` pairs read from the package."""
     root = resources.files("hami.simulate")
-    cluster = root.joinpath(DEMO_CLUSTER).read_text(encoding="utf-8")
-    workload = root.joinpath(DEMO_WORKLOAD).read_text(encoding="utf-8")
-    return [(DEMO_CLUSTER, cluster)], [(DEMO_WORKLOAD, workload)]
+
+    def read(*names: str) -> list[tuple[str, str]]:
+        return [(name, root.joinpath(name).read_text(encoding="utf-8")) for name in names]
+
+    nodes = read(DEMO_CLUSTER, *(f"demo/{family}-node.yaml" for family in DEMO_FAMILIES))
+    pods = read(DEMO_WORKLOAD, *(f"demo/{family}-pods.yaml" for family in DEMO_FAMILIES))
+    return nodes, pods
 
 
 def render_demo(state: ClusterState, outcomes: Sequence[Outcome]) -> str:

@@ -438,3 +438,13 @@ def test_models_are_immutable() -> None:
     config = default_device_config()
     with pytest.raises(ValueError, match="frozen"):
         config.nvidia.default_memory = 5  # type: ignore[misc]
+
+
+def test_vnpus_keys_newer_than_hami_v210_are_accepted_with_a_warning() -> None:
+    loaded = load("vnpus: {hamiVnpuMode: hami-core, enpuPolicy: elastic, hamiVnpuCore: true}\n")
+    assert loaded.warnings == tuple(
+        f"vnpus.{key}: not read by HAMi v2.10 and ignored (soft split is vnpus.hamiVnpuCore, a node's hami-vnpu-core "
+        "annotation and a pod's huawei.com/vnpu-mode: hami-core)"
+        for key in ("hamiVnpuMode", "enpuPolicy")
+    )
+    assert loaded.config.vnpus.hami_vnpu_core is True

@@ -635,3 +635,21 @@ def test_the_greedy_search_reports_the_score_of_the_subset_it_returns() -> None:
     assert len(set(uuids)) == 6
     assert uuids == sorted(uuids)
     assert score == sum(scores[a].get(b, 0) for k, a in enumerate(uuids) for b in uuids[k + 1 :])
+
+
+def test_a_gather_sees_every_candidate_and_chooses_the_set() -> None:
+    seen: list[list[str]] = []
+
+    def last_two(found: Sequence[Placement], nums: int) -> tuple[Placement, ...] | None:
+        seen.append([p.device.uuid for p in found])
+        return tuple(found[-nums:])
+
+    t = table(*gpus(4, devmem=8192), usage={1: (10, 0, 0)})  # GPU-1 has no slot left
+    outcome = fit_shared(t, req(2, 1000), ctx(), ANY, NVIDIA, gather=last_two)
+    assert seen == [["GPU-0", "GPU-2", "GPU-3"]]
+    assert outcome == Fitted((Placement(2, cd("GPU-2", 1000)), Placement(3, cd("GPU-3", 1000))))
+
+
+def test_a_gather_that_finds_no_set_counts_the_candidates() -> None:
+    outcome = fit_shared(table(*gpus(3)), req(2, 1000), ctx(), ANY, NVIDIA, gather=lambda found, nums: None)
+    assert outcome == Unfit({R.ALLOCATED_CARDS_INSUFFICIENT_REQUEST: 3}, 3)

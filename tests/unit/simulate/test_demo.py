@@ -44,6 +44,8 @@ EXPECTED = {
     "demo/metax-slice": ("metax-sgpu", [["sgpu-0"]]),
     "demo/init-then-serve": ("t4-b", [["GPU-t4b-2"], ["GPU-t4b-2"]]),
     "demo/too-big": (None, []),
+    "demo/npu-vnpu": ("ascend-910b3", [["NPU-910b3-0"]]),
+    "demo/npu-pair": ("ascend-910b3", [["NPU-910b3-2", "NPU-910b3-3"]]),
 }
 
 
@@ -52,7 +54,7 @@ def _run(workload_edit: tuple[str, str] | None = None) -> tuple[Simulator, dict[
     if workload_edit is not None:
         old, new = workload_edit
         assert old in workload[0][1]
-        workload = [(workload[0][0], workload[0][1].replace(old, new))]
+        workload = [(workload[0][0], workload[0][1].replace(old, new)), *workload[1:]]
     sim = Simulator(default_device_config(), SchedulingDefaults())
     sim.add_snapshot(load_snapshot(cluster))
     return sim, {o.pod: o for o in (sim.place(p, NOW) for p in load_pods(workload))}
@@ -94,6 +96,7 @@ def test_demo_pending_pod_has_a_reason_for_every_node() -> None:
     _, outcomes = _run()
     assert outcomes["demo/too-big"].reasons == {
         "a100-nvlink": {"AllocatedCardsInsufficientRequest": 1, "CardInsufficientMemory": 7},
+        "ascend-910b3": {"NodeUnregistered": 1},
         "dcu-z100": {"NodeUnregistered": 1},
         "drs-s60": {"NodeUnregistered": 1},
         "gcu-s60": {"NodeUnregistered": 1},
@@ -129,8 +132,7 @@ def test_without_numa_binding_the_pair_straddles_numa_nodes() -> None:
 
 
 def test_demo_registrations_are_in_hamis_encoder_format() -> None:
-    ((_, cluster),) = demo_sources()[0]
-    snap = load_snapshot([(DEMO_CLUSTER, cluster)])
+    snap = load_snapshot(demo_sources()[0])
     nvidia = [
         n.obj.metadata.annotations["hami.io/node-nvidia-register"]
         for n in snap.nodes
@@ -169,7 +171,7 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
     assert result.code == 0
     assert result.stderr == ""
     lines = result.stdout.splitlines()
-    assert lines[0] == "hami simulate --demo: 18 nodes, 67 devices; 28 pods in order: 27 placed, 1 pending"
+    assert lines[0] == "hami simulate --demo: 19 nodes, 71 devices; 30 pods in order: 29 placed, 1 pending"
     for heading in (
         "Placements",
         "Per-device utilization after placement",
@@ -183,10 +185,13 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
     assert "mig-a100 GPU-mig-0 NVIDIA A100-SXM4-80GB 2/7 29696/81920 42/100 MIG: 1g.10gb@6 2g.20gb@0" not in words
     assert "mig-a100 GPU-mig-0 NVIDIA A100-SXM4-80GB 2/7 29696/81920 42/100 MIG: 2g.20gb@0 1g.10gb@6" in words
     assert "demo/amd-half amd-mi300x AMD-mi300x-0 (65536 MiB, 152/304 cores)" in words
-    assert lines[-19:] == [
-        "demo/too-big: no available node, 18 nodes do not meet",
+    assert "demo/npu-vnpu ascend-910b3 NPU-910b3-0 (16384 MiB, 0/20 cores)" in words
+    assert "demo/npu-pair ascend-910b3 NPU-910b3-2, NPU-910b3-3 (65536 MiB, 0/20 cores each)" in words
+    assert lines[-20:] == [
+        "demo/too-big: no available node, 19 nodes do not meet",
         "  a100-nvlink: 1/8 AllocatedCardsInsufficientRequest, 7/8 CardInsufficientMemory",
         "  amd-mi300x: node unregistered for NVIDIA",
+        "  ascend-910b3: node unregistered for NVIDIA",
         "  biren-br106: node unregistered for NVIDIA",
         "  dcu-z100: node unregistered for NVIDIA",
         "  drs-s60: node unregistered for NVIDIA",
@@ -236,8 +241,7 @@ def test_demo_amd_biren_and_vastai_pods_write_hamis_annotations() -> None:
         "VA-va1-2,Vastai,0,0:VA-va1-3,Vastai,0,0:;"
     )
     json_nodes = {"amd-mi300x": "hami.io/node-amd-register", "biren-br106": "hami.io/node-biren-register"}
-    ((_, cluster),) = demo_sources()[0]
-    for node in load_snapshot([(DEMO_CLUSTER, cluster)]).nodes:
+    for node in load_snapshot(demo_sources()[0]).nodes:
         key = json_nodes.get(node.obj.metadata.name)
         if key is not None:
             value = node.obj.metadata.annotations[key]
