@@ -82,6 +82,9 @@ _SIMULATE_HELP = "\n\n".join(
         "Place pods on a cluster snapshot offline, with the scheduler's own decision code.",
         "Each pod is placed in the order given and its devices are reserved before the next one, so later pods "
         "see earlier placements. Pods of the snapshot that carry hami.io/vgpu-node hold devices and are charged.",
+        "Each pod first goes through the admission webhook's own code, as in the cluster: its defaults and "
+        "rewrites are applied, and a pod the webhook would deny is reported as not placed, with the webhook's "
+        "message (--skip-admission places pods as written). Every vendor family is scheduled.",
         "Candidate nodes are the snapshot's nodes whose labels match the pod's nodeSelector and that are not "
         "unschedulable. Other kube-scheduler predicates (taints and tolerations, affinity, CPU, memory and other "
         "non-device resources) are out of scope.",
@@ -147,6 +150,13 @@ def simulate(
             help="Also write a self-contained HTML page (heat maps, pending reasons, placements) to FILE.",
         ),
     ] = None,
+    skip_admission: Annotated[
+        bool,
+        typer.Option(
+            "--skip-admission",
+            help="Place pods as written: skip the admission webhook's defaults, rewrites and denials.",
+        ),
+    ] = False,
     defrag: Annotated[
         bool,
         typer.Option(
@@ -177,6 +187,7 @@ def simulate(
         now=int(time.time()) if now is None else now,
         demo=demo,
         report=report,
+        skip_admission=skip_admission,
     )
     code = run_simulate(opts, typer.echo, lambda line: typer.echo(line, err=True))
     raise typer.Exit(code)
@@ -603,6 +614,23 @@ def scheduler(
         metavar="FILE",
         help="HAMi's device-config.yaml (resource names, memory factor). [default: built-in defaults]",
     ),
+    enable_ascend: bool | None = typer.Option(
+        None,
+        "--enable-ascend/--no-enable-ascend",
+        help="Schedule Huawei Ascend NPUs (HAMi's switch)." + _default("enable_ascend"),
+    ),
+    enable_iluvatar: bool | None = typer.Option(
+        None,
+        "--enable-iluvatar/--no-enable-iluvatar",
+        help="Schedule Iluvatar GPUs (HAMi's switch)." + _default("enable_iluvatar"),
+    ),
+    disable_devices: str | None = typer.Option(
+        None,
+        "--disable-devices",
+        metavar="FAMILY,...",
+        help="Device families not to schedule, their resources left alone: nvidia, hygon, cambricon, metax, "
+        "mthreads, enflame, kunlun, awsneuron, amd, vastai, biren. [default: none]",
+    ),
     kubeconfig: str | None = typer.Option(
         None,
         "--kubeconfig",
@@ -644,6 +672,9 @@ def scheduler(
         "leader_elect_resource_name": leader_elect_resource_name,
         "leader_elect_resource_namespace": leader_elect_resource_namespace,
         "device_config_file": device_config_file,
+        "enable_ascend": enable_ascend,
+        "enable_iluvatar": enable_iluvatar,
+        "disable_devices": disable_devices,
         "debug": debug,
     }
     raise typer.Exit(scheduler_main({k: v for k, v in given.items() if v is not None}, kubeconfig, json_logs))

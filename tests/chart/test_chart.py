@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from hami.config import default_device_config, load_settings, parse_device_config
 from hami.protocol import keys
 from tests.helm import CHART, helm, template
 
@@ -65,6 +66,10 @@ def scheduler_config(docs: list[dict[str, Any]]) -> dict[str, Any]:
         pytest.param(
             ["scheduler.admissionWebhook.enabled=false", "scheduler.metricsSecure=false"],
             id="without the webhook lints clean",
+        ),
+        pytest.param(
+            ["devices.ascend.enabled=true", "devices.iluvatar.enabled=true", "devices.nvidia.enabled=false"],
+            id="other families lint clean",
         ),
     ],
 )
@@ -160,13 +165,36 @@ def test_the_kube_scheduler_configuration_calls_hami_as_its_extender() -> None:
             "aws.amazon.com/neuron",
             "aws.amazon.com/neuroncore",
             *AMD_VASTAI_BIREN,
+            *CAMBRICON,
+            *METAX,
+            *MTHREADS,
         )
     ]
 
 
+def device_config_text(docs: list[dict[str, Any]]) -> str:
+    text: str = one(docs, "ConfigMap", "hami-scheduler-device")["data"]["device-config.yaml"]
+    return text
+
+
 def test_the_device_config_uses_hamis_keys() -> None:
-    config = yaml.safe_load(one(render(), "ConfigMap", "hami-scheduler-device")["data"]["device-config.yaml"])
-    assert config == {
+    config = yaml.safe_load(device_config_text(render()))
+    assert list(config) == [
+        "nvidia",
+        "hygon",
+        "kunlun",
+        "enflame",
+        "awsneuron",
+        "amd",
+        "vastai",
+        "biren",
+        "cambricon",
+        "metax",
+        "mthreads",
+        "iluvatars",
+        "vnpus",
+    ]
+    assert {k: config[k] for k in ("nvidia", "hygon", "kunlun", "enflame", "awsneuron", "amd", "vastai", "biren")} == {
         "nvidia": {
             "resourceCountName": "nvidia.com/gpu",
             "resourceMemoryName": "nvidia.com/gpumem",
@@ -208,6 +236,140 @@ def test_the_device_config_uses_hamis_keys() -> None:
         "vastai": {"resourceCountName": "vastaitech.com/va"},
         "biren": {"resourceCountName": "birentech.com/gpu"},
     }
+    assert config["cambricon"] == {
+        "resourceCountName": "cambricon.com/vmlu",
+        "resourceMemoryName": "cambricon.com/mlu.smlu.vmemory",
+        "resourceCoreName": "cambricon.com/mlu.smlu.vcore",
+    }
+    assert config["metax"]["resourceCountName"] == "metax-tech.com/gpu"
+    assert config["metax"]["sgpuTopologyAware"] is False
+    assert config["iluvatars"][2] == {
+        "chipName": "BI-V150",
+        "commonWord": "BI-V150",
+        "resourceCountName": "iluvatar.ai/BI-V150-vgpu",
+        "resourceMemoryName": "iluvatar.ai/BI-V150.vMem",
+        "resourceCoreName": "iluvatar.ai/BI-V150.vCore",
+    }
+    assert config["vnpus"]["hamiVnpuCore"] is False
+    c910 = config["vnpus"]["configs"][-1]
+    assert (c910["chipName"], c910["resourceName"], c910["superPod"]) == ("Ascend910", "huawei.com/Ascend910C", True)
+    assert c910["resourceMemoryName"] == "huawei.com/Ascend910C-memory"
+    assert c910["resourceCoreName"] == "huawei.com/Ascend910C-core"
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        pytest.param((), id="default values"),
+        pytest.param(("devices.ascend.enabled=true", "devices.iluvatar.enabled=true"), id="every family enabled"),
+    ],
+)
+def test_the_device_config_from_values_is_hamis_default_configuration(sets: tuple[str, ...]) -> None:
+    """The values render exactly hami's built-in defaults (HAMi's chart's), without an unknown key: the chart and
+    ``hami simulate`` without ``--config`` agree, and HAMi's device plugins read what they expect."""
+    loaded = parse_device_config(device_config_text(render(*sets)), "device-config.yaml")
+    assert loaded.warnings == ()
+    assert loaded.config == default_device_config()
+
+
+def test_ascend_values_reach_every_chip() -> None:
+    docs = render(
+        "devices.ascend.runtimeClassName=ascend", "devices.ascend.hamiVnpuCore=true", "scheduler.overwriteEnv=true"
+    )
+    config = parse_device_config(device_config_text(docs), "device-config.yaml").config
+    assert config.vnpus.hami_vnpu_core is True
+    assert [(c.runtime_class_name, c.overwrite_env) for c in config.vnpus.configs] == [("ascend", True)] * 7
+
+
+MANAGED = [
+    "nvidia.com/gpu",
+    "nvidia.com/gpumem",
+    "nvidia.com/gpumem-percentage",
+    "nvidia.com/gpucores",
+    "nvidia.com/priority",
+    "hygon.com/dcunum",
+    "hygon.com/dcumem",
+    "hygon.com/dcucores",
+    *KUNLUN,
+    "enflame.com/gcu",
+    "enflame.com/drs-gcu",
+    "enflame.com/gcu-memory",
+    "enflame.com/gcu-core",
+    "aws.amazon.com/neuron",
+    "aws.amazon.com/neuroncore",
+    *AMD_VASTAI_BIREN,
+]
+
+ASCEND = [f"huawei.com/{w}{s}" for w in ("Ascend910A", "Ascend910B2", "Ascend910B3", "Ascend910B4-1", "Ascend910B4",
+                                            "Ascend310P", "Ascend910C") for s in ("", "-memory", "-core")]  # fmt: skip
+ILUVATAR = [
+    f"iluvatar.ai/{c}{s}" for c in ("MR-V100", "MR-V50", "BI-V150", "BI-V100") for s in ("-vgpu", ".vMem", ".vCore")
+]
+CAMBRICON = ["cambricon.com/vmlu", "cambricon.com/mlu.smlu.vmemory", "cambricon.com/mlu.smlu.vcore"]
+METAX = ["metax-tech.com/gpu", "metax-tech.com/sgpu", "metax-tech.com/vmemory", "metax-tech.com/vcore"]
+MTHREADS = ["mthreads.com/vgpu", "mthreads.com/sgpu-memory", "mthreads.com/sgpu-core"]
+
+
+def managed(docs: list[dict[str, Any]]) -> list[str]:
+    (extender,) = scheduler_config(docs)["extenders"]
+    names = [r["name"] for r in extender["managedResources"]]
+    assert all(r["ignoredByScheduler"] is True for r in extender["managedResources"])
+    (webhook,) = one(docs, "MutatingWebhookConfiguration")["webhooks"]
+    assert match_condition_resources(webhook) == names  # the webhook sees the pods the extender manages
+    return names
+
+
+@pytest.mark.parametrize(
+    ("sets", "expected", "args"),
+    [
+        pytest.param((), MANAGED + CAMBRICON + METAX + MTHREADS, [], id="defaults"),
+        pytest.param(
+            ("devices.ascend.enabled=true",),
+            MANAGED + CAMBRICON + METAX + MTHREADS + ASCEND,
+            ["--enable-ascend"],
+            id="ascend",
+        ),
+        pytest.param(
+            ("devices.iluvatar.enabled=true", "devices.nvidia.enabled=false"),
+            MANAGED[5:] + CAMBRICON + METAX + MTHREADS + ILUVATAR,
+            ["--enable-iluvatar", "--disable-devices=nvidia"],
+            id="iluvatar-without-nvidia",
+        ),
+        pytest.param(
+            ("devices.cambricon.enabled=false", "devices.metax.enabled=false", "devices.mthreads.enabled=false"),
+            MANAGED,
+            ["--disable-devices=cambricon,metax,mthreads"],
+            id="without-cambricon-metax-mthreads",
+        ),
+    ],
+)
+def test_each_enabled_family_is_managed_and_switched_on(
+    sets: tuple[str, ...], expected: list[str], args: list[str]
+) -> None:
+    docs = render(*sets)
+    assert managed(docs) == expected
+    hami_args = container(docs, "hami")["args"]
+    family_args = [a for a in hami_args if a.startswith(("--enable-", "--disable-devices"))]
+    assert family_args == args
+    # hami scheduler reads those flags into the same families the chart manages
+    overrides: dict[str, object] = {}
+    for arg in family_args:
+        flag, _, value = arg.removeprefix("--").partition("=")
+        overrides[flag.replace("-", "_")] = value or True
+    families = load_settings(overrides).enabled_families
+    off = {s.split(".")[1] for s in sets if s.endswith("enabled=false")}
+    on = {s.split(".")[1] for s in sets if s.endswith("enabled=true")}
+    assert on <= families
+    assert not off & families
+
+
+def test_a_custom_ascend_section_replaces_the_chips_it_manages() -> None:
+    # block style: --set splits on commas
+    content = "vnpus:\n- chipName: X1\n  resourceName: example.com/x1\n  resourceMemoryName: example.com/x1-mem\n"
+    docs = render(f"scheduler.deviceConfig.content={content}", "devices.ascend.enabled=true")
+    names = managed(docs)
+    assert names[-2:] == ["example.com/x1", "example.com/x1-mem"]
+    assert not set(ASCEND) & set(names)
 
 
 def test_the_webhook_configuration() -> None:
@@ -240,27 +402,7 @@ def test_the_webhook_configuration() -> None:
     assert 'object.spec.schedulerName == "hami-scheduler"' in condition["expression"]
     assert "object.spec.initContainers" in condition["expression"]
     assert "c.resources.requests.exists(r, r in" in condition["expression"]
-    assert match_condition_resources(webhook) == MANAGED
-
-
-MANAGED = [
-    "nvidia.com/gpu",
-    "nvidia.com/gpumem",
-    "nvidia.com/gpumem-percentage",
-    "nvidia.com/gpucores",
-    "nvidia.com/priority",
-    "hygon.com/dcunum",
-    "hygon.com/dcumem",
-    "hygon.com/dcucores",
-    *KUNLUN,
-    "enflame.com/gcu",
-    "enflame.com/drs-gcu",
-    "enflame.com/gcu-memory",
-    "enflame.com/gcu-core",
-    "aws.amazon.com/neuron",
-    "aws.amazon.com/neuroncore",
-    *AMD_VASTAI_BIREN,
-]
+    assert match_condition_resources(webhook) == MANAGED + CAMBRICON + METAX + MTHREADS
 
 
 def match_condition_resources(webhook: dict[str, Any]) -> list[str]:
@@ -281,7 +423,7 @@ def test_the_webhook_and_the_extender_manage_the_resources_of_the_device_config(
         "devices.awsneuron.enabled=false",
     )
     expected = ["example.com/vgpu", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores"]
-    expected += AMD_VASTAI_BIREN
+    expected += AMD_VASTAI_BIREN + CAMBRICON + METAX + MTHREADS  # the sections the content leaves out: the values'
     (extender,) = scheduler_config(docs)["extenders"]
     assert [r["name"] for r in extender["managedResources"]] == expected
     (webhook,) = one(docs, "MutatingWebhookConfiguration")["webhooks"]
@@ -685,7 +827,10 @@ def test_verifying_the_extender_mounts_the_ca_into_kube_scheduler() -> None:
 
 def test_disabling_hygon_drops_its_managed_resources() -> None:
     (extender,) = scheduler_config(render("devices.hygon.enabled=false"))["extenders"]
-    assert [r["name"] for r in extender["managedResources"]] == [n for n in MANAGED if not n.startswith("hygon.com/")]
+    assert [r["name"] for r in extender["managedResources"]] == [
+        n for n in MANAGED + CAMBRICON + METAX + MTHREADS if not n.startswith("hygon.com/")
+    ]
+    assert "--disable-devices=hygon" in container(render("devices.hygon.enabled=false"), "hami")["args"]
 
 
 def test_disabling_kunlun_drops_its_managed_resources_and_its_section_renames_them() -> None:
@@ -699,13 +844,17 @@ def test_disabling_kunlun_drops_its_managed_resources_and_its_section_renames_th
         "example.com/vxpu",
         "kunlunxin.com/vxpu-memory",
     ]
+    assert "--disable-devices=kunlun" in container(render("devices.kunlun.enabled=false"), "hami")["args"]
 
 
 def test_disabling_enflame_or_neuron_drops_their_managed_resources() -> None:
     (extender,) = scheduler_config(render("devices.enflame.enabled=false"))["extenders"]
-    assert [r["name"] for r in extender["managedResources"]] == [n for n in MANAGED if not n.startswith("enflame.com/")]
+    rest = CAMBRICON + METAX + MTHREADS
+    expected = [n for n in MANAGED + rest if not n.startswith("enflame.com/")]
+    assert [r["name"] for r in extender["managedResources"]] == expected
     (extender,) = scheduler_config(render("devices.awsneuron.enabled=false"))["extenders"]
-    assert [r["name"] for r in extender["managedResources"]] == [n for n in MANAGED if not n.startswith("aws.amazon")]
+    expected = [n for n in MANAGED + rest if not n.startswith("aws.amazon")]
+    assert [r["name"] for r in extender["managedResources"]] == expected
 
 
 def test_several_replicas_spread_over_nodes_and_need_leader_election() -> None:

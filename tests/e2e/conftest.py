@@ -9,6 +9,8 @@ Function scope (cleaned up after each test):
     ``namespace`` -- a fresh namespace name; its pods are deleted (grace period 0) afterwards.
     ``make_node`` -- ``make_node(name, **create_node_kwargs)`` creates a fake node, deleted afterwards.
     ``start_scheduler`` -- ``start_scheduler(config_dict)`` starts kube-scheduler, stopped afterwards.
+    ``vendor_stack`` -- ``vendor_stack(*families)``: hami + kube-scheduler + a node-lock releaser for binding pods of
+    any vendor family (``tests/e2e/vendors.py``), stopped afterwards.
 
 When the binaries are not built the tests *fail* (never skip) with a message saying to run
 ``make testenv``. When a test fails, its report gets a "control plane logs" section with the log paths.
@@ -23,6 +25,7 @@ import pytest
 
 from tests.e2e import cluster, hami_stack
 from tests.e2e.cluster import ControlPlane, KubeClient, Scheduler
+from tests.e2e.vendors import VendorStack, VendorStackFactory, start_vendor_stack, stop_vendor_stack
 
 _PLANES: list[ControlPlane] = []
 
@@ -125,3 +128,26 @@ def pytest_runtest_makereport(
         if lines:
             report.sections.append(("control plane logs", "\n".join(lines)))
     return report
+
+
+@pytest.fixture
+def vendor_stack(
+    control_plane: ControlPlane,
+    kube: KubeClient,
+    namespace: str,
+    make_node: Callable[..., dict[str, Any]],
+    start_scheduler: Callable[..., Scheduler],
+) -> Iterator[VendorStackFactory]:
+    """Factory: ``vendor_stack("nvidia", "ascend", flags=(...))`` starts hami with those families' switches (and
+    ``flags``), kube-scheduler calling it and a node-lock releaser (``tests/e2e/vendors.py``); all stopped and
+    checked afterwards."""
+    made: list[VendorStack] = []
+
+    def start(*families: str, flags: tuple[str, ...] = ()) -> VendorStack:
+        stack = start_vendor_stack(control_plane, kube, namespace, make_node, start_scheduler, families, flags)
+        made.append(stack)
+        return stack
+
+    yield start
+    for stack in made:
+        stop_vendor_stack(stack)

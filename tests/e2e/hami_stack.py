@@ -268,13 +268,17 @@ class FakeDevicePlugin:
     """Releases node locks as HAMi's device plugin does after Allocate (see the module docstring).
 
     Watches the nodes matching ``label_selector`` by polling (every ``interval`` seconds); ``released``
-    lists (node, namespace/pod) for every lock it released.
+    lists (node, namespace/pod) for every lock it released. ``lock_keys`` are the node lock annotations it
+    releases (HAMi's ``hami.io/mutex.lock`` unless given: a vendor's own lock is its ``VendorKeys.lock``).
     """
 
-    def __init__(self, plane: ControlPlane, label_selector: str, interval: float = 0.1) -> None:
+    def __init__(
+        self, plane: ControlPlane, label_selector: str, interval: float = 0.1, lock_keys: Iterable[str] = ()
+    ) -> None:
         self.plane = plane
         self.selector = label_selector
         self.interval = interval
+        self.lock_keys = tuple(lock_keys) or (keys.NODE_LOCK,)
         self.released: list[tuple[str, str]] = []
         self.error: Exception | None = None
         self._stop = threading.Event()
@@ -292,16 +296,17 @@ class FakeDevicePlugin:
             while not self._stop.wait(self.interval):
                 try:
                     for node in kube.get("/api/v1/nodes", labelSelector=self.selector)["items"]:
-                        self._allocate(kube, node)
+                        for lock_key in self.lock_keys:
+                            self._allocate(kube, node, lock_key)
                 except (ApiError, httpx.HTTPError):
                     continue  # the pod or node changed or went away meanwhile: look again next round
                 except Exception as err:  # a bug in this helper: keep it for the test to report
                     self.error = err
                     raise
 
-    def _allocate(self, kube: KubeClient, node: Mapping[str, Any]) -> None:
+    def _allocate(self, kube: KubeClient, node: Mapping[str, Any], lock_key: str = keys.NODE_LOCK) -> None:
         meta = node["metadata"]
-        lock = (meta.get("annotations") or {}).get(keys.NODE_LOCK)
+        lock = (meta.get("annotations") or {}).get(lock_key)
         if not lock or lock.count(",") != 2:
             return
         _, namespace, name = lock.split(",")
@@ -316,6 +321,6 @@ class FakeDevicePlugin:
             f"/api/v1/namespaces/{namespace}/pods/{name}", {"metadata": {"annotations": {keys.BIND_PHASE: "success"}}}
         )
         # Owner-checked by the resourceVersion precondition: if the lock changed since we read it, 409.
-        release = {"metadata": {"annotations": {keys.NODE_LOCK: None}, "resourceVersion": meta["resourceVersion"]}}
+        release = {"metadata": {"annotations": {lock_key: None}, "resourceVersion": meta["resourceVersion"]}}
         kube.patch(f"/api/v1/nodes/{meta['name']}", release)
         self.released.append((meta["name"], f"{namespace}/{name}"))

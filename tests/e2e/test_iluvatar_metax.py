@@ -24,8 +24,8 @@ CHIP = "MR-V100"
 ILU_COUNT, ILU_MEM, ILU_CORE = f"iluvatar.ai/{CHIP}-vgpu", f"iluvatar.ai/{CHIP}.vMem", f"iluvatar.ai/{CHIP}.vCore"
 METAX_GPU = "metax-tech.com/gpu"
 SGPU, VCORE, VMEMORY = "metax-tech.com/sgpu", "metax-tech.com/vcore", "metax-tech.com/vmemory"
-ILUVATAR_SWITCH: list[str] = []
-"""hami's flags that switch Iluvatar on (HAMi's ``--enable-iluvatar``) where the build gates it."""
+ILUVATAR_SWITCH: list[str] = ["--enable-iluvatar"]
+"""hami's flag that switches Iluvatar on (HAMi's ``--enable-iluvatar``; off by default)."""
 
 
 @pytest.fixture

@@ -38,7 +38,9 @@ def register(node: str, npus: int) -> str:
 
 @pytest.fixture
 def hami(control_plane: ControlPlane, start_scheduler: Callable[..., Scheduler]) -> Iterator[HamiScheduler]:
-    scheduler = HamiScheduler(control_plane, ["--node-lock-timeout=60s"])
+    scheduler = HamiScheduler(
+        control_plane, ["--node-lock-timeout=60s", "--enable-ascend"]
+    )  # off by default, as in HAMi
     scheduler.start()
     config = extender_config(scheduler)
     managed = config["extenders"][0]["managedResources"]

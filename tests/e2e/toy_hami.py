@@ -10,6 +10,7 @@ stack as ``hami scheduler``.
 from __future__ import annotations
 
 import sys
+from collections.abc import Collection
 from pathlib import Path
 from typing import Final
 
@@ -25,8 +26,8 @@ TOY_WRAPPER: Final = ("env", f"PYTHONPATH={ROOT}", sys.executable, "-m", "tests.
 """The ``HamiScheduler`` wrapper that runs this module in place of the ``hami`` console script."""
 
 
-def with_toy(config: DeviceConfig) -> dict[str, Vendor]:
-    return {**vendors_from_config(config), TOY: ToyVendor()}
+def with_toy(config: DeviceConfig, enabled: Collection[str] | None = None) -> dict[str, Vendor]:
+    return {**vendors_from_config(config, enabled), TOY: ToyVendor()}
 
 
 if __name__ == "__main__":

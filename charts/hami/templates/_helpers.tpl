@@ -81,10 +81,87 @@ app.kubernetes.io/component: hami-scheduler
 {{- concat $ips .Values.scheduler.tls.extraIPs | uniq | toJson -}}
 {{- end -}}
 
+{{/* device-config.yaml (HAMi's format) built from the values: every family's section, enabled or not (the
+     device plugins of HAMi read it too: Ascend's reads the vNPU templates). */}}
+{{- define "hami.deviceConfigFromValues" -}}
+{{- $nvidia := .Values.devices.nvidia -}}
+nvidia:
+  resourceCountName: {{ .Values.resourceName }}
+  resourceMemoryName: {{ .Values.resourceMem }}
+  resourceMemoryPercentageName: {{ .Values.resourceMemPercentage }}
+  resourceCoreName: {{ .Values.resourceCores }}
+  resourcePriorityName: {{ .Values.resourcePriority }}
+  overwriteEnv: {{ .Values.scheduler.overwriteEnv }}
+  defaultMemory: {{ $nvidia.defaultMemory | int }}
+  defaultCores: {{ $nvidia.defaultCores | int }}
+  defaultGPUNum: {{ $nvidia.defaultGPUNum | int }}
+  memoryFactor: {{ $nvidia.memoryFactor | int }}
+  gpuCorePolicy: {{ $nvidia.gpuCorePolicy }}
+  libCudaLogLevel: {{ $nvidia.libCudaLogLevel | int }}
+  runtimeClassName: {{ $nvidia.runtimeClassName | quote }}
+hygon:
+  resourceCountName: {{ .Values.dcuResourceName }}
+  resourceMemoryName: {{ .Values.dcuResourceMem }}
+  resourceCoreName: {{ .Values.dcuResourceCores }}
+  memoryFactor: {{ .Values.devices.hygon.memoryFactor | int }}
+kunlun:
+  resourceCountName: {{ .Values.kunlunResourceName }}
+  resourceVCountName: {{ .Values.kunlunResourceVCountName }}
+  resourceVMemoryName: {{ .Values.kunlunResourceVMemoryName }}
+enflame:
+  resourceNameGCU: enflame.com/gcu
+  resourceNameDRSGCU: {{ .Values.enflameResourceNameDRSGCU }}
+  resourceNameGCUMemory: {{ .Values.enflameResourceNameGCUMemory }}
+  resourceNameGCUCore: {{ .Values.enflameResourceNameGCUCore }}
+awsneuron:
+  resourceCountName: aws.amazon.com/neuron
+  resourceCoreName: aws.amazon.com/neuroncore
+amd:
+  resourceCountName: amd.com/gpu
+  resourceCoreName: amd.com/gpucores
+  resourceMemoryName: amd.com/gpumem
+vastai:
+  resourceCountName: {{ .Values.vastaiResourceName }}
+biren:
+  resourceCountName: {{ .Values.birenResourceName }}
+cambricon:
+  resourceCountName: {{ .Values.mluResourceName }}
+  resourceMemoryName: {{ .Values.mluResourceMem }}
+  resourceCoreName: {{ .Values.mluResourceCores }}
+metax:
+  resourceCountName: metax-tech.com/gpu
+  resourceVCountName: {{ .Values.metaxResourceName }}
+  resourceVMemoryName: {{ .Values.metaxResourceMem }}
+  resourceVCoreName: {{ .Values.metaxResourceCore }}
+  sgpuTopologyAware: {{ .Values.metaxsGPUTopologyAware | toString | eq "true" }}
+mthreads:
+  resourceCountName: mthreads.com/vgpu
+  resourceMemoryName: mthreads.com/sgpu-memory
+  resourceCoreName: mthreads.com/sgpu-core
+iluvatars:
+{{- range .Values.devices.iluvatar.chips }}
+  - chipName: {{ . }}
+    commonWord: {{ . }}
+    resourceCountName: iluvatar.ai/{{ . }}-vgpu
+    resourceMemoryName: iluvatar.ai/{{ . }}.vMem
+    resourceCoreName: iluvatar.ai/{{ . }}.vCore
+{{- end }}
+vnpus:
+  hamiVnpuCore: {{ .Values.devices.ascend.hamiVnpuCore }}
+  configs:
+{{- $ascend := .Values.devices.ascend }}
+{{- $overwrite := .Values.scheduler.overwriteEnv | toString | eq "true" }}
+{{- range $ascend.chips }}
+{{- $names := dict "resourceName" (printf "huawei.com/%s" .commonWord) "resourceMemoryName" (printf "huawei.com/%s-memory" .commonWord) "resourceCoreName" (printf "huawei.com/%s-core" .commonWord) "runtimeClassName" $ascend.runtimeClassName "overwriteEnv" $overwrite }}
+{{- list (merge (deepCopy .) $names) | toYaml | nindent 4 }}
+{{- end }}
+{{- end -}}
+
 {{/* Every resource the extender manages: kube-scheduler calls hami for pods asking for any of them and
      leaves their node accounting to hami; the webhook sees only pods asking for one of them (or naming hami's
      scheduler). One source of truth: the resource names of the device config hami reads
-     (scheduler.deviceConfig.content when given, else the values it is built from), for the enabled vendors. */}}
+     (scheduler.deviceConfig.content when given, a key or section it leaves out taken from the values), for the
+     families enabled in devices.<family>.enabled. */}}
 {{- define "hami.managedResources" -}}
 {{- $content := dict -}}
 {{- if .Values.scheduler.deviceConfig.content -}}
@@ -93,58 +170,71 @@ app.kubernetes.io/component: hami-scheduler
 {{- fail (printf "scheduler.deviceConfig.content is not valid YAML: %s" (get $content "Error")) -}}
 {{- end -}}
 {{- end -}}
+{{- $values := include "hami.deviceConfigFromValues" . | fromYaml -}}
+{{- $counts := list "resourceCountName" "resourceMemoryName" "resourceCoreName" -}}
+{{- $families := list
+  (list "nvidia" "nvidia" (list "resourceCountName" "resourceMemoryName" "resourceMemoryPercentageName" "resourceCoreName" "resourcePriorityName"))
+  (list "hygon" "hygon" $counts)
+  (list "kunlun" "kunlun" (list "resourceCountName" "resourceVCountName" "resourceVMemoryName"))
+  (list "enflame" "enflame" (list "resourceNameGCU" "resourceNameDRSGCU" "resourceNameGCUMemory" "resourceNameGCUCore"))
+  (list "awsneuron" "awsneuron" (list "resourceCountName" "resourceCoreName"))
+  (list "amd" "amd" (list "resourceCountName" "resourceMemoryName" "resourceCoreName"))
+  (list "vastai" "vastai" (list "resourceCountName"))
+  (list "biren" "biren" (list "resourceCountName"))
+  (list "cambricon" "cambricon" $counts)
+  (list "metax" "metax" (list "resourceCountName" "resourceVCountName" "resourceVMemoryName" "resourceVCoreName"))
+  (list "mthreads" "mthreads" $counts)
+  (list "iluvatar" "iluvatars" $counts)
+  (list "ascend" "vnpus" (list "resourceName" "resourceMemoryName" "resourceCoreName")) -}}
 {{- $names := list -}}
-{{- if .Values.devices.nvidia.enabled -}}
-{{- $nv := get $content "nvidia" | default dict -}}
-{{- $defaults := dict "resourceCountName" .Values.resourceName "resourceMemoryName" .Values.resourceMem "resourceMemoryPercentageName" .Values.resourceMemPercentage "resourceCoreName" .Values.resourceCores "resourcePriorityName" .Values.resourcePriority -}}
-{{- range $key := list "resourceCountName" "resourceMemoryName" "resourceMemoryPercentageName" "resourceCoreName" "resourcePriorityName" -}}
-{{- $names = append $names (ternary (get $nv $key) (get $defaults $key) (hasKey $nv $key)) -}}
+{{- range $families -}}
+{{- $family := index . 0 -}}{{- $key := index . 1 -}}{{- $fields := index . 2 -}}
+{{- if (get $.Values.devices $family | default dict).enabled -}}
+{{- $section := get $values $key -}}
+{{- $given := get $content $key -}}
+{{- if kindIs "map" $section -}}
+{{- if hasKey $section "configs" -}}
+{{- $section = $section.configs -}}
+{{- if kindIs "map" $given -}}{{- $given = get $given "configs" -}}{{- end -}}
 {{- end -}}
 {{- end -}}
-{{- if .Values.devices.hygon.enabled -}}
-{{- $dcu := get $content "hygon" | default dict -}}
-{{- $defaults := dict "resourceCountName" .Values.dcuResourceName "resourceMemoryName" .Values.dcuResourceMem "resourceCoreName" .Values.dcuResourceCores -}}
-{{- range $key := list "resourceCountName" "resourceMemoryName" "resourceCoreName" -}}
-{{- $names = append $names (ternary (get $dcu $key) (get $defaults $key) (hasKey $dcu $key)) -}}
+{{- if kindIs "slice" $section -}}
+{{- $items := ternary $given $section (and (hasKey $content $key) (kindIs "slice" $given)) -}}
+{{- range $item := $items -}}
+{{- range $field := $fields -}}
+{{- $names = append $names (get $item $field | default "") -}}
 {{- end -}}
 {{- end -}}
-{{- if .Values.devices.kunlun.enabled -}}
-{{- $kunlun := get $content "kunlun" | default dict -}}
-{{- $defaults := dict "resourceCountName" .Values.kunlunResourceName "resourceVCountName" .Values.kunlunResourceVCountName "resourceVMemoryName" .Values.kunlunResourceVMemoryName -}}
-{{- range $key := list "resourceCountName" "resourceVCountName" "resourceVMemoryName" -}}
-{{- $names = append $names (ternary (get $kunlun $key) (get $defaults $key) (hasKey $kunlun $key)) -}}
+{{- else -}}
+{{- $given = $given | default dict -}}
+{{- range $field := $fields -}}
+{{- $names = append $names (ternary (get $given $field) (get $section $field) (hasKey $given $field)) -}}
 {{- end -}}
 {{- end -}}
-{{- if .Values.devices.enflame.enabled -}}
-{{- $enf := get $content "enflame" | default dict -}}
-{{- $defaults := dict "resourceNameGCU" "enflame.com/gcu" "resourceNameDRSGCU" .Values.enflameResourceNameDRSGCU "resourceNameGCUMemory" .Values.enflameResourceNameGCUMemory "resourceNameGCUCore" .Values.enflameResourceNameGCUCore -}}
-{{- range $key := list "resourceNameGCU" "resourceNameDRSGCU" "resourceNameGCUMemory" "resourceNameGCUCore" -}}
-{{- $names = append $names (ternary (get $enf $key) (get $defaults $key) (hasKey $enf $key)) -}}
 {{- end -}}
-{{- end -}}
-{{- if .Values.devices.awsneuron.enabled -}}
-{{- $aws := get $content "awsneuron" | default dict -}}
-{{- $defaults := dict "resourceCountName" "aws.amazon.com/neuron" "resourceCoreName" "aws.amazon.com/neuroncore" -}}
-{{- range $key := list "resourceCountName" "resourceCoreName" -}}
-{{- $names = append $names (ternary (get $aws $key) (get $defaults $key) (hasKey $aws $key)) -}}
-{{- end -}}
-{{- end -}}
-{{- if .Values.devices.amd.enabled -}}
-{{- $amd := get $content "amd" | default dict -}}
-{{- $defaults := dict "resourceCountName" "amd.com/gpu" "resourceMemoryName" "amd.com/gpumem" "resourceCoreName" "amd.com/gpucores" -}}
-{{- range $key := list "resourceCountName" "resourceMemoryName" "resourceCoreName" -}}
-{{- $names = append $names (ternary (get $amd $key) (get $defaults $key) (hasKey $amd $key)) -}}
-{{- end -}}
-{{- end -}}
-{{- if .Values.devices.vastai.enabled -}}
-{{- $va := get $content "vastai" | default dict -}}
-{{- $names = append $names (ternary (get $va "resourceCountName") .Values.vastaiResourceName (hasKey $va "resourceCountName")) -}}
-{{- end -}}
-{{- if .Values.devices.biren.enabled -}}
-{{- $br := get $content "biren" | default dict -}}
-{{- $names = append $names (ternary (get $br "resourceCountName") .Values.birenResourceName (hasKey $br "resourceCountName")) -}}
 {{- end -}}
 {{- $names | compact | uniq | toJson -}}
+{{- end -}}
+
+{{/* hami scheduler's family switches from devices.<family>.enabled: HAMi's --enable-ascend/--enable-iluvatar
+     for the families off by default, --disable-devices for the others switched off. */}}
+{{- define "hami.familyArgs" -}}
+{{- $args := list -}}
+{{- $off := list -}}
+{{- range $family := list "nvidia" "hygon" "kunlun" "enflame" "awsneuron" "amd" "vastai" "biren" "cambricon" "metax" "mthreads" -}}
+{{- if not (get $.Values.devices $family | default (dict "enabled" true)).enabled -}}
+{{- $off = append $off $family -}}
+{{- end -}}
+{{- end -}}
+{{- range $family := list "ascend" "iluvatar" -}}
+{{- if (get $.Values.devices $family | default dict).enabled -}}
+{{- $args = append $args (printf "--enable-%s" $family) -}}
+{{- end -}}
+{{- end -}}
+{{- if $off -}}
+{{- $args = append $args (printf "--disable-devices=%s" (join "," $off)) -}}
+{{- end -}}
+{{- $args | toJson -}}
 {{- end -}}
 
 {{/* The kube-scheduler sidecar's own ServiceAccount (hami's is hami.scheduler). */}}

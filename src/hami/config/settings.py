@@ -16,10 +16,12 @@ Deliberate differences from HAMi:
 * ``scheduler_name`` defaults to ``hami-scheduler`` (the chart's value) instead of ``""``.
 * ``gpu_scheduler_policy`` must name known policies; HAMi treats an unknown value as ``spread``.
 * The device-config file is optional: without one, :func:`~hami.config.default_device_config` applies.
-* ``profiling``, ``legacy_metrics``, ``enable_ascend`` and ``enable_iluvatar`` are accepted only as ``false``
-  (HAMi's default, so HAMi's chart and environment load unchanged): hami has no pprof routes, exports only
-  HAMi's current metric names, and schedules no Ascend or Iluvatar devices. ``true`` is refused with an error
-  saying so, rather than accepted and ignored.
+* ``profiling`` and ``legacy_metrics`` are accepted only as ``false`` (HAMi's default, so HAMi's chart and
+  environment load unchanged): hami has no pprof routes and exports only HAMi's current metric names. ``true``
+  is refused with an error saying so, rather than accepted and ignored.
+* ``enable_ascend`` and ``enable_iluvatar`` switch those families on, as HAMi's flags do; every other family is
+  on unless named in ``disable_devices`` (hami's, for the chart's ``devices.<family>.enabled: false``; HAMi
+  registers those vendors whatever the chart says and only leaves their resources out of ``managedResources``).
 * ``/filter`` and ``/bind`` have their own listener (``extender_bind``, loopback by default); ``http_bind``
   serves the webhook and health only. HAMi serves all of them on ``http_bind`` without client authentication.
 """
@@ -37,7 +39,15 @@ from hami.config._model import config_error
 from hami.config.duration import parse_go_duration
 from hami.errors import ConfigError
 
-__all__ = ["GPU_POLICY_TOKENS", "NodeSchedulerPolicy", "SchedulerSettings", "is_loopback", "load_settings"]
+__all__ = [
+    "DEVICE_FAMILIES",
+    "GATED_FAMILIES",
+    "GPU_POLICY_TOKENS",
+    "NodeSchedulerPolicy",
+    "SchedulerSettings",
+    "is_loopback",
+    "load_settings",
+]
 
 NodeSchedulerPolicy = Literal["binpack", "spread"]
 
@@ -69,9 +79,27 @@ _UNSUPPORTED: Final = {
     "profiling": "is not supported: hami serves no pprof routes (profile it with py-spy instead); leave it false",
     "legacy_metrics": "is not supported: hami exports HAMi's current metric names (hami_*) only, not the legacy "
     "ones (GPUDeviceMemoryLimit, vGPUMemoryAllocated, …); leave it false",
-    "enable_ascend": "is not supported: hami schedules NVIDIA and Hygon devices only; leave it false",
-    "enable_iluvatar": "is not supported: hami schedules NVIDIA and Hygon devices only; leave it false",
 }
+
+DEVICE_FAMILIES: Final = (
+    "nvidia",
+    "hygon",
+    "cambricon",
+    "ascend",
+    "iluvatar",
+    "metax",
+    "mthreads",
+    "enflame",
+    "kunlun",
+    "awsneuron",
+    "amd",
+    "vastai",
+    "biren",
+)
+"""Every device family HAMi knows, by the chart's ``devices.<family>`` key (``disable_devices`` names them)."""
+
+GATED_FAMILIES: Final = {"ascend": "enable_ascend", "iluvatar": "enable_iluvatar"}
+"""Families off unless their HAMi switch is on (``--enable-ascend``, ``--enable-iluvatar``)."""
 
 
 def _env_alias(name: str, *legacy: str) -> AliasChoices:
@@ -143,9 +171,11 @@ class SchedulerSettings(BaseSettings):
     debug: bool = False
     enable_ascend: bool = False
     enable_iluvatar: bool = False
-    """HAMi's switches for its Ascend and Iluvatar backends; hami has neither (only ``false`` is accepted)."""
+    """HAMi's switches: schedule Huawei Ascend / Iluvatar devices (off by default, as in HAMi)."""
+    disable_devices: Annotated[frozenset[str], NoDecode] = frozenset()
+    """Device families not to schedule (``nvidia,hygon``; the chart's ``devices.<family>.enabled: false``)."""
 
-    @field_validator("profiling", "legacy_metrics", "enable_ascend", "enable_iluvatar")
+    @field_validator("profiling", "legacy_metrics")
     @classmethod
     def _unsupported(cls, value: bool, info: Any) -> bool:
         if value:
@@ -184,6 +214,24 @@ class SchedulerSettings(BaseSettings):
             selector[key.strip()] = label.strip()
         return selector
 
+    @field_validator("disable_devices", mode="before")
+    @classmethod
+    def _families(cls, value: object) -> object:
+        names = [p.strip() for p in value.split(",")] if isinstance(value, str) else value
+        if not isinstance(names, (list, tuple, set, frozenset)):
+            return value
+        unknown = sorted(str(n) for n in names if n and n not in DEVICE_FAMILIES)
+        if unknown:
+            raise ValueError(f"unknown device family {unknown[0]!r}; use {', '.join(DEVICE_FAMILIES)}")
+        return frozenset(n for n in names if n)
+
+    @property
+    def enabled_families(self) -> frozenset[str]:
+        """The device families to schedule: every family HAMi knows but the gated ones not switched on and those
+        in ``disable_devices``."""
+        gated_off = {family for family, switch in GATED_FAMILIES.items() if not getattr(self, switch)}
+        return frozenset(DEVICE_FAMILIES) - gated_off - self.disable_devices
+
     @property
     def lease_name(self) -> str:
         """The lease to follow when ``leader_elect`` is on."""
@@ -194,6 +242,13 @@ class SchedulerSettings(BaseSettings):
             missing = "key_file" if self.cert_file else "cert_file"
             raise ConfigError(missing, "", "cert_file and key_file must be given together")
         _check_access(self)
+        for family, switch in GATED_FAMILIES.items():
+            if getattr(self, switch) and family in self.disable_devices:
+                raise ConfigError(
+                    "--disable-devices",
+                    ",".join(sorted(self.disable_devices)),
+                    f"names {family}, which --{switch.replace('_', '-')} switches on: give one or the other",
+                )
 
 
 def is_loopback(host: str) -> bool:

@@ -1,10 +1,15 @@
 """Device vendors behind one interface (``base.Vendor``). Pure: no I/O.
 
-The registry is explicit: ``vendors_from_config`` builds every enabled vendor from the device config.
-Adding a vendor means adding its module and one line here.
+The registry is explicit: ``FAMILIES`` maps each family — the chart's ``devices.<family>`` key — to the vendors
+it builds from the device config (one for most families; one per chip where HAMi keys a vendor per chip).
+``vendors_from_config`` builds the enabled families' vendors. Adding a vendor means adding its module and one
+line in ``FAMILIES``.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from typing import Final
 
 from hami.config import DeviceConfig, default_device_config
 from hami.devices.amd import AmdVendor
@@ -23,19 +28,31 @@ from hami.devices.nvidia.vendor import NvidiaVendor
 from hami.devices.vastai import VastaiVendor
 from hami.protocol.keys import VendorKeys
 
-__all__ = ["registered_keys", "vendors_from_config"]
+__all__ = ["FAMILIES", "registered_keys", "vendors_from_config"]
+
+FAMILIES: Final[dict[str, Callable[[DeviceConfig], Sequence[Vendor]]]] = {
+    "nvidia": lambda c: (NvidiaVendor(c.nvidia),),
+    "hygon": lambda c: (HygonVendor(c.hygon),),
+    "kunlun": lambda c: (KunlunVendor(c.kunlun), XpuVendor(c.kunlun)),
+    "enflame": lambda c: (EnflameGcuVendor(c.enflame), EnflameDrsVendor(c.enflame)),
+    "awsneuron": lambda c: (AwsNeuronVendor(c.awsneuron),),
+    "cambricon": lambda c: (CambriconVendor(c.cambricon),),
+    "mthreads": lambda c: (MthreadsVendor(c.mthreads),),
+    "amd": lambda c: (AmdVendor(c.amd),),
+    "biren": lambda c: (BirenVendor(c.biren),),
+    "vastai": lambda c: (VastaiVendor(c.vastai),),
+    "iluvatar": lambda c: tuple(IluvatarVendor(chip) for chip in c.iluvatars),
+    "metax": lambda c: (MetaxGpuVendor(c.metax), MetaxSgpuVendor(c.metax)),
+    "ascend": lambda c: tuple(ascend_vendors(c.vnpus)),
+}
+"""Every vendor family hami schedules, in registry order (the order vendors are tried and listed)."""
 
 
-def vendors_from_config(config: DeviceConfig) -> dict[str, Vendor]:
-    """Every vendor hami schedules, keyed by vendor key, in a fixed order."""
-    vendors: list[Vendor] = [NvidiaVendor(config.nvidia), HygonVendor(config.hygon)]
-    vendors += [KunlunVendor(config.kunlun), XpuVendor(config.kunlun)]
-    vendors += ascend_vendors(config.vnpus)
-    vendors += [EnflameGcuVendor(config.enflame), EnflameDrsVendor(config.enflame), AwsNeuronVendor(config.awsneuron)]
-    vendors += [CambriconVendor(config.cambricon), MthreadsVendor(config.mthreads)]
-    vendors += [AmdVendor(config.amd), BirenVendor(config.biren), VastaiVendor(config.vastai)]
-    vendors += [IluvatarVendor(chip) for chip in config.iluvatars]
-    vendors += [MetaxGpuVendor(config.metax), MetaxSgpuVendor(config.metax)]
+def vendors_from_config(config: DeviceConfig, enabled: Collection[str] | None = None) -> dict[str, Vendor]:
+    """The vendors of the ``enabled`` families (``FAMILIES`` keys; None: every family), keyed by vendor key, in
+    registry order. A family switched off is not registered: its resources, registrations and allocations are
+    not hami's (``hami scheduler``'s ``--enable-ascend``, ``--disable-devices``; see ``SchedulerSettings``)."""
+    vendors = [v for family, build in FAMILIES.items() if enabled is None or family in enabled for v in build(config)]
     return {v.name: v for v in vendors}
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Protocol
+from typing import Final, Protocol, runtime_checkable
 
 from hami.devices.admission import Admitter
 from hami.devices.policy import GpuPolicy
@@ -56,6 +56,7 @@ __all__ = [
     "Selector",
     "Slice",
     "SliceAt",
+    "SliceLabels",
     "Unfit",
     "Vendor",
     "parse_bool",
@@ -362,11 +363,25 @@ class Partitions(Protocol):
         None when it agrees."""
 
 
+@runtime_checkable
+class SliceLabels(Protocol):
+    """Optional for a partition hook: how its slices read in reports (``hami simulate``, ``hami top``). Without it
+    a report shows a slice by its template name, or as ``slice``."""
+
+    @property
+    def slice_kind(self) -> str:
+        """What the vendor calls a slice (NVIDIA: ``MIG``; Ascend: ``vNPU``)."""
+
+    def slice_labels(self, info: DeviceInfo, positions: Sequence[Hashable]) -> list[str]:
+        """The slices at ``positions`` on the device ``info`` as people read them, in the order to show them
+        (NVIDIA: ``["2g.20gb@0", "1g.10gb@6"]``, by start)."""
+
+
 class Vendor(Protocol):
     """One device vendor. Implementations are stateless apart from their configuration.
 
     Adding a vendor: its module in ``hami.devices`` implementing this protocol (most reuse
-    ``common.SharedDeviceVendor``), its test file, its line in ``vendors_from_config`` and its chart values.
+    ``common.SharedDeviceVendor``), its test file, its line in ``hami.devices.FAMILIES`` and its chart values.
     """
 
     @property

@@ -119,7 +119,7 @@ class Runtime:
     def __post_init__(self) -> None:
         if self.transport is None:  # read the files now: a missing or bad one is a ConfigError at start-up
             self.transport = load_transport(self.settings)
-        self.vendors = vendors_from_config(self.device_config)
+        self.vendors = vendors_from_config(self.device_config, self.settings.enabled_families)
         self.lock_keys = sorted({v.keys.lock for v in self.vendors.values() if v.keys.lock is not None})
         """Every node lock annotation a vendor takes (``VendorKeys.lock``): watched, released, swept."""
         self.state = ClusterState(self.vendors)

@@ -40,6 +40,8 @@ class SimulateOptions:
     now: int = 0
     demo: bool = False
     report: Path | None = None
+    skip_admission: bool = False
+    """Place pods as written, without the admission webhook's defaults, rewrites and denials."""
 
 
 def run_simulate(opts: SimulateOptions, out: Callable[[str], None], err: Callable[[str], None]) -> int:
@@ -57,7 +59,8 @@ def run_simulate(opts: SimulateOptions, out: Callable[[str], None], err: Callabl
     except InvalidInput as error:
         err(f"error: {error}")
         return EXIT_INVALID_INPUT
-    sim = Simulator(config, SchedulingDefaults(node_policy=opts.node_policy, gpu_policy=opts.gpu_policy))
+    defaults = SchedulingDefaults(node_policy=opts.node_policy, gpu_policy=opts.gpu_policy)
+    sim = Simulator(config, defaults, admission=not opts.skip_admission)  # every vendor family
     sim.add_snapshot(snapshot)
     outcomes = [sim.place(pod, opts.now) for pod in pods]
     for warning in [*warnings, *sim.warnings]:

@@ -30,7 +30,7 @@ from typing import Any, Final
 
 import msgspec
 
-from hami.devices.base import ContainerRequest, FitContext, Unfit
+from hami.devices.base import ContainerRequest, FitContext, Unfit, Vendor
 from hami.devices.table import DeviceTable
 from hami.errors import InvalidInput
 from hami.protocol import keys
@@ -59,9 +59,8 @@ MAX_TRIES: Final = 20000
 """Eviction sets tried for one pod, over all nodes (nodes with fewer pods are searched first), so explaining a
 pod on a large cluster stays a matter of seconds."""
 
-_WRITTEN_BY_HAMI: Final = frozenset(
-    {keys.VGPU_NODE, keys.VGPU_TIME, keys.BIND_PHASE, keys.BIND_TIME, keys.NVIDIA_MIG_ALLOCATIONS}
-)
+_WRITTEN_BY_HAMI: Final = frozenset({keys.VGPU_NODE, keys.VGPU_TIME, keys.BIND_PHASE, keys.BIND_TIME})
+"""Annotations hami writes for every pod; each vendor's allocation and extra annotations are added to them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,12 +204,15 @@ def _smallest_eviction(state: ClusterState, req: PodRequest, node: str, budget: 
     return None
 
 
-def _variants(pod: Pod) -> list[tuple[str, dict[str, str]]]:
-    """Annotation changes to try: each annotation left out, and a plain GPU policy."""
+def _variants(pod: Pod, vendors: Mapping[str, Vendor]) -> list[tuple[str, dict[str, str]]]:
+    """Annotation changes to try: each annotation a user wrote left out, and a plain GPU policy."""
     annotations = dict(pod.metadata.annotations)
+    written = _WRITTEN_BY_HAMI | {
+        key for v in vendors.values() for key in (v.keys.allocated, v.keys.to_allocate, *v.keys.extra) if key
+    }
     out: list[tuple[str, dict[str, str]]] = []
     for key in sorted(annotations):
-        if key in _WRITTEN_BY_HAMI:
+        if key in written:
             continue
         rest = {k: v for k, v in annotations.items() if k != key}
         out.append((f"without the annotation {key}={annotations[key]}", rest))
@@ -334,7 +336,7 @@ def _suggestions(sim: Simulator, pod: Pod, names: Sequence[str], verdicts: Seque
         if v.excluded and v.fits:
             out.append(f"{v.node} would take it, but {v.excluded}")
     state = sim.state
-    for description, changed in _variants(pod):
+    for description, changed in _variants(pod, sim.vendors):
         try:
             other = prefilter(_with_annotations(pod, changed), sim.vendors, sim.defaults)
         except InvalidInput:

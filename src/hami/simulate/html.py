@@ -109,7 +109,7 @@ def _legend() -> str:
 
 
 def _pending_section(outcomes: Sequence[Outcome]) -> str:
-    waiting = [o for o in outcomes if o.status in ("pending", "invalid")]
+    waiting = [o for o in outcomes if o.status in ("pending", "invalid", "denied")]
     if not waiting:
         return "<h2>Pending pods</h2><p>Every pod that asks for devices was placed.</p>"
     reasons: Counter[str] = Counter()
@@ -118,6 +118,8 @@ def _pending_section(outcomes: Sequence[Outcome]) -> str:
             reasons.update(codes)
         if o.status == "invalid":
             reasons["InvalidRequest"] += 1
+        elif o.status == "denied":
+            reasons["AdmissionDenied"] += 1
     items = sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))
     rows: list[list[str]] = []
     for o in waiting:
@@ -126,7 +128,8 @@ def _pending_section(outcomes: Sequence[Outcome]) -> str:
         rows += [["", node, rejection.summary] for node, rejection in rejected]
     return (
         "<h2>Pending pods: why</h2>"
-        '<p class="muted">Devices failing each check, summed over the pending pods (an invalid request counts once).'
+        '<p class="muted">Devices failing each check, summed over the pending pods (an invalid request or a pod denied '
+        "at admission counts once)."
         "</p>" + _bars(items, BAR_COLOUR) + _table(["POD", "NODE / MESSAGE", "REASONS"], rows)
     )
 

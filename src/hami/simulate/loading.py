@@ -54,6 +54,8 @@ class Sourced(Generic[T]):
     obj: T
     file: str
     origin: str
+    raw: dict[str, Any] | None = None
+    """The object as written (what the API server would send the admission webhook); None when not kept."""
 
 
 @dataclass(slots=True)
@@ -149,7 +151,7 @@ def _checked(raw: object, where: str, label: str) -> tuple[str, dict[str, Any]]:
     return where, raw
 
 
-def _decode(raw: dict[str, Any], kind_type: type[T], where: str, label: str) -> Sourced[T]:
+def _decode(raw: dict[str, Any], kind_type: type[T], where: str, label: str, keep: bool = False) -> Sourced[T]:
     origin = f"{label}: {where} ({_describe(raw)})"
     try:
         obj = msgspec.convert(raw, type=kind_type)
@@ -157,7 +159,7 @@ def _decode(raw: dict[str, Any], kind_type: type[T], where: str, label: str) -> 
         path, reason = _decode_error_field(err)
         path, value = _locate(raw, path, reason)
         raise InvalidInput(f"{origin}: {path or '(object)'}", value, reason) from None
-    return Sourced(obj, label, origin)
+    return Sourced(obj, label, origin, raw if keep else None)
 
 
 def _json_type(value: object) -> str:
@@ -196,7 +198,9 @@ def _locate(raw: object, path: str, reason: str) -> tuple[str, object]:
     return ".".join(shown), value
 
 
-def _load(text: str, label: str, allowed: frozenset[str], what: str) -> Iterator[tuple[str, Sourced[Any]]]:
+def _load(
+    text: str, label: str, allowed: frozenset[str], what: str, keep: bool = False
+) -> Iterator[tuple[str, Sourced[Any]]]:
     for where, raw in _objects(read_documents(text, label), label):
         kind = raw.get("kind")
         if kind not in allowed:
@@ -204,7 +208,7 @@ def _load(text: str, label: str, allowed: frozenset[str], what: str) -> Iterator
             raise InvalidInput(
                 f"{label}: {where} ({_describe(raw)})", kind, f"unknown kind in {what}; expected {expected} or a List"
             )
-        yield kind, _decode(raw, _KINDS[kind], where, label)
+        yield kind, _decode(raw, _KINDS[kind], where, label, keep)
 
 
 def read_files(paths: Sequence[Path]) -> list[tuple[str, str]]:
@@ -230,8 +234,10 @@ def load_snapshot(sources: Sequence[tuple[str, str]]) -> Snapshot:
 
 
 def load_pods(sources: Sequence[tuple[str, str]]) -> list[Sourced[Pod]]:
-    """Decode the pods to place, given as ``(label, text)``, in file then document order; raises ``InvalidInput``."""
-    return [item for label, text in sources for _, item in _load(text, label, frozenset({"Pod"}), "a pods file")]
+    """Decode the pods to place, given as ``(label, text)``, in file then document order, each keeping its raw
+    object for admission; raises ``InvalidInput``."""
+    pods = frozenset({"Pod"})
+    return [item for label, text in sources for _, item in _load(text, label, pods, "a pods file", keep=True)]
 
 
 _SNAPSHOT_HINT: Final = "a snapshot is what `kubectl get nodes,pods,resourcequotas -A -o json` prints"

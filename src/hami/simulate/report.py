@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 from collections.abc import Hashable, Iterable, Sequence
 
+from hami.devices.base import SliceLabels
 from hami.devices.table import DeviceTable
 from hami.protocol.allocation import ContainerDevice
-from hami.protocol.inventory import DeviceInfo, MigPlacement
+from hami.protocol.inventory import DeviceInfo
 from hami.scheduling.state import ClusterState
 from hami.scheduling.usage import Kind
 from hami.simulate.simulator import Outcome, container_devices
@@ -26,6 +27,7 @@ __all__ = [
     "render_placements",
     "render_summary",
     "render_utilization",
+    "slice_labels",
     "summary_line",
     "utilization_document",
 ]
@@ -49,6 +51,7 @@ def decisions_document(outcomes: Iterable[Outcome]) -> dict[str, object]:
                 "annotations": annotations,
                 "reasons": {node: dict(sorted(codes.items())) for node, codes in sorted(o.reasons.items())},
                 "message": o.message,
+                "admission": list(o.admission) if o.admission is not None else None,
             }
         )
     return {"decisions": decisions}
@@ -62,6 +65,24 @@ def fragmentation_document(state: ClusterState) -> object | None:
     return fragmentation_json(state)
 
 
+def _slice_kind(state: ClusterState, vendor: str) -> str:
+    """What the vendor calls a slice (``MIG``), ``slice`` when its partition hook does not say."""
+    hook = state.vendors[vendor].partitions if vendor in state.vendors else None
+    return hook.slice_kind if isinstance(hook, SliceLabels) else "slice"
+
+
+def slice_labels(state: ClusterState, vendor: str, info: DeviceInfo, positions: Sequence[Hashable]) -> list[str] | None:
+    """The slices held on a device that the vendor hands out in fixed slices, as people read them (through the
+    vendor's ``SliceLabels``); None for a device that is not carved, or whose vendor neither labels its slices nor
+    records their positions (the ledger then knows only the memory and cores they hold)."""
+    hook = state.vendors[vendor].partitions if vendor in state.vendors else None
+    if hook is None or not hook.carves(info):
+        return None
+    if isinstance(hook, SliceLabels):
+        return hook.slice_labels(info, positions)
+    return [str(p) for p in positions if p is not None] or None
+
+
 def utilization_document(state: ClusterState) -> list[dict[str, object]]:
     """One entry per device of every node (nodes by name, vendors sorted, devices in registration order)."""
     rows: list[dict[str, object]] = []
@@ -69,6 +90,7 @@ def utilization_document(state: ClusterState) -> list[dict[str, object]]:
         for vendor in sorted(node.tables):
             table = node.tables[vendor]
             for i, info in enumerate(table.infos):
+                slices = slice_labels(state, vendor, info, table.slices[i])
                 rows.append(
                     {
                         "node": name,
@@ -81,8 +103,9 @@ def utilization_document(state: ClusterState) -> list[dict[str, object]]:
                         "health": info.health,
                         "cordoned": info.id in node.cordoned,
                         "unschedulable": node.unschedulable,
-                        "mig": _mig_instances(info, table.slices[i]).split() if info.mode == "mig" else None,
+                        "mig": slices if _slice_kind(state, vendor) == "MIG" else None,
                         "blocked": table.broken[i],
+                        "slices": slices,
                     }
                 )
     return rows
@@ -97,6 +120,7 @@ def _counts(state: ClusterState, outcomes: Sequence[Outcome]) -> dict[str, int]:
         "placed": statuses.count("placed"),
         "pending": statuses.count("pending"),
         "invalid": statuses.count("invalid"),
+        "denied": statuses.count("denied"),
         "noDevices": statuses.count("no-devices"),
     }
 
@@ -121,6 +145,8 @@ def summary_line(title: str, state: ClusterState, outcomes: Sequence[Outcome]) -
     parts = [f"{c['placed']} placed", f"{c['pending']} pending"]
     if c["invalid"]:
         parts.append(f"{c['invalid']} invalid")
+    if c["denied"]:
+        parts.append(f"{c['denied']} denied at admission")
     if c["noDevices"]:
         parts.append(f"{c['noDevices']} asking for no device")
     return f"{title}: {c['nodes']} nodes, {c['devices']} devices; {c['pods']} pods in order: {', '.join(parts)}"
@@ -152,14 +178,23 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return lines
 
 
-def _mig_labels(o: Outcome) -> dict[tuple[int, int], str]:
-    if o.decision is None:
+def _slice_texts(o: Outcome, state: ClusterState | None) -> dict[tuple[str, int, int], str]:
+    """``(vendor, container, device) → "MIG 2g.20gb@0"`` for every slice of the decision whose vendor names its
+    slices (``SliceLabels``); other vendors' devices show their memory and cores only."""
+    d = o.decision
+    if state is None or d is None or d.node is None or d.node not in state.nodes:
         return {}
-    return {
-        (s.container, s.device): f"{s.slice.template}@{s.slice.position.start}"
-        for s in o.decision.slices.get("NVIDIA", ())
-        if isinstance(s.slice.position, MigPlacement)
-    }
+    out: dict[tuple[str, int, int], str] = {}
+    for vendor, slices in d.slices.items():
+        table = state.nodes[d.node].tables.get(vendor)
+        hook = state.vendors[vendor].partitions if vendor in state.vendors else None
+        if table is None or not isinstance(hook, SliceLabels):
+            continue
+        for s in slices:
+            info = next((i for i in table.infos if i.id == s.uuid), None)
+            labels = hook.slice_labels(info, [s.slice.position]) if info is not None else []
+            out[(vendor, s.container, s.device)] = f"{hook.slice_kind} {labels[0] if labels else s.slice.template}"
+    return out
 
 
 def core_unit(state: ClusterState | None, node: str, uuid: str, vendor: str | None = None) -> str:
@@ -183,7 +218,7 @@ def _devices_cell(o: Outcome, state: ClusterState | None = None) -> str:
         return "-"
     node = d.node
     per_container: list[str] = []
-    mig = _mig_labels(o)
+    sliced = _slice_texts(o, state)
     n = max((len(v) for v in d.devices.values()), default=0)
     for ci in range(n):
         items: list[str] = []
@@ -192,14 +227,14 @@ def _devices_cell(o: Outcome, state: ClusterState | None = None) -> str:
             if ci >= len(containers) or not containers[ci]:
                 continue
             devs = containers[ci]
-            labels = [mig.get((ci, di)) if vendor == "NVIDIA" else None for di in range(len(devs))]
+            labels = [sliced.get((vendor, ci, di)) for di in range(len(devs))]
             if len(devs) > 1 and not any(labels) and len({(x.usedmem, x.usedcores) for x in devs}) == 1:
                 uuids = ", ".join(x.uuid for x in devs)
                 unit = core_unit(state, node, devs[0].uuid, vendor)
                 items.append(f"{uuids} ({devs[0].usedmem} MiB, {devs[0].usedcores}{unit} each)")
                 continue
             for dev, label in zip(devs, labels, strict=True):
-                extra = f", MIG {label}" if label else ""
+                extra = f", {label}" if label else ""
                 unit = core_unit(state, node, dev.uuid, vendor)
                 items.append(f"{dev.uuid} ({dev.usedmem} MiB, {dev.usedcores}{unit}{extra})")
         per_container.append(", ".join(items))
@@ -224,15 +259,16 @@ def _status(o: Outcome, state: ClusterState | None) -> str:
 
 def render_placements(outcomes: Sequence[Outcome], state: ClusterState | None = None) -> list[str]:
     """One row per pod: pod, node (``-`` when not placed) and devices, or why there are none (``state`` tells how
-    each device counts its cores)."""
+    each device counts its cores, and names the slices of a device handed out in fixed slices as its vendor does:
+    ``MIG 2g.20gb@0``)."""
     return _table(["POD", "NODE", "DEVICES"], [[o.pod, o.node or "-", _status(o, state)] for o in outcomes])
 
 
 def render_pending(outcomes: Sequence[Outcome]) -> list[str]:
-    """For each pending or invalid pod: its message, then each rejected node's reasons (HAMi's text)."""
+    """For each pending, invalid or denied pod: its message, then each rejected node's reasons (HAMi's text)."""
     lines: list[str] = []
     for o in outcomes:
-        if o.status not in ("pending", "invalid"):
+        if o.status not in ("pending", "invalid", "denied"):
             continue
         lines.append(f"{o.pod}: {o.message}")
         for node, rejection in sorted(o.rejected.items()):
@@ -240,21 +276,13 @@ def render_pending(outcomes: Sequence[Outcome]) -> list[str]:
     return lines
 
 
-def _mig_instances(info: DeviceInfo, positions: Sequence[Hashable]) -> str:
-    names = []
-    placements = [p for p in positions if isinstance(p, MigPlacement)]
-    for p in sorted(placements, key=lambda p: (p.start, p.size)):
-        profile = next((m.name for m in info.mig_profiles if p in m.placements), f"{p.size}-slice")
-        names.append(f"{profile}@{p.start}")
-    return " ".join(names)
-
-
-def _device_note(table: DeviceTable, i: int, cordoned: frozenset[str]) -> str:
+def _device_note(state: ClusterState, vendor: str, table: DeviceTable, i: int, cordoned: frozenset[str]) -> str:
     info = table.infos[i]
     notes = []
-    if info.mode == "mig":
-        instances = _mig_instances(info, table.slices[i])
-        notes.append(f"MIG: {instances}" if instances else "MIG: no instances")
+    slices = slice_labels(state, vendor, info, table.slices[i])
+    if slices is not None:
+        kind = _slice_kind(state, vendor)
+        notes.append(f"{kind}: {' '.join(slices)}" if slices else f"{kind}: no instances")
     if not info.health:
         notes.append("unhealthy")
     if table.broken[i]:
@@ -279,7 +307,7 @@ def render_utilization(state: ClusterState) -> list[str]:
                         f"{table.used[i]}/{info.count}",
                         f"{table.usedmem[i]}/{info.devmem}",
                         f"{table.usedcores[i]}/{info.devcore}",
-                        _device_note(table, i, node.cordoned),
+                        _device_note(state, vendor, table, i, node.cordoned),
                     ]
                 )
     return _table(["NODE", "DEVICE", "TYPE", "SLOTS", "MEMORY MiB", "CORES", "NOTE"], rows)

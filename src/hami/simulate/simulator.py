@@ -6,6 +6,10 @@ annotations) — then places pods in the order given: ``prefilter`` → ``decide
 placement is visible to the next pod. Unlike HAMi's own simulation path (scheduler-core.md §4.7), existing
 pods are charged: the point is to ask "where would this pod go *now*".
 
+With ``admission`` on (``hami simulate`` without ``--skip-admission``), each pod first goes through the webhook's
+own decision (``hami.simulate.admit``): its defaults and rewrites are applied before the pod is placed, and a pod
+the webhook would deny (or that names another scheduler) is not placed; its outcome carries the webhook's message.
+
 Candidates are the snapshot's nodes whose labels match the pod's ``nodeSelector`` exactly and that are not
 ``spec.unschedulable``; kube-scheduler's other predicates (taints, affinity, CPU/memory) are out of scope.
 
@@ -18,7 +22,7 @@ the field.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import msgspec
@@ -28,13 +32,16 @@ from hami.devices import vendors_from_config
 from hami.errors import InvalidInput
 from hami.protocol.allocation import ContainerDevice
 from hami.protocol.objects import Node, Pod
+from hami.protocol.podpatch import PatchOp
 from hami.protocol.reasons import Reason
+from hami.scheduling.admission import Admission, AdmissionSettings, admitters_for
 from hami.scheduling.cycle import Decision, Verdicts, decide, reserve
 from hami.scheduling.filter import NodeRejection
 from hami.scheduling.records import holds_devices, record_from_pod
 from hami.scheduling.request import PodRequest, SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState
 from hami.scheduling.usage import Kind, container_kinds
+from hami.simulate.admit import Denied, admit_pod
 from hami.simulate.loading import Snapshot, Sourced
 
 __all__ = ["NODE_LEVEL_COUNT", "Outcome", "Simulator", "container_devices"]
@@ -53,7 +60,9 @@ class Outcome:
     the pod and the field. ``reasons`` maps every rejected node to its reason codes and device counts (a
     node-level reason counts ``NODE_LEVEL_COUNT``). ``containers`` lists ``(name, kind)`` init containers first,
     the order of ``devices`` and of the allocation annotations. ``wants_devices`` is False for a pod that
-    asks for no device hami manages (nothing to place).
+    asks for no device hami manages (nothing to place). ``denied`` is True when the admission webhook would not
+    let hami schedule the pod (``message`` is its answer); ``admission`` is the webhook's patch that was applied
+    (empty: none needed), None when admission was skipped or the pod was denied.
     """
 
     pod: str
@@ -63,12 +72,15 @@ class Outcome:
     reasons: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     containers: tuple[tuple[str, Kind], ...] = ()
     wants_devices: bool = True
+    denied: bool = False
+    admission: tuple[PatchOp, ...] | None = None
 
     @property
     def status(self) -> str:
-        """``placed``, ``pending`` (no node fits), ``invalid`` (bad request) or ``no-devices`` (nothing to place)."""
+        """``placed``, ``pending`` (no node fits), ``invalid`` (bad request), ``denied`` (by the admission webhook)
+        or ``no-devices`` (nothing to place)."""
         if self.decision is None:
-            return "invalid"
+            return "denied" if self.denied else "invalid"
         if self.decision.node is not None:
             return "placed"
         return "pending" if self.wants_devices else "no-devices"
@@ -122,10 +134,30 @@ class Simulator:
     ``warnings`` collects every input problem that did not stop the run, each naming file and object.
     """
 
-    def __init__(self, config: DeviceConfig, defaults: SchedulingDefaults) -> None:
-        self.vendors = vendors_from_config(config)
+    def __init__(
+        self,
+        config: DeviceConfig,
+        defaults: SchedulingDefaults,
+        *,
+        admission: bool = False,
+        families: Collection[str] | None = None,
+    ) -> None:
+        self.vendors = vendors_from_config(config, families)
         self.defaults = defaults
         self.state = ClusterState(self.vendors)
+        self.admission = (
+            Admission(
+                self.vendors,
+                admitters_for(self.vendors),
+                defaults,
+                AdmissionSettings(),
+                quotas=self.state.quotas,
+                quota_factors=self.state.quota_factors,
+            )
+            if admission
+            else None
+        )
+        """The webhook's decision, run on each pod before it is placed; None: pods are placed as written."""
         self.memo = Verdicts()
         self.warnings: list[str] = []
         self._node_origin: dict[str, str] = {}
@@ -211,18 +243,41 @@ class Simulator:
             names.append(name)
         return names, len(self.state.nodes) - len(names)
 
+    def _admit(
+        self, item: Sourced[Pod], containers: tuple[tuple[str, Kind], ...]
+    ) -> Outcome | tuple[Pod, tuple[PatchOp, ...]]:
+        """The pod after the admission webhook and its patch, or the outcome of a pod not to place."""
+        if self.admission is None:
+            return item.obj, ()
+        key = _with_identity(item.obj, "").key
+        raw = item.raw if item.raw is not None else msgspec.to_builtins(item.obj)
+        try:
+            admitted = admit_pod(self.admission, raw, item.obj.metadata.namespace or DEFAULT_NAMESPACE)
+        except InvalidInput as err:
+            return Outcome(key, item.origin, f"{item.origin}: {err}", containers=containers)
+        if isinstance(admitted, Denied):
+            message = f"{item.origin}: denied by the admission webhook: {admitted.message}"
+            return Outcome(key, item.origin, message, containers=containers, denied=True)
+        return admitted.pod, admitted.patch
+
     def place(self, item: Sourced[Pod], now: int) -> Outcome:
-        """Decide for one pod and reserve the decision, so the next pod sees it."""
-        pod = _with_identity(item.obj, self._unique_uid(item.obj))
+        """Admit one pod (when admission is on), decide for it and reserve the decision, so the next pod sees it."""
         self.warnings += self.unknown_resources(item)
         containers = tuple(
             (c.name, kind)
-            for c, kind in zip([*pod.spec.init_containers, *pod.spec.containers], container_kinds(pod), strict=True)
+            for c, kind in zip(
+                [*item.obj.spec.init_containers, *item.obj.spec.containers], container_kinds(item.obj), strict=True
+            )
         )
+        admitted = self._admit(item, containers)
+        if isinstance(admitted, Outcome):
+            return admitted
+        pod = _with_identity(admitted[0], self._unique_uid(item.obj))
+        patch = admitted[1] if self.admission is not None else None
         try:
             req = prefilter(pod, self.vendors, self.defaults)
         except InvalidInput as err:
-            return Outcome(pod.key, item.origin, f"{item.origin}: {err}", containers=containers)
+            return Outcome(pod.key, item.origin, f"{item.origin}: {err}", containers=containers, admission=patch)
         names, excluded = self.candidates(pod)
         decision = decide(self.state, req, names, now, self.memo)
         reserve(self.state, req, decision)
@@ -230,7 +285,7 @@ class Simulator:
         if excluded:
             message += f" ({excluded} more excluded by nodeSelector or unschedulable)"
         reasons = {node: self._reason_counts(req, rej) for node, rej in sorted(decision.rejected.items())}
-        return Outcome(pod.key, item.origin, message, decision, reasons, containers, req.wants_devices)
+        return Outcome(pod.key, item.origin, message, decision, reasons, containers, req.wants_devices, admission=patch)
 
     def _reason_counts(self, req: PodRequest, rejection: NodeRejection) -> dict[str, int]:
         """Reason code → devices, or one node-level code (count 1) when the node has no usable registration:

@@ -142,9 +142,15 @@ def test_unprefixed_variables_are_ignored(monkeypatch: pytest.MonkeyPatch) -> No
             id="legacy-metrics-refused",
         ),
         pytest.param(
-            {"enable_ascend": True},
-            "enable_ascend: is not supported: hami schedules NVIDIA and Hygon devices only; leave it false (got true)",
-            id="ascend-refused",
+            {"disable_devices": "nvidia,nvdia"},
+            "disable_devices: unknown device family 'nvdia'; use nvidia, hygon, cambricon, ascend, iluvatar, metax, "
+            "mthreads, enflame, kunlun, awsneuron, amd, vastai, biren (got 'nvidia,nvdia')",
+            id="unknown-family",
+        ),
+        pytest.param(
+            {"disable_devices": "ascend", "enable_ascend": True},
+            "--disable-devices: names ascend, which --enable-ascend switches on: give one or the other (got 'ascend')",
+            id="ascend-on-and-off",
         ),
         pytest.param({"kube_burst": 0}, "kube_burst: must be >= 1 (got 0)", id="zero-burst"),
         pytest.param({"scheduler_name": ""}, "scheduler_name: must not be empty", id="no-name"),
@@ -295,3 +301,27 @@ def test_half_configured_listeners_are_refused(overrides: dict[str, object], fie
 )
 def test_safe_listener_settings_are_accepted(overrides: dict[str, object]) -> None:
     load_settings(overrides)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "on", "off"),
+    [
+        pytest.param({}, {"nvidia", "hygon", "cambricon", "metax", "mthreads"}, {"ascend", "iluvatar"}, id="defaults"),
+        pytest.param({"enable_ascend": True}, {"ascend", "nvidia"}, {"iluvatar"}, id="enable-ascend"),
+        pytest.param({"enable_iluvatar": "true"}, {"iluvatar", "hygon"}, {"ascend"}, id="enable-iluvatar"),
+        pytest.param({"disable_devices": "nvidia, hygon"}, {"cambricon"}, {"nvidia", "hygon", "ascend"}, id="off"),
+        pytest.param({"disable_devices": ""}, {"nvidia", "hygon"}, {"ascend"}, id="empty-list"),
+    ],
+)
+def test_enabled_families_follow_hami_switches(overrides: dict[str, object], on: set[str], off: set[str]) -> None:
+    families = load_settings(overrides).enabled_families
+    assert on <= families
+    assert not off & families
+
+
+def test_disabled_devices_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HAMI_DISABLE_DEVICES", "hygon")
+    monkeypatch.setenv("HAMI_ENABLE_ILUVATAR", "true")
+    families = load_settings().enabled_families
+    assert "hygon" not in families
+    assert {"iluvatar", "nvidia"} <= families

@@ -303,3 +303,12 @@ async def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
     async with asyncio.timeout(timeout):
         while not condition():
             await asyncio.sleep(0.005)
+
+
+def test_a_disabled_family_is_not_scheduled() -> None:
+    """``--disable-devices hygon``: the runtime's registry (and so its webhook, filter and ledger) has no Hygon."""
+    assert "DCU" in make_runtime().vendors
+    runtime = make_runtime(disable_devices="hygon")
+    assert "DCU" not in runtime.vendors
+    assert "DCU" not in runtime.state.vendors
+    assert "NVIDIA" in runtime.vendors

@@ -4,7 +4,7 @@ the node's capacity, a handshake or none, and a node lock of its own that is wat
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from typing import Final
 
 import pytest
@@ -31,8 +31,8 @@ class ShakingToy(ToyVendor):
 
 
 def with_toy(vendor: Vendor) -> object:
-    def build(config: DeviceConfig) -> dict[str, Vendor]:
-        return {**vendors_from_config(config), TOY: vendor}
+    def build(config: DeviceConfig, enabled: Collection[str] | None = None) -> dict[str, Vendor]:
+        return {**vendors_from_config(config, enabled), TOY: vendor}
 
     return build
 

@@ -20,6 +20,7 @@ def test_json_output_is_exactly_one_document_and_warnings_go_to_stderr() -> None
         "placed": 1,
         "pending": 0,
         "invalid": 0,
+        "denied": 0,
         "noDevices": 0,
     }
     assert doc["utilization"] == [
@@ -36,6 +37,7 @@ def test_json_output_is_exactly_one_document_and_warnings_go_to_stderr() -> None
             "unschedulable": False,
             "mig": None,
             "blocked": None,
+            "slices": None,
         }
     ]
     assert {"decisions": doc["decisions"]} == {
@@ -52,6 +54,7 @@ def test_json_output_is_exactly_one_document_and_warnings_go_to_stderr() -> None
                 },
                 "reasons": doc["decisions"][0]["reasons"],  # "broken": quarantined once the real codecs land
                 "message": doc["decisions"][0]["message"],
+                "admission": [{"op": "add", "path": "/spec/schedulerName", "value": "hami-scheduler"}],
             }
         ]
     }

@@ -25,6 +25,7 @@ def test_json_document_for_a_placed_pod() -> None:
                 },
                 "reasons": {"cpu-node": {"NodeUnregistered": 1}},
                 "message": "find fit node(gpu-node-1), 1 nodes not fit, 2 nodes fit(gpu-node-2:0.00,gpu-node-1:6.26)",
+                "admission": None,  # the simulator of these tests places pods as written
             }
         ]
     }
@@ -43,8 +44,9 @@ def test_json_document_for_pending_and_invalid_pods() -> None:
         "annotations": {},
         "reasons": {"gpu-node-1": {"CardInsufficientMemory": 2}, "gpu-node-2": {"CardInsufficientMemory": 2}},
         "message": "no available node, 2 nodes do not meet (3 more excluded by nodeSelector or unschedulable)",
+        "admission": None,
     }
-    assert list(invalid) == ["pod", "node", "devices", "annotations", "reasons", "message"]
+    assert list(invalid) == ["pod", "node", "devices", "annotations", "reasons", "message", "admission"]
     assert (invalid["pod"], invalid["node"], invalid["devices"], invalid["annotations"], invalid["reasons"]) == (
         "default/bad",
         None,
@@ -90,9 +92,11 @@ def test_render_json_is_one_document_with_keys_in_the_documented_order() -> None
     doc = json.loads(text)
     assert list(doc) == ["summary", "decisions", "utilization", "fragmentation"]
     fields = ["node", "device", "vendor", "type", "slots", "memory", "cores"]
-    fields += ["health", "cordoned", "unschedulable", "mig", "blocked"]
+    fields += ["health", "cordoned", "unschedulable", "mig", "blocked", "slices"]
     assert [list(u) for u in doc["utilization"]] == [fields] * len(doc["utilization"])
-    assert [list(d) for d in doc["decisions"]] == [["pod", "node", "devices", "annotations", "reasons", "message"]] * 5
+    assert [list(d) for d in doc["decisions"]] == [
+        ["pod", "node", "devices", "annotations", "reasons", "message", "admission"]
+    ] * 5
     assert list(doc["decisions"][4]["reasons"]) == ["gpu-node-1", "gpu-node-2"]
 
 

@@ -71,6 +71,15 @@ class MigPartitions:
     """
 
     infeasible = Reason.CARD_MIG_TOPOLOGY_INFEASIBLE
+    slice_kind = "MIG"
+
+    def slice_labels(self, info: DeviceInfo, positions: Sequence[Hashable]) -> list[str]:
+        """``<profile>@<start>`` by start (``2g.20gb@0``; ``<size>-slice@<start>`` for a placement no profile has)."""
+        placements = sorted((p for p in positions if isinstance(p, MigPlacement)), key=lambda p: (p.start, p.size))
+        return [
+            f"{next((m.name for m in info.mig_profiles if p in m.placements), f'{p.size}-slice')}@{p.start}"
+            for p in placements
+        ]
 
     def carves(self, info: DeviceInfo) -> bool:
         return info.mode == "mig"

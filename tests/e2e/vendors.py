@@ -1,0 +1,244 @@
+"""One pod of a vendor family bound through the real kube-scheduler and hami: the harness each family plugs into.
+
+A family describes itself with a ``FamilyCase`` in ``FAMILY_CASES`` (keyed by its ``hami.devices.FAMILIES`` key):
+
+* ``node(name)`` — what a fake node holding that family's devices carries (``FakeNode``): its registration
+  annotation(s) as the family's device plugin writes them, and/or the ``status.capacity`` its devices are derived
+  from (for families without a registration annotation);
+* ``limits`` — one container's resource limits asking for one device of the family, in its own units;
+* ``expected(node)`` — the allocation (and extra) annotations the bound pod must carry, byte for byte as HAMi
+  writes them (the family's device plugin reads them).
+
+``VendorStack`` (fixture ``vendor_stack(*families)`` in ``conftest.py``) runs ``hami scheduler`` with the switches
+those families need (``--enable-ascend`` …), kube-scheduler calling it with every resource name of the device
+config managed (as the chart's ``managedResources``), and a device-plugin stand-in (``FakeDevicePlugin``)
+releasing every registered vendor's node lock (``VendorKeys.lock``: HAMi's ``hami.io/mutex.lock`` or the vendor's
+own) after bind, as the family's plugin does after Allocate. Pods go through hami's own admission decision first
+(the webhook's code, in-process: defaults and rewrites applied; the webhook over TLS has its own test in
+``test_webhook.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hami.config import default_device_config
+from hami.config.settings import GATED_FAMILIES
+from hami.devices import vendors_from_config
+from hami.devices.base import Vendor
+from hami.devices.cambricon import CAMBRICON_KEYS, DSMLU_ASSIGNED, DSMLU_PROFILE
+from hami.devices.hygon import HYGON_KEYS
+from hami.protocol import keys
+from hami.protocol.allocation import PodDevices
+from hami.scheduling.admission import Admission, AdmissionSettings, admitters_for
+from hami.scheduling.request import SchedulingDefaults
+from hami.simulate.admit import Admitted, admit_pod, apply_patch
+from hami.simulate.simulator import known_resource_names
+from tests.e2e.cluster import ControlPlane, KubeClient, Scheduler
+from tests.e2e.hami_stack import SCHEDULER_NAME, FakeDevicePlugin, HamiScheduler, extender_config, register_annotation
+
+IMAGE = "registry.invalid/hami-e2e:none"  # never pulled: there is no kubelet
+
+
+@dataclass(frozen=True)
+class FakeNode:
+    """What a fake node of one family carries: annotations (its registration) and extended ``status.capacity``."""
+
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    capacity: Mapping[str, int | str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FamilyCase:
+    """How the harness binds one pod of a family (see the module docstring)."""
+
+    family: str
+    vendor: str
+    node: Callable[[str], FakeNode]
+    limits: Mapping[str, int | str]
+    expected: Callable[[str], Mapping[str, str]]
+    pod_annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+def _nvidia_node(name: str) -> FakeNode:
+    return FakeNode({keys.NVIDIA_REGISTER: register_annotation(name, 2, 24000)}, {"nvidia.com/gpu": 20})
+
+
+def _nvidia_expected(node: str) -> dict[str, str]:
+    value = f"GPU-{node}-0,NVIDIA,3000,30:;"
+    return {keys.NVIDIA_KEYS.allocated: value, keys.NVIDIA_KEYS.to_allocate or "": value}
+
+
+def _hygon_node(name: str) -> FakeNode:
+    # HAMi's DCU plugin writes the legacy colon format: ID,Count,Devmem,Devcore,Type,Numa,Health,Index,Mode:
+    register = "".join(f"DCU-{name}-{i},4,16368,100,DCU-Z100L,0,true,{i},hami-core:" for i in range(2))
+    return FakeNode({HYGON_KEYS.register: register}, {"hygon.com/dcunum": 8})
+
+
+def _hygon_expected(node: str) -> dict[str, str]:
+    value = f"DCU-{node}-0,DCU,2000,40:;"
+    return {HYGON_KEYS.allocated: value, HYGON_KEYS.to_allocate or "": value}
+
+
+def _cambricon_node(name: str) -> FakeNode:
+    # Cambricon's plugin registers no annotation: two MLU370s in the capacity (200 core units, 2 × 96 memory units)
+    return FakeNode(
+        {}, {"cambricon.com/vmlu": 200, "cambricon.com/mlu.smlu.vcore": 200, "cambricon.com/mlu.smlu.vmemory": 192}
+    )
+
+
+def _cambricon_expected(node: str) -> dict[str, str]:
+    value = f"{node}-cambricon-mlu-0,MLU,2048,30:;"
+    return {
+        CAMBRICON_KEYS.allocated: value,
+        CAMBRICON_KEYS.to_allocate or "": value,
+        DSMLU_ASSIGNED: "false",
+        DSMLU_PROFILE: "0_30_8",
+    }
+
+
+FAMILY_CASES: dict[str, FamilyCase] = {
+    "nvidia": FamilyCase(
+        "nvidia",
+        "NVIDIA",
+        _nvidia_node,
+        {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000, "nvidia.com/gpucores": 30},
+        _nvidia_expected,
+    ),
+    "hygon": FamilyCase(
+        "hygon",
+        "DCU",
+        _hygon_node,
+        {"hygon.com/dcunum": 1, "hygon.com/dcumem": 2000, "hygon.com/dcucores": 40},
+        _hygon_expected,
+    ),
+    "cambricon": FamilyCase(
+        "cambricon",
+        "MLU",
+        _cambricon_node,
+        {"cambricon.com/vmlu": 1, "cambricon.com/mlu.smlu.vmemory": 8, "cambricon.com/mlu.smlu.vcore": 30},
+        _cambricon_expected,
+    ),
+}
+"""One case per family with an end-to-end test; a family adds its case here (and nothing else)."""
+
+
+def family_flags(families: Sequence[str]) -> list[str]:
+    """``hami scheduler`` switches the families need (HAMi's ``--enable-ascend``/``--enable-iluvatar``)."""
+    return [f"--{GATED_FAMILIES[f].replace('_', '-')}" for f in families if f in GATED_FAMILIES]
+
+
+@dataclass
+class VendorStack:
+    """One test's cluster: its namespace, labelled fake nodes, hami, kube-scheduler and the lock releaser."""
+
+    plane: ControlPlane
+    kube: KubeClient
+    namespace: str
+    hami: HamiScheduler
+    vendors: Mapping[str, Vendor]
+    make_node: Callable[..., dict[str, Any]]
+    plugin: FakeDevicePlugin | None = None
+
+    @property
+    def label(self) -> dict[str, str]:
+        return {"hami-e2e/run": self.namespace}
+
+    def node(self, name: str, *cases: FamilyCase) -> str:
+        """A fake node (name prefixed with the namespace) holding the devices of every case; returns its name."""
+        full = f"{self.namespace}-{name}"
+        annotations: dict[str, str] = {}
+        capacity: dict[str, int | str] = {}
+        for case in cases:
+            fake = case.node(full)
+            annotations |= fake.annotations
+            capacity |= fake.capacity
+        self.make_node(full, extended=capacity, labels=self.label, annotations=annotations)
+        return full
+
+    def pod(
+        self, name: str, containers: Sequence[Mapping[str, int | str]], annotations: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        """A pod with one container per limits map, admitted by hami's own admission decision, then created."""
+        raw: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": self.namespace, "annotations": dict(annotations or {})},
+            "spec": {
+                "containers": [
+                    {"name": f"c{i}", "image": IMAGE, "resources": {"limits": {k: str(v) for k, v in limits.items()}}}
+                    for i, limits in enumerate(containers)
+                ],
+                "nodeSelector": self.label,
+                "terminationGracePeriodSeconds": 0,
+            },
+        }
+        admission = Admission(
+            self.vendors, admitters_for(self.vendors), SchedulingDefaults(), AdmissionSettings(SCHEDULER_NAME)
+        )
+        answer = admit_pod(admission, raw, self.namespace)
+        assert isinstance(answer, Admitted), f"hami's admission refused the pod: {answer}"
+        created: dict[str, Any] = self.kube.post(
+            f"/api/v1/namespaces/{self.namespace}/pods", apply_patch(raw, answer.patch)
+        )
+        return created
+
+    def bound(self, name: str) -> dict[str, Any]:
+        return self.kube.wait_for_pod_scheduled(self.namespace, name)
+
+    def allocations(self, pod: Mapping[str, Any]) -> dict[str, PodDevices]:
+        """Each vendor's allocation on the pod, decoded by the vendor's own codec."""
+        annotations = pod["metadata"].get("annotations") or {}
+        return {
+            name: v.decode(annotations[v.keys.allocated], v.keys.allocated)
+            for name, v in self.vendors.items()
+            if v.keys.allocated in annotations
+        }
+
+    def lock_released(self, node: str, pod: str) -> bool:
+        """Whether the stand-in released the node's lock for the pod (the pod is then ``bind-phase: success``)."""
+        assert self.plugin is not None
+        return (node, f"{self.namespace}/{pod}") in self.plugin.released
+
+
+VendorStackFactory = Callable[..., VendorStack]
+
+
+def start_vendor_stack(
+    plane: ControlPlane,
+    kube: KubeClient,
+    namespace: str,
+    make_node: Callable[..., dict[str, Any]],
+    start_scheduler: Callable[..., Scheduler],
+    families: Sequence[str],
+    flags: Sequence[str] = (),
+) -> VendorStack:
+    """hami with the families' switches, kube-scheduler calling it with every device-config resource managed, and a
+    lock releaser for every registered vendor's node lock (fixture ``vendor_stack`` in ``conftest.py``)."""
+    config = default_device_config()
+    vendors = vendors_from_config(config)
+    hami = HamiScheduler(plane, ["--node-lock-timeout=60s", *family_flags(families), *flags])
+    stack = VendorStack(plane, kube, namespace, hami, vendors, make_node)
+    hami.start()
+    scheduler_config = extender_config(hami)
+    (extender,) = scheduler_config["extenders"]
+    extender["managedResources"] = [
+        {"name": name, "ignoredByScheduler": True} for name in sorted(known_resource_names(config))
+    ]
+    start_scheduler(scheduler_config)
+    lock_keys = sorted({v.keys.lock for v in vendors.values() if v.keys.lock})
+    stack.plugin = FakeDevicePlugin(plane, f"hami-e2e/run={namespace}", lock_keys=lock_keys)
+    stack.plugin.start()
+    return stack
+
+
+def stop_vendor_stack(stack: VendorStack) -> None:
+    """Stop the releaser and hami; then check neither failed nor logged an error."""
+    if stack.plugin is not None:
+        stack.plugin.stop()
+    stack.hami.stop()
+    assert stack.plugin is None or stack.plugin.error is None, f"the lock releaser failed: {stack.plugin.error!r}"
+    assert stack.hami.problems() == [], "hami logged errors"
+    assert set(stack.hami.exit_codes) == {0}, "hami did not shut down cleanly on SIGTERM"
