@@ -836,6 +836,8 @@ class Cycle:
     async def _bind_failed(self, pod: Pod, node: str, locked: Sequence[str], err: HamiError) -> BindOutcome:
         ns, name, uid = pod.metadata.namespace, pod.metadata.name, pod.metadata.uid
         fresh = await self._fresh(ns, name)
+        if isinstance(fresh, ApiError):
+            return await self._bind_unknown(pod, node, locked, err, fresh)
         ours = fresh if fresh is not None and fresh.metadata.uid == uid else None
         failed: list[ApiFailure] = []
         if ours is not None and ours.spec.node_name == node:
@@ -855,12 +857,34 @@ class Cycle:
         message = f"binding {ns}/{name} to {node} failed: {err}"
         return BindOutcome(Bound.FAILED, pod, node, message, tuple(failed))
 
-    async def _fresh(self, ns: str, name: str) -> Pod | None:
-        """The pod as the API holds it now, or ``None`` if it cannot be read."""
+    async def _bind_unknown(
+        self, pod: Pod, node: str, locked: Sequence[str], err: HamiError, unread: ApiError
+    ) -> BindOutcome:
+        """A failed bind whose pod cannot be read back (API down or restarting, throttled, not yet authorizing).
+
+        The Binding may have landed before its answer was lost (a connection reset after the request went out):
+        the pod may run on ``node`` with this allocation. Removing it now, guarded by the UID alone, would strip a
+        bound pod (its device plugin finds nothing to allocate; the ledger frees devices in use). So the
+        reservation and the annotations stay, and the clean-up runs in the background, where each try reads the
+        pod first and removes the allocation only from an unbound version, guarded by that resourceVersion
+        (``_clear_again``). Our lock is released as on any failed bind (owner-checked); the ledger, not the
+        lock, keeps devices from being handed out twice."""
+        ns, name, uid = pod.metadata.namespace, pod.metadata.name, pod.metadata.uid
+        failed = [ApiFailure("get_pod", f"reading {pod.key} back after a failed bind failed: {unread}")]
+        if locked:
+            failed += await self._unlock(node, ns, name, locked)
+        self._clear_later(ns, name, uid)
+        message = f"binding {ns}/{name} to {node} failed: {err}"
+        return BindOutcome(Bound.FAILED, pod, node, message, tuple(failed))
+
+    async def _fresh(self, ns: str, name: str) -> Pod | ApiError | None:
+        """The pod as the API holds it now, ``None`` if there is none, or the error that kept it from being read."""
         try:
             return await self.port.get_pod(ns, name)
-        except ApiError:
+        except NotFound:
             return None
+        except ApiError as err:
+            return err
 
     async def _unlock(self, node: str, ns: str, name: str, locked: Sequence[str]) -> list[ApiFailure]:
         """Release each lock taken (in reverse order); every failure is reported, none stops the others."""
@@ -890,12 +914,17 @@ class Cycle:
             if _pod_gone(err):
                 self.forget(uid)
                 return ()
-            task = asyncio.get_running_loop().create_task(self._clear_until_done(ns, name, uid), name=f"clear-{uid}")
-            self.cleanups[uid] = task
-            task.add_done_callback(lambda done: self._cleanup_done(ns, name, uid, done))
+            self._clear_later(ns, name, uid)
             return (ApiFailure("patch_pod", f"clearing the allocation of {pod.key} failed: {err}; retrying"),)
         self.forget(uid)
         return ()
+
+    def _clear_later(self, ns: str, name: str, uid: str) -> None:
+        """Retry the clean-up of the pod's allocation in the background (``cleanups``), the reservation kept."""
+        self.cancel_cleanup(uid)
+        task = asyncio.get_running_loop().create_task(self._clear_until_done(ns, name, uid), name=f"clear-{uid}")
+        self.cleanups[uid] = task
+        task.add_done_callback(lambda done: self._cleanup_done(ns, name, uid, done))
 
     async def _clear(self, ns: str, name: str, uid: str, guard: str | None) -> None:
         removals: dict[str, str | None] = dict.fromkeys(

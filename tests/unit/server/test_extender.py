@@ -578,8 +578,80 @@ async def test_a_throttled_clean_up_keeps_the_reservation_and_is_retried_until_i
     assert world.state.pods == {}
     assert world.extender.cleanups == {}
     assert lock_of(world, "n1") is None
-    # the edge's share: the first failure is an API error, the landed retry a decision
-    assert world.metrics.registry.get_sample_value("hami_kube_api_errors_total", {"operation": "patch_pod"}) == 1
+    # the edge's share: the first failure is an API error (the pod could not be read back, so no removal was
+    # tried unguarded: it went straight to the read-first retries), the landed retry a decision
+    assert world.metrics.registry.get_sample_value("hami_kube_api_errors_total", {"operation": "get_pod"}) == 1
+    assert world.metrics.registry.get_sample_value("hami_kube_api_errors_total", {"operation": "patch_pod"}) is None
+    assert world.metrics.registry.get_sample_value("hami_filter_decisions_total", {"result": "cleanup-retried"}) == 1
+
+
+RESET = ApiError(
+    f"POST /api/v1/namespaces/{NS}/pods/p1/binding: RemoteProtocolError: connection lost: "
+    "ConnectionResetError(104, 'Connection reset by peer')",
+    0,
+)
+API_DOWN = ApiError(f"GET /api/v1/namespaces/{NS}/pods/p1: ConnectError: connecting to 127.0.0.1:6443: refused", 0)
+
+
+class _BoundThenReset(MemoryCluster):
+    """kube-apiserver SIGKILLed mid-bind: the Binding reaches etcd, the connection is reset before the answer, and
+    the pod cannot be read back while the API server restarts (``fail("get_pod", …)``); writes land again after."""
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        await super().bind(namespace, name, uid, node)
+        raise RESET
+
+
+async def test_a_bind_that_landed_before_a_reset_keeps_the_allocation_of_the_bound_pod() -> None:
+    world = make_world(backing=_BoundThenReset())
+    cluster_of_three(world)
+    await filtered(world)
+    world.extender.cleanup_backoff = (0.01, 0.02)
+    world.cluster.fail("get_pod", API_DOWN)  # the bind's read-back, while the API server is still down
+    allocated = allocation_of(world.pod("p1"))
+
+    result = await world.extender.bind(BindingArgs("p1", NS, "uid-p1", "n1"))
+
+    assert "connection lost" in result.error  # kube-scheduler hears of a failure; the pod is bound all the same
+    assert world.pod("p1").spec.node_name == "n1"
+    assert allocation_of(world.pod("p1")) == allocated  # not removed blind, by UID alone, while it was unreadable
+    await asyncio.wait_for(world.extender.cleanups["uid-p1"], 5)
+    stored = world.pod("p1")
+    assert allocation_of(stored) == allocated  # nor later: the retry read the pod first and found it bound
+    assert allocated[keys.VGPU_NODE] == "n1"
+    assert allocated[NVIDIA.allocated]
+    assert set(world.state.pods) == {"uid-p1"}  # the ledger still charges what the bound pod uses
+    assert world.usage() == usage_from_annotations([stored])
+    assert lock_of(world, "n1") is None  # our own lock, released as on any failed bind
+    assert world.extender.cleanups == {}
+    assert world.metrics.registry.get_sample_value("hami_filter_decisions_total", {"result": "cleanup-retried"}) is None
+
+
+class _ResetBeforeBinding(MemoryCluster):
+    """The connection is reset before the Binding reaches the API server: the pod stays unbound."""
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        self._enter("bind")
+        raise RESET
+
+
+async def test_a_bind_lost_in_a_reset_is_cleaned_up_once_the_pod_can_be_read() -> None:
+    world = make_world(backing=_ResetBeforeBinding())
+    cluster_of_three(world)
+    await filtered(world)
+    world.extender.cleanup_backoff = (0.01, 0.02)
+    world.cluster.fail("get_pod", API_DOWN, times=2)  # the bind's read-back and the first retry's read
+
+    result = await world.extender.bind(BindingArgs("p1", NS, "uid-p1", "n1"))
+
+    assert "connection lost" in result.error
+    assert allocation_of(world.pod("p1"))[keys.VGPU_NODE] == "n1"  # kept until the pod is known unbound
+    assert set(world.state.pods) == {"uid-p1"}
+    await asyncio.wait_for(world.extender.cleanups["uid-p1"], 5)
+    assert world.pod("p1").spec.node_name == ""
+    assert allocation_of(world.pod("p1")) == {}
+    assert world.state.pods == {}
+    assert lock_of(world, "n1") is None
     assert world.metrics.registry.get_sample_value("hami_filter_decisions_total", {"result": "cleanup-retried"}) == 1
 
 
