@@ -625,6 +625,7 @@ class Cycle:
             record = self.state.pods.get(uid)
             if record is not None and record.node == decision.node:
                 self.forget(uid)
+                self._recharge(pod.metadata.namespace, pod.metadata.name, uid)
             if _pod_gone(err) and self.commits.get(uid) is asyncio.current_task():
                 # No pod with this UID exists any more, so no /bind for it can succeed: keeping the failed task
                 # for one would keep it for ever. /bind then finds the pod missing or another one and refuses.
@@ -636,6 +637,14 @@ class Cycle:
         finally:
             self.timed("commit", self.stopwatch() - t0)
         return None
+
+    def _recharge(self, ns: str, name: str, uid: str) -> None:
+        """After a failed write of a new allocation: charge again what the pod still carries as the watch last
+        saw it (the allocation of an earlier /filter it replaced, or a bind that landed meanwhile), so the ledger
+        never shows free what the API still holds allocated."""
+        watched = self.port.watched_pod(ns, name)
+        if watched is not None and watched.metadata.uid == uid and holds_devices(watched):
+            self._watch_allocation(watched)
 
     async def settle(self, uid: str) -> FilterOutcome | None:
         """Wait for the pod's commit still in flight, if any; returns its failure or None."""

@@ -655,6 +655,20 @@ async def test_a_bind_lost_in_a_reset_is_cleaned_up_once_the_pod_can_be_read() -
     assert world.metrics.registry.get_sample_value("hami_filter_decisions_total", {"result": "cleanup-retried"}) == 1
 
 
+async def test_a_failed_replacing_write_leaves_the_earlier_allocation_charged(world: World) -> None:
+    # kube-scheduler filters a pod again (its bind failed or never came); hami forgets the old reservation,
+    # reserves anew, and the PATCH that would replace the allocation fails: the pod still carries the old one.
+    cluster_of_three(world)
+    pod = await filtered(world)
+    world.cluster.fail("patch_pod_metadata", SERVER_ERROR)
+
+    await world.filter(pod, ["n2"])
+
+    assert allocation_of(world.pod("p1"))[keys.VGPU_NODE] == "n1"
+    assert world.usage() == usage_from_annotations(world.cluster.pods.values()) == {"GPU-n1-0": (1, 3000, 30)}
+    assert world.state.verify() == []
+
+
 async def test_filtering_the_pod_again_stops_its_clean_up(world: World) -> None:
     cluster_of_three(world)
     await filtered(world)
@@ -1056,9 +1070,10 @@ async def test_replacing_an_allocation_is_written_only_on_the_version_it_was_dec
 
     assert result.node_names == ["n1"]  # answered before the PATCH
     assert allocation_of(world.pod("p1")) == {k: v for k, v in earlier.items() if k in ALLOCATION_KEYS}
-    assert world.usage() == {}  # the new reservation is rolled back...
+    # the new reservation is rolled back, and the allocation the pod still carries counts again at once
+    assert world.usage() == {"GPU-n2-0": (1, 3000, 30)}
     world.deliver(NS, "p1")
-    assert world.usage() == {"GPU-n2-0": (1, 3000, 30)}  # ...and the allocation on the pod counts again
+    assert world.usage() == {"GPU-n2-0": (1, 3000, 30)}  # the newer version changes nothing
     assert world.state.verify() == []
 
 
