@@ -242,6 +242,7 @@ class Extender:
         elif outcome.result is Bound.BOUND:
             self._event(outcome.pod, EventReason.BINDING_SUCCEED, outcome.message)
         elif outcome.result not in _NO_BIND_EVENT:
+            log.info("/bind %s", outcome.message)  # also when the event cannot be written (API down)
             self._event(outcome.pod, EventReason.BINDING_FAILED, outcome.message)
 
     def _cleaned(self, cleanup: Cleanup) -> None:
