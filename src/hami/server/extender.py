@@ -253,6 +253,8 @@ class Extender:
         elif cleanup.result is Cleared.LANDED:
             self.metrics.decisions.labels("cleanup-retried").inc()
             log.info("clean-up of %s landed after retries", pod)
+        elif cleanup.result is Cleared.MOOT:
+            log.info("clean-up of %s not needed: bound meanwhile, or its allocation already gone", pod)
         elif cleanup.result is Cleared.CRASHED:
             log.error("clean-up of %s (UID %s) stopped: %s", pod, cleanup.uid, cleanup.error)
 

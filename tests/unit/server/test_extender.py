@@ -602,7 +602,10 @@ class _BoundThenReset(MemoryCluster):
         raise RESET
 
 
-async def test_a_bind_that_landed_before_a_reset_keeps_the_allocation_of_the_bound_pod() -> None:
+async def test_a_bind_that_landed_before_a_reset_keeps_the_allocation_of_the_bound_pod(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level("INFO", logger="hami.extender")
     world = make_world(backing=_BoundThenReset())
     cluster_of_three(world)
     await filtered(world)
@@ -625,6 +628,7 @@ async def test_a_bind_that_landed_before_a_reset_keeps_the_allocation_of_the_bou
     assert lock_of(world, "n1") is None  # our own lock, released as on any failed bind
     assert world.extender.cleanups == {}
     assert world.metrics.registry.get_sample_value("hami_filter_decisions_total", {"result": "cleanup-retried"}) is None
+    assert f"clean-up of {NS}/p1 not needed: bound meanwhile" in caplog.text
 
 
 class _ResetBeforeBinding(MemoryCluster):
