@@ -622,10 +622,18 @@ class Cycle:
                 resource_version=guard,
             )
         except ApiError as err:
+            landed = await self._commit_landed(pod, decision, err)
+            if landed:
+                return None  # the answer was lost, not the write
             record = self.state.pods.get(uid)
             if record is not None and record.node == decision.node:
-                self.forget(uid)
-                self._recharge(pod.metadata.namespace, pod.metadata.name, uid)
+                if landed is None:
+                    # It may have landed: keep charging it, no longer pending, so the pod's next watch event
+                    # (the relist after an API server restart, a new /filter) settles what the pod holds.
+                    self.pending.discard(uid)
+                else:
+                    self.forget(uid)
+                    self._recharge(pod.metadata.namespace, pod.metadata.name, uid)
             if _pod_gone(err) and self.commits.get(uid) is asyncio.current_task():
                 # No pod with this UID exists any more, so no /bind for it can succeed: keeping the failed task
                 # for one would keep it for ever. /bind then finds the pod missing or another one and refuses.
@@ -637,6 +645,23 @@ class Cycle:
         finally:
             self.timed("commit", self.stopwatch() - t0)
         return None
+
+    async def _commit_landed(self, pod: Pod, decision: Decision, err: ApiError) -> bool | None:
+        """Whether an allocation write that failed landed after all: a connection lost after the request went out
+        (status 0) or a server error (5xx) leaves its fate unknown, so the pod is read back. True: it carries
+        exactly this decision's annotations; False: it does not (or the failure was a refusal); None: unknown.
+        Treating a write that landed as failed would free devices the pod holds in the API for the next pod."""
+        if err.status != 0 and not 500 <= err.status < 600:
+            return False
+        ns, name, uid = pod.metadata.namespace, pod.metadata.name, pod.metadata.uid
+        try:
+            fresh = await self.port.get_pod(ns, name)
+        except NotFound:
+            return False
+        except ApiError:
+            return None
+        held = fresh.metadata.annotations
+        return fresh.metadata.uid == uid and all(held.get(k) == v for k, v in decision.annotations.items())
 
     def _recharge(self, ns: str, name: str, uid: str) -> None:
         """After a failed write of a new allocation: charge again what the pod still carries as the watch last

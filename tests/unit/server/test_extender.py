@@ -659,6 +659,60 @@ async def test_a_bind_lost_in_a_reset_is_cleaned_up_once_the_pod_can_be_read() -
     assert world.metrics.registry.get_sample_value("hami_filter_decisions_total", {"result": "cleanup-retried"}) == 1
 
 
+class _AllocationWrittenThenReset(MemoryCluster):
+    """kube-apiserver SIGKILLed mid-/filter: the allocation PATCH is stored, the connection reset before the
+    answer; ``read_back`` says whether the pod can be read right after (False: the API server is still down)."""
+
+    def __init__(self, read_back: bool) -> None:
+        super().__init__()
+        self.read_back = read_back
+
+    async def patch_pod_metadata(
+        self,
+        namespace: str,
+        name: str,
+        annotations: Mapping[str, str | None] | None = None,
+        labels: Mapping[str, str | None] | None = None,
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
+    ) -> Pod:
+        stored = await super().patch_pod_metadata(
+            namespace, name, annotations, labels, uid=uid, resource_version=resource_version
+        )
+        if (annotations or {}).get(keys.VGPU_NODE):
+            if not self.read_back:
+                self.fail("get_pod", API_DOWN)
+            raise ApiError(f"PATCH /api/v1/namespaces/{namespace}/pods/{name}: RemoteProtocolError: reset", 0)
+        return stored
+
+
+@pytest.mark.parametrize("read_back", [True, False], ids=["read-back", "api-still-down"])
+async def test_an_allocation_write_that_landed_before_a_reset_is_never_forgotten(read_back: bool) -> None:
+    # The answer to the allocation PATCH is lost, not the write: the pod holds the devices in the API. Forgetting
+    # the reservation would hand them to the next pod (devices over capacity, invariant 1 of the fault tests).
+    world = make_world(backing=_AllocationWrittenThenReset(read_back))
+    cluster_of_three(world)
+    pod = world.add_pod(gpu_pod("p1"))
+
+    assert (await world.filter(pod, ["n1"], settle=False)).node_names == ["n1"]
+    result = await world.extender.bind(BindingArgs("p1", NS, "uid-p1", "n1"))  # waits for the allocation write
+
+    assert allocation_of(world.pod("p1"))[keys.VGPU_NODE] == "n1"
+    assert world.usage() == usage_from_annotations(world.cluster.pods.values()) == {"GPU-n1-0": (1, 3000, 30)}
+    assert world.state.verify() == []
+    if read_back:  # read back: it landed, so the bind goes ahead
+        assert result.error == ""
+        assert world.pod("p1").spec.node_name == "n1"
+    else:  # unknown: the bind fails and the reservation stays until the pod's next event settles it
+        assert "RemoteProtocolError" in result.error
+        assert set(world.state.pods) == {"uid-p1"}
+        assert world.extender.pending == set()
+        world.deliver(NS, "p1")
+        assert world.usage() == usage_from_annotations(world.cluster.pods.values())
+    assert world.usage() == {"GPU-n1-0": (1, 3000, 30)}
+
+
 async def test_a_failed_replacing_write_leaves_the_earlier_allocation_charged(world: World) -> None:
     # kube-scheduler filters a pod again (its bind failed or never came); hami forgets the old reservation,
     # reserves anew, and the PATCH that would replace the allocation fails: the pod still carries the old one.
