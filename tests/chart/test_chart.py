@@ -18,6 +18,7 @@ from tests.helm import CHART, helm, template
 KUBE_VERSION = "1.36.3"
 NAMESPACE = "hami-system"
 KUNLUN = ("kunlunxin.com/xpu", "kunlunxin.com/vxpu", "kunlunxin.com/vxpu-memory")
+AMD_VASTAI_BIREN = ["amd.com/gpu", "amd.com/gpumem", "amd.com/gpucores", "vastaitech.com/va", "birentech.com/gpu"]
 
 
 def run_helm(*args: str) -> subprocess.CompletedProcess[str]:
@@ -158,6 +159,7 @@ def test_the_kube_scheduler_configuration_calls_hami_as_its_extender() -> None:
             "enflame.com/gcu-core",
             "aws.amazon.com/neuron",
             "aws.amazon.com/neuroncore",
+            *AMD_VASTAI_BIREN,
         )
     ]
 
@@ -198,6 +200,13 @@ def test_the_device_config_uses_hamis_keys() -> None:
             "resourceNameGCUCore": "enflame.com/gcu-core",
         },
         "awsneuron": {"resourceCountName": "aws.amazon.com/neuron", "resourceCoreName": "aws.amazon.com/neuroncore"},
+        "amd": {
+            "resourceCountName": "amd.com/gpu",
+            "resourceCoreName": "amd.com/gpucores",
+            "resourceMemoryName": "amd.com/gpumem",
+        },
+        "vastai": {"resourceCountName": "vastaitech.com/va"},
+        "biren": {"resourceCountName": "birentech.com/gpu"},
     }
 
 
@@ -250,6 +259,7 @@ MANAGED = [
     "enflame.com/gcu-core",
     "aws.amazon.com/neuron",
     "aws.amazon.com/neuroncore",
+    *AMD_VASTAI_BIREN,
 ]
 
 
@@ -271,6 +281,7 @@ def test_the_webhook_and_the_extender_manage_the_resources_of_the_device_config(
         "devices.awsneuron.enabled=false",
     )
     expected = ["example.com/vgpu", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores"]
+    expected += AMD_VASTAI_BIREN
     (extender,) = scheduler_config(docs)["extenders"]
     assert [r["name"] for r in extender["managedResources"]] == expected
     (webhook,) = one(docs, "MutatingWebhookConfiguration")["webhooks"]
@@ -817,3 +828,18 @@ def test_the_grafana_dashboard_is_a_sidecar_configmap_behind_a_value() -> None:
     assert len(exprs) >= 15
     for name in ("hami_gpu_memory_allocated_bytes", "hami_request_duration_seconds", "hami_ledger_api_drift"):
         assert any(name in e for e in exprs), name
+
+
+def test_amd_vastai_and_biren_are_managed_unless_disabled_and_follow_the_device_config() -> None:
+    content = "vastai:\n  resourceCountName: example.com/va\nbiren:\n  resourceCountName: ''\n"
+    docs = render(f"scheduler.deviceConfig.content={content}", "devices.amd.enabled=false")
+    (extender,) = scheduler_config(docs)["extenders"]
+    names = [r["name"] for r in extender["managedResources"]]
+    assert "example.com/va" in names
+    assert not [n for n in names if n.startswith(("amd.com/", "birentech.com/", "vastaitech.com/"))]
+    renamed = render("vastaiResourceName=example.com/va2", "birenResourceName=example.com/br")
+    config = yaml.safe_load(one(renamed, "ConfigMap", "hami-scheduler-device")["data"]["device-config.yaml"])
+    assert (config["vastai"], config["biren"]) == (
+        {"resourceCountName": "example.com/va2"},
+        {"resourceCountName": "example.com/br"},
+    )

@@ -129,6 +129,21 @@ app.kubernetes.io/component: hami-scheduler
 {{- $names = append $names (ternary (get $aws $key) (get $defaults $key) (hasKey $aws $key)) -}}
 {{- end -}}
 {{- end -}}
+{{- if .Values.devices.amd.enabled -}}
+{{- $amd := get $content "amd" | default dict -}}
+{{- $defaults := dict "resourceCountName" "amd.com/gpu" "resourceMemoryName" "amd.com/gpumem" "resourceCoreName" "amd.com/gpucores" -}}
+{{- range $key := list "resourceCountName" "resourceMemoryName" "resourceCoreName" -}}
+{{- $names = append $names (ternary (get $amd $key) (get $defaults $key) (hasKey $amd $key)) -}}
+{{- end -}}
+{{- end -}}
+{{- if .Values.devices.vastai.enabled -}}
+{{- $va := get $content "vastai" | default dict -}}
+{{- $names = append $names (ternary (get $va "resourceCountName") .Values.vastaiResourceName (hasKey $va "resourceCountName")) -}}
+{{- end -}}
+{{- if .Values.devices.biren.enabled -}}
+{{- $br := get $content "biren" | default dict -}}
+{{- $names = append $names (ternary (get $br "resourceCountName") .Values.birenResourceName (hasKey $br "resourceCountName")) -}}
+{{- end -}}
 {{- $names | compact | uniq | toJson -}}
 {{- end -}}
 

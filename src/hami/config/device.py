@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from hami.config._model import ConfigModel, config_error, unknown_keys
 from hami.config.nvidia import NvidiaConfig
@@ -76,6 +76,18 @@ class DeviceConfig(ConfigModel):
     vastai: VastaiConfig = Field(default_factory=VastaiConfig)
     biren: BirenConfig = Field(default_factory=BirenConfig)
     vnpus: VnpusConfig = Field(default_factory=VnpusConfig)
+
+    @field_validator("iluvatars")
+    @classmethod
+    def _distinct_chips(cls, chips: tuple[IluvatarChipConfig, ...]) -> tuple[IluvatarChipConfig, ...]:
+        seen: set[str] = set()
+        for chip in chips:
+            if chip.common_word in seen:
+                raise ValueError(
+                    f"commonWord {chip.common_word!r} is given twice: each chip is its own vendor, keyed by it"
+                )
+            seen.add(chip.common_word)
+        return chips
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,9 +8,10 @@ the ``nvidia:`` section; an explicit ``""`` or ``[]`` in the file still turns a 
 
 from __future__ import annotations
 
-from typing import Annotated
+import re
+from typing import Annotated, Final
 
-from pydantic import Field, StrictBool, StrictStr
+from pydantic import Field, StrictBool, StrictStr, field_validator
 
 from hami.config._model import ConfigModel
 from hami.protocol.quantity import INT32_MAX, INT64_MAX
@@ -80,6 +81,11 @@ class MthreadsConfig(ConfigModel):
     """Per-card memory capacities in 512 MiB units (the chart's ``memoryPerCard``)."""
 
 
+_COMMON_WORD: Final = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,41}[A-Za-z0-9])?")
+"""A chip's ``commonWord`` names its annotation keys (``hami.io/<commonWord>-devices-to-allocate`` must stay within
+the 63 characters of a key name)."""
+
+
 class IluvatarChipConfig(ConfigModel):
     """One ``iluvatars:`` entry: a chip model and its resource names (vendor key = ``commonWord``)."""
 
@@ -88,6 +94,16 @@ class IluvatarChipConfig(ConfigModel):
     resource_count_name: StrictStr
     resource_memory_name: StrictStr
     resource_core_name: StrictStr
+
+    @field_validator("common_word")
+    @classmethod
+    def _annotation_safe(cls, value: str) -> str:
+        if not _COMMON_WORD.fullmatch(value):
+            raise ValueError(
+                "must be 1 to 43 letters, digits, '-', '_' or '.', starting and ending with a letter or digit: it "
+                "names the chip's annotation keys (hami.io/node-<commonWord>-register, …)"
+            )
+        return value
 
 
 class EnflameConfig(ConfigModel):

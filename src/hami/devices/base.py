@@ -236,6 +236,9 @@ class FitContext:
     quota: QuotaCheck | None = None
     node_info: Mapping[str, str] = field(default_factory=dict)
     chosen: tuple[tuple[Placement, ...], ...] = ()
+    node_policy: str = "binpack"
+    """The pod's node policy (``binpack``/``spread``): a vendor's node score contribution may depend on it (MetaX
+    reads topology losses for binpack and scores for spread)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,7 +248,9 @@ class Slice:
     have no position). Positions are what the ledger keeps per device (``DeviceTable.slices``); the core only
     compares them for equality. ``facts`` are further vendor facts about the slice, as sorted ``(name, value)``
     pairs, that its ``extra_annotations`` writes (Enflame DRS: the profile id and the device minor); the core
-    never reads them."""
+    never reads them. A vendor without partitions may still give its placements a slice, to have the ledger keep a
+    fact about each share with the device (MetaX sGPU: the QoS policy and app class of the pod holding it,
+    ``ShareTag``); its ``decode_slices`` reads the same facts back from a placed pod."""
 
     template: str
     position: Hashable | None = None

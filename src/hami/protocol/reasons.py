@@ -30,6 +30,9 @@ class Reason(enum.StrEnum):
     ALLOCATED_CARDS_INSUFFICIENT_REQUEST = "AllocatedCardsInsufficientRequest"
     RESOURCE_QUOTA_NOT_FIT = "ResourceQuotaNotFit"
     MODE_NOT_FIT = "ModeNotFit"
+    CARD_UNHEALTHY = "CardUnhealthy"  # MetaX sGPU's own spelling of CardNotHealth
+    CARD_QOS_POLICY_MISMATCH = "CardQosPolicyMismatch"
+    CARD_APP_CLASS_MISMATCH = "CardAppClassMismatch"
     # Node-level reasons (no device involved). HAMi writes these as bare strings.
     NODE_UNREGISTERED = "NodeUnregistered"
     NODE_QUARANTINED = "NodeQuarantined"

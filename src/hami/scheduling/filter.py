@@ -134,6 +134,7 @@ def filter_node(state: ClusterState, node: NodeState, req: PodRequest, empty: bo
                 pair_scores=node.pair_scores.get(vendor, {}),
                 node_info=node.node_info.get(vendor, {}),
                 chosen=tuple(placements[vendor]),
+                node_policy=req.node_policy,
                 # The never-fits judgement ignores the namespace quota: freeing quota (deleting or preempting
                 # pods of the namespace) can make the pod fit, so such a node is not unresolvable.
                 quota=None if empty else _quota_check(state, req, vendor, placements[vendor], req.kinds, pos),

@@ -96,6 +96,7 @@ def prefilter(pod: Pod, vendors: Mapping[str, Vendor], defaults: SchedulingDefau
         gpu_policy,
         weights,
         tuple(sorted(selectors.items())),
+        node_policy,  # a vendor's node score may depend on it (FitContext.node_policy)
     )
     return PodRequest(
         uid=pod.metadata.uid,

@@ -3,9 +3,10 @@
 ``demo/cluster.yaml`` holds real Node objects with HAMi-format registrations (an 8×A100-80GB node with
 NVLink pair scores and two NUMA nodes, two 4×T4 nodes, one A100 in MIG mode, one Hygon DCU node in the
 legacy colon format, one Kunlunxin node of 8 whole XPUs from its capacity and one of 4 vXPU devices, an Enflame
-DRS node, an Enflame whole-GCU node, an AWS inf2 node, a Cambricon MLU node and a Moore Threads node) and one
-running pod whose allocation annotations are charged; ``demo/workload.yaml`` holds the pods to place, in order,
-each showing one behaviour (its ``hami.io/demo`` annotation says which).
+DRS node, an Enflame whole-GCU node, an AWS inf2 node, a Cambricon MLU node, a Moore Threads node, an AMD MI300X
+node, a Biren node and a Vastai node in die mode) and one running pod whose allocation annotations are charged;
+``demo/workload.yaml`` holds the pods to place, in order, each showing one behaviour (its ``hami.io/demo``
+annotation says which).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from html import escape
 from typing import Final
 
 from hami.scheduling.state import ClusterState
-from hami.simulate.report import fragmentation_document, summary_line, utilization_document
+from hami.simulate.report import core_unit, fragmentation_document, summary_line, utilization_document
 from hami.simulate.simulator import Outcome, container_devices
 
 __all__ = ["BAR_COLOUR", "HEAT_COLOURS", "PLACED_COLOUR", "render_html"]
@@ -131,16 +131,18 @@ def _pending_section(outcomes: Sequence[Outcome]) -> str:
     )
 
 
-def _devices_text(o: Outcome) -> str:
+def _devices_text(o: Outcome, state: ClusterState) -> str:
+    node = o.node or ""
     per_container = [
-        ", ".join(f"{d.uuid} ({d.usedmem} MiB, {d.usedcores}%)" for d in c) for c in container_devices(o.decision)
+        ", ".join(f"{d.uuid} ({d.usedmem} MiB, {d.usedcores}{core_unit(state, node, d.uuid)})" for d in c)
+        for c in container_devices(o.decision)
     ]
     return " | ".join(text for text in per_container if text) or o.message
 
 
-def _placements_section(outcomes: Sequence[Outcome]) -> str:
+def _placements_section(outcomes: Sequence[Outcome], state: ClusterState) -> str:
     per_node = Counter(o.node for o in outcomes if o.node is not None)
-    rows = [[o.pod, o.node or "-", _devices_text(o) if o.node else o.status] for o in outcomes]
+    rows = [[o.pod, o.node or "-", _devices_text(o, state) if o.node else o.status] for o in outcomes]
     bars = _bars(sorted(per_node.items()), PLACED_COLOUR) if per_node else "<p>No pod was placed.</p>"
     return (
         '<h2>Placements</h2><p class="muted">Pods placed per node.</p>'
@@ -182,7 +184,7 @@ def render_html(title: str, state: ClusterState, outcomes: Sequence[Outcome]) ->
         "<h2>Memory used per card</h2>" + _legend() + _heat_map(rows, "memory", "MiB"),
         "<h2>Cores used per card</h2>" + _heat_map(rows, "cores", "%"),
         _pending_section(outcomes),
-        _placements_section(outcomes),
+        _placements_section(outcomes, state),
     ]
     sections.append(_fragmentation_section(fragmentation_document(state)))
     return (

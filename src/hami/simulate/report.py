@@ -17,6 +17,7 @@ from hami.scheduling.usage import Kind
 from hami.simulate.simulator import Outcome, container_devices
 
 __all__ = [
+    "core_unit",
     "decisions_document",
     "document",
     "fragmentation_document",
@@ -131,7 +132,7 @@ def render_summary(title: str, state: ClusterState, outcomes: Sequence[Outcome])
         summary_line(title, state, outcomes),
         "",
         "Placements",
-        *render_placements(outcomes),
+        *render_placements(outcomes, state),
         "",
         "Per-device utilization after placement",
         *render_utilization(state),
@@ -161,11 +162,26 @@ def _mig_labels(o: Outcome) -> dict[tuple[int, int], str]:
     }
 
 
-def _devices_cell(o: Outcome) -> str:
+def core_unit(state: ClusterState | None, node: str, uuid: str, vendor: str | None = None) -> str:
+    """How a device's cores read: ``%`` where a card has 100 core units, ``/<total> cores`` elsewhere (AMD counts
+    compute units: 152 of an MI300X's 304 is ``152/304 cores``, not ``152%``). The device is looked up in the
+    ``vendor``'s table of ``node``, or in every table of the node when no vendor is given."""
+    tables = state.nodes[node].tables if state is not None and node in state.nodes else {}
+    for name, table in tables.items():
+        i = table.index_of.get(uuid) if vendor in (None, name) else None
+        if i is not None and table.infos[i].devcore not in (0, 100):
+            return f"/{table.infos[i].devcore} cores"
+        if i is not None:
+            return "%"
+    return "%"
+
+
+def _devices_cell(o: Outcome, state: ClusterState | None = None) -> str:
     """Per container: ``uuid (MiB, cores%)`` per device; containers are named when it helps."""
     d = o.decision
     if d is None or d.node is None:
         return "-"
+    node = d.node
     per_container: list[str] = []
     mig = _mig_labels(o)
     n = max((len(v) for v in d.devices.values()), default=0)
@@ -179,11 +195,13 @@ def _devices_cell(o: Outcome) -> str:
             labels = [mig.get((ci, di)) if vendor == "NVIDIA" else None for di in range(len(devs))]
             if len(devs) > 1 and not any(labels) and len({(x.usedmem, x.usedcores) for x in devs}) == 1:
                 uuids = ", ".join(x.uuid for x in devs)
-                items.append(f"{uuids} ({devs[0].usedmem} MiB, {devs[0].usedcores}% each)")
+                unit = core_unit(state, node, devs[0].uuid, vendor)
+                items.append(f"{uuids} ({devs[0].usedmem} MiB, {devs[0].usedcores}{unit} each)")
                 continue
             for dev, label in zip(devs, labels, strict=True):
                 extra = f", MIG {label}" if label else ""
-                items.append(f"{dev.uuid} ({dev.usedmem} MiB, {dev.usedcores}%{extra})")
+                unit = core_unit(state, node, dev.uuid, vendor)
+                items.append(f"{dev.uuid} ({dev.usedmem} MiB, {dev.usedcores}{unit}{extra})")
         per_container.append(", ".join(items))
     with_devices = [i for i, text in enumerate(per_container) if text]
     if len(with_devices) == 1 and o.containers and o.containers[with_devices[0]][1] is Kind.APP:
@@ -196,17 +214,18 @@ def _devices_cell(o: Outcome) -> str:
     return " | ".join(parts)
 
 
-def _status(o: Outcome) -> str:
+def _status(o: Outcome, state: ClusterState | None) -> str:
     if o.status == "placed":
-        return _devices_cell(o)
+        return _devices_cell(o, state)
     if o.status == "no-devices":
         return o.message
     return f"{o.status} (see below)"
 
 
-def render_placements(outcomes: Sequence[Outcome]) -> list[str]:
-    """One row per pod: pod, node (``-`` when not placed) and devices, or why there are none."""
-    return _table(["POD", "NODE", "DEVICES"], [[o.pod, o.node or "-", _status(o)] for o in outcomes])
+def render_placements(outcomes: Sequence[Outcome], state: ClusterState | None = None) -> list[str]:
+    """One row per pod: pod, node (``-`` when not placed) and devices, or why there are none (``state`` tells how
+    each device counts its cores)."""
+    return _table(["POD", "NODE", "DEVICES"], [[o.pod, o.node or "-", _status(o, state)] for o in outcomes])
 
 
 def render_pending(outcomes: Sequence[Outcome]) -> list[str]:

@@ -103,7 +103,7 @@ def known_resource_names(config: DeviceConfig) -> frozenset[str]:
                     yield item
                 else:
                     yield from walk(item)
-        elif isinstance(value, list):
+        elif isinstance(value, (list, tuple)):  # iluvatars: a tuple of chip sections
             for item in value:
                 yield from walk(item)
 

@@ -199,8 +199,11 @@ def _pct(used: int, total: int) -> int:
     return round(100 * used / total) if total > 0 else 0
 
 
-def _pods_cell(pods: Sequence[CardHolder]) -> str:
-    return ", ".join(f"{p.pod} ({p.mem} MiB, {p.cores}%)" for p in pods) or "-"
+def _pods_cell(pods: Sequence[CardHolder], devcore: int = 100) -> str:
+    """Each pod's share: cores as a percentage where a card has 100 core units, else as ``<n>/<total> cores``
+    (AMD counts compute units)."""
+    unit = "%" if devcore in (0, 100) else f"/{devcore} cores"
+    return ", ".join(f"{p.pod} ({p.mem} MiB, {p.cores}{unit})" for p in pods) or "-"
 
 
 def _paint(text: str, code: str, colour: bool) -> str:
@@ -255,7 +258,7 @@ def render_top(view: TopView, colour: bool = False) -> str:
                         _YELLOW if c.fragment.stranded_mem else "",
                     ),
                     (c.health, health_code),
-                    (_pods_cell(c.pods), _DIM if not c.pods else ""),
+                    (_pods_cell(c.pods, c.cores[1]), _DIM if not c.pods else ""),
                 ]
             )
         if rows:

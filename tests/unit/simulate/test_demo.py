@@ -35,6 +35,13 @@ EXPECTED = {
     "demo/neuron-cores": ("inf2-24xl", [["inf2-24xl-AWSNeuron-0", "inf2-24xl-AWSNeuron-1"]]),
     "demo/mlu-job": ("mlu370", [["mlu370-cambricon-mlu-0"]]),
     "demo/mthreads-pair": ("mtt-s4000", [["mtt-s4000-mthreads-0"], ["mtt-s4000-mthreads-0"]]),
+    "demo/amd-half": ("amd-mi300x", [["AMD-mi300x-0"]]),
+    "demo/biren-pair": ("biren-br106", [["BR-br106-0", "BR-br106-1"]]),
+    "demo/vastai-one": ("vastai-va1", [["VA-va1-0"]]),
+    "demo/vastai-card": ("vastai-va1", [["VA-va1-2", "VA-va1-3"]]),
+    "demo/iluvatar-job": ("iluvatar-mrv100", [["ilu-mrv100-0"]]),
+    "demo/metax-cards": ("metax-c500", [["metax-c500-metax-0", "metax-c500-metax-1"]]),
+    "demo/metax-slice": ("metax-sgpu", [["sgpu-0"]]),
     "demo/init-then-serve": ("t4-b", [["GPU-t4b-2"], ["GPU-t4b-2"]]),
     "demo/too-big": (None, []),
 }
@@ -91,6 +98,12 @@ def test_demo_pending_pod_has_a_reason_for_every_node() -> None:
         "drs-s60": {"NodeUnregistered": 1},
         "gcu-s60": {"NodeUnregistered": 1},
         "inf2-24xl": {"NodeUnregistered": 1},
+        "amd-mi300x": {"NodeUnregistered": 1},
+        "biren-br106": {"NodeUnregistered": 1},
+        "vastai-va1": {"NodeUnregistered": 1},
+        "iluvatar-mrv100": {"NodeUnregistered": 1},
+        "metax-c500": {"NodeUnregistered": 1},
+        "metax-sgpu": {"NodeUnregistered": 1},
         "mig-a100": {"CardInsufficientMemory": 1},
         "mlu370": {"NodeUnregistered": 1},
         "mtt-s4000": {"NodeUnregistered": 1},
@@ -132,6 +145,19 @@ def test_demo_registrations_are_in_hamis_encoder_format() -> None:
     assert all(len(r.split(",")) == 9 for r in records[:-1])
 
 
+def test_demo_iluvatar_and_metax_pods_carry_their_vendors_annotations() -> None:
+    _, outcomes = _run()
+    iluvatar = outcomes["demo/iluvatar-job"].decision.annotations  # type: ignore[union-attr]
+    assert iluvatar["hami.io/MR-V100-devices-allocated"] == "ilu-mrv100-0,MR-V100,4096,50:;"
+    cards = outcomes["demo/metax-cards"].decision.annotations  # type: ignore[union-attr]
+    assert cards["hami.io/metax-gpu-devices-allocated"] == (
+        "metax-c500-metax-0,Metax-GPU,65536,100:metax-c500-metax-1,Metax-GPU,65536,100:;"
+    )
+    sgpu = outcomes["demo/metax-slice"].decision.annotations  # type: ignore[union-attr]
+    assert sgpu["hami.io/metax-sgpu-devices-allocated"] == "sgpu-0,Metax-SGPU,8192,30:;"
+    assert sgpu["metax-tech.com/gpu-devices-allocated"] == '[[{"uuid":"sgpu-0","compute":30,"vRam":8192}]]'
+
+
 def test_demo_files_are_package_data() -> None:
     root = resources.files("hami.simulate")
     assert root.joinpath(DEMO_CLUSTER).is_file()
@@ -143,39 +169,38 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
     assert result.code == 0
     assert result.stderr == ""
     lines = result.stdout.splitlines()
-    assert lines[0] == "hami simulate --demo: 12 nodes, 51 devices; 21 pods in order: 20 placed, 1 pending"
+    assert lines[0] == "hami simulate --demo: 18 nodes, 67 devices; 28 pods in order: 27 placed, 1 pending"
     for heading in (
         "Placements",
         "Per-device utilization after placement",
         "Pending pods and why each node was rejected",
     ):
         assert heading in lines
-    assert (
-        "demo/train-nvlink     a100-nvlink  GPU-a100-0, GPU-a100-1, GPU-a100-2, GPU-a100-3 (40000 MiB, 0% each)"
-        in lines
-    )
-    assert "demo/mig-2g           mig-a100     GPU-mig-0 (19968 MiB, 28%, MIG 2g.20gb@0)" in lines
-    assert "t4-b         GPU-t4b-0               NVIDIA-Tesla T4        4/10   14000/15360  90/100" in lines
-    assert (
-        "mig-a100     GPU-mig-0               NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100   "
-        "MIG: 1g.10gb@6 2g.20gb@0" not in lines
-    )
-    assert (
-        "mig-a100     GPU-mig-0               NVIDIA A100-SXM4-80GB  2/7    29696/81920  42/100   "
-        "MIG: 2g.20gb@0 1g.10gb@6" in lines
-    )
-    assert lines[-13:] == [
-        "demo/too-big: no available node, 12 nodes do not meet",
+    words = [" ".join(line.split()) for line in lines]  # column widths follow the longest names
+    assert "demo/train-nvlink a100-nvlink GPU-a100-0, GPU-a100-1, GPU-a100-2, GPU-a100-3 (40000 MiB, 0% each)" in words
+    assert "demo/mig-2g mig-a100 GPU-mig-0 (19968 MiB, 28%, MIG 2g.20gb@0)" in words
+    assert "t4-b GPU-t4b-0 NVIDIA-Tesla T4 4/10 14000/15360 90/100" in words
+    assert "mig-a100 GPU-mig-0 NVIDIA A100-SXM4-80GB 2/7 29696/81920 42/100 MIG: 1g.10gb@6 2g.20gb@0" not in words
+    assert "mig-a100 GPU-mig-0 NVIDIA A100-SXM4-80GB 2/7 29696/81920 42/100 MIG: 2g.20gb@0 1g.10gb@6" in words
+    assert "demo/amd-half amd-mi300x AMD-mi300x-0 (65536 MiB, 152/304 cores)" in words
+    assert lines[-19:] == [
+        "demo/too-big: no available node, 18 nodes do not meet",
         "  a100-nvlink: 1/8 AllocatedCardsInsufficientRequest, 7/8 CardInsufficientMemory",
+        "  amd-mi300x: node unregistered for NVIDIA",
+        "  biren-br106: node unregistered for NVIDIA",
         "  dcu-z100: node unregistered for NVIDIA",
         "  drs-s60: node unregistered for NVIDIA",
         "  gcu-s60: node unregistered for NVIDIA",
+        "  iluvatar-mrv100: node unregistered for NVIDIA",
         "  inf2-24xl: node unregistered for NVIDIA",
+        "  metax-c500: node unregistered for NVIDIA",
+        "  metax-sgpu: node unregistered for NVIDIA",
         "  mig-a100: 1/1 CardInsufficientMemory",
         "  mlu370: node unregistered for NVIDIA",
         "  mtt-s4000: node unregistered for NVIDIA",
         "  t4-a: 4/4 CardInsufficientMemory",
         "  t4-b: 4/4 CardInsufficientMemory",
+        "  vastai-va1: node unregistered for NVIDIA",
         "  vxpu-p800: node unregistered for NVIDIA",
         "  xpu-p800: node unregistered for NVIDIA",
     ]
@@ -192,3 +217,28 @@ def test_the_readme_shows_the_demos_real_output() -> None:
     readme = (Path(__file__).parents[3] / "README.md").read_text(encoding="utf-8")
     shown = readme.split("$ hami simulate --demo\n", 1)[1].split("\n```", 1)[0]
     assert shown == run_cli("--demo").stdout.rstrip("\n")
+
+
+def test_demo_amd_biren_and_vastai_pods_write_hamis_annotations() -> None:
+    _, outcomes = _run()
+    annotations = {
+        pod: outcomes[pod].decision.annotations  # type: ignore[union-attr]
+        for pod in ("demo/amd-half", "demo/biren-pair", "demo/vastai-card")
+    }
+    assert annotations["demo/amd-half"]["hami.io/amd-devices-allocated"] == (
+        "AMD-mi300x-0,AMD Instinct MI300X,65536,152:;"  # 50% of 304 compute units
+    )
+    assert (
+        annotations["demo/biren-pair"]["hami.io/Biren-devices-allocated"]
+        == "BR-br106-0,Biren,0,0:BR-br106-1,Biren,0,0:;"
+    )
+    assert annotations["demo/vastai-card"]["hami.io/Vastai-devices-allocated"] == (
+        "VA-va1-2,Vastai,0,0:VA-va1-3,Vastai,0,0:;"
+    )
+    json_nodes = {"amd-mi300x": "hami.io/node-amd-register", "biren-br106": "hami.io/node-biren-register"}
+    ((_, cluster),) = demo_sources()[0]
+    for node in load_snapshot([(DEMO_CLUSTER, cluster)]).nodes:
+        key = json_nodes.get(node.obj.metadata.name)
+        if key is not None:
+            value = node.obj.metadata.annotations[key]
+            assert encode_inventory_json(decode_inventory_json(value, key)) == value
