@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -87,4 +88,20 @@ def check_invariants(
     try:
         return wait_until(at_rest, timeout=timeout, interval=0.5, description="the invariants at rest")
     except TimeoutError as err:
-        raise AssertionError(f"{err}; still open: {last}") from None
+        raise AssertionError(f"{err}; still open: {last}\n{hami_excerpt(hami, last)}") from None
+
+
+def hami_excerpt(hami: HamiScheduler, problems: Sequence[str], lines: int = 80) -> str:
+    """hami's log lines about the pods named in ``problems`` and its errors (its warnings and errors when no pod
+    is named), the last ``lines``: a flake's evidence stays in the report once the run's temporary directory is
+    gone."""
+    pods = sorted({p.split(":", 1)[0] for p in problems if ":" in p and not p.startswith("node ")})
+    named = re.compile(r"\b(" + "|".join(map(re.escape, pods)) + r")\b") if pods else None
+    levels = ('"level": "error"', '"level": "critical"') if pods else ('"level": "warning"', '"level": "error"')
+    picked = [
+        line
+        for line in hami.log().splitlines()
+        if any(level in line for level in levels) or (named is not None and named.search(line))
+    ]
+    head = f"--- hami log ({hami.log_file}): the last {min(lines, len(picked))} of {len(picked)} lines picked ---"
+    return "\n".join([head, *(line[:600] for line in picked[-lines:])])

@@ -622,9 +622,18 @@ class Cycle:
                 resource_version=guard,
             )
         except ApiError as err:
+            landed = await self._commit_landed(pod, decision, err)
+            if landed:
+                return None  # the answer was lost, not the write
             record = self.state.pods.get(uid)
             if record is not None and record.node == decision.node:
-                self.forget(uid)
+                if landed is None:
+                    # It may have landed: keep charging it, no longer pending, so the pod's next watch event
+                    # (the relist after an API server restart, a new /filter) settles what the pod holds.
+                    self.pending.discard(uid)
+                else:
+                    self.forget(uid)
+                    self._recharge(pod.metadata.namespace, pod.metadata.name, uid)
             if _pod_gone(err) and self.commits.get(uid) is asyncio.current_task():
                 # No pod with this UID exists any more, so no /bind for it can succeed: keeping the failed task
                 # for one would keep it for ever. /bind then finds the pod missing or another one and refuses.
@@ -636,6 +645,31 @@ class Cycle:
         finally:
             self.timed("commit", self.stopwatch() - t0)
         return None
+
+    async def _commit_landed(self, pod: Pod, decision: Decision, err: ApiError) -> bool | None:
+        """Whether an allocation write that failed landed after all: a connection lost after the request went out
+        (status 0) or a server error (5xx) leaves its fate unknown, so the pod is read back. True: it carries
+        exactly this decision's annotations; False: it does not (or the failure was a refusal); None: unknown.
+        Treating a write that landed as failed would free devices the pod holds in the API for the next pod."""
+        if err.status != 0 and not 500 <= err.status < 600:
+            return False
+        ns, name, uid = pod.metadata.namespace, pod.metadata.name, pod.metadata.uid
+        try:
+            fresh = await self.port.get_pod(ns, name)
+        except NotFound:
+            return False
+        except ApiError:
+            return None
+        held = fresh.metadata.annotations
+        return fresh.metadata.uid == uid and all(held.get(k) == v for k, v in decision.annotations.items())
+
+    def _recharge(self, ns: str, name: str, uid: str) -> None:
+        """After a failed write of a new allocation: charge again what the pod still carries as the watch last
+        saw it (the allocation of an earlier /filter it replaced, or a bind that landed meanwhile), so the ledger
+        never shows free what the API still holds allocated."""
+        watched = self.port.watched_pod(ns, name)
+        if watched is not None and watched.metadata.uid == uid and holds_devices(watched):
+            self._watch_allocation(watched)
 
     async def settle(self, uid: str) -> FilterOutcome | None:
         """Wait for the pod's commit still in flight, if any; returns its failure or None."""
@@ -836,6 +870,8 @@ class Cycle:
     async def _bind_failed(self, pod: Pod, node: str, locked: Sequence[str], err: HamiError) -> BindOutcome:
         ns, name, uid = pod.metadata.namespace, pod.metadata.name, pod.metadata.uid
         fresh = await self._fresh(ns, name)
+        if isinstance(fresh, ApiError):
+            return await self._bind_unknown(pod, node, locked, err, fresh)
         ours = fresh if fresh is not None and fresh.metadata.uid == uid else None
         failed: list[ApiFailure] = []
         if ours is not None and ours.spec.node_name == node:
@@ -855,12 +891,34 @@ class Cycle:
         message = f"binding {ns}/{name} to {node} failed: {err}"
         return BindOutcome(Bound.FAILED, pod, node, message, tuple(failed))
 
-    async def _fresh(self, ns: str, name: str) -> Pod | None:
-        """The pod as the API holds it now, or ``None`` if it cannot be read."""
+    async def _bind_unknown(
+        self, pod: Pod, node: str, locked: Sequence[str], err: HamiError, unread: ApiError
+    ) -> BindOutcome:
+        """A failed bind whose pod cannot be read back (API down or restarting, throttled, not yet authorizing).
+
+        The Binding may have landed before its answer was lost (a connection reset after the request went out):
+        the pod may run on ``node`` with this allocation. Removing it now, guarded by the UID alone, would strip a
+        bound pod (its device plugin finds nothing to allocate; the ledger frees devices in use). So the
+        reservation and the annotations stay, and the clean-up runs in the background, where each try reads the
+        pod first and removes the allocation only from an unbound version, guarded by that resourceVersion
+        (``_clear_again``). Our lock is released as on any failed bind (owner-checked); the ledger, not the
+        lock, keeps devices from being handed out twice."""
+        ns, name, uid = pod.metadata.namespace, pod.metadata.name, pod.metadata.uid
+        failed = [ApiFailure("get_pod", f"reading {pod.key} back after a failed bind failed: {unread}")]
+        if locked:
+            failed += await self._unlock(node, ns, name, locked)
+        self._clear_later(ns, name, uid)
+        message = f"binding {ns}/{name} to {node} failed: {err}"
+        return BindOutcome(Bound.FAILED, pod, node, message, tuple(failed))
+
+    async def _fresh(self, ns: str, name: str) -> Pod | ApiError | None:
+        """The pod as the API holds it now, ``None`` if there is none, or the error that kept it from being read."""
         try:
             return await self.port.get_pod(ns, name)
-        except ApiError:
+        except NotFound:
             return None
+        except ApiError as err:
+            return err
 
     async def _unlock(self, node: str, ns: str, name: str, locked: Sequence[str]) -> list[ApiFailure]:
         """Release each lock taken (in reverse order); every failure is reported, none stops the others."""
@@ -890,12 +948,17 @@ class Cycle:
             if _pod_gone(err):
                 self.forget(uid)
                 return ()
-            task = asyncio.get_running_loop().create_task(self._clear_until_done(ns, name, uid), name=f"clear-{uid}")
-            self.cleanups[uid] = task
-            task.add_done_callback(lambda done: self._cleanup_done(ns, name, uid, done))
+            self._clear_later(ns, name, uid)
             return (ApiFailure("patch_pod", f"clearing the allocation of {pod.key} failed: {err}; retrying"),)
         self.forget(uid)
         return ()
+
+    def _clear_later(self, ns: str, name: str, uid: str) -> None:
+        """Retry the clean-up of the pod's allocation in the background (``cleanups``), the reservation kept."""
+        self.cancel_cleanup(uid)
+        task = asyncio.get_running_loop().create_task(self._clear_until_done(ns, name, uid), name=f"clear-{uid}")
+        self.cleanups[uid] = task
+        task.add_done_callback(lambda done: self._cleanup_done(ns, name, uid, done))
 
     async def _clear(self, ns: str, name: str, uid: str, guard: str | None) -> None:
         removals: dict[str, str | None] = dict.fromkeys(

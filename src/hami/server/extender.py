@@ -242,6 +242,7 @@ class Extender:
         elif outcome.result is Bound.BOUND:
             self._event(outcome.pod, EventReason.BINDING_SUCCEED, outcome.message)
         elif outcome.result not in _NO_BIND_EVENT:
+            log.info("/bind %s", outcome.message)  # also when the event cannot be written (API down)
             self._event(outcome.pod, EventReason.BINDING_FAILED, outcome.message)
 
     def _cleaned(self, cleanup: Cleanup) -> None:
@@ -252,6 +253,8 @@ class Extender:
         elif cleanup.result is Cleared.LANDED:
             self.metrics.decisions.labels("cleanup-retried").inc()
             log.info("clean-up of %s landed after retries", pod)
+        elif cleanup.result is Cleared.MOOT:
+            log.info("clean-up of %s not needed: bound meanwhile, or its allocation already gone", pod)
         elif cleanup.result is Cleared.CRASHED:
             log.error("clean-up of %s (UID %s) stopped: %s", pod, cleanup.uid, cleanup.error)
 

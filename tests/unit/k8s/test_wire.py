@@ -9,6 +9,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import httpx
 import pytest
 
+from hami.errors import ApiError
+from hami.k8s.client import KubeClient
+from hami.k8s.config import KubeConfig
 from hami.k8s.wire import WireClient
 
 Handler = Callable[[bytes, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[bool]]
@@ -174,3 +177,54 @@ async def test_a_refused_connection_is_a_connect_error() -> None:
     client = WireClient(f"http://127.0.0.1:{port}", None, {}, connect_timeout=1, request_timeout=1, max_connections=1)
     with pytest.raises(httpx.ConnectError):
         await client.request("GET", "/")
+
+
+async def test_a_write_the_server_took_before_resetting_is_never_sent_again(serve) -> None:  # type: ignore[no-untyped-def]
+    # kube-apiserver SIGKILLed after it stored a Binding: the connection is reset with no answer. The request's
+    # fate is unknown to the client, so it is not repeated (a second Binding would 409, a second PATCH might
+    # apply twice); the caller reads the object back instead. Also on a reused connection, where a GET is.
+    ok = reply(b"{}")
+
+    async def take_then_reset(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        if head.startswith(b"GET"):
+            return await ok(head, reader, writer)
+        writer.transport.abort()  # RST, nothing answered
+        return False
+
+    server, client = await serve(take_then_reset)
+    assert (await client.request("GET", "/warm")).content == b"{}"  # the next request reuses this connection
+    for method in ("POST", "PATCH"):
+        before = len(server.requests)
+        with pytest.raises(httpx.RemoteProtocolError):
+            await client.request(method, "/api/v1/namespaces/ns/pods/p/binding", content=b"{}")
+        assert [r.split(b" ", 1)[0] for r in server.requests[before:]] == [method.encode()]
+
+
+async def test_kube_client_reports_a_binding_lost_in_a_reset_without_sending_it_again() -> None:
+    # The same through KubeClient (which sends plain requests through this client): one Binding on the wire, an
+    # ApiError with status 0 for the caller (the cycle then reads the pod back), no retry and no wait.
+    bindings: list[bytes] = []
+
+    async def take_then_reset(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(int(h.split(b":")[1]) for h in head.split(b"\r\n") if h.lower().startswith(b"content-length"))
+        bindings.append(head + await reader.readexactly(length))
+        writer.transport.abort()
+
+    listener = await asyncio.start_server(take_then_reset, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    try:
+        async with KubeClient(KubeConfig(server=f"http://127.0.0.1:{port}"), sleep=sleep) as kube:
+            with pytest.raises(ApiError) as caught:
+                await kube.create_binding("ns", "p", "uid-p", "n1")
+    finally:
+        listener.close()
+    assert caught.value.status == 0
+    assert len(bindings) == 1
+    assert bindings[0].startswith(b"POST /api/v1/namespaces/ns/pods/p/binding ")
+    assert waits == []

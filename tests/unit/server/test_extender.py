@@ -578,9 +578,153 @@ async def test_a_throttled_clean_up_keeps_the_reservation_and_is_retried_until_i
     assert world.state.pods == {}
     assert world.extender.cleanups == {}
     assert lock_of(world, "n1") is None
-    # the edge's share: the first failure is an API error, the landed retry a decision
-    assert world.metrics.registry.get_sample_value("hami_kube_api_errors_total", {"operation": "patch_pod"}) == 1
+    # the edge's share: the first failure is an API error (the pod could not be read back, so no removal was
+    # tried unguarded: it went straight to the read-first retries), the landed retry a decision
+    assert world.metrics.registry.get_sample_value("hami_kube_api_errors_total", {"operation": "get_pod"}) == 1
+    assert world.metrics.registry.get_sample_value("hami_kube_api_errors_total", {"operation": "patch_pod"}) is None
     assert world.metrics.registry.get_sample_value("hami_filter_decisions_total", {"result": "cleanup-retried"}) == 1
+
+
+RESET = ApiError(
+    f"POST /api/v1/namespaces/{NS}/pods/p1/binding: RemoteProtocolError: connection lost: "
+    "ConnectionResetError(104, 'Connection reset by peer')",
+    0,
+)
+API_DOWN = ApiError(f"GET /api/v1/namespaces/{NS}/pods/p1: ConnectError: connecting to 127.0.0.1:6443: refused", 0)
+
+
+class _BoundThenReset(MemoryCluster):
+    """kube-apiserver SIGKILLed mid-bind: the Binding reaches etcd, the connection is reset before the answer, and
+    the pod cannot be read back while the API server restarts (``fail("get_pod", …)``); writes land again after."""
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        await super().bind(namespace, name, uid, node)
+        raise RESET
+
+
+async def test_a_bind_that_landed_before_a_reset_keeps_the_allocation_of_the_bound_pod(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level("INFO", logger="hami.extender")
+    world = make_world(backing=_BoundThenReset())
+    cluster_of_three(world)
+    await filtered(world)
+    world.extender.cleanup_backoff = (0.01, 0.02)
+    world.cluster.fail("get_pod", API_DOWN)  # the bind's read-back, while the API server is still down
+    allocated = allocation_of(world.pod("p1"))
+
+    result = await world.extender.bind(BindingArgs("p1", NS, "uid-p1", "n1"))
+
+    assert "connection lost" in result.error  # kube-scheduler hears of a failure; the pod is bound all the same
+    assert world.pod("p1").spec.node_name == "n1"
+    assert allocation_of(world.pod("p1")) == allocated  # not removed blind, by UID alone, while it was unreadable
+    await asyncio.wait_for(world.extender.cleanups["uid-p1"], 5)
+    stored = world.pod("p1")
+    assert allocation_of(stored) == allocated  # nor later: the retry read the pod first and found it bound
+    assert allocated[keys.VGPU_NODE] == "n1"
+    assert allocated[NVIDIA.allocated]
+    assert set(world.state.pods) == {"uid-p1"}  # the ledger still charges what the bound pod uses
+    assert world.usage() == usage_from_annotations([stored])
+    assert lock_of(world, "n1") is None  # our own lock, released as on any failed bind
+    assert world.extender.cleanups == {}
+    assert world.metrics.registry.get_sample_value("hami_filter_decisions_total", {"result": "cleanup-retried"}) is None
+    assert f"clean-up of {NS}/p1 not needed: bound meanwhile" in caplog.text
+
+
+class _ResetBeforeBinding(MemoryCluster):
+    """The connection is reset before the Binding reaches the API server: the pod stays unbound."""
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        self._enter("bind")
+        raise RESET
+
+
+async def test_a_bind_lost_in_a_reset_is_cleaned_up_once_the_pod_can_be_read() -> None:
+    world = make_world(backing=_ResetBeforeBinding())
+    cluster_of_three(world)
+    await filtered(world)
+    world.extender.cleanup_backoff = (0.01, 0.02)
+    world.cluster.fail("get_pod", API_DOWN, times=2)  # the bind's read-back and the first retry's read
+
+    result = await world.extender.bind(BindingArgs("p1", NS, "uid-p1", "n1"))
+
+    assert "connection lost" in result.error
+    assert allocation_of(world.pod("p1"))[keys.VGPU_NODE] == "n1"  # kept until the pod is known unbound
+    assert set(world.state.pods) == {"uid-p1"}
+    await asyncio.wait_for(world.extender.cleanups["uid-p1"], 5)
+    assert world.pod("p1").spec.node_name == ""
+    assert allocation_of(world.pod("p1")) == {}
+    assert world.state.pods == {}
+    assert lock_of(world, "n1") is None
+    assert world.metrics.registry.get_sample_value("hami_filter_decisions_total", {"result": "cleanup-retried"}) == 1
+
+
+class _AllocationWrittenThenReset(MemoryCluster):
+    """kube-apiserver SIGKILLed mid-/filter: the allocation PATCH is stored, the connection reset before the
+    answer; ``read_back`` says whether the pod can be read right after (False: the API server is still down)."""
+
+    def __init__(self, read_back: bool) -> None:
+        super().__init__()
+        self.read_back = read_back
+
+    async def patch_pod_metadata(
+        self,
+        namespace: str,
+        name: str,
+        annotations: Mapping[str, str | None] | None = None,
+        labels: Mapping[str, str | None] | None = None,
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
+    ) -> Pod:
+        stored = await super().patch_pod_metadata(
+            namespace, name, annotations, labels, uid=uid, resource_version=resource_version
+        )
+        if (annotations or {}).get(keys.VGPU_NODE):
+            if not self.read_back:
+                self.fail("get_pod", API_DOWN)
+            raise ApiError(f"PATCH /api/v1/namespaces/{namespace}/pods/{name}: RemoteProtocolError: reset", 0)
+        return stored
+
+
+@pytest.mark.parametrize("read_back", [True, False], ids=["read-back", "api-still-down"])
+async def test_an_allocation_write_that_landed_before_a_reset_is_never_forgotten(read_back: bool) -> None:
+    # The answer to the allocation PATCH is lost, not the write: the pod holds the devices in the API. Forgetting
+    # the reservation would hand them to the next pod (devices over capacity, invariant 1 of the fault tests).
+    world = make_world(backing=_AllocationWrittenThenReset(read_back))
+    cluster_of_three(world)
+    pod = world.add_pod(gpu_pod("p1"))
+
+    assert (await world.filter(pod, ["n1"], settle=False)).node_names == ["n1"]
+    result = await world.extender.bind(BindingArgs("p1", NS, "uid-p1", "n1"))  # waits for the allocation write
+
+    assert allocation_of(world.pod("p1"))[keys.VGPU_NODE] == "n1"
+    assert world.usage() == usage_from_annotations(world.cluster.pods.values()) == {"GPU-n1-0": (1, 3000, 30)}
+    assert world.state.verify() == []
+    if read_back:  # read back: it landed, so the bind goes ahead
+        assert result.error == ""
+        assert world.pod("p1").spec.node_name == "n1"
+    else:  # unknown: the bind fails and the reservation stays until the pod's next event settles it
+        assert "RemoteProtocolError" in result.error
+        assert set(world.state.pods) == {"uid-p1"}
+        assert world.extender.pending == set()
+        world.deliver(NS, "p1")
+        assert world.usage() == usage_from_annotations(world.cluster.pods.values())
+    assert world.usage() == {"GPU-n1-0": (1, 3000, 30)}
+
+
+async def test_a_failed_replacing_write_leaves_the_earlier_allocation_charged(world: World) -> None:
+    # kube-scheduler filters a pod again (its bind failed or never came); hami forgets the old reservation,
+    # reserves anew, and the PATCH that would replace the allocation fails: the pod still carries the old one.
+    cluster_of_three(world)
+    pod = await filtered(world)
+    world.cluster.fail("patch_pod_metadata", SERVER_ERROR)
+
+    await world.filter(pod, ["n2"])
+
+    assert allocation_of(world.pod("p1"))[keys.VGPU_NODE] == "n1"
+    assert world.usage() == usage_from_annotations(world.cluster.pods.values()) == {"GPU-n1-0": (1, 3000, 30)}
+    assert world.state.verify() == []
 
 
 async def test_filtering_the_pod_again_stops_its_clean_up(world: World) -> None:
@@ -984,9 +1128,10 @@ async def test_replacing_an_allocation_is_written_only_on_the_version_it_was_dec
 
     assert result.node_names == ["n1"]  # answered before the PATCH
     assert allocation_of(world.pod("p1")) == {k: v for k, v in earlier.items() if k in ALLOCATION_KEYS}
-    assert world.usage() == {}  # the new reservation is rolled back...
+    # the new reservation is rolled back, and the allocation the pod still carries counts again at once
+    assert world.usage() == {"GPU-n2-0": (1, 3000, 30)}
     world.deliver(NS, "p1")
-    assert world.usage() == {"GPU-n2-0": (1, 3000, 30)}  # ...and the allocation on the pod counts again
+    assert world.usage() == {"GPU-n2-0": (1, 3000, 30)}  # the newer version changes nothing
     assert world.state.verify() == []
 
 
