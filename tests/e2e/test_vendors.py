@@ -31,15 +31,19 @@ def test_one_pod_of_the_family_is_bound_with_its_annotations(vendor_stack: Vendo
         assert annotations.get(key) == value, key
     assert list(s.allocations(pod)) == [case.vendor]
     assert annotations[keys.VGPU_NODE] == node
-    # the device-plugin stand-in saw the pod on its node and released the vendor's lock
-    wait_until(lambda: s.lock_released(node, "p1"), description=f"the node lock of {node} released for p1")
-    assert s.kube.get_pod(s.namespace, "p1")["metadata"]["annotations"][keys.BIND_PHASE] == "success"
-    handshake = s.vendors[case.vendor].keys.handshake
+    for key, per_second in case.times.items():  # the decision time, as hami.io/vgpu-time in seconds
+        assert annotations[key].isdigit(), key
+        assert int(annotations[key]) // per_second == int(annotations[keys.VGPU_TIME]), key
+    vendor_keys = s.vendors[case.vendor].keys
+    if vendor_keys.lock is None:  # the family's plugin releases no lock: hami took none
+        assert s.plugin is not None
+        assert not set(s.plugin.lock_keys) & set(s.node_annotations(node))
+    else:  # the device-plugin stand-in saw the pod on its node and released the vendor's lock
+        wait_until(lambda: s.lock_released(node, "p1"), description=f"the node lock of {node} released for p1")
+        assert s.kube.get_pod(s.namespace, "p1")["metadata"]["annotations"][keys.BIND_PHASE] == "success"
+    handshake = vendor_keys.handshake
     if handshake is not None:  # hami answers the family's device plugin on the node
-        wait_until(
-            lambda: handshake in (s.kube.get(f"/api/v1/nodes/{node}")["metadata"].get("annotations") or {}),
-            description=f"{handshake} on {node}",
-        )
+        wait_until(lambda: handshake in s.node_annotations(node), description=f"{handshake} on {node}")
 
 
 MIXES = [("nvidia", family) for family in sorted(FAMILY_CASES) if family != "nvidia"]

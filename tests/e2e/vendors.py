@@ -7,7 +7,13 @@ A family describes itself with a ``FamilyCase`` in ``FAMILY_CASES`` (keyed by it
   from (for families without a registration annotation);
 * ``limits`` — one container's resource limits asking for one device of the family, in its own units;
 * ``expected(node)`` — the allocation (and extra) annotations the bound pod must carry, byte for byte as HAMi
-  writes them (the family's device plugin reads them).
+  writes them (the family's device plugin reads them);
+* ``times`` — annotations holding the decision time, each with its units per second (``10**9``: Unix nanoseconds):
+  the value is checked against ``hami.io/vgpu-time`` (the same decision, in seconds);
+* ``pod_annotations`` — annotations the pod is created with (a vendor option such as MetaX's QoS policy).
+
+A family whose vendor takes no node lock (``VendorKeys.lock`` None: Moore Threads, MetaX whole cards …) is checked
+to have left no lock on the node; the others to have had it released by the plugin stand-in.
 
 ``VendorStack`` (fixture ``vendor_stack(*families)`` in ``conftest.py``) runs ``hami scheduler`` with the switches
 those families need (``--enable-ascend`` …), kube-scheduler calling it with every resource name of the device
@@ -20,6 +26,7 @@ own) after bind, as the family's plugin does after Allocate. Pods go through ham
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +37,7 @@ from hami.devices import vendors_from_config
 from hami.devices.base import Vendor
 from hami.devices.cambricon import CAMBRICON_KEYS, DSMLU_ASSIGNED, DSMLU_PROFILE
 from hami.devices.hygon import HYGON_KEYS
+from hami.devices.mthreads import GPU_INDEX, MTHREADS_KEYS, PREDICATE_NODE, PREDICATE_TIME
 from hami.protocol import keys
 from hami.protocol.allocation import PodDevices
 from hami.scheduling.admission import Admission, AdmissionSettings, admitters_for
@@ -60,6 +68,7 @@ class FamilyCase:
     limits: Mapping[str, int | str]
     expected: Callable[[str], Mapping[str, str]]
     pod_annotations: Mapping[str, str] = field(default_factory=dict)
+    times: Mapping[str, int] = field(default_factory=dict)
 
 
 def _nvidia_node(name: str) -> FakeNode:
@@ -99,6 +108,67 @@ def _cambricon_expected(node: str) -> dict[str, str]:
     }
 
 
+def _mthreads_node(name: str) -> FakeNode:
+    # Moore Threads' plugin registers no annotation: 32 sgpu-core units are two cards of 16, each with
+    # 192 × 512 × 16 // 32 = 49152 MiB
+    return FakeNode({}, {"mthreads.com/sgpu-core": 32, "mthreads.com/sgpu-memory": 192})
+
+
+def _mthreads_expected(node: str) -> dict[str, str]:
+    # 8 memory units of 512 MiB and 4 core units on the first idle card; gpu-index is that card's index
+    return {
+        MTHREADS_KEYS.allocated: f"{node}-mthreads-0,Mthreads,4096,4:;",
+        GPU_INDEX: "0",
+        PREDICATE_NODE: node,
+    }
+
+
+def _iluvatar_node(name: str) -> FakeNode:
+    # the MR-V100 plugin's legacy string: ID,Count,Devmem,Devcore,Type,Numa,Health,Index,Mode:
+    register = "".join(f"{name}-{i},4,32768,100,MR-V100,0,true,{i},hami-core:" for i in range(2))
+    return FakeNode({"hami.io/node-MR-V100-register": register}, {"iluvatar.ai/MR-V100-vgpu": 8})
+
+
+def _iluvatar_expected(node: str) -> dict[str, str]:
+    value = f"{node}-0,MR-V100,4096,50:;"  # 16 vMem units of 256 MiB
+    return {"hami.io/MR-V100-devices-allocated": value, "hami.io/MR-V100-devices-to-allocate": value}
+
+
+def _metax_node(name: str) -> FakeNode:
+    device = {"uuid": f"{name}-0", "totalDevCount": 4, "totalCompute": 100, "totalVRam": 65536, "healthy": True}
+    return FakeNode({"metax-tech.com/node-gpu-devices": json.dumps([device])}, {"metax-tech.com/sgpu": 4})
+
+
+def _metax_expected(node: str) -> dict[str, str]:
+    return {
+        "hami.io/metax-sgpu-devices-allocated": f"{node}-0,Metax-SGPU,8192,30:;",
+        "metax-tech.com/gpu-devices-allocated": f'[[{{"uuid":"{node}-0","compute":30,"vRam":8192}}]]',
+    }
+
+
+ASCEND = "Ascend910B3"
+
+
+def _ascend_node(name: str) -> FakeNode:
+    # one 910B3 as HAMi's Ascend plugin registers it (Go's key spelling, a NetworkID)
+    device = {
+        "ID": f"{name}-npu-0", "Index": 0, "Count": 4, "Devmem": 65536, "Devcore": 20, "Type": ASCEND,
+        "Health": True, "CustomInfo": {"NetworkID": 0},
+    }  # fmt: skip
+    register = json.dumps([device], separators=(",", ":"))
+    return FakeNode({f"hami.io/node-register-{ASCEND}": register}, {f"huawei.com/{ASCEND}": 8})
+
+
+def _ascend_expected(node: str) -> dict[str, str]:
+    # the webhook rounds 16000 up to the vir05_1c_16g template's 16384
+    value = f"{node}-npu-0,{ASCEND},16384,0:;"
+    return {
+        f"hami.io/{ASCEND}-devices-allocated": value,
+        f"hami.io/{ASCEND}-devices-to-allocate": value,
+        f"huawei.com/{ASCEND}": f'[{{"UUID":"{node}-npu-0","temp":"vir05_1c_16g","memory":16384}}]',
+    }
+
+
 FAMILY_CASES: dict[str, FamilyCase] = {
     "nvidia": FamilyCase(
         "nvidia",
@@ -120,6 +190,38 @@ FAMILY_CASES: dict[str, FamilyCase] = {
         _cambricon_node,
         {"cambricon.com/vmlu": 1, "cambricon.com/mlu.smlu.vmemory": 8, "cambricon.com/mlu.smlu.vcore": 30},
         _cambricon_expected,
+    ),
+    "mthreads": FamilyCase(
+        "mthreads",
+        "Mthreads",
+        _mthreads_node,
+        {"mthreads.com/vgpu": 1, "mthreads.com/sgpu-memory": 8, "mthreads.com/sgpu-core": 4},
+        _mthreads_expected,
+        times={PREDICATE_TIME: 10**9},
+    ),
+    "iluvatar": FamilyCase(
+        "iluvatar",
+        "MR-V100",
+        _iluvatar_node,
+        {"iluvatar.ai/MR-V100-vgpu": 1, "iluvatar.ai/MR-V100.vMem": 16, "iluvatar.ai/MR-V100.vCore": 50},
+        _iluvatar_expected,
+    ),
+    "metax": FamilyCase(
+        "metax",
+        "Metax-SGPU",
+        _metax_node,
+        {"metax-tech.com/sgpu": 1, "metax-tech.com/vcore": 30, "metax-tech.com/vmemory": 8},
+        _metax_expected,
+        pod_annotations={"metax-tech.com/sgpu-qos-policy": "fixed-share"},
+        times={"metax-tech.com/predicate-time": 10**9},
+    ),
+    "ascend": FamilyCase(
+        "ascend",
+        ASCEND,
+        _ascend_node,
+        {f"huawei.com/{ASCEND}": 1, f"huawei.com/{ASCEND}-memory": 16000},
+        _ascend_expected,
+        times={"predicate-time": 1},
     ),
 }
 """One case per family with an end-to-end test; a family adds its case here (and nothing else)."""
@@ -196,6 +298,10 @@ class VendorStack:
             for name, v in self.vendors.items()
             if v.keys.allocated in annotations
         }
+
+    def node_annotations(self, node: str) -> dict[str, str]:
+        found: dict[str, str] = self.kube.get(f"/api/v1/nodes/{node}")["metadata"].get("annotations") or {}
+        return found
 
     def lock_released(self, node: str, pod: str) -> bool:
         """Whether the stand-in released the node's lock for the pod (the pod is then ``bind-phase: success``)."""
