@@ -40,6 +40,7 @@ from hami.devices.hygon import HYGON_KEYS
 from hami.devices.mthreads import GPU_INDEX, MTHREADS_KEYS, PREDICATE_NODE, PREDICATE_TIME
 from hami.protocol import keys
 from hami.protocol.allocation import PodDevices
+from hami.protocol.inventory import DeviceInfo, encode_inventory_json
 from hami.scheduling.admission import Admission, AdmissionSettings, admitters_for
 from hami.scheduling.request import SchedulingDefaults
 from hami.simulate.admit import Admitted, admit_pod, apply_patch
@@ -56,6 +57,7 @@ class FakeNode:
 
     annotations: Mapping[str, str] = field(default_factory=dict)
     capacity: Mapping[str, int | str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,97 @@ def _ascend_expected(node: str) -> dict[str, str]:
     }
 
 
+def _kunlun_node(name: str) -> FakeNode:
+    # vXPU: eight P800-OAMs in two wings of four, as the XPU plugin registers them
+    register = encode_inventory_json(
+        DeviceInfo(f"XPU-{name}-{i}", i, 4, 98304, 100, "P800-OAM", i // 4, health=True) for i in range(8)
+    )
+    return FakeNode({"hami.io/node-register-xpu": register}, {"kunlunxin.com/vxpu": 32})
+
+
+def _kunlun_expected(node: str) -> dict[str, str]:
+    value = f"XPU-{node}-0,XPU,24576,25:;"  # 20000 MiB rounded up to a quarter card, its cores following
+    return {"hami.io/xpu-devices-allocated": value, "hami.io/xpu-devices-to-allocate": value}
+
+
+def _enflame_node(name: str) -> FakeNode:
+    # DRS: one GCU (index 0, minor 3) of 6 slices and its profiles, in the plugin's capacity annotation
+    capacity = {
+        "devices": [{"index": "0", "minor": "3", "capacity": 6}],
+        "profiles": {"1g.6gb": "0", "3g.20gb": "1", "6g.40gb": "2"},
+    }
+    return FakeNode({"enflame.com/gcu-drs-capacity": json.dumps(capacity)})
+
+
+def _enflame_expected(node: str) -> dict[str, str]:
+    # 16 GB asked: the 3g.20gb profile, 3 of the 6 slices (50 of the cores)
+    return {
+        "hami.io/enflame-vgpu-devices-allocated": f"{node}-enflame-drs-0,Enflame,20480,50:;",
+        "assigned-containers": '{"c0":{"allocated":false,"request":3,"profileID":"1","profileName":"3g.20gb"}}',
+        "enflame.com/gcu-assigned": "false",
+        "enflame.com/gcu-request-size": "3",
+        "enflame.com/gcu-assigned-index": "0",
+        "enflame.com/gcu-assigned-minor": "3",
+    }
+
+
+def _neuron_node(name: str) -> FakeNode:
+    # four Inferentia2 devices of two cores each, the instance type telling the cores per device
+    return FakeNode(
+        {},
+        {"aws.amazon.com/neuron": 4, "aws.amazon.com/neuroncore": 8},
+        {"node.kubernetes.io/instance-type": "inf2.24xlarge"},
+    )
+
+
+def _neuron_expected(node: str) -> dict[str, str]:
+    return {
+        "hami.io/aws-neuron-devices-allocated": f"{node}-AWSNeuron-0,AWSNeuron,0,3:;",  # core mask 0b11
+        "AWS_NEURON_IDS": "0",
+        "NEURON_ALLOCATED": "false",
+        "aws.amazon.com/predicate-node": node,
+    }
+
+
+def _registration(devices: Sequence[Mapping[str, Any]]) -> str:
+    return json.dumps(list(devices), separators=(",", ":"))
+
+
+def _amd_node(name: str) -> FakeNode:
+    mi300x = {"id": f"{name}-amd-0", "count": 4, "devmem": 196608, "devcore": 304, "type": "AMD Instinct MI300X"}
+    return FakeNode({"hami.io/node-amd-register": _registration([{**mi300x, "health": True}])}, {"amd.com/gpu": 2})
+
+
+def _amd_expected(node: str) -> dict[str, str]:
+    value = f"{node}-amd-0,AMD Instinct MI300X,8192,152:;"  # 50% of 304 compute units
+    return {"hami.io/amd-devices-allocated": value, "hami.io/amd-devices-to-allocate": value}
+
+
+def _biren_node(name: str) -> FakeNode:
+    br = {"count": 4, "devmem": 32768, "devcore": 100, "type": "Biren BR106", "health": True}
+    return FakeNode({"hami.io/node-biren-register": _registration([{"id": f"{name}-br-{i}", **br} for i in range(2)])})
+
+
+def _biren_expected(node: str) -> dict[str, str]:
+    value = f"{node}-br-0,Biren,0,0:;"
+    return {"hami.io/Biren-devices-allocated": value, "hami.io/Biren-devices-to-allocate": value}
+
+
+def _vastai_node(name: str) -> FakeNode:
+    # die mode: four dies on two AIC cards
+    dies = [
+        {"id": f"{name}-va-{i}", "index": i, "count": 1, "devmem": 16384, "devcore": 100, "type": "VA1",
+         "health": True, "custominfo": {"AIC": aic, "DeviceStrategy": "die"}}
+        for i, aic in enumerate(["A", "A", "B", "B"])
+    ]  # fmt: skip
+    return FakeNode({"hami.io/node-va-register": _registration(dies)})
+
+
+def _vastai_expected(node: str) -> dict[str, str]:
+    value = f"{node}-va-0,Vastai,0,0:;"
+    return {"hami.io/Vastai-devices-allocated": value, "hami.io/Vastai-devices-to-allocate": value}
+
+
 FAMILY_CASES: dict[str, FamilyCase] = {
     "nvidia": FamilyCase(
         "nvidia",
@@ -223,6 +316,38 @@ FAMILY_CASES: dict[str, FamilyCase] = {
         _ascend_expected,
         times={"predicate-time": 1},
     ),
+    "kunlun": FamilyCase(
+        "kunlun",
+        "XPU",
+        _kunlun_node,
+        {"kunlunxin.com/vxpu": 1, "kunlunxin.com/vxpu-memory": 20000},
+        _kunlun_expected,
+    ),
+    "enflame": FamilyCase(
+        "enflame",
+        "Enflame",
+        _enflame_node,
+        {"enflame.com/gcu-memory": 16},
+        _enflame_expected,
+        times={"enflame.com/gcu-assigned-time": 10**9},
+    ),
+    "awsneuron": FamilyCase(
+        "awsneuron",
+        "AWSNeuron",
+        _neuron_node,
+        {"aws.amazon.com/neuron": 1},
+        _neuron_expected,
+        times={"NEURON_ALLOC_TIME": 10**9},
+    ),
+    "amd": FamilyCase(
+        "amd",
+        "AMD",
+        _amd_node,
+        {"amd.com/gpu": 1, "amd.com/gpumem": 8192, "amd.com/gpucores": 50},
+        _amd_expected,
+    ),
+    "biren": FamilyCase("biren", "Biren", _biren_node, {"birentech.com/gpu": 1}, _biren_expected),
+    "vastai": FamilyCase("vastai", "Vastai", _vastai_node, {"vastaitech.com/va": 1}, _vastai_expected),
 }
 """One case per family with an end-to-end test; a family adds its case here (and nothing else)."""
 
@@ -253,11 +378,13 @@ class VendorStack:
         full = f"{self.namespace}-{name}"
         annotations: dict[str, str] = {}
         capacity: dict[str, int | str] = {}
+        labels = self.label
         for case in cases:
             fake = case.node(full)
             annotations |= fake.annotations
             capacity |= fake.capacity
-        self.make_node(full, extended=capacity, labels=self.label, annotations=annotations)
+            labels |= fake.labels
+        self.make_node(full, extended=capacity, labels=labels, annotations=annotations)
         return full
 
     def pod(
