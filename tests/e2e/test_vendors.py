@@ -20,7 +20,7 @@ from tests.e2e.vendors import FAMILY_CASES, VendorStackFactory
 @pytest.mark.parametrize("family", sorted(FAMILY_CASES))
 def test_one_pod_of_the_family_is_bound_with_its_annotations(vendor_stack: VendorStackFactory, family: str) -> None:
     case = FAMILY_CASES[family]
-    s = vendor_stack(family)
+    s = vendor_stack(case.family)
     node = s.node("n1", case)
     s.pod("p1", [case.limits], case.pod_annotations)
     pod = s.bound("p1")
@@ -54,22 +54,25 @@ MIXES = [("nvidia", family) for family in sorted(FAMILY_CASES) if family != "nvi
 def test_a_pod_mixing_families_gets_each_familys_devices_on_one_node(
     vendor_stack: VendorStackFactory, first: str, second: str
 ) -> None:
-    """One container of each family and one asking for both: one node holding both families, each vendor's
-    allocation in its own annotations, devices of that node only; a node with only the first family is not
-    chosen."""
+    """One container of each family and one asking for both (only the latter for a ``one_container`` family): one
+    node holding both families, each vendor's allocation in its own annotations, devices of that node only; a node
+    with only the first family is not chosen."""
     a, b = FAMILY_CASES[first], FAMILY_CASES[second]
-    s = vendor_stack(first, second)
+    s = vendor_stack(a.family, b.family)
     s.node("first-only", a)
     both = s.node("both", a, b)
-    s.pod("mixed", [a.limits, b.limits, {**a.limits, **b.limits}])
+    containers = (
+        [a.limits, {**a.limits, **b.limits}] if b.one_container else [a.limits, b.limits, {**a.limits, **b.limits}]
+    )
+    s.pod("mixed", containers)
     pod = s.bound("mixed")
 
     assert pod["spec"]["nodeName"] == both
     allocations = s.allocations(pod)
     assert sorted(allocations) == sorted([a.vendor, b.vendor])
     # one slot per container; each vendor's devices only where asked for
-    assert [len(c) for c in allocations[a.vendor]] == [1, 0, 1]
-    assert [len(c) for c in allocations[b.vendor]] == [0, 1, 1]
+    assert [len(c) for c in allocations[a.vendor]] == [int(set(a.limits) <= set(c)) for c in containers]
+    assert [len(c) for c in allocations[b.vendor]] == [int(set(b.limits) <= set(c)) for c in containers]
     node = msgspec.convert(s.kube.get(f"/api/v1/nodes/{both}"), Node)
     for vendor, devices in allocations.items():
         inventory = s.vendors[vendor].decode_inventory(node)

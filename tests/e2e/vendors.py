@@ -1,6 +1,8 @@
 """One pod of a vendor family bound through the real kube-scheduler and hami: the harness each family plugs into.
 
-A family describes itself with a ``FamilyCase`` in ``FAMILY_CASES`` (keyed by its ``hami.devices.FAMILIES`` key):
+A family describes itself with a ``FamilyCase`` in ``FAMILY_CASES``, keyed by the case's name: the family's
+``hami.devices.FAMILIES`` key, or ``<family>-<vendor>`` where the family has several vendors (``metax-gpu`` and
+``metax-sgpu``); ``family`` is the FAMILIES key (it picks the switches hami runs with), ``vendor`` the vendor key:
 
 * ``node(name)`` — what a fake node holding that family's devices carries (``FakeNode``): its registration
   annotation(s) as the family's device plugin writes them, and/or the ``status.capacity`` its devices are derived
@@ -10,7 +12,10 @@ A family describes itself with a ``FamilyCase`` in ``FAMILY_CASES`` (keyed by it
   writes them (the family's device plugin reads them);
 * ``times`` — annotations holding the decision time, each with its units per second (``10**9``: Unix nanoseconds):
   the value is checked against ``hami.io/vgpu-time`` (the same decision, in seconds);
-* ``pod_annotations`` — annotations the pod is created with (a vendor option such as MetaX's QoS policy).
+* ``pod_annotations`` — annotations the pod is created with (a vendor option such as MetaX's QoS policy);
+* ``one_container`` — only one container of a pod can hold the family's devices (HAMi's MetaX whole cards: every
+  container of a pod must use the card the first one took, and a card is held whole), so the mixed pod gives the
+  family's devices to one container only.
 
 A family whose vendor takes no node lock (``VendorKeys.lock`` None: Moore Threads, MetaX whole cards …) is checked
 to have left no lock on the node; the others to have had it released by the plugin stand-in.
@@ -71,6 +76,7 @@ class FamilyCase:
     expected: Callable[[str], Mapping[str, str]]
     pod_annotations: Mapping[str, str] = field(default_factory=dict)
     times: Mapping[str, int] = field(default_factory=dict)
+    one_container: bool = False
 
 
 def _nvidia_node(name: str) -> FakeNode:
@@ -136,6 +142,15 @@ def _iluvatar_expected(node: str) -> dict[str, str]:
     return {"hami.io/MR-V100-devices-allocated": value, "hami.io/MR-V100-devices-to-allocate": value}
 
 
+def _metax_gpu_node(name: str) -> FakeNode:
+    return FakeNode({}, {"metax-tech.com/gpu": 2})  # MetaX's whole cards: the capacity only
+
+
+def _metax_gpu_expected(node: str) -> dict[str, str]:
+    value = f"{node}-metax-0,Metax-GPU,65536,100:;"
+    return {"hami.io/metax-gpu-devices-allocated": value, "hami.io/metax-gpu-devices-to-allocate": value}
+
+
 def _metax_node(name: str) -> FakeNode:
     device = {"uuid": f"{name}-0", "totalDevCount": 4, "totalCompute": 100, "totalVRam": 65536, "healthy": True}
     return FakeNode({"metax-tech.com/node-gpu-devices": json.dumps([device])}, {"metax-tech.com/sgpu": 4})
@@ -169,6 +184,15 @@ def _ascend_expected(node: str) -> dict[str, str]:
         f"hami.io/{ASCEND}-devices-to-allocate": value,
         f"huawei.com/{ASCEND}": f'[{{"UUID":"{node}-npu-0","temp":"vir05_1c_16g","memory":16384}}]',
     }
+
+
+def _kunlun_xpu_node(name: str) -> FakeNode:
+    return FakeNode({}, {"kunlunxin.com/xpu": 8})  # whole XPUs: the capacity only
+
+
+def _kunlun_xpu_expected(node: str) -> dict[str, str]:
+    # an idle board: one card of the tightest wing, left first
+    return {"hami.io/kunlun-allocated": f"{node}-kunlun-0,kunlun,98304,100:;", "BAIDU_COM_DEVICE_IDX": "0"}
 
 
 def _kunlun_node(name: str) -> FakeNode:
@@ -299,7 +323,7 @@ FAMILY_CASES: dict[str, FamilyCase] = {
         {"iluvatar.ai/MR-V100-vgpu": 1, "iluvatar.ai/MR-V100.vMem": 16, "iluvatar.ai/MR-V100.vCore": 50},
         _iluvatar_expected,
     ),
-    "metax": FamilyCase(
+    "metax-sgpu": FamilyCase(
         "metax",
         "Metax-SGPU",
         _metax_node,
@@ -316,14 +340,18 @@ FAMILY_CASES: dict[str, FamilyCase] = {
         _ascend_expected,
         times={"predicate-time": 1},
     ),
-    "kunlun": FamilyCase(
+    "kunlun-vxpu": FamilyCase(
         "kunlun",
         "XPU",
         _kunlun_node,
         {"kunlunxin.com/vxpu": 1, "kunlunxin.com/vxpu-memory": 20000},
         _kunlun_expected,
     ),
-    "enflame": FamilyCase(
+    "kunlun-xpu": FamilyCase("kunlun", "kunlun", _kunlun_xpu_node, {"kunlunxin.com/xpu": 1}, _kunlun_xpu_expected),
+    "metax-gpu": FamilyCase(
+        "metax", "Metax-GPU", _metax_gpu_node, {"metax-tech.com/gpu": 1}, _metax_gpu_expected, one_container=True
+    ),
+    "enflame-drs": FamilyCase(
         "enflame",
         "Enflame",
         _enflame_node,
@@ -349,7 +377,8 @@ FAMILY_CASES: dict[str, FamilyCase] = {
     "biren": FamilyCase("biren", "Biren", _biren_node, {"birentech.com/gpu": 1}, _biren_expected),
     "vastai": FamilyCase("vastai", "Vastai", _vastai_node, {"vastaitech.com/va": 1}, _vastai_expected),
 }
-"""One case per family with an end-to-end test; a family adds its case here (and nothing else)."""
+"""One case per family (per vendor where a family has several) with an end-to-end test; a family adds its case here
+(and nothing else). Enflame's whole GCUs have none: which of two idle cards HAMi takes is left open."""
 
 
 def family_flags(families: Sequence[str]) -> list[str]:
