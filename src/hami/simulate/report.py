@@ -7,7 +7,8 @@ simulate"); ``document`` builds it. Tables: ``render_summary`` (header, placemen
 from __future__ import annotations
 
 import json
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import Final
 
 from hami.devices.base import SliceLabels
 from hami.devices.table import DeviceTable
@@ -271,8 +272,29 @@ def render_pending(outcomes: Sequence[Outcome]) -> list[str]:
         if o.status not in ("pending", "invalid", "denied"):
             continue
         lines.append(f"{o.pod}: {o.message}")
-        for node, rejection in sorted(o.rejected.items()):
-            lines.append(f"  {node}: {rejection.summary}")
+        lines += _rejection_lines({node: r.summary for node, r in o.rejected.items()})
+    return lines
+
+
+GROUPED: Final = 3
+"""Nodes rejected for the same reason text are listed on one line when there are at least this many (a mixed
+cluster rejects every node of another vendor alike: one line per node would bury the nodes that matter)."""
+
+
+def _rejection_lines(summaries: Mapping[str, str]) -> list[str]:
+    """One line per node, in node order; a reason shared by ``GROUPED`` or more nodes becomes one line naming
+    them, placed at its first node."""
+    by_text: dict[str, list[str]] = {}
+    for node in sorted(summaries):
+        by_text.setdefault(summaries[node], []).append(node)
+    lines: list[str] = []
+    for node in sorted(summaries):
+        text = summaries[node]
+        nodes = by_text[text]
+        if len(nodes) < GROUPED:
+            lines.append(f"  {node}: {text}")
+        elif nodes[0] == node:
+            lines.append(f"  {len(nodes)} nodes ({', '.join(nodes)}): {text}")
     return lines
 
 
