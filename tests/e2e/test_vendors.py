@@ -20,7 +20,7 @@ from tests.e2e.vendors import FAMILY_CASES, VendorStackFactory
 @pytest.mark.parametrize("family", sorted(FAMILY_CASES))
 def test_one_pod_of_the_family_is_bound_with_its_annotations(vendor_stack: VendorStackFactory, family: str) -> None:
     case = FAMILY_CASES[family]
-    s = vendor_stack(family)
+    s = vendor_stack(case.family)
     node = s.node("n1", case)
     s.pod("p1", [case.limits], case.pod_annotations)
     pod = s.bound("p1")
@@ -31,15 +31,19 @@ def test_one_pod_of_the_family_is_bound_with_its_annotations(vendor_stack: Vendo
         assert annotations.get(key) == value, key
     assert list(s.allocations(pod)) == [case.vendor]
     assert annotations[keys.VGPU_NODE] == node
-    # the device-plugin stand-in saw the pod on its node and released the vendor's lock
-    wait_until(lambda: s.lock_released(node, "p1"), description=f"the node lock of {node} released for p1")
-    assert s.kube.get_pod(s.namespace, "p1")["metadata"]["annotations"][keys.BIND_PHASE] == "success"
-    handshake = s.vendors[case.vendor].keys.handshake
+    for key, per_second in case.times.items():  # the decision time, as hami.io/vgpu-time in seconds
+        assert annotations[key].isdigit(), key
+        assert int(annotations[key]) // per_second == int(annotations[keys.VGPU_TIME]), key
+    vendor_keys = s.vendors[case.vendor].keys
+    if vendor_keys.lock is None:  # the family's plugin releases no lock: hami took none
+        assert s.plugin is not None
+        assert not set(s.plugin.lock_keys) & set(s.node_annotations(node))
+    else:  # the device-plugin stand-in saw the pod on its node and released the vendor's lock
+        wait_until(lambda: s.lock_released(node, "p1"), description=f"the node lock of {node} released for p1")
+        assert s.kube.get_pod(s.namespace, "p1")["metadata"]["annotations"][keys.BIND_PHASE] == "success"
+    handshake = vendor_keys.handshake
     if handshake is not None:  # hami answers the family's device plugin on the node
-        wait_until(
-            lambda: handshake in (s.kube.get(f"/api/v1/nodes/{node}")["metadata"].get("annotations") or {}),
-            description=f"{handshake} on {node}",
-        )
+        wait_until(lambda: handshake in s.node_annotations(node), description=f"{handshake} on {node}")
 
 
 MIXES = [("nvidia", family) for family in sorted(FAMILY_CASES) if family != "nvidia"]
@@ -50,22 +54,25 @@ MIXES = [("nvidia", family) for family in sorted(FAMILY_CASES) if family != "nvi
 def test_a_pod_mixing_families_gets_each_familys_devices_on_one_node(
     vendor_stack: VendorStackFactory, first: str, second: str
 ) -> None:
-    """One container of each family and one asking for both: one node holding both families, each vendor's
-    allocation in its own annotations, devices of that node only; a node with only the first family is not
-    chosen."""
+    """One container of each family and one asking for both (only the latter for a ``one_container`` family): one
+    node holding both families, each vendor's allocation in its own annotations, devices of that node only; a node
+    with only the first family is not chosen."""
     a, b = FAMILY_CASES[first], FAMILY_CASES[second]
-    s = vendor_stack(first, second)
+    s = vendor_stack(a.family, b.family)
     s.node("first-only", a)
     both = s.node("both", a, b)
-    s.pod("mixed", [a.limits, b.limits, {**a.limits, **b.limits}])
+    containers = (
+        [a.limits, {**a.limits, **b.limits}] if b.one_container else [a.limits, b.limits, {**a.limits, **b.limits}]
+    )
+    s.pod("mixed", containers)
     pod = s.bound("mixed")
 
     assert pod["spec"]["nodeName"] == both
     allocations = s.allocations(pod)
     assert sorted(allocations) == sorted([a.vendor, b.vendor])
     # one slot per container; each vendor's devices only where asked for
-    assert [len(c) for c in allocations[a.vendor]] == [1, 0, 1]
-    assert [len(c) for c in allocations[b.vendor]] == [0, 1, 1]
+    assert [len(c) for c in allocations[a.vendor]] == [int(set(a.limits) <= set(c)) for c in containers]
+    assert [len(c) for c in allocations[b.vendor]] == [int(set(b.limits) <= set(c)) for c in containers]
     node = msgspec.convert(s.kube.get(f"/api/v1/nodes/{both}"), Node)
     for vendor, devices in allocations.items():
         inventory = s.vendors[vendor].decode_inventory(node)

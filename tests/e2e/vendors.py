@@ -1,13 +1,24 @@
 """One pod of a vendor family bound through the real kube-scheduler and hami: the harness each family plugs into.
 
-A family describes itself with a ``FamilyCase`` in ``FAMILY_CASES`` (keyed by its ``hami.devices.FAMILIES`` key):
+A family describes itself with a ``FamilyCase`` in ``FAMILY_CASES``, keyed by the case's name: the family's
+``hami.devices.FAMILIES`` key, or ``<family>-<vendor>`` where the family has several vendors (``metax-gpu`` and
+``metax-sgpu``); ``family`` is the FAMILIES key (it picks the switches hami runs with), ``vendor`` the vendor key:
 
 * ``node(name)`` — what a fake node holding that family's devices carries (``FakeNode``): its registration
   annotation(s) as the family's device plugin writes them, and/or the ``status.capacity`` its devices are derived
   from (for families without a registration annotation);
 * ``limits`` — one container's resource limits asking for one device of the family, in its own units;
 * ``expected(node)`` — the allocation (and extra) annotations the bound pod must carry, byte for byte as HAMi
-  writes them (the family's device plugin reads them).
+  writes them (the family's device plugin reads them);
+* ``times`` — annotations holding the decision time, each with its units per second (``10**9``: Unix nanoseconds):
+  the value is checked against ``hami.io/vgpu-time`` (the same decision, in seconds);
+* ``pod_annotations`` — annotations the pod is created with (a vendor option such as MetaX's QoS policy);
+* ``one_container`` — only one container of a pod can hold the family's devices (HAMi's MetaX whole cards: every
+  container of a pod must use the card the first one took, and a card is held whole), so the mixed pod gives the
+  family's devices to one container only.
+
+A family whose vendor takes no node lock (``VendorKeys.lock`` None: Moore Threads, MetaX whole cards …) is checked
+to have left no lock on the node; the others to have had it released by the plugin stand-in.
 
 ``VendorStack`` (fixture ``vendor_stack(*families)`` in ``conftest.py``) runs ``hami scheduler`` with the switches
 those families need (``--enable-ascend`` …), kube-scheduler calling it with every resource name of the device
@@ -20,6 +31,7 @@ own) after bind, as the family's plugin does after Allocate. Pods go through ham
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,8 +42,10 @@ from hami.devices import vendors_from_config
 from hami.devices.base import Vendor
 from hami.devices.cambricon import CAMBRICON_KEYS, DSMLU_ASSIGNED, DSMLU_PROFILE
 from hami.devices.hygon import HYGON_KEYS
+from hami.devices.mthreads import GPU_INDEX, MTHREADS_KEYS, PREDICATE_NODE, PREDICATE_TIME
 from hami.protocol import keys
 from hami.protocol.allocation import PodDevices
+from hami.protocol.inventory import DeviceInfo, encode_inventory_json
 from hami.scheduling.admission import Admission, AdmissionSettings, admitters_for
 from hami.scheduling.request import SchedulingDefaults
 from hami.simulate.admit import Admitted, admit_pod, apply_patch
@@ -48,6 +62,7 @@ class FakeNode:
 
     annotations: Mapping[str, str] = field(default_factory=dict)
     capacity: Mapping[str, int | str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -60,6 +75,8 @@ class FamilyCase:
     limits: Mapping[str, int | str]
     expected: Callable[[str], Mapping[str, str]]
     pod_annotations: Mapping[str, str] = field(default_factory=dict)
+    times: Mapping[str, int] = field(default_factory=dict)
+    one_container: bool = False
 
 
 def _nvidia_node(name: str) -> FakeNode:
@@ -99,6 +116,176 @@ def _cambricon_expected(node: str) -> dict[str, str]:
     }
 
 
+def _mthreads_node(name: str) -> FakeNode:
+    # Moore Threads' plugin registers no annotation: 32 sgpu-core units are two cards of 16, each with
+    # 192 × 512 × 16 // 32 = 49152 MiB
+    return FakeNode({}, {"mthreads.com/sgpu-core": 32, "mthreads.com/sgpu-memory": 192})
+
+
+def _mthreads_expected(node: str) -> dict[str, str]:
+    # 8 memory units of 512 MiB and 4 core units on the first idle card; gpu-index is that card's index
+    return {
+        MTHREADS_KEYS.allocated: f"{node}-mthreads-0,Mthreads,4096,4:;",
+        GPU_INDEX: "0",
+        PREDICATE_NODE: node,
+    }
+
+
+def _iluvatar_node(name: str) -> FakeNode:
+    # the MR-V100 plugin's legacy string: ID,Count,Devmem,Devcore,Type,Numa,Health,Index,Mode:
+    register = "".join(f"{name}-{i},4,32768,100,MR-V100,0,true,{i},hami-core:" for i in range(2))
+    return FakeNode({"hami.io/node-MR-V100-register": register}, {"iluvatar.ai/MR-V100-vgpu": 8})
+
+
+def _iluvatar_expected(node: str) -> dict[str, str]:
+    value = f"{node}-0,MR-V100,4096,50:;"  # 16 vMem units of 256 MiB
+    return {"hami.io/MR-V100-devices-allocated": value, "hami.io/MR-V100-devices-to-allocate": value}
+
+
+def _metax_gpu_node(name: str) -> FakeNode:
+    return FakeNode({}, {"metax-tech.com/gpu": 2})  # MetaX's whole cards: the capacity only
+
+
+def _metax_gpu_expected(node: str) -> dict[str, str]:
+    value = f"{node}-metax-0,Metax-GPU,65536,100:;"
+    return {"hami.io/metax-gpu-devices-allocated": value, "hami.io/metax-gpu-devices-to-allocate": value}
+
+
+def _metax_node(name: str) -> FakeNode:
+    device = {"uuid": f"{name}-0", "totalDevCount": 4, "totalCompute": 100, "totalVRam": 65536, "healthy": True}
+    return FakeNode({"metax-tech.com/node-gpu-devices": json.dumps([device])}, {"metax-tech.com/sgpu": 4})
+
+
+def _metax_expected(node: str) -> dict[str, str]:
+    return {
+        "hami.io/metax-sgpu-devices-allocated": f"{node}-0,Metax-SGPU,8192,30:;",
+        "metax-tech.com/gpu-devices-allocated": f'[[{{"uuid":"{node}-0","compute":30,"vRam":8192}}]]',
+    }
+
+
+ASCEND = "Ascend910B3"
+
+
+def _ascend_node(name: str) -> FakeNode:
+    # one 910B3 as HAMi's Ascend plugin registers it (Go's key spelling, a NetworkID)
+    device = {
+        "ID": f"{name}-npu-0", "Index": 0, "Count": 4, "Devmem": 65536, "Devcore": 20, "Type": ASCEND,
+        "Health": True, "CustomInfo": {"NetworkID": 0},
+    }  # fmt: skip
+    register = json.dumps([device], separators=(",", ":"))
+    return FakeNode({f"hami.io/node-register-{ASCEND}": register}, {f"huawei.com/{ASCEND}": 8})
+
+
+def _ascend_expected(node: str) -> dict[str, str]:
+    # the webhook rounds 16000 up to the vir05_1c_16g template's 16384
+    value = f"{node}-npu-0,{ASCEND},16384,0:;"
+    return {
+        f"hami.io/{ASCEND}-devices-allocated": value,
+        f"hami.io/{ASCEND}-devices-to-allocate": value,
+        f"huawei.com/{ASCEND}": f'[{{"UUID":"{node}-npu-0","temp":"vir05_1c_16g","memory":16384}}]',
+    }
+
+
+def _kunlun_xpu_node(name: str) -> FakeNode:
+    return FakeNode({}, {"kunlunxin.com/xpu": 8})  # whole XPUs: the capacity only
+
+
+def _kunlun_xpu_expected(node: str) -> dict[str, str]:
+    # an idle board: one card of the tightest wing, left first
+    return {"hami.io/kunlun-allocated": f"{node}-kunlun-0,kunlun,98304,100:;", "BAIDU_COM_DEVICE_IDX": "0"}
+
+
+def _kunlun_node(name: str) -> FakeNode:
+    # vXPU: eight P800-OAMs in two wings of four, as the XPU plugin registers them
+    register = encode_inventory_json(
+        DeviceInfo(f"XPU-{name}-{i}", i, 4, 98304, 100, "P800-OAM", i // 4, health=True) for i in range(8)
+    )
+    return FakeNode({"hami.io/node-register-xpu": register}, {"kunlunxin.com/vxpu": 32})
+
+
+def _kunlun_expected(node: str) -> dict[str, str]:
+    value = f"XPU-{node}-0,XPU,24576,25:;"  # 20000 MiB rounded up to a quarter card, its cores following
+    return {"hami.io/xpu-devices-allocated": value, "hami.io/xpu-devices-to-allocate": value}
+
+
+def _enflame_node(name: str) -> FakeNode:
+    # DRS: one GCU (index 0, minor 3) of 6 slices and its profiles, in the plugin's capacity annotation
+    capacity = {
+        "devices": [{"index": "0", "minor": "3", "capacity": 6}],
+        "profiles": {"1g.6gb": "0", "3g.20gb": "1", "6g.40gb": "2"},
+    }
+    return FakeNode({"enflame.com/gcu-drs-capacity": json.dumps(capacity)})
+
+
+def _enflame_expected(node: str) -> dict[str, str]:
+    # 16 GB asked: the 3g.20gb profile, 3 of the 6 slices (50 of the cores)
+    return {
+        "hami.io/enflame-vgpu-devices-allocated": f"{node}-enflame-drs-0,Enflame,20480,50:;",
+        "assigned-containers": '{"c0":{"allocated":false,"request":3,"profileID":"1","profileName":"3g.20gb"}}',
+        "enflame.com/gcu-assigned": "false",
+        "enflame.com/gcu-request-size": "3",
+        "enflame.com/gcu-assigned-index": "0",
+        "enflame.com/gcu-assigned-minor": "3",
+    }
+
+
+def _neuron_node(name: str) -> FakeNode:
+    # four Inferentia2 devices of two cores each, the instance type telling the cores per device
+    return FakeNode(
+        {},
+        {"aws.amazon.com/neuron": 4, "aws.amazon.com/neuroncore": 8},
+        {"node.kubernetes.io/instance-type": "inf2.24xlarge"},
+    )
+
+
+def _neuron_expected(node: str) -> dict[str, str]:
+    return {
+        "hami.io/aws-neuron-devices-allocated": f"{node}-AWSNeuron-0,AWSNeuron,0,3:;",  # core mask 0b11
+        "AWS_NEURON_IDS": "0",
+        "NEURON_ALLOCATED": "false",
+        "aws.amazon.com/predicate-node": node,
+    }
+
+
+def _registration(devices: Sequence[Mapping[str, Any]]) -> str:
+    return json.dumps(list(devices), separators=(",", ":"))
+
+
+def _amd_node(name: str) -> FakeNode:
+    mi300x = {"id": f"{name}-amd-0", "count": 4, "devmem": 196608, "devcore": 304, "type": "AMD Instinct MI300X"}
+    return FakeNode({"hami.io/node-amd-register": _registration([{**mi300x, "health": True}])}, {"amd.com/gpu": 2})
+
+
+def _amd_expected(node: str) -> dict[str, str]:
+    value = f"{node}-amd-0,AMD Instinct MI300X,8192,152:;"  # 50% of 304 compute units
+    return {"hami.io/amd-devices-allocated": value, "hami.io/amd-devices-to-allocate": value}
+
+
+def _biren_node(name: str) -> FakeNode:
+    br = {"count": 4, "devmem": 32768, "devcore": 100, "type": "Biren BR106", "health": True}
+    return FakeNode({"hami.io/node-biren-register": _registration([{"id": f"{name}-br-{i}", **br} for i in range(2)])})
+
+
+def _biren_expected(node: str) -> dict[str, str]:
+    value = f"{node}-br-0,Biren,0,0:;"
+    return {"hami.io/Biren-devices-allocated": value, "hami.io/Biren-devices-to-allocate": value}
+
+
+def _vastai_node(name: str) -> FakeNode:
+    # die mode: four dies on two AIC cards
+    dies = [
+        {"id": f"{name}-va-{i}", "index": i, "count": 1, "devmem": 16384, "devcore": 100, "type": "VA1",
+         "health": True, "custominfo": {"AIC": aic, "DeviceStrategy": "die"}}
+        for i, aic in enumerate(["A", "A", "B", "B"])
+    ]  # fmt: skip
+    return FakeNode({"hami.io/node-va-register": _registration(dies)})
+
+
+def _vastai_expected(node: str) -> dict[str, str]:
+    value = f"{node}-va-0,Vastai,0,0:;"
+    return {"hami.io/Vastai-devices-allocated": value, "hami.io/Vastai-devices-to-allocate": value}
+
+
 FAMILY_CASES: dict[str, FamilyCase] = {
     "nvidia": FamilyCase(
         "nvidia",
@@ -121,8 +308,77 @@ FAMILY_CASES: dict[str, FamilyCase] = {
         {"cambricon.com/vmlu": 1, "cambricon.com/mlu.smlu.vmemory": 8, "cambricon.com/mlu.smlu.vcore": 30},
         _cambricon_expected,
     ),
+    "mthreads": FamilyCase(
+        "mthreads",
+        "Mthreads",
+        _mthreads_node,
+        {"mthreads.com/vgpu": 1, "mthreads.com/sgpu-memory": 8, "mthreads.com/sgpu-core": 4},
+        _mthreads_expected,
+        times={PREDICATE_TIME: 10**9},
+    ),
+    "iluvatar": FamilyCase(
+        "iluvatar",
+        "MR-V100",
+        _iluvatar_node,
+        {"iluvatar.ai/MR-V100-vgpu": 1, "iluvatar.ai/MR-V100.vMem": 16, "iluvatar.ai/MR-V100.vCore": 50},
+        _iluvatar_expected,
+    ),
+    "metax-sgpu": FamilyCase(
+        "metax",
+        "Metax-SGPU",
+        _metax_node,
+        {"metax-tech.com/sgpu": 1, "metax-tech.com/vcore": 30, "metax-tech.com/vmemory": 8},
+        _metax_expected,
+        pod_annotations={"metax-tech.com/sgpu-qos-policy": "fixed-share"},
+        times={"metax-tech.com/predicate-time": 10**9},
+    ),
+    "ascend": FamilyCase(
+        "ascend",
+        ASCEND,
+        _ascend_node,
+        {f"huawei.com/{ASCEND}": 1, f"huawei.com/{ASCEND}-memory": 16000},
+        _ascend_expected,
+        times={"predicate-time": 1},
+    ),
+    "kunlun-vxpu": FamilyCase(
+        "kunlun",
+        "XPU",
+        _kunlun_node,
+        {"kunlunxin.com/vxpu": 1, "kunlunxin.com/vxpu-memory": 20000},
+        _kunlun_expected,
+    ),
+    "kunlun-xpu": FamilyCase("kunlun", "kunlun", _kunlun_xpu_node, {"kunlunxin.com/xpu": 1}, _kunlun_xpu_expected),
+    "metax-gpu": FamilyCase(
+        "metax", "Metax-GPU", _metax_gpu_node, {"metax-tech.com/gpu": 1}, _metax_gpu_expected, one_container=True
+    ),
+    "enflame-drs": FamilyCase(
+        "enflame",
+        "Enflame",
+        _enflame_node,
+        {"enflame.com/gcu-memory": 16},
+        _enflame_expected,
+        times={"enflame.com/gcu-assigned-time": 10**9},
+    ),
+    "awsneuron": FamilyCase(
+        "awsneuron",
+        "AWSNeuron",
+        _neuron_node,
+        {"aws.amazon.com/neuron": 1},
+        _neuron_expected,
+        times={"NEURON_ALLOC_TIME": 10**9},
+    ),
+    "amd": FamilyCase(
+        "amd",
+        "AMD",
+        _amd_node,
+        {"amd.com/gpu": 1, "amd.com/gpumem": 8192, "amd.com/gpucores": 50},
+        _amd_expected,
+    ),
+    "biren": FamilyCase("biren", "Biren", _biren_node, {"birentech.com/gpu": 1}, _biren_expected),
+    "vastai": FamilyCase("vastai", "Vastai", _vastai_node, {"vastaitech.com/va": 1}, _vastai_expected),
 }
-"""One case per family with an end-to-end test; a family adds its case here (and nothing else)."""
+"""One case per family (per vendor where a family has several) with an end-to-end test; a family adds its case here
+(and nothing else). Enflame's whole GCUs have none: which of two idle cards HAMi takes is left open."""
 
 
 def family_flags(families: Sequence[str]) -> list[str]:
@@ -151,11 +407,13 @@ class VendorStack:
         full = f"{self.namespace}-{name}"
         annotations: dict[str, str] = {}
         capacity: dict[str, int | str] = {}
+        labels = self.label
         for case in cases:
             fake = case.node(full)
             annotations |= fake.annotations
             capacity |= fake.capacity
-        self.make_node(full, extended=capacity, labels=self.label, annotations=annotations)
+            labels |= fake.labels
+        self.make_node(full, extended=capacity, labels=labels, annotations=annotations)
         return full
 
     def pod(
@@ -196,6 +454,10 @@ class VendorStack:
             for name, v in self.vendors.items()
             if v.keys.allocated in annotations
         }
+
+    def node_annotations(self, node: str) -> dict[str, str]:
+        found: dict[str, str] = self.kube.get(f"/api/v1/nodes/{node}")["metadata"].get("annotations") or {}
+        return found
 
     def lock_released(self, node: str, pod: str) -> bool:
         """Whether the stand-in released the node's lock for the pod (the pod is then ``bind-phase: success``)."""
