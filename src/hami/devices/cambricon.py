@@ -39,10 +39,10 @@ from hami.devices.base import (
 )
 from hami.devices.capacity import CapacityLayout, synthesized_index, unit_hint
 from hami.devices.common import SharedDeviceVendor
-from hami.devices.resources import lookup_resource, whole_quantity
+from hami.devices.resources import INT32_TOO_LARGE, lookup_resource, read_int32, whole_quantity
 from hami.errors import QuantityError
 from hami.protocol import keys
-from hami.protocol.objects import Container, Node, QuantityValue
+from hami.protocol.objects import Container, Node
 from hami.protocol.quantity import INT32_MAX
 
 __all__ = [
@@ -77,17 +77,10 @@ CAMBRICON_KEYS: Final = keys.VendorKeys(
     lock_expiry_s=DSMLU_LOCK_EXPIRY_S,
 )
 
-_TOO_LARGE: Final = "exceeds the int32 range HAMi's annotations can carry"
+_TOO_LARGE: Final = INT32_TOO_LARGE
 
 
-def _read(container: Container, name: str, field: str) -> tuple[int, QuantityValue, str] | None:
-    """``(value, raw, where)`` of resource ``name`` (limits first), or None when absent."""
-    found = lookup_resource(container, name)
-    if found is None:
-        return None
-    section, raw = found
-    where = f"{field}.{section}[{name}]"
-    return whole_quantity(where, raw, INT32_MAX, _TOO_LARGE), raw, where
+_read = read_int32
 
 
 class CambriconVendor(SharedDeviceVendor):

@@ -51,7 +51,7 @@ from hami.devices.base import (
 )
 from hami.devices.capacity import CapacityLayout, synthesized_index, unit_hint
 from hami.devices.common import Screener, SharedDeviceVendor, fit_shared, shared_screener
-from hami.devices.resources import lookup_resource, whole_quantity
+from hami.devices.resources import INT32_TOO_LARGE, lookup_resource, read_int32, whole_quantity
 from hami.devices.table import DeviceTable
 from hami.errors import QuantityError
 from hami.protocol import keys
@@ -100,7 +100,7 @@ MTHREADS_KEYS: Final = keys.VendorKeys(
     lock=None,
 )
 
-_TOO_LARGE: Final = "exceeds the int32 range HAMi's annotations can carry"
+_TOO_LARGE: Final = INT32_TOO_LARGE
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,14 +151,7 @@ def _units(value: QuantityValue) -> int | None:
         return None
 
 
-def _read(container: Container, name: str, field: str) -> tuple[int, QuantityValue, str] | None:
-    """``(value, raw, where)`` of resource ``name`` (limits first), or None when absent."""
-    found = lookup_resource(container, name)
-    if found is None:
-        return None
-    section, raw = found
-    where = f"{field}.{section}[{name}]"
-    return whole_quantity(where, raw, INT32_MAX, _TOO_LARGE), raw, where
+_read = read_int32
 
 
 class MthreadsVendor(SharedDeviceVendor):

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from hami.errors import QuantityError
 from hami.protocol.objects import Container, QuantityValue
-from hami.protocol.quantity import quantity_as_int
+from hami.protocol.quantity import INT32_MAX, quantity_as_int
 
-__all__ = ["lookup_resource", "mib_hint", "whole_quantity"]
+__all__ = ["INT32_TOO_LARGE", "lookup_resource", "mib_hint", "read_int32", "whole_quantity"]
 
 _MIB = 1 << 20
 
@@ -52,3 +52,17 @@ def mib_hint(value: QuantityValue) -> str:
         return ""
     mib = number // _MIB
     return f"; it counts MiB: did you mean {mib}?" if mib > 0 else ""
+
+
+INT32_TOO_LARGE = "exceeds the int32 range HAMi's annotations can carry"
+
+
+def read_int32(container: Container, name: str, field: str) -> tuple[int, QuantityValue, str] | None:
+    """``(value, raw, where)`` of resource ``name`` (limits first, then requests) as a whole number within int32,
+    or None when absent; ``where`` names it in errors (``containers[0](c).limits[name]``)."""
+    found = lookup_resource(container, name)
+    if found is None:
+        return None
+    section, raw = found
+    where = f"{field}.{section}[{name}]"
+    return whole_quantity(where, raw, INT32_MAX, INT32_TOO_LARGE), raw, where
