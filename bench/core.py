@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from bench.scenarios import SCENARIOS, Scenario, build_state, candidates, make_request, vendors
 from hami.scheduling.cycle import Verdicts, decide, reserve, unreserve
@@ -29,13 +29,15 @@ def bench_decide(
     changed: bool = False,
     screening: bool = True,
     gpumem: int = 1024,
+    annotations: Mapping[str, str] | None = None,
 ) -> dict[str, float]:
     """Latency of ``decide`` (and ``reserve``) over ``iterations`` pods after ``warmup``; ``memo=False`` clears
     the verdict memo before every decision (every candidate judged afresh: the worst case). ``shapes`` > 1
     interleaves that many request shapes (``gpumem`` 1,024, 1,032, … MiB), ``changed`` drops every node's capacity
     summary before each decision (as if every node had changed since the last one), ``screening=False`` judges
     every node with Fit (no capacity index: the figures before issue 19 item 4). ``gpumem`` is the request's
-    memory (6,000 MiB: about half the nodes of the generated clusters cannot take it)."""
+    memory (6,000 MiB: about half the nodes of the generated clusters cannot take it); ``annotations`` are added to
+    every pod's (a card type filter, NUMA binding)."""
     state = build_state(s)
     verdicts = Verdicts(screening=screening)
     vs = vendors()
@@ -43,7 +45,7 @@ def bench_decide(
     samples: list[float] = []
     for k in range(warmup + iterations):
         cands = candidates(s, rng)
-        req = make_request(s, f"bench-{k}", vs, gpumem=gpumem + 8 * (k % shapes))
+        req = make_request(s, f"bench-{k}", vs, gpumem=gpumem + 8 * (k % shapes), annotations=annotations)
         if not memo:
             verdicts.clear()
         if changed:

@@ -14,10 +14,25 @@ from typing import NamedTuple
 
 from hami.protocol.inventory import DeviceInfo
 
-__all__ = ["Capacity", "DeviceTable", "OpenCard"]
+__all__ = ["Capacity", "DeviceTable", "FullCard", "OpenCard"]
 
-OpenCard = tuple[int, int, int, int, int, int]
-"""One card that can take another task: (free MiB, free core units, tasks on it, devmem, devcore, NUMA node)."""
+OpenCard = tuple[int, int, int, int, int, int, int]
+"""One card that can take another task: (free MiB, free core units, tasks on it, devmem, devcore, NUMA node, index)."""
+
+FullCard = tuple[int, int, int]
+"""A healthy card without a free slot: (free slots, 0 or less; NUMA node; index)."""
+
+
+class _Static(NamedTuple):
+    """What a table's summaries share, per inventory: the carved devices; (index, count, devmem, devcore, NUMA) of
+    the healthy uncarved ones; the unhealthy ones; one ``DeviceInfo`` per model (type and mode) and each device's
+    model."""
+
+    carved: int
+    devices: tuple[tuple[int, int, int, int, int], ...]
+    unhealthy: int
+    models: tuple[DeviceInfo, ...]
+    model_of: tuple[int, ...]
 
 
 class Capacity(NamedTuple):
@@ -27,8 +42,11 @@ class Capacity(NamedTuple):
     free slot — largest free memory first (ties: more free cores first); ``carved`` counts the devices the vendor
     carves into slices (their fit depends on the slice layout: a screen answers "unknown" for them). ``max_mem`` and
     ``max_cores`` are the largest free amounts on any open card (0 when none), ``idle`` the open cards with no task.
-    ``totals`` are ``DeviceTable.totals()``. Built from the table in one pass, at most once per change: the table
-    drops it in ``charge``, the ledger's single mutation path. (A named tuple: it is built often and must be cheap.)
+    ``totals`` are ``DeviceTable.totals()``. What Fit's reasons need besides: ``unhealthy`` counts the devices that
+    are not healthy or ``broken``, ``full`` are the healthy uncarved cards without a free slot, and ``models`` holds
+    one ``DeviceInfo`` per model (type and mode: what a pod's type filters read) with ``model_of[i]`` device ``i``'s.
+    Built from the table in one pass, at most once per change: the table drops it in ``charge``, the ledger's single
+    mutation path. (A named tuple: it is built often and must be cheap.)
     """
 
     devices: int
@@ -38,6 +56,10 @@ class Capacity(NamedTuple):
     max_cores: int
     idle: int
     totals: tuple[int, int, int, int, int, int]
+    unhealthy: int = 0
+    full: tuple[FullCard, ...] = ()
+    models: tuple[DeviceInfo, ...] = ()
+    model_of: tuple[int, ...] = ()
 
 
 class DeviceTable:
@@ -82,7 +104,7 @@ class DeviceTable:
         self.broken: list[str | None] = [None] * n
         self._summary: Capacity | None = None
         self._idle: Capacity | None = None  # the summary of ``empty()``: static, shared by every copy
-        self._static: tuple[int, tuple[tuple[int, int, int, int, int], ...]] | None = None  # see _summarize
+        self._static: _Static | None = None  # see _summarize
 
     def __len__(self) -> int:
         return len(self.infos)
@@ -161,32 +183,70 @@ class DeviceTable:
             idle = self._idle = self.empty().summary(carves)
         return idle
 
+    def stale_summary(self, carves: Callable[[DeviceInfo], bool] | None = None) -> bool:
+        """Whether the kept summary (or the idle one) differs from one built afresh from the table: the ledger's
+        self-check (``ClusterState.verify``) catches a capacity index that usage changed behind ``charge``."""
+        if self._summary is not None and self._summary != self._summarize(carves):
+            return True
+        return self._idle is not None and self._idle != self.empty()._summarize(carves)
+
     def _summarize(self, carves: Callable[[DeviceInfo], bool] | None) -> Capacity:
         static = self._static
-        if static is None:  # per inventory: the carved devices, and (index, count, devmem, devcore, NUMA) of the rest
-            carved = [carves is not None and carves(info) for info in self.infos]
-            static = self._static = (
-                sum(carved),
-                tuple(
-                    (i, info.count, info.devmem, info.devcore, info.numa)
-                    for i, info in enumerate(self.infos)
-                    if info.health and not carved[i]
-                ),
-            )
+        if static is None:
+            static = self._static = _inventory(self.infos, carves)
         broken, used, usedmem, usedcores = self.broken, self.used, self.usedmem, self.usedcores
         cards = [
-            (devmem - usedmem[i], devcore - usedcores[i], used[i], devmem, devcore, numa)
-            for i, count, devmem, devcore, numa in static[1]
+            (devmem - usedmem[i], devcore - usedcores[i], used[i], devmem, devcore, numa, i)
+            for i, count, devmem, devcore, numa in static.devices
             if used[i] < count and broken[i] is None
         ]
         cards.sort(reverse=True)
+        full: tuple[FullCard, ...] = ()
+        if len(cards) < len(static.devices):
+            full = tuple(
+                (count - used[i], numa, i)
+                for i, count, _, _, numa in static.devices
+                if used[i] >= count and broken[i] is None
+            )
+        unhealthy = static.unhealthy
+        if broken.count(None) < len(broken):
+            unhealthy = sum(1 for info, b in zip(self.infos, broken, strict=True) if not info.health or b is not None)
         total, devcore, devmem = self.capacity
         return Capacity(
             len(self.infos),
             tuple(cards),
-            static[0],
+            static.carved,
             cards[0][0] if cards else 0,
             max([c[1] for c in cards], default=0),
             [c[2] for c in cards].count(0),
             (sum(used), total, sum(usedcores), devcore, sum(usedmem), devmem),
+            unhealthy,
+            full,
+            static.models,
+            static.model_of,
         )
+
+
+def _inventory(infos: Sequence[DeviceInfo], carves: Callable[[DeviceInfo], bool] | None) -> _Static:
+    carved = [carves is not None and carves(info) for info in infos]
+    models: dict[tuple[str, str], int] = {}
+    representatives: list[DeviceInfo] = []
+    model_of: list[int] = []
+    for info in infos:
+        key = (info.type, info.mode)
+        m = models.get(key)
+        if m is None:
+            m = models[key] = len(representatives)
+            representatives.append(info)
+        model_of.append(m)
+    return _Static(
+        sum(carved),
+        tuple(
+            (i, info.count, info.devmem, info.devcore, info.numa)
+            for i, info in enumerate(infos)
+            if info.health and not carved[i]
+        ),
+        sum(1 for info in infos if not info.health),
+        tuple(representatives),
+        tuple(model_of),
+    )

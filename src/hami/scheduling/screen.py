@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final, Protocol, runtime_checkable
 
-from hami.devices.base import ContainerRequest, FitContext, Placement, Selector
+from hami.devices.base import ContainerRequest, FitContext, Placement, Selector, Unfit
 from hami.devices.common import Screener
 from hami.scheduling.filter import NodeFit, NodeRejection, filter_node
 from hami.scheduling.request import PodRequest
@@ -61,7 +61,7 @@ def screened(fit: NodeFit) -> bool:
 class Screen:
     """Screening for one decision: the request's single device-using container, per vendor its screen and context."""
 
-    __slots__ = ("checks", "req", "state")
+    __slots__ = ("checks", "indexed", "req", "state")
 
     def __init__(
         self,
@@ -70,6 +70,8 @@ class Screen:
         checks: tuple[tuple[str, Screener], ...],
     ) -> None:
         self.state, self.req, self.checks = state, req, checks
+        self.indexed: list[NodeRejection] = []
+        """The rejections told from the capacity index in this decision (one of them is checked: ``audit``)."""
 
     @classmethod
     def prepare(cls, state: ClusterState, req: PodRequest) -> Screen | None:
@@ -98,15 +100,40 @@ class Screen:
             table = tables.get(vendor)
             answer = None if table is None else screen(table, False)
             if answer is False:
+                # Fit tries the vendors in this order and reports the first one that does not fit (once every
+                # vendor of the pod is registered on the node: filter_node says "unregistered" first).
+                unfit = screen.unfit(node.tables[vendor]) if all(v in tables for v, _ in self.checks) else None
+                if unfit is not None:
+                    return self._indexed(node, unfit)
                 break
         if answer:
-            return NodeFit(node.name, SCREENED)
+            return _screened_fit(node.name)
+        return self._fit(node)
+
+    def _indexed(self, node: NodeState, unfit: Unfit) -> NodeRejection:
+        """A rejection told from the index: ``filter_node``'s for a container's ``Unfit``, with ``unresolvable``."""
+        verdict = NodeRejection(node.name, unfit.counts, unfit.total, unfit.closest, self._never_fits(node))
+        self.indexed.append(verdict)
+        return verdict
+
+    def _fit(self, node: NodeState) -> NodeFit | NodeRejection:
+        """The node judged by Fit; for a rejection, ``unresolvable`` from the idle summaries where they can say."""
         verdict = filter_node(self.state, node, self.req)
-        if isinstance(verdict, NodeRejection) and not verdict.unresolvable and self._never_fits(node, verdict):
+        if isinstance(verdict, NodeRejection) and not verdict.unresolvable and self._never_fits(node):
             return NodeRejection(verdict.node, verdict.counts, verdict.total, verdict.closest, True, verdict.detail)
         return verdict
 
-    def _never_fits(self, node: NodeState, verdict: NodeRejection) -> bool:
+    def audit(self) -> bool:
+        """Whether one of the rejections told from the index in this decision (a different one for different pods)
+        is exactly Fit's. Costs one Fit per decision; a capacity index that disagrees with its table (usage changed
+        behind ``DeviceTable.charge``) is caught here as well as by the ledger's self-check."""
+        indexed = self.indexed
+        if not indexed:
+            return True
+        told = indexed[hash(self.req.uid) % len(indexed)]
+        return self._fit(self.state.nodes[told.node]) == told
+
+    def _never_fits(self, node: NodeState) -> bool:
         """Whether the node could not run the pod even without any usage (``judge``'s ``unresolvable``)."""
         idle = not node.cordoned  # the empty node keeps its cordons, which the idle summary does not know
         for vendor, screen in self.checks:
@@ -118,6 +145,23 @@ class Screen:
         if idle:
             return False
         return isinstance(filter_node(self.state, node, self.req, empty=True), NodeRejection)
+
+
+_SCREENED_FITS: dict[str, NodeFit] = {}
+
+
+def _screened_fit(node: str) -> NodeFit:
+    """``NodeFit(node, SCREENED)``, one per node name (immutable, so shared by every decision): a screened node then
+    costs no allocation. Bounded: it starts over beyond ``_MAX_SCREENED`` names."""
+    fit = _SCREENED_FITS.get(node)
+    if fit is None:
+        if len(_SCREENED_FITS) >= _MAX_SCREENED:
+            _SCREENED_FITS.clear()
+        fit = _SCREENED_FITS[node] = NodeFit(node, SCREENED)
+    return fit
+
+
+_MAX_SCREENED: Final = 1 << 16
 
 
 def realize(state: ClusterState, req: PodRequest, fit: NodeFit) -> NodeFit | None:
