@@ -20,7 +20,7 @@ Deliberate differences from HAMi, each kept in one place here:
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from itertools import combinations
+from itertools import combinations, groupby
 from math import comb
 from typing import Protocol
 
@@ -38,7 +38,7 @@ from hami.devices.base import (
     Unfit,
 )
 from hami.devices.policy import GpuPolicy
-from hami.devices.table import Capacity, DeviceTable, OpenCard
+from hami.devices.table import Capacity, DeviceTable, MemoryMiss, OpenCard
 from hami.protocol.allocation import ContainerDevice, PodDevices, decode_pod_devices, encode_pod_devices
 from hami.protocol.inventory import DeviceInfo
 from hami.protocol.reasons import Reason, Rejection
@@ -510,10 +510,45 @@ class _SharedScreen:
                 n,
                 (Rejection(Reason.NODE_INSUFFICIENT_DEVICE, None, self.nums, n),),
             )
+        if self.memreq > 0 and self.memreq > cap.max_mem and self._allowed(cap) is None:  # no card has the memory
+            told = self._memory_unfit(table, cap)
+            if told is not None:
+                return told
         tally = self._tally(cap)
         if not tally.close(self.ctx.policy, self.nums):
             return None  # enough cards after all: the summary disagrees with its own screen, let Fit judge
         return Unfit(tally.counts, n, self._closest(table, tally.misses))
+
+    def _memory_unfit(self, table: DeviceTable, cap: Capacity) -> Unfit | None:
+        """Fit's ``Unfit`` when every open card lacks the memory: the counts are the summary's, and the closest
+        misses, which depend only on the cards' usage and the GPU policy's order, are kept with the summary
+        (``Capacity.derived``); None when their order depends on the request."""
+        policy = self.ctx.policy
+        key = (policy.raw, policy.numa_bind)
+        derived = cap.derived
+        if key not in derived:
+            derived[key] = _memory_misses(table, cap, policy)
+        misses = derived[key]
+        if misses is None:
+            return None
+        counts: dict[Reason, int] = {}
+        if cap.unhealthy:
+            counts[Reason.CARD_NOT_HEALTH] = cap.unhealthy
+        if cap.full:
+            counts[Reason.CARD_TIME_SLICING_EXHAUSTED] = len(cap.full)
+        if cap.cards:
+            counts[Reason.CARD_INSUFFICIENT_MEMORY] = len(cap.cards)
+        infos, memreq = table.infos, self.memreq
+        return Unfit(
+            counts,
+            cap.devices,
+            tuple(
+                Rejection(Reason.CARD_INSUFFICIENT_MEMORY, infos[i].id, memreq, available)
+                if card
+                else Rejection(Reason.CARD_TIME_SLICING_EXHAUSTED, infos[i].id, 1, available)
+                for available, card, i in misses
+            ),
+        )
 
     def _tally(self, cap: Capacity) -> _Tally:
         """Every device's reason, as Fit's checks (``_SharedFit``) give it to a device that is unhealthy, of a model
@@ -571,7 +606,40 @@ class _SharedScreen:
         )
 
 
-def _available(miss: tuple[int, int, Reason, int]) -> int:
+def _memory_misses(table: DeviceTable, cap: Capacity, policy: GpuPolicy) -> tuple[MemoryMiss, ...] | None:
+    """The closest misses of a table none of whose open cards has the memory: every open card (free MiB) and every
+    full card (free slots), largest first, ties in Fit's order; None when tied cards differ in usage (their order
+    then depends on the request's device scores)."""
+    misses: list[MemoryMiss] = [(c[0], True, c[6]) for c in cap.cards]
+    misses += [(f[0], False, f[2]) for f in cap.full]
+    if len(misses) > 1:
+        cut = sorted(m[0] for m in misses)[-min(len(misses), _CLOSEST)]
+        head = [m for m in misses if m[0] >= cut]
+        head.sort(key=_available, reverse=True)
+        if len(head) > _CLOSEST or len({m[0] for m in head}) < len(head):
+            infos, used, usedcores, usedmem = table.infos, table.used, table.usedcores, table.usedmem
+            for _, tied in groupby(head, key=_available):
+                if (
+                    len(
+                        {
+                            (infos[i].count, infos[i].devmem, infos[i].devcore, used[i], usedcores[i], usedmem[i])
+                            for _, _, i in tied
+                        }
+                    )
+                    > 1
+                ):
+                    return None
+            tried = policy.key(_unscored, [info.numa for info in infos], used)  # equal usage: equal device scores
+            head.sort(key=lambda m: (-m[0], tried(m[2])))
+        misses = head
+    return tuple(misses[:_CLOSEST])
+
+
+def _unscored(i: int) -> float:
+    return 0.0
+
+
+def _available(miss: tuple[int, object, object, int] | MemoryMiss) -> int:
     return miss[0]
 
 

@@ -14,13 +14,17 @@ from typing import NamedTuple
 
 from hami.protocol.inventory import DeviceInfo
 
-__all__ = ["Capacity", "DeviceTable", "FullCard", "OpenCard"]
+__all__ = ["Capacity", "DeviceTable", "FullCard", "MemoryMiss", "OpenCard"]
 
 OpenCard = tuple[int, int, int, int, int, int, int]
 """One card that can take another task: (free MiB, free core units, tasks on it, devmem, devcore, NUMA node, index)."""
 
 FullCard = tuple[int, int, int]
 """A healthy card without a free slot: (free slots, 0 or less; NUMA node; index)."""
+
+MemoryMiss = tuple[int, bool, int]
+"""A closest miss when no open card has the memory: (available amount, an open card (free MiB) or a full one (free
+slots), index)."""
 
 
 class _Static(NamedTuple):
@@ -46,7 +50,8 @@ class Capacity(NamedTuple):
     are not healthy or ``broken``, ``full`` are the healthy uncarved cards without a free slot, and ``models`` holds
     one ``DeviceInfo`` per model (type and mode: what a pod's type filters read) with ``model_of[i]`` device ``i``'s.
     Built from the table in one pass, at most once per change: the table drops it in ``charge``, the ledger's single
-    mutation path. (A named tuple: it is built often and must be cheap.)
+    mutation path; ``derived`` is filled by the screens that read it. (A named tuple: it is built often and must be
+    cheap.)
     """
 
     devices: int
@@ -56,10 +61,14 @@ class Capacity(NamedTuple):
     max_cores: int
     idle: int
     totals: tuple[int, int, int, int, int, int]
-    unhealthy: int = 0
-    full: tuple[FullCard, ...] = ()
-    models: tuple[DeviceInfo, ...] = ()
-    model_of: tuple[int, ...] = ()
+    unhealthy: int
+    full: tuple[FullCard, ...]
+    models: tuple[DeviceInfo, ...]
+    model_of: tuple[int, ...]
+    derived: dict[tuple[str, bool], tuple[MemoryMiss, ...] | None]
+    """What screens derived from this summary for any request, kept with it (never part of its equality): per GPU
+    policy (raw text, NUMA binding), the closest misses when every open card lacks memory (``MemoryMiss``; None
+    when their order depends on the request)."""
 
 
 class DeviceTable:
@@ -186,9 +195,9 @@ class DeviceTable:
     def stale_summary(self, carves: Callable[[DeviceInfo], bool] | None = None) -> bool:
         """Whether the kept summary (or the idle one) differs from one built afresh from the table: the ledger's
         self-check (``ClusterState.verify``) catches a capacity index that usage changed behind ``charge``."""
-        if self._summary is not None and self._summary != self._summarize(carves):
+        if self._summary is not None and self._summary[:-1] != self._summarize(carves)[:-1]:
             return True
-        return self._idle is not None and self._idle != self.empty()._summarize(carves)
+        return self._idle is not None and self._idle[:-1] != self.empty()._summarize(carves)[:-1]
 
     def _summarize(self, carves: Callable[[DeviceInfo], bool] | None) -> Capacity:
         static = self._static
@@ -224,6 +233,7 @@ class DeviceTable:
             full,
             static.models,
             static.model_of,
+            {},
         )
 
 
