@@ -493,7 +493,7 @@ class _SharedScreen:
                 return False
             if cores >= 100 and cap.idle < nums:
                 return False
-            if nums == 1 and memreq > 0 and _takes(cards[0], cores):  # the card with the most free memory will do
+            if nums == 1 and memreq > 0 and cores <= cap.first_cores:  # the card with the most free memory will do
                 return True
         elif nums > len(cards):
             return False

@@ -65,6 +65,9 @@ class Capacity(NamedTuple):
     full: tuple[FullCard, ...]
     models: tuple[DeviceInfo, ...]
     model_of: tuple[int, ...]
+    first_cores: int
+    """The most core units a one-card request may ask for and still be taken by the first card (the one with the most
+    free memory) when that card has its memory: Fit's core, whole-card and compute-unit checks; -1 when none."""
     derived: dict[tuple[str, bool], tuple[MemoryMiss, ...] | None]
     """What screens derived from this summary for any request, kept with it (never part of its equality): per GPU
     policy (raw text, NUMA binding), the closest misses when every open card lacks memory (``MemoryMiss``; None
@@ -233,8 +236,18 @@ class DeviceTable:
             full,
             static.models,
             static.model_of,
+            _first_cores(cards[0]) if cards else -1,
             {},
         )
+
+
+def _first_cores(card: OpenCard) -> int:
+    """``Capacity.first_cores`` of an open card: up to its free cores; below a whole card (100) once it has a task;
+    nothing once its cores are used up (a request for no cores is then refused as well)."""
+    free_cores, used, devcore = card[1], card[2], card[4]
+    if devcore != 0 and free_cores <= 0:
+        return -1
+    return min(free_cores, 99) if used > 0 else free_cores
 
 
 def _inventory(infos: Sequence[DeviceInfo], carves: Callable[[DeviceInfo], bool] | None) -> _Static:

@@ -61,7 +61,7 @@ def screened(fit: NodeFit) -> bool:
 class Screen:
     """Screening for one decision: the request's single device-using container, per vendor its screen and context."""
 
-    __slots__ = ("checks", "indexed", "req", "state")
+    __slots__ = ("checks", "indexed", "one", "req", "state")
 
     def __init__(
         self,
@@ -70,6 +70,7 @@ class Screen:
         checks: tuple[tuple[str, Screener], ...],
     ) -> None:
         self.state, self.req, self.checks = state, req, checks
+        self.one = checks[0] if len(checks) == 1 else None
         self.indexed: list[NodeRejection] = []
         """The rejections told from the capacity index in this decision (one of them is checked: ``audit``)."""
 
@@ -93,6 +94,12 @@ class Screen:
     def judge(self, node: NodeState) -> NodeFit | NodeRejection:
         """The node's verdict; a fitting node comes back ``SCREENED`` (see the module docstring)."""
         tables = node.tables
+        one = self.one
+        if one is not None and not node.cordoned:  # one vendor: the common case, kept short (it runs per candidate)
+            table = tables.get(one[0])
+            if table is not None and one[1](table, False):
+                fit = _SCREENED_FITS.get(node.name)
+                return fit if fit is not None else _screened_fit(node.name)
         answer: bool | None = None if node.cordoned else True
         for vendor, screen in self.checks:
             if answer is None:
