@@ -1,25 +1,30 @@
 """Screening: judging a node from its capacity index instead of running Fit (issue 19 item 4).
 
 Every device table keeps a summary of its usage (``hami.devices.table.Capacity``: the cards that can take another
-task with their free memory and cores, the largest free amounts, the idle cards, the node-score totals). It is built
-at most once per change and dropped by ``DeviceTable.charge``, the ledger's single mutation path, so reading it
-costs O(1) until the node changes again. A vendor that can answer "would ``fit`` succeed?" from that summary
-implements ``Screening`` (the shared fit loop does: ``SharedDeviceVendor.screen``); any other vendor is judged by
-Fit as before.
+task with their free memory, cores, NUMA node and model, the full and the unhealthy cards, the largest free amounts,
+the idle cards, the node-score totals). It is built at most once per change and dropped by ``DeviceTable.charge``,
+the ledger's single mutation path, so reading it costs O(1) until the node changes again. A vendor that can answer
+"would ``fit`` succeed, and if not, why?" from that summary implements ``Screening`` (the shared fit loop does:
+``SharedDeviceVendor.screener``); any other vendor is judged by Fit as before.
 
 ``Screen.judge`` then costs, per candidate node:
 
 * a node every vendor screens as fitting: O(1). It is listed as fitting with ``placements`` left ``SCREENED``; only
   the node that ``decide`` chooses is fitted for real (``realize``) — the devices of the others are never
   needed. Its score needs no devices either: a screened fit's vendor contribution is 0 by ``Screening``'s contract.
-* a node some vendor screens as not fitting: Fit runs once for the reasons and their numbers (exactly today's), and
-  the "could it fit if empty" check (``unresolvable``) is answered from the static summary of the empty table.
-* anything the screen cannot tell (a quota in the namespace, cordoned devices, device filters, sliced devices,
-  several containers with devices, ``topology-aware``/``mutex``): Fit, as before.
+* a node some vendor screens as not fitting: that vendor's ``Unfit`` is told from the summary (``Screener.unfit``:
+  the same reasons, counts and closest misses as Fit; O(1) when no open card has the memory, a few comparisons per
+  card otherwise), and the "could it fit if empty" check (``unresolvable``) is answered from the static summary of
+  the empty table.
+* anything the screen cannot tell (a quota in the namespace, cordoned devices, UUID filters, sliced devices,
+  several containers with devices, ``topology-aware``/``mutex``, a vendor ordering its devices its own way): Fit,
+  as before.
 
 The decisions are the same as without screening — chosen node, devices, scores, every reason and number — which is
-a property test (``tests/unit/scheduling/test_screen.py``); ``decide`` falls back to judging every node
-when a screened node does not fit after all.
+a property test (``tests/unit/scheduling/test_screen.py``). A lying index is caught: ``decide`` falls back to judging
+every node with Fit when a screened node does not fit after all, or when the one index-told rejection it audits per
+decision (``Screen.audit``) differs from Fit's; the ledger's self-check reports a summary that differs from its table
+(``DeviceTable.stale_summary``).
 """
 
 from __future__ import annotations
