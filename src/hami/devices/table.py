@@ -224,21 +224,27 @@ class DeviceTable:
         if broken.count(None) < len(broken):
             unhealthy = sum(1 for info, b in zip(self.infos, broken, strict=True) if not info.health or b is not None)
         total, devcore, devmem = self.capacity
-        return Capacity(
-            len(self.infos),
-            tuple(cards),
-            static.carved,
-            cards[0][0] if cards else 0,
-            max([c[1] for c in cards], default=0),
-            [c[2] for c in cards].count(0),
-            (sum(used), total, sum(usedcores), devcore, sum(usedmem), devmem),
-            unhealthy,
-            full,
-            static.models,
-            static.model_of,
-            _first_cores(cards[0]) if cards else -1,
-            {},
+        return _new_capacity(  # tuple.__new__: a named tuple's own __new__ is a Python function, slower
+            Capacity,
+            (
+                len(self.infos),
+                tuple(cards),
+                static.carved,
+                cards[0][0] if cards else 0,
+                max([c[1] for c in cards], default=0),
+                [c[2] for c in cards].count(0),
+                (sum(used), total, sum(usedcores), devcore, sum(usedmem), devmem),
+                unhealthy,
+                full,
+                static.models,
+                static.model_of,
+                _first_cores(cards[0]) if cards else -1,
+                {},
+            ),
         )
+
+
+_new_capacity = tuple.__new__
 
 
 def _first_cores(card: OpenCard) -> int:
