@@ -51,7 +51,9 @@ class Screening(Protocol):
 
     ``screener`` is asked once per decision and returns None when it cannot screen this request at all; its
     ``screen(table, idle)`` answers True only if ``fit`` would return a ``Fitted`` whose ``score`` is 0 (on
-    ``table.empty()`` when ``idle``), False only if it would return ``Unfit``, and None whenever it cannot tell.
+    ``table.empty()`` when ``idle``), False only if it would return ``Unfit``, and None whenever it cannot tell; its
+    ``unfit(table)`` returns, for a table it screened False, the very ``Unfit`` that ``fit`` would return (reasons,
+    counts, closest misses), or None when the summary cannot say.
     """
 
     def screener(self, request: ContainerRequest, ctx: FitContext, selector: Selector) -> Screener | None:
@@ -114,7 +116,7 @@ class Screen:
             if answer is False:
                 # Fit tries the vendors in this order and reports the first one that does not fit (once every
                 # vendor of the pod is registered on the node: filter_node says "unregistered" first).
-                unfit = screen.unfit(node.tables[vendor]) if all(v in tables for v, _ in self.checks) else None
+                unfit = screen.unfit(tables[vendor]) if all(v in tables for v, _ in self.checks) else None
                 if unfit is not None:
                     return self._indexed(node, unfit)
                 break
