@@ -440,9 +440,9 @@ def shared_screener(
     (``tests/unit/scheduling/test_screen.py``).
     """
     policy = ctx.policy
-    if ctx.quota is not None or ctx.cordoned or policy.topology or policy.mutex or selector.use_uuids:
+    if ctx.quota is not None or ctx.cordoned or policy.topology or policy.mutex:
         return None
-    if selector.nouse_uuids:
+    if selector.use_uuids or selector.nouse_uuids:
         return None
     return _SharedScreen(req, ctx, selector, partitions, ordered)
 
@@ -617,22 +617,22 @@ def _memory_misses(table: DeviceTable, cap: Capacity, policy: GpuPolicy) -> tupl
         head = [m for m in misses if m[0] >= cut]
         head.sort(key=_available, reverse=True)
         if len(head) > _CLOSEST or len({m[0] for m in head}) < len(head):
-            infos, used, usedcores, usedmem = table.infos, table.used, table.usedcores, table.usedmem
-            for _, tied in groupby(head, key=_available):
-                if (
-                    len(
-                        {
-                            (infos[i].count, infos[i].devmem, infos[i].devcore, used[i], usedcores[i], usedmem[i])
-                            for _, _, i in tied
-                        }
-                    )
-                    > 1
-                ):
-                    return None
-            tried = policy.key(_unscored, [info.numa for info in infos], used)  # equal usage: equal device scores
+            if any(not _same_usage(table, [m[2] for m in tied]) for _, tied in groupby(head, key=_available)):
+                return None
+            # Tied cards have equal usage, hence equal device scores: the policy's order without them decides.
+            tried = policy.key(_unscored, [info.numa for info in table.infos], table.used)
             head.sort(key=lambda m: (-m[0], tried(m[2])))
         misses = head
     return tuple(misses[:_CLOSEST])
+
+
+def _same_usage(table: DeviceTable, indexes: Sequence[int]) -> bool:
+    """Whether the devices have the same slots, memory and cores, and the same usage of each (equal device scores)."""
+    infos, used, usedcores, usedmem = table.infos, table.used, table.usedcores, table.usedmem
+    return (
+        len({(infos[i].count, infos[i].devmem, infos[i].devcore, used[i], usedcores[i], usedmem[i]) for i in indexes})
+        < 2
+    )
 
 
 def _unscored(i: int) -> float:
