@@ -196,11 +196,10 @@ class DeviceTable:
         return idle
 
     def stale_summary(self, carves: Callable[[DeviceInfo], bool] | None = None) -> bool:
-        """Whether the kept summary (or the idle one) differs from one built afresh from the table: the ledger's
-        self-check (``ClusterState.verify``) catches a capacity index that usage changed behind ``charge``."""
-        if self._summary is not None and self._summary[:-1] != self._summarize(carves)[:-1]:
-            return True
-        return self._idle is not None and self._idle[:-1] != self.empty()._summarize(carves)[:-1]
+        """Whether the kept summary differs from one built afresh from the table: the ledger's self-check
+        (``ClusterState.verify``) catches a capacity index that usage changed behind ``charge``. (The idle summary
+        depends on the inventory alone, which never changes.)"""
+        return self._summary is not None and self._summary[:-1] != self._summarize(carves)[:-1]
 
     def _summarize(self, carves: Callable[[DeviceInfo], bool] | None) -> Capacity:
         static = self._static
