@@ -150,6 +150,8 @@ def _decode_container(piece: str, offset: int, field: str, value: str) -> Contai
 
 
 def _int32(text: str, name: str, field: str, value: str, position: int) -> int:
+    if len(text) <= 9 and text.isascii() and text.isdigit():  # plain digits below 2**31: what ParseInt gives
+        return int(text)
     try:
         return parse_int(text, 32)
     except GoNumError as exc:

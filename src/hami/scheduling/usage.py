@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from hami.protocol.allocation import ContainerDevice, PodDevices
 from hami.protocol.objects import Pod
 
-__all__ = ["Charge", "Kind", "container_kinds", "effective_charges"]
+__all__ = ["Charge", "Kind", "app_charges", "container_kinds", "effective_charges"]
 
 
 class Kind(enum.Enum):
@@ -119,6 +119,27 @@ def effective_charges(
                     phases = acc[uuid] = _Phases(_Usage(), _Usage(), _Usage())
                 phases.add(kind, own)
         out.extend(acc[uuid].charge(vendor, uuid) for uuid in sorted(acc))
+    return tuple(out)
+
+
+def app_charges(devices: Mapping[str, PodDevices]) -> tuple[Charge, ...]:
+    """``effective_charges`` of a pod whose containers are all app containers (no init containers), which is the
+    sum over its containers per device — computed without the phases (the watch reads every pod this way)."""
+    out: list[Charge] = []
+    for vendor in sorted(devices) if len(devices) > 1 else devices:
+        acc: dict[str, list[int]] = {}  # uuid -> [slots, mem, cores]
+        for container in devices[vendor]:
+            for dev in container:
+                sums = acc.get(dev.uuid)
+                if sums is None:
+                    acc[dev.uuid] = [1, dev.usedmem, dev.usedcores]
+                else:
+                    sums[0] += 1
+                    sums[1] += dev.usedmem
+                    sums[2] += dev.usedcores
+        for uuid in sorted(acc) if len(acc) > 1 else acc:
+            slots, mem, cores = acc[uuid]
+            out.append(Charge(vendor, uuid, slots, max(mem, 0), max(cores, 0)))
     return tuple(out)
 
 
