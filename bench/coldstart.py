@@ -15,6 +15,7 @@ Run alone: ``PYTHONPATH=. python -m bench.coldstart XL-500`` (add ``--pods N`` t
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import resource
 import subprocess
@@ -106,12 +107,18 @@ async def _serve(s: Scenario) -> None:
     port = listener.sockets[0].getsockname()[1]
     print(port, flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)  # until the parent says stop
-    print(msgspec.json.encode(server.requests).decode(), flush=True)
+    print(msgspec.json.encode({**server.requests, "server cpu s": time.process_time()}).decode(), flush=True)
 
 
 def serve(s: Scenario) -> None:
     """The list server's process: prints its port once its pages are built, its request counts at the end."""
     asyncio.run(_serve(s))
+
+
+def _runqueue_s() -> float:
+    """Seconds this process has waited for a core so far (``/proc/self/schedstat``): what other load costs it."""
+    with open("/proc/self/schedstat") as f:
+        return int(f.read().split()[1]) / 1e9
 
 
 def _rss_mb() -> float:
@@ -128,7 +135,7 @@ async def _start(port: int) -> dict[str, float]:
     settings = SchedulerSettings(http_bind=any_port, extender_bind=any_port, metrics_bind_address=any_port)
     runtime = Runtime(settings, default_device_config(), KubeConfig(server=f"http://127.0.0.1:{port}"))
     rss0 = _rss_mb()
-    cpu0, t0 = time.process_time(), time.perf_counter()
+    cpu0, t0, queued0 = time.process_time(), time.perf_counter(), _runqueue_s()
     task = asyncio.create_task(runtime.run())
     while getattr(runtime, "extender", None) is None or runtime.extender.readiness.ready_problem() is not None:
         if task.done():
@@ -136,13 +143,18 @@ async def _start(port: int) -> dict[str, float]:
             raise RuntimeError("the runtime stopped before it was ready")
         await asyncio.sleep(0.005)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    gc.unfreeze()  # what settle_heap froze without collecting it: the cyclic garbage of the start
+    frozen_garbage = gc.collect()
+    gc.freeze()
     out = {
         "ready_s": wall,
         "cpu_s": cpu,
+        "runqueue_s": _runqueue_s() - queued0,
         "rss_growth_mb": _rss_mb() - rss0,
         "pods": float(len(runtime.state.pods)),
         "nodes": float(len(runtime.state.nodes)),
         "drift": float(len(runtime.state.verify())),
+        "frozen_garbage_objects": float(frozen_garbage),
     }
     runtime.stop.set()
     await task

@@ -47,7 +47,7 @@ MISSING_FIELDS: Final = "pod annotation format error, missing fields, do not use
 """HAMi's text for a device entry with fewer than 4 comma fields."""
 
 
-class ContainerDevice(msgspec.Struct, frozen=True):
+class ContainerDevice(msgspec.Struct, frozen=True, gc=False):
     """One device reserved for one container. ``type`` is the vendor key (``"NVIDIA"``), not the card model.
 
     ``usedmem`` is MiB, ``usedcores`` is core units (percent of a card).

@@ -533,8 +533,12 @@ def settle_heap() -> None:
     The ledger holds one record per placed pod; scanning them in every full collection costs tens of
     milliseconds per Filter at 100,000 pods. ``gc.freeze`` keeps them alive and unscanned (objects created
     later are collected as usual). The collector, held off during the sync (``hold_collector``), runs again.
+
+    There is no full collection before the freeze: it would walk the whole new heap (0.4 s at 100,000 pods) to
+    find the little cyclic garbage the sync left (objects freed by reference counting are gone already, frozen or
+    not). What it leaves frozen was measured by ``bench.coldstart``: a few hundred objects, some 50 KB, the same
+    at 2,000 pods as at 100,000.
     """
-    gc.collect()
     gc.freeze()
     gc.enable()
 
