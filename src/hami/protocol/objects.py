@@ -31,6 +31,9 @@ __all__ = [
     "ResourceRequirements",
     "SchedulingGroup",
     "SecurityContext",
+    "WatchedContainer",
+    "WatchedPod",
+    "WatchedPodSpec",
 ]
 
 QuantityValue = str | int | float
@@ -107,6 +110,26 @@ class Pod(msgspec.Struct, omit_defaults=True, gc=False):
     def key(self) -> str:
         """``namespace/name``, as kubectl prints it."""
         return f"{self.metadata.namespace}/{self.metadata.name}"
+
+
+class WatchedContainer(Container, rename={"env": "(env: not decoded)"}, gc=False):
+    """A container as the scheduler's pod watch decodes it: ``env`` is left empty (its wire name is one no JSON
+    object has, so the decoder skips the real ``env``). The scheduler never reads a container's environment (the
+    device plugin and the webhook do, from their own ``Pod``); at 100,000 pods with twenty variables each it was a
+    third of the list's decode time and 370 MB of the watch cache (issue 19, cold start)."""
+
+    env: list[EnvVar] = []
+
+
+class WatchedPodSpec(PodSpec, gc=False):
+    containers: list[WatchedContainer] = []  # type: ignore[assignment]  # a Container, read-only here
+    init_containers: list[WatchedContainer] = []  # type: ignore[assignment]
+
+
+class WatchedPod(Pod, gc=False):
+    """A ``Pod`` as the scheduler's pod watch keeps it: everything a ``Pod`` decodes but the containers' ``env``."""
+
+    spec: WatchedPodSpec = msgspec.field(default_factory=WatchedPodSpec)
 
 
 class NodeSpec(msgspec.Struct, omit_defaults=True, gc=False):

@@ -47,7 +47,7 @@ from hami.protocol import keys
 from hami.protocol.events import EventType
 from hami.protocol.handshake import decode_handshake, encode_requesting
 from hami.protocol.nodelock import decode_node_lock
-from hami.protocol.objects import Node, Pod, ResourceQuota
+from hami.protocol.objects import Node, Pod, ResourceQuota, WatchedPod
 from hami.scheduling.admission import AdmissionSettings
 from hami.scheduling.records import is_terminal
 from hami.scheduling.request import SchedulingDefaults
@@ -400,7 +400,8 @@ class Runtime:
             Callbacks(self._on_node(extender, cluster, supervisor, events), mark("nodes")),
             label_selector=selector,
         )
-        pods = Reflector(client, PODS, Pod, Callbacks(self._on_pod(extender, locker, supervisor), mark("pods")))
+        on_pod = Callbacks(self._on_pod(extender, locker, supervisor), mark("pods"))
+        pods = Reflector(client, PODS, WatchedPod, on_pod)  # a Pod without the containers' env (never read here)
         quotas = Reflector(client, RESOURCE_QUOTAS, ResourceQuota, Callbacks(extender.on_quota, mark("quotas")))
         supervisor.start(nodes.run(), name="watch-nodes")
         supervisor.start(pods.run(), name="watch-pods")
