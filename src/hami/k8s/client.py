@@ -344,7 +344,7 @@ class KubeClient:
         label_selector: str | None = None,
         field_selector: str | None = None,
         limit: int = 500,
-    ) -> AsyncIterator[ListPage[T]]:
+    ) -> AsyncGenerator[ListPage[T]]:
         """Yield a list page by page (``limit`` items each, ``continue`` tokens followed).
 
         All pages are one consistent snapshot at the first page's resourceVersion. If a continue token expires
