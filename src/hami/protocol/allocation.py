@@ -145,7 +145,7 @@ def _decode_container(piece: str, offset: int, field: str, value: str) -> Contai
         usedcores = _int32(parts[3], "core", field, value, mem_at + len(parts[2]) + 1)
         # Interned: the ledger keeps every placed pod's devices, and many pods name the same device and vendor.
         uuid, kind = sys.intern(parts[0]), sys.intern(parts[1])
-        devices.append(ContainerDevice(uuid=uuid, type=kind, usedmem=usedmem, usedcores=usedcores))
+        devices.append(ContainerDevice(uuid, kind, usedmem, usedcores))
     return tuple(devices)
 
 

@@ -22,7 +22,7 @@ from hami.errors import InvalidInput
 from hami.protocol import keys
 from hami.protocol.allocation import PodDevices
 from hami.protocol.objects import Pod
-from hami.scheduling.state import PodRecord
+from hami.scheduling.state import OneVendor, PodRecord
 from hami.scheduling.usage import app_charges, container_kinds, effective_charges
 
 __all__ = ["RecordReader", "holds_devices", "init_containers_done", "is_terminal", "pod_group", "record_from_pod"]
@@ -123,15 +123,16 @@ class RecordReader:
             charges = effective_charges(devices, container_kinds(pod), init_done=init_containers_done(pod))
         else:
             charges = app_charges(devices)
+        meta = pod.metadata
         return PodRecord(
-            uid=pod.metadata.uid,
-            namespace=sys.intern(pod.metadata.namespace),  # shared by many records: one string each (state size)
-            name=pod.metadata.name,
-            node=sys.intern(node),
-            devices=devices,
-            charges=charges,
-            slices=tuple(slices),
-            problem="; ".join(problems) or None,
+            meta.uid,
+            sys.intern(meta.namespace),  # shared by many records: one string each (state size)
+            meta.name,
+            sys.intern(node),
+            OneVendor(*devices.popitem()) if len(devices) == 1 else devices,
+            charges,
+            tuple(slices),
+            "; ".join(problems) or None,
         )
 
     def _devices(self, pod: Pod) -> tuple[dict[str, PodDevices], list[str]]:
