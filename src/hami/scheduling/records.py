@@ -116,9 +116,12 @@ class RecordReader:
         slices: list[tuple[str, str, Hashable]] = []
         for name, vendor in self._slicers:  # in reserve's order (sorted), so equal records compare equal
             try:
-                slices += [(name, uuid, position) for uuid, position in vendor.decode_slices(annotations)]
+                held = vendor.decode_slices(annotations)
             except InvalidInput as err:
                 problems.append(str(err))
+                continue
+            if held:
+                slices += [(name, uuid, position) for uuid, position in held]
         if pod.spec.init_containers:
             charges = effective_charges(devices, container_kinds(pod), init_done=init_containers_done(pod))
         else:

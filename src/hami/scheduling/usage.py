@@ -125,6 +125,11 @@ def effective_charges(
 def app_charges(devices: Mapping[str, PodDevices]) -> tuple[Charge, ...]:
     """``effective_charges`` of a pod whose containers are all app containers (no init containers), which is the
     sum over its containers per device — computed without the phases (the watch reads every pod this way)."""
+    if len(devices) == 1:  # the common pod: one vendor, one container, one device
+        ((vendor, containers),) = devices.items()
+        if len(containers) == 1 and len(containers[0]) == 1:
+            dev = containers[0][0]
+            return (Charge(vendor, dev.uuid, 1, max(dev.usedmem, 0), max(dev.usedcores, 0)),)
     out: list[Charge] = []
     for vendor in sorted(devices) if len(devices) > 1 else devices:
         acc: dict[str, list[int]] = {}  # uuid -> [slots, mem, cores]
