@@ -23,6 +23,8 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import msgspec
+
 from hami.protocol.allocation import ContainerDevice, PodDevices
 from hami.protocol.objects import Pod
 
@@ -41,9 +43,12 @@ def container_kinds(pod: Pod) -> tuple[Kind, ...]:
     return init + (Kind.APP,) * len(pod.spec.containers)
 
 
-@dataclass(frozen=True, slots=True)
-class Charge:
-    """Usage one pod holds on one device: slots (tasks), MiB, core units."""
+class Charge(msgspec.Struct, frozen=True, gc=False):
+    """Usage one pod holds on one device: slots (tasks), MiB, core units.
+
+    A frozen struct untracked by the cyclic collector (it holds two strings and three numbers): the ledger keeps one
+    per placed pod and device, 56 bytes each instead of a slotted dataclass's 72.
+    """
 
     vendor: str
     uuid: str
