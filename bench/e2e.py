@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from tests.e2e.cluster import ApiError, ControlPlane, KubeClient, free_port, start_control_plane
+from tests.e2e.cluster import ApiError, ControlPlane, KubeClient, Scheduler, free_port, start_control_plane
 from tests.e2e.identities import HAMI_SA, chart_identities
 
 from bench.scenarios import node_devices, pair_scores
@@ -34,6 +36,9 @@ PROFILE = (
     if os.environ.get("HAMI_BENCH_PROFILE")
     else []
 )
+CPROFILE = os.environ.get("HAMI_BENCH_CPROFILE", "")
+"""A path prefix: ``bench_pipeline`` then runs hami under :mod:`bench.cpuprofile` and profiles its CPU time during
+each burst (from the first create to the last pod bound) into ``<prefix>-<pipeline>.pstats``."""
 NVIDIA_RESOURCES = [
     "nvidia.com/gpu",
     "nvidia.com/gpumem",
@@ -151,12 +156,30 @@ class _BoundTimes:
             return sorted(self.bound[n] - self.created[n] for n in self.bound if n in self.created)
 
 
-def _apiserver_requests(kube: KubeClient) -> float:
-    """kube-apiserver's own count of the requests it served (``apiserver_request_total``, every verb and code)."""
+def _apiserver_requests_by(kube: KubeClient) -> dict[str, float]:
+    """kube-apiserver's own count of the requests it served (``apiserver_request_total``, every code), by
+    ``"<verb> <resource>[/<subresource>][ <code>]"`` (the code only where it is not 2xx)."""
     text = kube.request("GET", "/metrics")
-    return sum(
-        float(line.rsplit(" ", 1)[1]) for line in str(text).splitlines() if line.startswith("apiserver_request_total{")
-    )
+    counts: dict[str, float] = {}
+    for line in str(text).splitlines():
+        if line.startswith("apiserver_request_total{"):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}", 1)[0]))
+            sub = labels.get("subresource")
+            code = labels.get("code", "")
+            failed = f" {code}" if not code.startswith("2") else ""
+            kind = f"{labels.get('verb', '?')} {labels.get('resource', '?')}{'/' + sub if sub else ''}{failed}"
+            counts[kind] = counts.get(kind, 0.0) + float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+def _component_pids(cp: ControlPlane, scheduler: Scheduler, hami: subprocess.Popen[bytes] | None) -> dict[str, int]:
+    """The processes that share the machine's cores during a burst, by name (``bench``: this process, the load
+    generator: creates, the watch that times the binds, the device plugin's stand-in)."""
+    pids = {"kube-apiserver": cp.apiserver.pid, "etcd": cp.etcd.pid, "kube-scheduler": scheduler.process.pid}
+    found = {name: pid for name, pid in pids.items() if pid is not None}
+    if hami is not None:
+        found["hami"] = hami.pid
+    return found | {"bench": os.getpid()}
 
 
 def _failed_attempts(cp: ControlPlane, port: int) -> float:
@@ -204,7 +227,8 @@ def bench_pipeline(pipeline: str, nodes: int = 100, gpus: int = 8, pods: int = 2
                 limits: dict[str, int] = {}
             else:
                 port, metrics_port = free_port(), free_port()
-                hami = _start_hami(Path(tmp), cp.kubeconfig, port, metrics_port, pipeline)
+                profile = f"{CPROFILE}-{pipeline}.pstats" if CPROFILE else ""
+                hami = _start_hami(Path(tmp), cp.kubeconfig, port, metrics_port, pipeline, profile)
                 scheduler = cp.start_scheduler(_scheduler_config(port))
                 limits = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1024, "nvidia.com/gpucores": 10}
             ns = kube.create_namespace()
@@ -212,15 +236,21 @@ def bench_pipeline(pipeline: str, nodes: int = 100, gpus: int = 8, pods: int = 2
                 threading.Thread(target=_release_locks, args=(cp, ns, stop), daemon=True).start()
             times = _BoundTimes(cp, ns, stop)
             time.sleep(1.0)  # the watches are open and hami's caches have the namespace
-            requests0 = _apiserver_requests(kube)
+            requests0 = _apiserver_requests_by(kube)
             failed0 = _failed_attempts(cp, scheduler.port)
-            cpu0 = _cpu_seconds(hami.pid) if hami is not None else 0.0
+            pids = _component_pids(cp, scheduler, hami)
+            cpu0 = {name: _cpu_seconds(pid) for name, pid in pids.items()}
+            if hami is not None and CPROFILE:
+                hami.send_signal(signal.SIGUSR1)
             t0 = time.perf_counter()
             _create_pods(cp, ns, pods, limits, times)
             bound = times.wait_all(pods)
+            if hami is not None and CPROFILE:
+                hami.send_signal(signal.SIGUSR2)
             elapsed = max(times.bound.values(), default=t0) - t0
-            cpu = _cpu_seconds(hami.pid) - cpu0 if hami is not None else 0.0
-            requests = _apiserver_requests(kube) - requests0
+            cpu = {name: 1e3 * (_cpu_seconds(pid) - cpu0[name]) / max(bound, 1) for name, pid in pids.items()}
+            by = _apiserver_requests_by(kube)
+            per_kind = {k: (v - requests0.get(k, 0.0)) / max(bound, 1) for k, v in by.items()}
             lat = times.latencies()
             return {
                 "pods": pods,
@@ -229,9 +259,12 @@ def bench_pipeline(pipeline: str, nodes: int = 100, gpus: int = 8, pods: int = 2
                 "pods_per_s": bound / elapsed if elapsed > 0 else 0.0,
                 "p50_s": _quantile(lat, 0.50),
                 "p99_s": _quantile(lat, 0.99),
-                "api_requests_per_pod": requests / max(bound, 1),
+                "api_requests_per_pod": sum(per_kind.values()),
+                "api_requests_per_pod_by": {k: round(v, 3) for k, v in sorted(per_kind.items()) if v >= 0.005},
                 "failed_attempts": _failed_attempts(cp, scheduler.port) - failed0,
-                "hami_cpu_ms_per_pod": 1e3 * cpu / max(bound, 1),
+                "hami_cpu_ms_per_pod": cpu.get("hami", 0.0),
+                "cpu_ms_per_pod": cpu,
+                "loadavg": os.getloadavg()[0],
             }
         finally:
             stop.set()
@@ -315,15 +348,17 @@ def _create_nodes(kube: KubeClient, nodes: int, gpus: int) -> None:
         )
 
 
-def _start_hami(tmp: Path, kubeconfig: Path, port: int, metrics_port: int, node_policy: str) -> subprocess.Popen[bytes]:
-    """``hami scheduler`` in its own process, once its extender answers /readyz."""
+def _start_hami(
+    tmp: Path, kubeconfig: Path, port: int, metrics_port: int, node_policy: str, cprofile: str = ""
+) -> subprocess.Popen[bytes]:
+    """``hami scheduler`` in its own process, once its extender answers /readyz (with ``cprofile``: under
+    :mod:`bench.cpuprofile`, writing there)."""
     log = open(tmp / "hami.log", "wb")  # noqa: SIM115 - closed with the process
+    launcher = ["-m", "bench.cpuprofile", cprofile] if cprofile else [*PROFILE, "-c", "from hami.cli import main; main()"]
     hami = subprocess.Popen(
         [
             sys.executable,
-            *PROFILE,
-            "-c",
-            "from hami.cli import main; main()",
+            *launcher,
             "scheduler",
             "--kubeconfig",
             str(kubeconfig),
