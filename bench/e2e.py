@@ -354,7 +354,9 @@ def _start_hami(
     """``hami scheduler`` in its own process, once its extender answers /readyz (with ``cprofile``: under
     :mod:`bench.cpuprofile`, writing there)."""
     log = open(tmp / "hami.log", "wb")  # noqa: SIM115 - closed with the process
-    launcher = ["-m", "bench.cpuprofile", cprofile] if cprofile else [*PROFILE, "-c", "from hami.cli import main; main()"]
+    launcher = [*PROFILE, "-c", "from hami.cli import main; main()"]
+    if cprofile:
+        launcher = ["-m", "bench.cpuprofile", cprofile]
     hami = subprocess.Popen(
         [
             sys.executable,
