@@ -124,7 +124,9 @@ class NodeLocker:
         (``watched``: ``(namespace, name)`` → the pod as the watch last saw it) shows alive and not finished, is
         contention without a request (two API calls less per bind that waits for a hand-over: the node and the
         holder are not read again); any other lock in a hint is read afresh and decided as below. Raising
-        contention writes nothing, so a view a little behind costs at most a wait that the watch then ends.
+        contention writes nothing, so a view a little behind costs at most a wait that the watch then ends. On a
+        fresh read, too, a holder the pod watch shows alive is not read again (only a gone or finished holder
+        makes a lock stale, and that is always confirmed by a GET).
 
         Raises :class:`LockContention` if another live pod holds it, :class:`AnnotationError` for an unparsable
         lock, :class:`NotFound` if the node is gone, :class:`Conflict` if every attempt lost a race.
@@ -145,7 +147,7 @@ class NodeLocker:
                 lock = decode_node_lock(value, key)
                 if is_owned_by(lock, namespace, name) and not is_expired(lock, now, expiry):
                     return lock  # re-entrant: one pod may lock through several vendors
-                reason = await self._takeover_reason(lock, now, self._pod_or_none, expiry)
+                reason = await self._takeover_reason(lock, now, self._lookup(watched), expiry)
                 if reason is None:
                     named = "" if key == NODE_LOCK else key
                     raise LockContention(node, _holder(lock), lock.timestamp, expiry.total_seconds(), key=named)
@@ -159,6 +161,20 @@ class NodeLocker:
             except ApiError as exc:
                 await self._retry_pause(attempt, exc)
         raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
+
+    def _lookup(self, watched: Callable[[str, str], Pod | None] | None) -> PodLookup:
+        """The holder lookup of ``acquire``: a holder the pod watch shows alive and not finished is taken from
+        there (contention either way, so a GET would change nothing); anything else is read."""
+        if watched is None:
+            return self._pod_or_none
+
+        async def lookup(namespace: str, name: str) -> Pod | None:
+            seen = watched(namespace, name)
+            if seen is not None and seen.status.phase not in FINISHED_PHASES:
+                return seen
+            return await self._pod_or_none(namespace, name)
+
+        return lookup
 
     def _busy_per_watch(
         self,

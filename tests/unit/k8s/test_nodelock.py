@@ -169,6 +169,19 @@ async def test_a_watched_lock_that_is_already_gone_is_read_afresh() -> None:
     assert memory.calls == ["get_node", "patch_node_annotations"]
 
 
+async def test_a_race_lost_to_a_watched_live_holder_reads_the_node_but_not_the_holder() -> None:
+    """The watch showed the node free, another bind won the write: the node is read again, and its new holder,
+    alive per the pod watch, is contention without a GET of that pod."""
+    memory = MemoryCluster(nodes=[node(lock_value("default", "winner"))], pods=[pod("winner")])
+    store = {("default", "winner"): pod("winner")}
+    stale = node()
+    stale.metadata.resource_version = "stale"
+    with pytest.raises(LockContention):
+        await locker(memory).acquire("gpu-1", "default", "p1", hint=stale, watched=lambda ns, n: store.get((ns, n)))
+    assert "get_pod" not in memory.calls
+    assert memory.calls.count("get_node") == 1
+
+
 async def test_an_unparsable_lock_is_never_overwritten() -> None:
     memory = MemoryCluster(nodes=[node("lock")])
     with pytest.raises(AnnotationError) as caught:
