@@ -42,8 +42,6 @@ class _Node:
     queue: deque[asyncio.Future[None]] = field(default_factory=deque)
     turn: bool = False
     """A waiter was woken (or returned at once) and has not reported its try yet."""
-    taken: bool = False
-    """A woken waiter took the lock and the watch does not show it yet."""
 
 
 def lock_holder(value: str | None) -> str | None:
@@ -73,7 +71,6 @@ class NodeLockWaits:
         """The watch shows ``node`` with the value ``lock`` of the lock annotation ``key`` (None: unlocked)."""
         entry = self._nodes.setdefault((node, key), _Node())
         holder = lock_holder(lock)
-        entry.taken = False  # shown now (or, if the node shows no lock, gone again)
         if holder != entry.holder:
             if entry.holder:
                 entry.released.append(entry.holder)
@@ -119,16 +116,14 @@ class NodeLockWaits:
         if entry is None:
             return
         entry.turn = False
-        entry.taken = locked and entry.holder is None
         if not locked and entry.holder is None:
             self._wake(entry)
 
     def trying(self, node: str, key: str = NODE_LOCK) -> bool:
-        """Whether a waiter woken for the lock ``key`` of ``node`` has not reported its try yet, or took the lock
-        and the watch does not show it yet. A bind that arrives meanwhile waits (``wait`` with holder ``""``)
-        behind the queue instead of racing that try (or writing on a view that lacks the new lock)."""
+        """Whether a waiter woken for the lock ``key`` of ``node`` has not reported its try yet. A bind that
+        arrives meanwhile waits (``wait`` with holder ``""``) behind the queue instead of racing that try."""
         entry = self._nodes.get((node, key))
-        return entry is not None and (entry.turn or entry.taken)
+        return entry is not None and entry.turn
 
     # --- internals ----------------------------------------------------------------------------------------
     def _wake(self, entry: _Node) -> None:
