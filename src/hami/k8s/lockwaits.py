@@ -119,12 +119,6 @@ class NodeLockWaits:
         if not locked and entry.holder is None:
             self._wake(entry)
 
-    def trying(self, node: str, key: str = NODE_LOCK) -> bool:
-        """Whether a waiter woken for the lock ``key`` of ``node`` has not reported its try yet. A bind that
-        arrives meanwhile waits (``wait`` with holder ``""``) behind the queue instead of racing that try."""
-        entry = self._nodes.get((node, key))
-        return entry is not None and entry.turn
-
     # --- internals ----------------------------------------------------------------------------------------
     def _wake(self, entry: _Node) -> None:
         while entry.queue:

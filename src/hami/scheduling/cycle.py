@@ -394,9 +394,6 @@ class LockWaits(Protocol):
     def tried(self, node: str, locked: bool, key: str = keys.NODE_LOCK) -> None:
         """The waiter whose turn it was tried the lock: took it (``locked``) or not (the turn passes on)."""
 
-    def trying(self, node: str, key: str = keys.NODE_LOCK) -> bool:
-        """Whether a waiter woken for the lock ``key`` of ``node`` is trying it now (it has not said ``tried``)."""
-
 
 @dataclass(frozen=True, slots=True)
 class ApiFailure:
@@ -818,14 +815,11 @@ class Cycle:
 
         The wait goes through ``lock_waits`` (woken by the node watch as soon as the lock is released, one waiter
         per release) or, without it, pauses of ``lock_retry_interval``; every wait is reported to
-        ``report_lock_wait`` with how long it took and whether it ran out. A bind that arrives while another one,
-        just woken, is taking the lock queues behind it first (``_behind_a_try``).
+        ``report_lock_wait`` with how long it took and whether it ran out.
         """
         ns, name = pod.metadata.namespace, pod.metadata.name
         group = self.lock_retry_timeout if pod_group(pod) else 0.0
-        started, paused = self.stopwatch(), 0.0
-        turn = await self._behind_a_try(node, key)
-        waited = turn is not None
+        started, paused, waited, turn = self.stopwatch(), 0.0, False, False
         while True:
             locked = False
             try:
@@ -858,14 +852,6 @@ class Cycle:
                 paused += self.lock_retry_interval
             else:
                 turn = await self.lock_waits.wait(node, holder, budget - elapsed, key)
-
-    async def _behind_a_try(self, node: str, key: str) -> bool | None:
-        """When a bind woken by the node's release is taking the lock ``key`` now, wait behind it instead of racing
-        its write (the loser of that race pays a 409 and a read, and queues anyway): whether it is then this
-        bind's turn. None: nobody was trying, no wait."""
-        if self.lock_waits is None or self.bind_lock_wait <= 0 or not self.lock_waits.trying(node, key):
-            return None
-        return await self.lock_waits.wait(node, "", self.bind_lock_wait, key)
 
     def _handing_over(self, holder: str, node: str) -> bool:
         """Whether the lock on ``node`` is held by another hami bind in progress: a pod the ledger has on that node

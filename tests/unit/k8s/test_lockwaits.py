@@ -117,27 +117,3 @@ async def test_a_waiter_cancelled_after_it_was_woken_passes_its_turn_on() -> Non
     await spin()
     assert first.cancelled()
     assert second.result() is True
-
-
-async def test_a_bind_arriving_during_a_try_queues_behind_it_instead_of_racing() -> None:
-    """Between a release and the woken waiter's report, ``trying`` says so; a newcomer that then waits (holder
-    ``""``: it saw no lock) is not woken by that release but after the try, in arrival order."""
-    waits = NodeLockWaits()
-    waits.seen("n", A)
-    first = asyncio.create_task(waits.wait("n", "ns/a", 30))
-    await spin()
-    assert not waits.trying("n")
-    waits.seen("n", None)
-    await spin()
-    assert (first.done(), waits.trying("n")) == (True, True)
-    newcomer = asyncio.create_task(waits.wait("n", "", 30))
-    await spin()
-    assert not newcomer.done()
-    waits.tried("n", True)  # the woken one took the lock
-    waits.seen("n", B)  # the watch shows its lock
-    await spin()
-    assert (newcomer.done(), waits.trying("n")) == (False, False)
-    waits.seen("n", None)  # its device plugin released it: the newcomer's turn
-    await spin()
-    assert (newcomer.done(), waits.trying("n")) == (True, True)
-    assert newcomer.result() is True

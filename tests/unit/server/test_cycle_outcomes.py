@@ -214,9 +214,6 @@ async def test_a_lock_wait_is_bounded_and_a_timeout_is_reported(world: World) ->
         def tried(self, node: str, locked: bool, key: str = keys.NODE_LOCK) -> None:
             raise AssertionError("no turn was given")
 
-        def trying(self, node: str, key: str = keys.NODE_LOCK) -> bool:
-            return False
-
     waited: list[tuple[float, bool]] = []
     cycle.lock_waits, cycle.bind_lock_wait, cycle.stopwatch = Never(), 3.0, lambda: now[0]
     cycle.report_lock_wait = lambda seconds, timed_out: waited.append((seconds, timed_out))
@@ -259,9 +256,6 @@ async def test_a_lock_held_by_a_pod_hami_did_not_place_is_not_waited_for(world: 
         def tried(self, node: str, locked: bool, key: str = keys.NODE_LOCK) -> None:
             raise AssertionError("no turn was given")
 
-        def trying(self, node: str, key: str = keys.NODE_LOCK) -> bool:
-            return False
-
     waited: list[bool] = []
     cycle.lock_waits, cycle.bind_lock_wait = Unused(), 20.0
     cycle.report_lock_wait = lambda seconds, timed_out: waited.append(timed_out)
@@ -273,33 +267,3 @@ async def test_a_lock_held_by_a_pod_hami_did_not_place_is_not_waited_for(world: 
         f"locked by {NS}/foreign since {NOW_DT.isoformat()} (expires after 300s): node lock contention"
     )
     assert waited == []
-
-
-async def test_a_bind_arriving_while_a_woken_bind_tries_the_lock_queues_behind_it(world: World) -> None:
-    """The node's lock was just released and the bind woken for it is writing its own: a new bind of the same node
-    waits its turn (no lock write of its own until then, so no 409 and no read), then takes the lock."""
-    cycle = world.extender.cycle
-    world.add_node(gpu_node("n1"))
-    await world.filter(world.add_pod(gpu_pod("p2")), ["n1"])
-    world.deliver(NS, "p2")
-    log: list[str] = []
-
-    class Busy:
-        async def wait(self, node: str, holder: str, timeout: float, key: str = keys.NODE_LOCK) -> bool:
-            log.append(f"wait {node} {holder!r} {timeout} calls={len(world.cluster.calls)}")
-            return True
-
-        def tried(self, node: str, locked: bool, key: str = keys.NODE_LOCK) -> None:
-            log.append(f"tried {node} {locked}")
-
-        def trying(self, node: str, key: str = keys.NODE_LOCK) -> bool:
-            return True
-
-    cycle.lock_waits, cycle.bind_lock_wait = Busy(), 20.0
-    calls_before = len(world.cluster.calls)
-    outcome = await cycle.bind(NS, "p2", "uid-p2", "n1")
-
-    assert outcome.result is Bound.BOUND
-    assert log == [f"wait n1 '' 20.0 calls={calls_before}", "tried n1 True"]
-    assert world.cluster.calls[calls_before:].count("patch_node_annotations") == 1
-    assert decode_node_lock(world.cluster.nodes["n1"].metadata.annotations[keys.NODE_LOCK]).name == "p2"
