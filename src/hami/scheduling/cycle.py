@@ -22,6 +22,7 @@ import asyncio
 import enum
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
 from hami.devices.base import AnnotationContext, SliceAt, Vendor
@@ -35,12 +36,13 @@ from hami.protocol.events import (
     filtering_succeed_text,
     no_available_node_text,
 )
+from hami.protocol.inventory import DeviceInfo
 from hami.protocol.objects import ObjectMeta, Pod
 from hami.scheduling.filter import NodeFit, NodeRejection, filter_node
 from hami.scheduling.quota import QuotaBook
 from hami.scheduling.records import RecordReader, holds_devices, is_terminal, pod_group
 from hami.scheduling.request import PodRequest, SchedulingDefaults, prefilter
-from hami.scheduling.screen import Screen, realize
+from hami.scheduling.screen import NO_SHORTCUT, Screen, realize, screened_fit, screened_fits
 from hami.scheduling.state import ClusterState, NodeState, PodRecord
 from hami.scheduling.usage import effective_charges
 
@@ -111,7 +113,9 @@ class Verdicts:
 
     Never authoritative: a node's entry is used only while it was made for the very same ``NodeState`` at the same
     generation (every charge and update bumps it; a node removed and added again is a new object). Bounded:
-    ``per_node`` shapes per node, and when more than ``shapes`` request shapes were seen it starts over.
+    ``per_node`` shapes per node (a node's full entry starts over: with more shapes than that in turn no verdict
+    is found again either way, and clearing costs less than evicting one per fresh verdict), and when more than
+    ``shapes`` request shapes were seen it starts over.
     ``screening=False`` judges every node with Fit (no capacity screening, ``hami.scheduling.screen``).
     """
 
@@ -153,7 +157,7 @@ class Verdicts:
             return
         memo = entry.verdicts
         if len(memo) >= self.per_node and shape not in memo:
-            memo.pop(next(iter(memo)))
+            memo.clear()
         memo[shape] = verdict
 
 
@@ -175,11 +179,33 @@ def filter_nodes(
 ) -> tuple[list[NodeFit], dict[str, NodeRejection]]:
     """The filter stage: every candidate judged; the fitting ones and every rejection with its numbers."""
     memo = memo or Verdicts(per_node=0)
-    shape = memo.shape(req, state.quotas)
     screen = Screen.prepare(state, req) if memo.screening else None  # fitting nodes come back SCREENED
+    if screen is None:
+        return _judge_each(state, names, memo, memo.shape(req, state.quotas), partial(judge, state, req=req))
+    fits, rejected = _judge_each(state, names, memo, memo.shape(req, state.quotas), screen.judge, screen.shortcut())
+    if not screen.audit():  # the capacity index disagreed with Fit: judge with Fit only
+        memo.clear()
+        return filter_nodes(state, req, names, Verdicts(per_node=0, screening=False))
+    return fits, rejected
+
+
+def _judge_each(
+    state: ClusterState,
+    names: Sequence[str],
+    memo: Verdicts,
+    shape: int,
+    fresh: Callable[[NodeState], Verdict],
+    shortcut: tuple[str, Callable[[DeviceInfo], bool] | None, int, int] = NO_SHORTCUT,
+) -> tuple[list[NodeFit], dict[str, NodeRejection]]:
+    """``filter_nodes``' loop: each candidate's verdict from the memo, else the screen's ``shortcut`` (inlined: a
+    fresh verdict costs about what a memo hit does, so many request shapes cost little more than one), else
+    ``fresh``."""
     fits: list[NodeFit] = []
     rejected: dict[str, NodeRejection] = {}
     nodes, entries = state.nodes, memo.nodes
+    per_node = memo.per_node if shape else 0  # memo.keep, inlined below
+    vendor, carves, memreq, cores = shortcut
+    screened = screened_fits()
     for name in names:
         node = nodes.get(name)
         if node is None:
@@ -190,15 +216,26 @@ def filter_nodes(
             entry = entries[name] = _NodeMemo(node)
         verdict = entry.verdicts.get(shape)
         if verdict is None:
-            verdict = judge(state, node, req) if screen is None else screen.judge(node)
-            memo.keep(entry, shape, verdict)
+            table = node.tables.get(vendor)  # Screen.shortcut, inlined
+            if (
+                table is not None
+                and not node.cordoned
+                and memreq <= (cap := table.summary(carves)).max_mem
+                and cores <= cap.first_cores
+                and not cap.carved
+            ):
+                verdict = screened.get(name) or screened_fit(name)
+            if verdict is None:
+                verdict = fresh(node)
+            if per_node:
+                kept = entry.verdicts
+                if len(kept) >= per_node:  # full: start over (cheaper than evicting one per verdict, as often)
+                    kept.clear()
+                kept[shape] = verdict
         if isinstance(verdict, NodeFit):
             fits.append(verdict)
         else:
             rejected[name] = verdict
-    if screen is not None and not screen.audit():  # the capacity index disagreed with Fit: judge with Fit only
-        memo.clear()
-        return filter_nodes(state, req, names, Verdicts(per_node=0, screening=False))
     return fits, rejected
 
 
