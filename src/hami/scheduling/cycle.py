@@ -23,7 +23,7 @@ import enum
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Protocol
+from typing import Final, Protocol
 
 from hami.devices.base import AnnotationContext, SliceAt, Vendor
 from hami.errors import ApiError, Conflict, HamiError, InvalidInput, LockContention, NotFound
@@ -99,13 +99,29 @@ Verdict = NodeFit | NodeRejection
 class _NodeMemo:
     """What is known about one node at one generation: its score, and its verdict per request shape."""
 
-    __slots__ = ("generation", "node", "score", "verdicts")
+    __slots__ = ("generation", "node", "room", "score", "verdicts")
 
     def __init__(self, node: NodeState) -> None:
         self.node = node
         self.generation = node.generation
         self.score: float | None = None
         self.verdicts: dict[int, Verdict] = {}
+        self.room: tuple[str, int, int] = _NO_ROOM
+        """What a screen's shortcut reads, read once per entry (``_room``): (vendor, free MiB, cores) or
+        ``_NO_ROOM``; like the verdicts, it holds while the node's generation does."""
+
+
+_NO_ROOM: Final[tuple[str, int, int]] = ("", -1, -1)
+
+
+def _room(node: NodeState, vendor: str, carves: Callable[[DeviceInfo], bool] | None) -> tuple[str, int, int]:
+    """(vendor, ``max_mem``, ``first_cores``) of the node's table of ``vendor``: what ``Screen.shortcut`` compares;
+    (vendor, -1, -1), which no shortcut passes, for a cordoned node, no such table, or carved devices."""
+    table = node.tables.get(vendor)
+    if table is None or node.cordoned:
+        return (vendor, -1, -1)
+    cap = table.summary(carves)
+    return (vendor, -1, -1) if cap.carved else (vendor, cap.max_mem, cap.first_cores)
 
 
 class Verdicts:
@@ -197,9 +213,10 @@ def _judge_each(
     fresh: Callable[[NodeState], Verdict],
     shortcut: tuple[str, Callable[[DeviceInfo], bool] | None, int, int] = NO_SHORTCUT,
 ) -> tuple[list[NodeFit], dict[str, NodeRejection]]:
-    """``filter_nodes``' loop: each candidate's verdict from the memo, else the screen's ``shortcut`` (inlined: a
-    fresh verdict costs about what a memo hit does, so many request shapes cost little more than one), else
-    ``fresh``."""
+    """``filter_nodes``' loop: each candidate's verdict from the memo, else the screen's ``shortcut``, else
+    ``fresh``. The shortcut is inlined and compares the numbers kept with the node's memo entry (``_room``: read
+    from its summary once per node change), so a fresh screened fit touches nothing a memo hit does not: with
+    many request shapes in turn a decision costs little more than with one (issue 19 item 4)."""
     fits: list[NodeFit] = []
     rejected: dict[str, NodeRejection] = {}
     nodes, entries = state.nodes, memo.nodes
@@ -216,17 +233,11 @@ def _judge_each(
             entry = entries[name] = _NodeMemo(node)
         verdict = entry.verdicts.get(shape)
         if verdict is None:
-            table = node.tables.get(vendor)  # Screen.shortcut, inlined
-            if (
-                table is not None
-                and not node.cordoned
-                and memreq <= (cap := table.summary(carves)).max_mem
-                and cores <= cap.first_cores
-                and not cap.carved
-            ):
-                verdict = screened.get(name) or screened_fit(name)
-            if verdict is None:
-                verdict = fresh(node)
+            room = entry.room  # Screen.shortcut, inlined, on the numbers kept with the entry
+            if room[0] != vendor:
+                room = entry.room = _room(node, vendor, carves)
+            roomy = memreq <= room[1] and cores <= room[2]
+            verdict = (screened.get(name) or screened_fit(name)) if roomy else fresh(node)
             if per_node:
                 kept = entry.verdicts
                 if len(kept) >= per_node:  # full: start over (cheaper than evicting one per verdict, as often)

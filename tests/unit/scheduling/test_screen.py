@@ -384,15 +384,20 @@ def test_screened_decisions_equal_full_decisions(world: tuple[ClusterState, list
 def test_many_shapes_through_one_memo_equal_full_decisions(
     world: tuple[ClusterState, list[str]], data: list[Any]
 ) -> None:
-    """Pods of many request shapes in turn through one memo that keeps two shapes per node (it starts a node's entry
-    over when full), each asked twice without usage changing: every decision equals Fit's."""
+    """Pods of many request shapes (and vendors) in turn through one memo that keeps two shapes per node (it starts a
+    node's entry over when full), each asked twice — the second time reserved, so usage changes under the memo and
+    the numbers its entries keep for the screen's shortcut must follow: every decision equals Fit's."""
     s, names = world
     memo = Verdicts(per_node=2)
     pods = [data[0].draw(single_pods(f"pod-{k}")) for k in range(5)]
-    for req in [*pods, *pods]:
+    for k, req in enumerate([*pods, *pods]):
         with audits_never_fail():
-            assert decide(s, req, [*names, "ghost"], NOW, memo) == full(s, req, names)
-    assert all(len(entry.verdicts) <= 2 for entry in memo.nodes.values())
+            decision = decide(s, req, [*names, "ghost"], NOW, memo)
+        assert decision == full(s, req, names)
+        assert all(len(entry.verdicts) <= 2 for entry in memo.nodes.values())
+        if k >= len(pods) and decision.node is not None:
+            reserve(s, req, decision)
+    assert s.verify() == []
 
 
 @PROPS
@@ -423,6 +428,27 @@ def test_only_the_chosen_node_is_fitted() -> None:
     decision = decide(s, req, ["node-0", "node-1", "node-2"], NOW)
     assert (decision.node, decision.devices[NVIDIA][0][0].uuid) == ("node-1", "n1-G0")
     assert decision.devices == full(s, req, ["node-0", "node-1", "node-2"]).devices
+
+
+def test_cordoned_and_carved_nodes_are_fitted_not_shortcut() -> None:
+    """The shortcut's numbers (kept with the memo entry) never pass a node with cordoned devices or devices carved
+    into slices, whose fit the summary cannot tell: such nodes are judged by Fit even when a card has the room, also
+    for the second shape through the same memo; a node's numbers follow a charge."""
+    s = ClusterState(vendors())
+    s.set_node("plain", {NVIDIA: NodeInventory((gpu("P0"),))})
+    s.set_node("cordoned", {NVIDIA: NodeInventory((gpu("C0"), gpu("C1", index=1)))}, cordoned=frozenset({"C1"}))
+    s.set_node("carved", {NVIDIA: NodeInventory((gpu("M0"), mig_gpu("M1", index=1)))})
+    names = ["carved", "cordoned", "plain"]
+    memo = Verdicts()
+    for mem in (1024, 2048):
+        req = pod_request(ContainerRequest(NVIDIA, 1, mem, coresreq=10))
+        fits, rejected = filter_nodes(s, req, names, memo)
+        assert rejected == {}
+        assert {f.node: screened(f) for f in fits} == {"carved": False, "cordoned": False, "plain": True}
+    big = pod_request(ContainerRequest(NVIDIA, 1, 8000), uid="big", name="big")
+    reserve(s, big, decide(s, big, ["plain"], NOW, memo))
+    fits, rejected = filter_nodes(s, req, names, memo)
+    assert ([f.node for f in fits], list(rejected)) == (["carved", "cordoned"], ["plain"])
 
 
 def test_a_screen_that_lies_is_caught(monkeypatch: Any) -> None:
