@@ -12,6 +12,9 @@ the ledger's single mutation path, so reading it costs O(1) until the node chang
 * a node every vendor screens as fitting: O(1). It is listed as fitting with ``placements`` left ``SCREENED``; only
   the node that ``decide`` chooses is fitted for real (``realize``) — the devices of the others are never
   needed. Its score needs no devices either: a screened fit's vendor contribution is 0 by ``Screening``'s contract.
+  For the commonest request (one card with memory, no type filter) ``cycle.filter_nodes`` inlines the screen as
+  two comparisons on numbers kept with the node's memo entry (``Screen.shortcut``): a fresh verdict then costs
+  about what a memo hit does, however many request shapes come in turn.
 * a node some vendor screens as not fitting: that vendor's ``Unfit`` is told from the summary (``Screener.unfit``:
   the same reasons, counts and closest misses as Fit; O(1) when no open card has the memory, a few comparisons per
   card otherwise), and the "could it fit if empty" check (``unresolvable``) is answered from the static summary of
@@ -84,7 +87,7 @@ class Screen:
         self.state, self.req, self.checks = state, req, checks
         self.one = checks[0] if len(checks) == 1 else None
         self.quick = checks[0][1].shortcut() if len(checks) == 1 else None
-        """The one vendor's ``Shortcut``, tried before its screen by ``judge``."""
+        """The one vendor's ``Shortcut``, for ``shortcut``."""
         self.indexed: list[NodeRejection] = []
         """The rejections told from the capacity index in this decision (one of them is checked: ``audit``)."""
 
@@ -115,22 +118,13 @@ class Screen:
 
     def judge(self, node: NodeState) -> NodeFit | NodeRejection:
         """The node's verdict; a fitting node comes back ``SCREENED`` (see the module docstring)."""
+        tables = node.tables
         one = self.one
         if one is not None and not node.cordoned:  # one vendor: the common case, kept short (it runs per candidate)
-            table = node.tables.get(one[0])
-            if table is not None:
-                quick, fits = self.quick, False
-                if quick is not None:  # the commonest fit in two comparisons (``Shortcut``), before the screen
-                    cap = table.summary(quick.carves)
-                    fits = quick.memreq <= cap.max_mem and quick.cores <= cap.first_cores and not cap.carved
-                if fits or one[1](table, False):
-                    fit = _SCREENED_FITS.get(node.name)
-                    return fit if fit is not None else screened_fit(node.name)
-        return self._judge(node)
-
-    def _judge(self, node: NodeState) -> NodeFit | NodeRejection:
-        """``judge`` for any number of vendors: each one's screen in Fit's order, its ``Unfit``, else Fit."""
-        tables = node.tables
+            table = tables.get(one[0])
+            if table is not None and one[1](table, False):
+                fit = _SCREENED_FITS.get(node.name)
+                return fit if fit is not None else screened_fit(node.name)
         answer: bool | None = None if node.cordoned else True
         for vendor, screen in self.checks:
             if answer is None:
