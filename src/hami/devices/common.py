@@ -414,10 +414,11 @@ def _topology_choice(ctx: FitContext, groups: Sequence[Sequence[Placement]], num
 
 
 class Shortcut(NamedTuple):
-    """A screen's commonest "fits" in two comparisons, for the per-candidate loop (``Screen.judge``): a request for
-    one card with memory and no type filter fits a table whose summary (``summary(carves)``) has no carved device,
-    has a card with ``memreq`` free (``Capacity.max_mem``) and whose first card takes ``cores`` (``first_cores``) —
-    the screen answers True there without its other checks. Anything else is left to the screen itself."""
+    """A screen's commonest "fits" in two comparisons, for the per-candidate loop (``cycle.filter_nodes``): a
+    request for one card with memory and no type filter fits a table whose summary (``summary(carves)``) has no
+    carved device, has a card with ``memreq`` free (``Capacity.max_mem``) and whose first card takes ``cores``
+    (``first_cores``) — the screen answers True there without its other checks. Anything else is left to the screen
+    itself. A property test checks it against the screen and Fit (``tests/unit/scheduling/test_screen.py``)."""
 
     carves: Callable[[DeviceInfo], bool] | None
     memreq: int
