@@ -37,7 +37,7 @@ from hami.k8s.config import KubeConfig
 from hami.k8s.events import EventRecorder
 from hami.k8s.extender_io import ExtenderIO
 from hami.k8s.lockwaits import NodeLockWaits
-from hami.k8s.nodelock import NodeLocker
+from hami.k8s.nodelock import NodeLocker, allocation_over, follows_bind_phase
 from hami.k8s.records import Lease, ObjectRef
 from hami.k8s.resources import LEASES, NODES, PODS, RESOURCE_QUOTAS
 from hami.k8s.reviews import AccessReviewer
@@ -243,14 +243,25 @@ class Runtime:
     def _on_pod(self, extender: Extender, locker: NodeLocker, supervisor: Supervisor) -> Callable[[Pod, bool], None]:
         def apply(obj: Pod, deleted: bool) -> None:
             extender.on_pod(obj, deleted)
-            if (deleted or is_terminal(obj)) and obj.spec.node_name in self.locks:
+            if obj.spec.node_name not in self.locks:
+                return
+            if deleted or is_terminal(obj):
                 self._release_if_holder(obj, locker, supervisor)
+            elif allocation_over(obj):
+                # bound with bind phase success/failed: the device plugin's release of hami.io/mutex.lock was lost
+                # (it writes the phase first); left alone, the lock would block the node until it expires
+                self._release_if_holder(obj, locker, supervisor, follows_bind_phase)
 
         return apply
 
-    def _release_if_holder(self, pod: Pod, locker: NodeLocker, supervisor: Supervisor) -> None:
+    def _release_if_holder(
+        self, pod: Pod, locker: NodeLocker, supervisor: Supervisor, only: Callable[[str], bool] = lambda key: True
+    ) -> None:
+        """Release the locks on the pod's node that ``pod`` holds, among the lock annotations ``only`` accepts."""
         node = pod.spec.node_name
         for key, value in self.locks[node].items():
+            if not only(key):
+                continue
             try:
                 lock = decode_node_lock(value, key)
             except Exception:  # a malformed lock is handled by the next acquire; nothing to release here
@@ -262,7 +273,7 @@ class Runtime:
         try:
             await locker.release(node, pod.metadata.namespace, pod.metadata.name, key=key)
         except ApiError as err:
-            log.warning("releasing the lock %s on %s held by finished pod %s failed: %s", key, node, pod.key, err)
+            log.warning("releasing the lock %s on %s left by pod %s failed: %s", key, node, pod.key, err)
 
     def _once(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         """Run a one-shot API write in the background (the supervisor is for loops that must not end)."""

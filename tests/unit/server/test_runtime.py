@@ -142,9 +142,11 @@ def locked_node(wired: Wired, holder: str) -> Node:
     return node
 
 
-def bound_pod(wired: Wired, name: str, phase: str = "Pending") -> Pod:
+def bound_pod(wired: Wired, name: str, phase: str = "Pending", bind_phase: str | None = None) -> Pod:
     pod = gpu_pod(name, phase=phase)
     pod.spec.node_name = "n1"
+    if bind_phase is not None:
+        pod.metadata.annotations[keys.BIND_PHASE] = bind_phase
     return wired.world.cluster.put_pod(pod)
 
 
@@ -168,6 +170,28 @@ async def test_lock_of_a_finished_or_deleted_holder_is_released_at_once(
     await wired.settle()
 
     assert keys.NODE_LOCK not in wired.world.cluster.nodes["n1"].metadata.annotations
+
+
+@pytest.mark.parametrize(
+    ("bind_phase", "released"),
+    [
+        pytest.param("success", True, id="allocated"),
+        pytest.param("failed", True, id="allocate-failed"),
+        pytest.param("allocating", False, id="still-allocating"),
+    ],
+)
+async def test_lock_left_behind_by_the_device_plugin_is_released_when_the_holder_is_done(
+    wired: Wired, bind_phase: str, released: bool
+) -> None:
+    """The device plugin wrote the bind phase but its release was lost: the watch sees the phase and releases."""
+    node = locked_node(wired, "holder")
+    holder = bound_pod(wired, "holder", "Pending", bind_phase)
+
+    wired.pod_event(holder)
+    await wired.settle()
+
+    left = wired.world.cluster.nodes["n1"].metadata.annotations.get(keys.NODE_LOCK)
+    assert left == (None if released else node.metadata.annotations[keys.NODE_LOCK])
 
 
 async def test_lock_of_another_pod_is_kept_when_a_pod_finishes(wired: Wired) -> None:
