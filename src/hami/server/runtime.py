@@ -71,6 +71,10 @@ REGISTRATION_REFUSED = "RegistrationRefused"
 """Reason of the Warning event on a node whose device registration cannot be decoded (hami's own; HAMi has none)."""
 LOCK_SWEEP_SECONDS = 30.0
 """How often nodes holding a lock are checked for a finished or deleted holder (HAMi never does this)."""
+LEFT_BEHIND_GRACE_SECONDS = 2.0
+"""How long the device plugin has, after writing a holder's bind phase ``success``/``failed``, to release
+``hami.io/mutex.lock`` itself (it does so right after) before hami releases it: releasing at once would race the
+plugin's own release on every pod, two needless API requests and a conflict for the plugin each time."""
 TLS_RELOAD_SECONDS = 10.0
 ROLE_CHECK_SECONDS = 0.5
 """How often leadership is compared with the pod's role label (no API call unless it changed)."""
@@ -114,7 +118,10 @@ class Runtime:
     role_written: str = ""
     """The ``hami.io/scheduler-role`` value last written on this replica's own pod ("" before the first)."""
 
+    left_behind_grace: float = LEFT_BEHIND_GRACE_SECONDS
     _writes: set[asyncio.Task[None]] = field(default_factory=set)
+    _left_behind: dict[tuple[str, str, str], asyncio.TimerHandle] = field(default_factory=dict)
+    """(node, lock key, lock value) → the pending check of a lock whose holder the device plugin is done with."""
 
     def __post_init__(self) -> None:
         if self.transport is None:  # read the files now: a missing or bad one is a ConfigError at start-up
@@ -248,20 +255,49 @@ class Runtime:
             if deleted or is_terminal(obj):
                 self._release_if_holder(obj, locker, supervisor)
             elif allocation_over(obj):
-                # bound with bind phase success/failed: the device plugin's release of hami.io/mutex.lock was lost
-                # (it writes the phase first); left alone, the lock would block the node until it expires
-                self._release_if_holder(obj, locker, supervisor, follows_bind_phase)
+                # bound with bind phase success/failed: the device plugin releases hami.io/mutex.lock right after
+                # writing the phase; if that release is lost, the lock would block the node until it expires
+                self._release_left_behind(obj, locker)
 
         return apply
 
-    def _release_if_holder(
-        self, pod: Pod, locker: NodeLocker, supervisor: Supervisor, only: Callable[[str], bool] = lambda key: True
-    ) -> None:
-        """Release the locks on the pod's node that ``pod`` holds, among the lock annotations ``only`` accepts."""
+    def _release_left_behind(self, pod: Pod, locker: NodeLocker) -> None:
+        """Check, ``left_behind_grace`` seconds from now, each ``hami.io/mutex.lock`` on the pod's node that ``pod``
+        holds: if the node watch still shows that very lock, the device plugin's release was lost, and
+        :meth:`NodeLocker.release_if_stale` releases it (reading the node and the holder again, so a pod of the
+        same name created since keeps its lock). Normally the plugin's release comes first: no API request."""
         node = pod.spec.node_name
         for key, value in self.locks[node].items():
-            if not only(key):
+            pending = (node, key, value)
+            if not follows_bind_phase(key) or pending in self._left_behind:
                 continue
+            try:
+                lock = decode_node_lock(value, key)
+            except Exception:  # a malformed lock is handled by the next acquire; nothing to release here
+                continue
+            if lock.namespace == pod.metadata.namespace and lock.name == pod.metadata.name:
+                check = self._left_behind_check(locker, pending)
+                self._left_behind[pending] = asyncio.get_running_loop().call_later(self.left_behind_grace, check)
+
+    def _left_behind_check(self, locker: NodeLocker, pending: tuple[str, str, str]) -> Callable[[], None]:
+        node, key, value = pending
+
+        async def release() -> None:
+            try:
+                await locker.release_if_stale(node, key=key)
+            except ApiError as err:
+                log.warning("releasing the lock %s on %s left behind by its device plugin failed: %s", key, node, err)
+
+        def check() -> None:
+            self._left_behind.pop(pending, None)
+            if self.locks.get(node, {}).get(key) == value:
+                self._once(release(), f"unlock-left-{node}" + _lock_suffix(key))
+
+        return check
+
+    def _release_if_holder(self, pod: Pod, locker: NodeLocker, supervisor: Supervisor) -> None:
+        node = pod.spec.node_name
+        for key, value in self.locks[node].items():
             try:
                 lock = decode_node_lock(value, key)
             except Exception:  # a malformed lock is handled by the next acquire; nothing to release here
@@ -273,7 +309,7 @@ class Runtime:
         try:
             await locker.release(node, pod.metadata.namespace, pod.metadata.name, key=key)
         except ApiError as err:
-            log.warning("releasing the lock %s on %s left by pod %s failed: %s", key, node, pod.key, err)
+            log.warning("releasing the lock %s on %s held by finished pod %s failed: %s", key, node, pod.key, err)
 
     def _once(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         """Run a one-shot API write in the background (the supervisor is for loops that must not end)."""
@@ -377,6 +413,8 @@ class Runtime:
             supervisor.start(self._lock_sweep(locker), name="lock-sweep")
             servers = await self._servers(extender, supervisor, stack, client_settings)
             await self._serve(servers, listeners)
+            for check in self._left_behind.values():  # no release started once the client is closing
+                check.cancel()
             await extender.settle_all()
             await events.aclose()
 

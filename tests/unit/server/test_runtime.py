@@ -38,19 +38,24 @@ class Wired:
         self.runtime._on_pod(self.world.extender, self.world.locker, self.supervisor)(pod, deleted)
 
     async def settle(self) -> None:
-        """Let the handlers' background writes finish."""
-        while self.runtime._writes:
-            await asyncio.gather(*list(self.runtime._writes))
+        """Let the handlers' pending checks and background writes finish."""
+        while self.runtime._writes or self.runtime._left_behind:
+            if self.runtime._writes:
+                await asyncio.gather(*list(self.runtime._writes))
+            else:
+                await asyncio.sleep(0.01)
         await self.world.recorder.flush()
 
 
 def make_runtime(**settings: object) -> Runtime:
-    return Runtime(
+    runtime = Runtime(
         SchedulerSettings(**settings),  # type: ignore[arg-type]
         default_device_config(),
         KubeConfig(server="https://127.0.0.1:6443", token="t0ken"),
         identity="sched-1",
     )
+    runtime.left_behind_grace = 0.0  # a lock the device plugin left behind is checked at once
+    return runtime
 
 
 @pytest.fixture
@@ -192,6 +197,39 @@ async def test_lock_left_behind_by_the_device_plugin_is_released_when_the_holder
 
     left = wired.world.cluster.nodes["n1"].metadata.annotations.get(keys.NODE_LOCK)
     assert left == (None if released else node.metadata.annotations[keys.NODE_LOCK])
+
+
+async def test_the_device_plugins_own_release_within_the_grace_costs_no_api_request(wired: Wired) -> None:
+    """The plugin writes the bind phase, then releases: hami waits for that release instead of racing it."""
+    wired.runtime.left_behind_grace = 0.05
+    node = locked_node(wired, "holder")
+    wired.pod_event(bound_pod(wired, "holder", "Pending", "success"))
+    assert wired.runtime._left_behind  # a check is pending, nothing written yet
+    del node.metadata.annotations[keys.NODE_LOCK]  # the device plugin's release, seen by the node watch
+    wired.node_event(stored(wired, node))
+    calls = len(wired.world.cluster.calls)
+
+    await asyncio.sleep(0.1)
+    await wired.settle()
+
+    assert wired.world.cluster.calls[calls:] == []  # not even a read
+
+
+async def test_a_pod_of_the_same_name_created_since_keeps_its_lock(wired: Wired) -> None:
+    """The check reads the holder again: the lock now belongs to a new pod of that name, still being bound."""
+    wired.runtime.left_behind_grace = 0.05
+    node = locked_node(wired, "holder")
+    wired.pod_event(bound_pod(wired, "holder", "Pending", "success"))
+    wired.world.cluster.delete_pod(NS, "holder")
+    wired.world.cluster.put_pod(gpu_pod("holder", phase="Pending"))  # recreated: unbound, being bound (same lock)
+
+    await asyncio.sleep(0.1)
+    await wired.settle()
+
+    assert (
+        wired.world.cluster.nodes["n1"].metadata.annotations[keys.NODE_LOCK]
+        == node.metadata.annotations[keys.NODE_LOCK]
+    )
 
 
 async def test_lock_of_another_pod_is_kept_when_a_pod_finishes(wired: Wired) -> None:
