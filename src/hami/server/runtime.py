@@ -209,7 +209,7 @@ class Runtime:
             if before.get(vendor) != problem:
                 log.warning("node %s: %s registration refused: %s", name, vendor, problem)
                 message = f"{vendor} devices of node {name} are not scheduled: registration refused: {problem}"
-                events.record(ObjectRef.for_node(node), EventType.WARNING, REGISTRATION_REFUSED, message)
+                self._leader_event(events, ObjectRef.for_node(node), EventType.WARNING, REGISTRATION_REFUSED, message)
         for vendor in before.keys() - problems.keys():
             log.info("node %s: %s registration accepted again", name, vendor)
         if problems:
@@ -217,11 +217,21 @@ class Runtime:
         else:
             self.quarantined.pop(name, None)
 
+    def _leader_event(self, events: EventRecorder, involved: ObjectRef, type: str, reason: str, message: str) -> None:
+        """Write an Event about a problem a watch handler found, from the leader only. Every replica watches the same
+        objects and finds the same problem at the same time: with ``--leader-elect``, each writing its own Event
+        told ``kubectl describe`` the problem once per replica. Followers only log it (the caller does); a problem
+        first seen while no replica leads (the Lease changing hands) is logged only."""
+        if self.is_leader():
+            events.record(involved, type, reason, message)
+
     def _handshake(self, node: Node, cluster: KubeCluster, supervisor: Supervisor) -> None:
         """Stamp ``Requesting_<now>`` for each vendor the node registers whose handshake is not requesting yet,
         as HAMi's scheduler does — but only on nodes that have that vendor (HAMi stamps every node, §11). A vendor
         without a handshake (``VendorKeys.handshake`` None) is never stamped; one whose devices come from the
         node's capacity (``register`` "") counts as registered when the ledger has its devices on the node."""
+        if not self.is_leader():  # as in HAMi, only the leader stamps: each replica sees the same node update
+            return
         annotations = node.metadata.annotations
         stamps: dict[str, str | None] = {}
         seen = self.state.nodes.get(node.metadata.name)

@@ -109,6 +109,24 @@ async def test_handshake_is_stamped_only_on_nodes_that_register_the_vendor(
     assert wired.world.cluster.nodes["n1"].metadata.annotations.get(HYGON_KEYS.handshake or "") is None
 
 
+@pytest.mark.parametrize(
+    ("holder", "stamped"), [("sched-1_4f9c", True), ("sched-2_77aa", False)], ids=["leader", "follower"]
+)
+async def test_with_leader_election_only_the_leader_stamps_the_handshake(
+    wired: Wired, holder: str, stamped: bool
+) -> None:
+    """Every replica sees the device plugin's ``Reported``: one ``Requesting_`` PATCH, not one per replica."""
+    wired.runtime.settings = wired.runtime.settings.model_copy(update={"leader_elect": True})
+    wired.runtime._on_lease(lease(holder, datetime.now(UTC)), False)
+
+    wired.node_event(stored(wired, gpu_node("n1")))
+    await wired.settle()
+
+    value = wired.world.cluster.nodes["n1"].metadata.annotations.get(keys.NVIDIA_HANDSHAKE, "")
+    assert value.startswith("Requesting_") is stamped
+    assert ("patch_node_annotations" in wired.world.cluster.calls) is stamped
+
+
 # --- quarantine -------------------------------------------------------------------------------------------
 
 
@@ -135,6 +153,30 @@ async def test_garbage_registration_is_reported_once_on_the_node_and_cleared_whe
 
     assert wired.runtime.quarantined == {}
     assert wired.runtime.state.nodes["bad"].problems == {}
+
+
+@pytest.mark.parametrize(
+    ("holder", "events"),
+    [
+        pytest.param("sched-1_4f9c", 1, id="leader-writes-the-event"),
+        pytest.param("sched-2_77aa", 0, id="follower-only-logs"),
+        pytest.param("", 0, id="nobody-leads-only-logs"),
+    ],
+)
+async def test_with_leader_election_only_the_leader_writes_the_refused_registration_event(
+    wired: Wired, caplog: pytest.LogCaptureFixture, holder: str, events: int
+) -> None:
+    """Every replica sees the same node: one event per problem, not one per replica; each replica still logs it."""
+    wired.runtime.settings = wired.runtime.settings.model_copy(update={"leader_elect": True})
+    wired.runtime._on_lease(lease(holder, datetime.now(UTC)), False)
+
+    wired.node_event(stored(wired, garbage_node("bad")))
+    await wired.settle()
+
+    assert [e.reason for e in wired.world.cluster.events] == [REGISTRATION_REFUSED] * events
+    assert any("node bad: NVIDIA registration refused" in r.getMessage() for r in caplog.records)
+    assert set(wired.runtime.quarantined) == {"bad"}
+    assert wired.runtime.state.nodes["bad"].problems  # refused on every replica alike
 
 
 # --- node lock release ------------------------------------------------------------------------------------
