@@ -101,6 +101,12 @@ def main(argv: list[str] | None = None) -> int:
                     f"  {variant:10s} wall p50 {r['p50']:8.3f} p99 {r['p99']:8.3f}   "
                     f"CPU p50 {r['cpu_p50']:8.3f} p99 {r['cpu_p99']:8.3f}"
                 )
+            if "single" in result and "shapes200" in result:  # issue 19 item 4: within 2x of one shape
+                one, many = result["single"], result["shapes200"]
+                print(
+                    f"  200 shapes x one shape: CPU p50 {many['cpu_p50'] / one['cpu_p50']:.2f}x "
+                    f"p99 {many['cpu_p99'] / one['cpu_p99']:.2f}x, wall p99 {many['p99'] / one['p99']:.2f}x"
+                )
     return 0
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from itertools import combinations, groupby
 from math import comb
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from hami.devices.admission import Admitter, CountInLimits
 from hami.devices.base import (
@@ -48,6 +48,7 @@ __all__ = [
     "Gather",
     "Screener",
     "SharedDeviceVendor",
+    "Shortcut",
     "best_combination",
     "device_score",
     "device_scores",
@@ -412,6 +413,18 @@ def _topology_choice(ctx: FitContext, groups: Sequence[Sequence[Placement]], num
     return best
 
 
+class Shortcut(NamedTuple):
+    """A screen's commonest "fits" in two comparisons, for the per-candidate loop (``cycle.filter_nodes``): a
+    request for one card with memory and no type filter fits a table whose summary (``summary(carves)``) has no
+    carved device, has a card with ``memreq`` free (``Capacity.max_mem``) and whose first card takes ``cores``
+    (``first_cores``) — the screen answers True there without its other checks. Anything else is left to the screen
+    itself. A property test checks it against the screen and Fit (``tests/unit/scheduling/test_screen.py``)."""
+
+    carves: Callable[[DeviceInfo], bool] | None
+    memreq: int
+    cores: int
+
+
 class Screener(Protocol):
     """What Fit would answer for one container request, told from a table's capacity summary (``DeviceTable.summary``)
     instead of trying its devices."""
@@ -423,6 +436,9 @@ class Screener(Protocol):
     def unfit(self, table: DeviceTable) -> Unfit | None:
         """For a table it screens as not fitting: the very ``Unfit`` Fit returns there (reasons, counts, closest
         misses); None when the summary cannot say it."""
+
+    def shortcut(self) -> Shortcut | None:
+        """The request's numbers when its commonest fit can be told with two comparisons (``Shortcut``), or None."""
 
 
 def shared_screener(
@@ -461,6 +477,14 @@ class _SharedScreen:
         self.cores = min(req.coresreq, 100)
         self.typed = bool(selector.use_types or selector.nouse_types or selector.modes is not None)
         self.models: dict[tuple[str, str], bool] = {}  # (type, mode) -> the selector accepts it
+
+    def shortcut(self) -> Shortcut | None:
+        # __call__'s one-card shortcut: first_cores >= cores implies a first card (first_cores is -1 without
+        # one), its cores within max_cores, and an idle first card when cores >= 100 (first_cores is at most 99
+        # once a card has a task); max_mem is the first card's free memory.
+        if self.nums == 1 and self.memreq > 0 and not self.typed:
+            return Shortcut(self.carves, self.memreq, self.cores)
+        return None
 
     def _allowed(self, cap: Capacity) -> tuple[bool, ...] | None:
         """Per model of the table, whether the pod's type filters accept it; None when they accept every model."""

@@ -22,7 +22,8 @@ import asyncio
 import enum
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from functools import partial
+from typing import Final, Protocol
 
 from hami.devices.base import AnnotationContext, SliceAt, Vendor
 from hami.errors import ApiError, Conflict, HamiError, InvalidInput, LockContention, NotFound
@@ -35,12 +36,13 @@ from hami.protocol.events import (
     filtering_succeed_text,
     no_available_node_text,
 )
+from hami.protocol.inventory import DeviceInfo
 from hami.protocol.objects import ObjectMeta, Pod
 from hami.scheduling.filter import NodeFit, NodeRejection, filter_node
 from hami.scheduling.quota import QuotaBook
 from hami.scheduling.records import RecordReader, holds_devices, is_terminal, pod_group
 from hami.scheduling.request import PodRequest, SchedulingDefaults, prefilter
-from hami.scheduling.screen import Screen, realize
+from hami.scheduling.screen import NO_SHORTCUT, Screen, realize, screened_fit, screened_fits
 from hami.scheduling.state import ClusterState, NodeState, PodRecord
 from hami.scheduling.usage import effective_charges
 
@@ -99,13 +101,29 @@ Verdict = NodeFit | NodeRejection
 class _NodeMemo:
     """What is known about one node at one generation: its score, and its verdict per request shape."""
 
-    __slots__ = ("generation", "node", "score", "verdicts")
+    __slots__ = ("generation", "node", "room", "score", "verdicts")
 
     def __init__(self, node: NodeState) -> None:
         self.node = node
         self.generation = node.generation
         self.score: float | None = None
         self.verdicts: dict[int, Verdict] = {}
+        self.room: tuple[str, int, int] = _NO_ROOM
+        """What a screen's shortcut reads, read once per entry (``_room``): (vendor, free MiB, cores) or
+        ``_NO_ROOM``; like the verdicts, it holds while the node's generation does."""
+
+
+_NO_ROOM: Final[tuple[str, int, int]] = ("", -1, -1)
+
+
+def _room(node: NodeState, vendor: str, carves: Callable[[DeviceInfo], bool] | None) -> tuple[str, int, int]:
+    """(vendor, ``max_mem``, ``first_cores``) of the node's table of ``vendor``: what ``Screen.shortcut`` compares;
+    (vendor, -1, -1), which no shortcut passes, for a cordoned node, no such table, or carved devices."""
+    table = node.tables.get(vendor)
+    if table is None or node.cordoned:
+        return (vendor, -1, -1)
+    cap = table.summary(carves)
+    return (vendor, -1, -1) if cap.carved else (vendor, cap.max_mem, cap.first_cores)
 
 
 class Verdicts:
@@ -113,7 +131,9 @@ class Verdicts:
 
     Never authoritative: a node's entry is used only while it was made for the very same ``NodeState`` at the same
     generation (every charge and update bumps it; a node removed and added again is a new object). Bounded:
-    ``per_node`` shapes per node, and when more than ``shapes`` request shapes were seen it starts over.
+    ``per_node`` shapes per node (a node's full entry starts over: with more shapes than that in turn no verdict
+    is found again either way, and clearing costs less than evicting one per fresh verdict), and when more than
+    ``shapes`` request shapes were seen it starts over.
     ``screening=False`` judges every node with Fit (no capacity screening, ``hami.scheduling.screen``).
     """
 
@@ -155,7 +175,7 @@ class Verdicts:
             return
         memo = entry.verdicts
         if len(memo) >= self.per_node and shape not in memo:
-            memo.pop(next(iter(memo)))
+            memo.clear()
         memo[shape] = verdict
 
 
@@ -177,11 +197,34 @@ def filter_nodes(
 ) -> tuple[list[NodeFit], dict[str, NodeRejection]]:
     """The filter stage: every candidate judged; the fitting ones and every rejection with its numbers."""
     memo = memo or Verdicts(per_node=0)
-    shape = memo.shape(req, state.quotas)
     screen = Screen.prepare(state, req) if memo.screening else None  # fitting nodes come back SCREENED
+    if screen is None:
+        return _judge_each(state, names, memo, memo.shape(req, state.quotas), partial(judge, state, req=req))
+    fits, rejected = _judge_each(state, names, memo, memo.shape(req, state.quotas), screen.judge, screen.shortcut())
+    if not screen.audit():  # the capacity index disagreed with Fit: judge with Fit only
+        memo.clear()
+        return filter_nodes(state, req, names, Verdicts(per_node=0, screening=False))
+    return fits, rejected
+
+
+def _judge_each(
+    state: ClusterState,
+    names: Sequence[str],
+    memo: Verdicts,
+    shape: int,
+    fresh: Callable[[NodeState], Verdict],
+    shortcut: tuple[str, Callable[[DeviceInfo], bool] | None, int, int] = NO_SHORTCUT,
+) -> tuple[list[NodeFit], dict[str, NodeRejection]]:
+    """``filter_nodes``' loop: each candidate's verdict from the memo, else the screen's ``shortcut``, else
+    ``fresh``. The shortcut is inlined and compares the numbers kept with the node's memo entry (``_room``: read
+    from its summary once per node change), so a fresh screened fit touches nothing a memo hit does not: with
+    many request shapes in turn a decision costs little more than with one (issue 19 item 4)."""
     fits: list[NodeFit] = []
     rejected: dict[str, NodeRejection] = {}
     nodes, entries = state.nodes, memo.nodes
+    per_node = memo.per_node if shape else 0  # memo.keep, inlined below
+    vendor, carves, memreq, cores = shortcut
+    screened = screened_fits()
     for name in names:
         node = nodes.get(name)
         if node is None:
@@ -192,15 +235,20 @@ def filter_nodes(
             entry = entries[name] = _NodeMemo(node)
         verdict = entry.verdicts.get(shape)
         if verdict is None:
-            verdict = judge(state, node, req) if screen is None else screen.judge(node)
-            memo.keep(entry, shape, verdict)
+            room = entry.room  # Screen.shortcut, inlined, on the numbers kept with the entry
+            if room[0] != vendor:
+                room = entry.room = _room(node, vendor, carves)
+            roomy = memreq <= room[1] and cores <= room[2]
+            verdict = (screened.get(name) or screened_fit(name)) if roomy else fresh(node)
+            if per_node:
+                kept = entry.verdicts
+                if len(kept) >= per_node:  # full: start over (cheaper than evicting one per verdict, as often)
+                    kept.clear()
+                kept[shape] = verdict
         if isinstance(verdict, NodeFit):
             fits.append(verdict)
         else:
             rejected[name] = verdict
-    if screen is not None and not screen.audit():  # the capacity index disagreed with Fit: judge with Fit only
-        memo.clear()
-        return filter_nodes(state, req, names, Verdicts(per_node=0, screening=False))
     return fits, rejected
 
 

@@ -12,6 +12,9 @@ the ledger's single mutation path, so reading it costs O(1) until the node chang
 * a node every vendor screens as fitting: O(1). It is listed as fitting with ``placements`` left ``SCREENED``; only
   the node that ``decide`` chooses is fitted for real (``realize``) — the devices of the others are never
   needed. Its score needs no devices either: a screened fit's vendor contribution is 0 by ``Screening``'s contract.
+  For the commonest request (one card with memory, no type filter) ``cycle.filter_nodes`` inlines the screen as
+  two comparisons on numbers kept with the node's memo entry (``Screen.shortcut``): a fresh verdict then costs
+  about what a memo hit does, however many request shapes come in turn.
 * a node some vendor screens as not fitting: that vendor's ``Unfit`` is told from the summary (``Screener.unfit``:
   the same reasons, counts and closest misses as Fit; O(1) when no open card has the memory, a few comparisons per
   card otherwise), and the "could it fit if empty" check (``unresolvable``) is answered from the static summary of
@@ -29,20 +32,25 @@ decision (``Screen.audit``) differs from Fit's; the ledger's self-check reports 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Final, Protocol, runtime_checkable
 
 from hami.devices.base import ContainerRequest, FitContext, Placement, Selector, Unfit
 from hami.devices.common import Screener
+from hami.protocol.inventory import DeviceInfo
 from hami.scheduling.filter import NodeFit, NodeRejection, filter_node
 from hami.scheduling.request import PodRequest
 from hami.scheduling.state import ClusterState, NodeState
 
-__all__ = ["SCREENED", "Screen", "Screening", "realize", "screened"]
+__all__ = ["NO_SHORTCUT", "SCREENED", "Screen", "Screening", "realize", "screened", "screened_fit", "screened_fits"]
 
 SCREENED: Final[Mapping[str, tuple[tuple[Placement, ...], ...]]] = MappingProxyType({})
 """``NodeFit.placements`` of a node that screened as fitting and was not fitted yet."""
+
+
+NO_SHORTCUT: Final[tuple[str, None, int, int]] = ("", None, 0, 0)
+"""``Screen.shortcut`` of a screen without one: no table is ever kept under the vendor name ""."""
 
 
 @runtime_checkable
@@ -68,7 +76,7 @@ def screened(fit: NodeFit) -> bool:
 class Screen:
     """Screening for one decision: the request's single device-using container, per vendor its screen and context."""
 
-    __slots__ = ("checks", "indexed", "one", "req", "state")
+    __slots__ = ("checks", "indexed", "one", "quick", "req", "state")
 
     def __init__(
         self,
@@ -78,6 +86,8 @@ class Screen:
     ) -> None:
         self.state, self.req, self.checks = state, req, checks
         self.one = checks[0] if len(checks) == 1 else None
+        self.quick = checks[0][1].shortcut() if len(checks) == 1 else None
+        """The one vendor's ``Shortcut``, for ``shortcut``."""
         self.indexed: list[NodeRejection] = []
         """The rejections told from the capacity index in this decision (one of them is checked: ``audit``)."""
 
@@ -98,6 +108,14 @@ class Screen:
             checks.append((vendor, screen))
         return cls(state, req, tuple(checks))
 
+    def shortcut(self) -> tuple[str, Callable[[DeviceInfo], bool] | None, int, int]:
+        """(vendor, carves, memreq, cores) of the one vendor's ``Shortcut``, for a per-candidate loop that inlines
+        it (``cycle.filter_nodes``): a node that is not cordoned, whose table of that vendor has a summary
+        (``summary(carves)``) with nothing carved, ``max_mem >= memreq`` and ``first_cores >= cores``, is a screened
+        fit (``screened_fits()[node]``, else ``judge``). ``NO_SHORTCUT`` when there is none."""
+        quick, one = self.quick, self.one
+        return NO_SHORTCUT if quick is None or one is None else (one[0], *quick)
+
     def judge(self, node: NodeState) -> NodeFit | NodeRejection:
         """The node's verdict; a fitting node comes back ``SCREENED`` (see the module docstring)."""
         tables = node.tables
@@ -106,7 +124,7 @@ class Screen:
             table = tables.get(one[0])
             if table is not None and one[1](table, False):
                 fit = _SCREENED_FITS.get(node.name)
-                return fit if fit is not None else _screened_fit(node.name)
+                return fit if fit is not None else screened_fit(node.name)
         answer: bool | None = None if node.cordoned else True
         for vendor, screen in self.checks:
             if answer is None:
@@ -121,7 +139,7 @@ class Screen:
                     return self._indexed(node, unfit)
                 break
         if answer:
-            return _screened_fit(node.name)
+            return screened_fit(node.name)
         return self._fit(node)
 
     def _indexed(self, node: NodeState, unfit: Unfit) -> NodeRejection:
@@ -164,7 +182,7 @@ class Screen:
 _SCREENED_FITS: dict[str, NodeFit] = {}
 
 
-def _screened_fit(node: str) -> NodeFit:
+def screened_fit(node: str) -> NodeFit:
     """``NodeFit(node, SCREENED)``, one per node name (immutable, so shared by every decision): a screened node then
     costs no allocation. Bounded: it starts over beyond ``_MAX_SCREENED`` names."""
     fit = _SCREENED_FITS.get(node)
@@ -176,6 +194,11 @@ def _screened_fit(node: str) -> NodeFit:
 
 
 _MAX_SCREENED: Final = 1 << 16
+
+
+def screened_fits() -> Mapping[str, NodeFit]:
+    """The ``NodeFit(node, SCREENED)`` made so far, by node name (the same mapping for good: read it per decision)."""
+    return _SCREENED_FITS
 
 
 def realize(state: ClusterState, req: PodRequest, fit: NodeFit) -> NodeFit | None:

@@ -213,6 +213,7 @@ def check_screen(
         assert ctx.policy.topology or ctx.policy.mutex or selector.use_uuids
         return
     fitted = owner.fit(table, request, ctx, selector)
+    check_shortcut(screener, table, fitted)
     told = screener.unfit(table)
     event("fits" if not isinstance(fitted, Unfit) else "told by the index" if told is not None else "not told")
     if not isinstance(fitted, Unfit):
@@ -220,6 +221,37 @@ def check_screen(
     elif screener(table, False) is False:
         carves = owner.partitions.carves if owner.partitions is not None else None
         assert told == fitted or (told is None and table.summary(carves).carved)
+
+
+def check_shortcut(screener: Any, table: DeviceTable, fitted: Any) -> None:
+    """Where a screen's ``Shortcut`` says "fits", the screen says so too and Fit fits with score 0."""
+    shortcut = screener.shortcut()
+    if shortcut is None:
+        return
+    cap = table.summary(shortcut.carves)
+    if shortcut.memreq <= cap.max_mem and shortcut.cores <= cap.first_cores and not cap.carved:
+        event("the shortcut fits")
+        assert screener(table, False) is True
+        assert not isinstance(fitted, Unfit)
+        assert fitted.score == 0
+
+
+def test_the_shortcut_covers_one_card_with_memory() -> None:
+    """The shortcut is offered exactly for one card with memory and no type filter (the screen handles the rest)."""
+    owner = vendors()[NVIDIA]
+    assert isinstance(owner, SharedDeviceVendor)
+    ctx = FitContext(policy=parse_gpu_policy("binpack", True))
+    one = owner.screener(ContainerRequest(NVIDIA, 1, 4096, coresreq=150), ctx, Selector())
+    assert one is not None
+    assert one.shortcut()[1:] == (4096, 100)
+    for request, selector in (
+        (ContainerRequest(NVIDIA, 2, 4096), Selector()),
+        (ContainerRequest(NVIDIA, 1, 0, mem_percentage=50), Selector()),
+        (ContainerRequest(NVIDIA, 1, 4096), Selector(use_types=(("t4",),))),
+    ):
+        other = owner.screener(request, ctx, selector)
+        assert other is not None
+        assert other.shortcut() is None
 
 
 def test_the_screen_answers_the_common_cases() -> None:
@@ -348,6 +380,27 @@ def test_screened_decisions_equal_full_decisions(world: tuple[ClusterState, list
 
 
 @PROPS
+@given(worlds(), st.lists(st.data(), min_size=1, max_size=1))
+def test_many_shapes_through_one_memo_equal_full_decisions(
+    world: tuple[ClusterState, list[str]], data: list[Any]
+) -> None:
+    """Pods of many request shapes (and vendors) in turn through one memo that keeps two shapes per node (it starts a
+    node's entry over when full), each asked twice — the second time reserved, so usage changes under the memo and
+    the numbers its entries keep for the screen's shortcut must follow: every decision equals Fit's."""
+    s, names = world
+    memo = Verdicts(per_node=2)
+    pods = [data[0].draw(single_pods(f"pod-{k}")) for k in range(5)]
+    for k, req in enumerate([*pods, *pods]):
+        with audits_never_fail():
+            decision = decide(s, req, [*names, "ghost"], NOW, memo)
+        assert decision == full(s, req, names)
+        assert all(len(entry.verdicts) <= 2 for entry in memo.nodes.values())
+        if k >= len(pods) and decision.node is not None:
+            reserve(s, req, decision)
+    assert s.verify() == []
+
+
+@PROPS
 @given(mixed_scenarios())
 def test_screened_decisions_equal_full_decisions_for_any_pod(scenario: Any) -> None:
     """The general pods of the ledger properties (init containers, sidecars, quotas, two vendors) too."""
@@ -377,6 +430,27 @@ def test_only_the_chosen_node_is_fitted() -> None:
     assert decision.devices == full(s, req, ["node-0", "node-1", "node-2"]).devices
 
 
+def test_cordoned_and_carved_nodes_are_fitted_not_shortcut() -> None:
+    """The shortcut's numbers (kept with the memo entry) never pass a node with cordoned devices or devices carved
+    into slices, whose fit the summary cannot tell: such nodes are judged by Fit even when a card has the room, also
+    for the second shape through the same memo; a node's numbers follow a charge."""
+    s = ClusterState(vendors())
+    s.set_node("plain", {NVIDIA: NodeInventory((gpu("P0"),))})
+    s.set_node("cordoned", {NVIDIA: NodeInventory((gpu("C0"), gpu("C1", index=1)))}, cordoned=frozenset({"C1"}))
+    s.set_node("carved", {NVIDIA: NodeInventory((gpu("M0"), mig_gpu("M1", index=1)))})
+    names = ["carved", "cordoned", "plain"]
+    memo = Verdicts()
+    for mem in (1024, 2048):
+        req = pod_request(ContainerRequest(NVIDIA, 1, mem, coresreq=10))
+        fits, rejected = filter_nodes(s, req, names, memo)
+        assert rejected == {}
+        assert {f.node: screened(f) for f in fits} == {"carved": False, "cordoned": False, "plain": True}
+    big = pod_request(ContainerRequest(NVIDIA, 1, 8000), uid="big", name="big")
+    reserve(s, big, decide(s, big, ["plain"], NOW, memo))
+    fits, rejected = filter_nodes(s, req, names, memo)
+    assert ([f.node for f in fits], list(rejected)) == (["carved", "cordoned"], ["plain"])
+
+
 def test_a_screen_that_lies_is_caught(monkeypatch: Any) -> None:
     s = ClusterState(vendors())
     s.set_node("small", {NVIDIA: NodeInventory((gpu("S0", devmem=1000),))})
@@ -384,7 +458,41 @@ def test_a_screen_that_lies_is_caught(monkeypatch: Any) -> None:
     s.nodes["big"].tables[NVIDIA].charge(0, 1, 100, 0)  # binpack prefers the busier node
     req = pod_request(ContainerRequest(NVIDIA, 1, 5000))
     expected = full(s, req, ["small", "big"])
-    monkeypatch.setattr(SharedDeviceVendor, "screener", lambda *_: lambda *_: True)
+    monkeypatch.setattr(SharedDeviceVendor, "screener", lambda *_: _Lying())
+    assert decide(s, req, ["small", "big", "ghost"], NOW) == expected
+    assert expected.node is None
+
+
+class _Lying:
+    """A screen that says every table fits."""
+
+    def __call__(self, table: DeviceTable, idle: bool) -> bool:
+        return True
+
+    def unfit(self, table: DeviceTable) -> None:
+        return None
+
+    def shortcut(self) -> None:
+        return None
+
+
+def test_a_shortcut_that_lies_is_caught(monkeypatch: Any) -> None:
+    """A ``Shortcut`` with numbers laxer than the request's (it claims 1 MiB) says both nodes fit: the chosen one is
+    fitted for real, does not fit, and the decision is judged again with Fit."""
+    s = ClusterState(vendors())
+    s.set_node("small", {NVIDIA: NodeInventory((gpu("S0", devmem=1000),))})
+    s.set_node("big", {NVIDIA: NodeInventory((gpu("B0", devmem=1000),))})
+    req = pod_request(ContainerRequest(NVIDIA, 1, 5000))
+    expected = full(s, req, ["small", "big"])
+    real = Screen.shortcut
+
+    def lax(self: Screen) -> Any:
+        vendor, carves, _, cores = real(self)
+        return vendor, carves, 1, cores
+
+    monkeypatch.setattr(Screen, "shortcut", lax)
+    fits, _ = filter_nodes(s, req, ["small", "big"])
+    assert [f.node for f in fits] == ["small", "big"]  # told by the lying shortcut: the screen says neither fits
     assert decide(s, req, ["small", "big", "ghost"], NOW) == expected
     assert expected.node is None
 
@@ -430,6 +538,9 @@ class LyingScreen:
 
     def unfit(self, table: DeviceTable) -> Unfit:
         return Unfit({Reason.CARD_TYPE_MISMATCH: len(table)}, len(table))
+
+    def shortcut(self) -> Any:
+        return self.real.shortcut()
 
 
 def test_an_index_that_lies_about_reasons_is_caught(monkeypatch: Any) -> None:
