@@ -1,0 +1,30 @@
+"""Dynamic Resource Allocation beside device-plugin pods: one ledger that counts both (issue 18).
+
+* :mod:`hami.scheduling.dra.mapping` — a slice's devices and what an allocation takes of a card, in hami's units;
+* :mod:`hami.scheduling.dra.ledger` — :class:`DraLedger`: slices and claims → held records in ``ClusterState``,
+  with the problems (:class:`DraProblem`) and warnings (:class:`DraWarning`) it finds.
+"""
+
+from __future__ import annotations
+
+from hami.scheduling.dra.ledger import (
+    DraLedger,
+    DraProblem,
+    DraRecord,
+    DraWarning,
+    HeldCard,
+    WarningKind,
+    held_by_card,
+)
+from hami.scheduling.dra.mapping import ProblemKind
+
+__all__ = [
+    "DraLedger",
+    "DraProblem",
+    "DraRecord",
+    "DraWarning",
+    "HeldCard",
+    "ProblemKind",
+    "WarningKind",
+    "held_by_card",
+]

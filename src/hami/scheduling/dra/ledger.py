@@ -1,0 +1,503 @@
+"""The DRA ledger: ResourceSlices and ResourceClaims of configured drivers, charged as held capacity (issue 18).
+
+kube-scheduler allocates DRA claims on GPUs that hami's device-plugin pods also use; each side alone believes it
+owns the whole card. ``DraLedger`` reads (never writes) the DRA objects and charges every allocated device to the
+card of the same UUID in the node's hami registration, through ``ClusterState.apply`` — so ``/filter`` never gives
+a device-plugin pod capacity that a claim holds. Pure: the shell feeds it watch events, it does no I/O.
+
+**What is charged.** One ``DraRecord`` per (claim, node) — in practice one per claim, as a pod's devices sit on one
+node — holding one ``Charge`` per card:
+
+* a **shared** allocation (a ``shareID`` on a device with ``allowMultipleAllocations``): one slot per distinct
+  (device, shareID) of the claim, and its ``consumedCapacity`` of memory (driver unit → MiB, rounded up) and cores
+  (→ the card's core units); a capacity the claim did not ask for is consumed at the device's request-policy default
+  (kube-scheduler writes it into ``consumedCapacity``; hami falls back to the same default when it is absent);
+* an **exclusive** allocation (no ``shareID``, or a device without ``allowMultipleAllocations``): the whole card —
+  every slot, all its memory, all its cores;
+* admin-access allocations (monitoring) take nothing, as in kube-scheduler.
+
+A claim shared by several pods (``reservedFor`` lists them all) is charged once: the claim holds the capacity, not
+its pods. Held records never count toward namespace quotas (``PodRecord.held``).
+
+**What is reported, and what is still counted** (``DraProblem``; kinds in ``ProblemKind``):
+
+* ``unknown-device`` — an allocated device in no slice hami has: not counted until its slice arrives (hami cannot
+  tell which card it is). A device that *was* published and disappeared (the driver restarting) is still counted
+  where it was last published, and reported, until the claim lets it go;
+* ``unknown-uuid`` — the device has no UUID, or its UUID matches no card of its node's registration: not counted
+  (there is no card to charge); re-derived whenever that node's registration changes;
+* ``unit-mismatch`` — counted by share of the device (see ``mapping``), and reported;
+* ``malformed`` — a field hami reads does not parse: a slice's unreadable device is left out; a claim's unreadable
+  consumed amount is charged as the whole card;
+* ``stale-allocation`` — allocated but reserved for no live pod (its pods deleted; nothing deallocates a claim
+  without kube-controller-manager): **still counted** until the allocation is removed — a stale claim may be
+  about to be used again, and freeing capacity that is still held is the one mistake that double-allocates.
+
+Which pods live: the extender calls ``pod_event`` from its pod watch (a dictionary test for pods no claim
+names), and sets ``pod_lookup`` (namespace, name → UID of the live pod, from the pod watch's store) for pods seen
+before the claim that names them; until ``pods_synced()``, a pod it has not seen counts as live.
+
+**Order does not matter.** A slice arriving after its claim (or changing, or its pool moving to a new generation)
+re-derives the claims on its devices; a node's registration changing re-derives the claims on that node
+(``node_event``); a claim changing replaces its records. ``DraWarning``s name the traps: a DeviceClass whose
+``extendedResourceName`` is one of hami's resources, and shared devices whose ``cores`` default to the whole card.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import ClassVar, TypeVar
+
+from hami.config.dra import DraConfig, DraDriverConfig
+from hami.protocol.dra import DeviceClass, DeviceRequestAllocationResult, ResourceClaim, ResourceSlice
+from hami.protocol.inventory import DeviceInfo
+from hami.scheduling.dra.mapping import DeviceKey, DraDevice, ProblemKind, read_slice, taken
+from hami.scheduling.state import ClusterState, PodRecord
+from hami.scheduling.usage import Charge
+
+__all__ = ["DraLedger", "DraProblem", "DraRecord", "DraWarning", "HeldCard", "WarningKind", "held_by_card"]
+
+K = TypeVar("K")
+
+
+@dataclass(frozen=True, slots=True)
+class DraProblem:
+    """Something hami cannot count as it should; ``object`` reads ``ResourceClaim ns/name`` or ``ResourceSlice
+    name``, ``node`` is "" when unknown, ``message`` says what is (not) counted."""
+
+    kind: ProblemKind
+    object: str
+    node: str
+    message: str
+
+
+class WarningKind(enum.StrEnum):
+    EXTENDED_RESOURCE = "extended-resource"
+    """A DeviceClass serves one of hami's resource names from DRA."""
+    CORES_WHOLE_CARD = "cores-whole-card"
+    """Shared devices whose cores capacity defaults to the whole card."""
+    UNKNOWN_VENDOR = "unknown-vendor"
+    """A configured driver maps to a vendor key hami does not schedule."""
+
+
+@dataclass(frozen=True, slots=True)
+class DraWarning:
+    """A configuration trap, with what it will do."""
+
+    kind: WarningKind
+    object: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class DraRecord(PodRecord):
+    """A claim's capacity on one node, charged like a pod's and kept in ``ClusterState.held`` (no quota)."""
+
+    held: ClassVar[bool] = True
+
+
+@dataclass(slots=True)
+class _Card:
+    """One card's share of a claim while deriving: every shareID seen, and the amounts."""
+
+    info: DeviceInfo
+    whole: bool = False
+    shares: int = 0
+    mem: int = 0
+    cores: int = 0
+
+    def charge(self, vendor: str) -> Charge:
+        info = self.info
+        if self.whole:
+            return Charge(vendor, info.id, info.count, info.devmem, info.devcore)
+        return Charge(vendor, info.id, self.shares, self.mem, self.cores)
+
+
+@dataclass(slots=True)
+class _Derived:
+    """What one claim amounts to: its cards by (node, vendor, uuid), problems, and the devices and nodes it names."""
+
+    cards: dict[tuple[str, str, str], _Card]
+    problems: list[DraProblem]
+    devices: set[DeviceKey]
+    nodes: set[str]
+
+
+class DraLedger:
+    """Slices and claims of the configured drivers → held records in ``state`` (module docstring)."""
+
+    def __init__(self, state: ClusterState, config: DraConfig) -> None:
+        self.state = state
+        self.drivers = config.active()
+        self.pod_lookup: Callable[[str, str], str | None] | None = None
+        """(namespace, name) → the UID of the live pod of that name, None when there is none."""
+        self.pods_synced: Callable[[], bool] = lambda: True
+        self._slices: dict[str, tuple[int, tuple[DraDevice, ...]]] = {}  # name -> (pool generation, devices)
+        self._pools: dict[tuple[str, str], set[str]] = {}  # (driver, pool) -> slice names
+        self._devices: dict[DeviceKey, DraDevice] = {}  # published now (highest generation of each pool)
+        self._last_known: dict[DeviceKey, DraDevice] = {}  # gone from the slices, still held by a claim
+        self._claims: dict[str, ResourceClaim] = {}  # claim id (UID) -> claim
+        self._by_device: dict[DeviceKey, set[str]] = {}
+        self._by_node: dict[str, set[str]] = {}
+        self._claim_refs: dict[str, tuple[DeviceKey, ...]] = {}
+        self._claim_nodes: dict[str, tuple[str, ...]] = {}
+        self._records: dict[str, tuple[DraRecord, ...]] = {}
+        self._claim_problems: dict[str, tuple[DraProblem, ...]] = {}
+        self._slice_problems: dict[str, tuple[DraProblem, ...]] = {}
+        self._consumers: dict[str, set[str]] = {}  # pod UID named in reservedFor -> claim ids
+        self._alive: dict[str, bool] = {}  # such a pod as last seen by pod_event
+        self._class_warnings: dict[str, DraWarning] = {}
+        self._slice_warnings: dict[str, DraWarning] = {}
+        known = set(state.vendors)
+        self._config_warnings = tuple(
+            DraWarning(
+                WarningKind.UNKNOWN_VENDOR,
+                f"dra.drivers[{i}]",
+                f"driver {d.driver} maps to vendor {d.vendor!r}, which hami does not schedule here (vendors: "
+                f"{', '.join(sorted(known)) or 'none'}): its claims match no registered card and are reported",
+            )
+            for i, d in enumerate(config.drivers)
+            if config.enabled and d.vendor not in known
+        )
+
+    # --- queries -----------------------------------------------------------------------------------------------
+    def problems(self) -> tuple[DraProblem, ...]:
+        """Every current problem, slices first, each group sorted by object."""
+        out = [p for name in sorted(self._slice_problems) for p in self._slice_problems[name]]
+        ordered = sorted(self._claim_problems.items(), key=lambda kv: (self._claims[kv[0]].key, kv[0]))
+        return tuple(out + [p for _, problems in ordered for p in problems])
+
+    def warnings(self) -> tuple[DraWarning, ...]:
+        """Every current warning: configuration, DeviceClasses, slices."""
+        classes = [self._class_warnings[k] for k in sorted(self._class_warnings)]
+        slices = [self._slice_warnings[k] for k in sorted(self._slice_warnings)]
+        return self._config_warnings + tuple(classes + slices)
+
+    def records(self) -> tuple[DraRecord, ...]:
+        """Every held record the ledger charged."""
+        return tuple(r for cid in sorted(self._records) for r in self._records[cid])
+
+    # --- events --------------------------------------------------------------------------------------------------
+    def slice_event(self, sl: ResourceSlice, deleted: bool = False) -> list[DraProblem]:
+        """Apply a ResourceSlice event; returns the problems it newly raised. Slices of drivers not configured are
+        ignored (their devices are not GPUs hami registers)."""
+        cfg = self.drivers.get(sl.spec.driver)
+        name = sl.metadata.name
+        if cfg is None and name not in self._slices:
+            return []
+        before = self._slice_problems.get(name, ())
+        pool = (sl.spec.driver, sl.spec.pool.name)
+        if deleted or cfg is None:
+            self._slices.pop(name, None)
+            self._slice_problems.pop(name, None)
+            self._slice_warnings.pop(name, None)
+            self._pools.get(pool, set()).discard(name)
+            return self._reindex(pool)
+        devices, malformed = read_slice(sl, cfg)
+        node = sl.spec.node_name
+        self._slice_problems[name] = tuple(
+            DraProblem(ProblemKind.MALFORMED, f"ResourceSlice {name}", node, f"{m}: left out, not counted")
+            for m in malformed
+        )
+        self._slice_warnings.pop(name, None)
+        warning = _cores_warning(sl, devices, cfg)
+        if warning is not None:
+            self._slice_warnings[name] = warning
+        for other, names in self._pools.items():  # a slice's pool is immutable; be safe if it is not
+            if other != pool and name in names:
+                names.discard(name)
+                self._reindex(other)
+        self._slices[name] = (sl.spec.pool.generation, tuple(devices))
+        self._pools.setdefault(pool, set()).add(name)
+        fresh = [p for p in self._slice_problems[name] if p not in before]
+        return fresh + self._reindex(pool)
+
+    def claim_event(self, claim: ResourceClaim, deleted: bool = False) -> list[DraProblem]:
+        """Apply a ResourceClaim event; returns the problems it newly raised. A deleted claim, or one whose
+        allocation was removed, frees what it held."""
+        cid = claim.metadata.uid or claim.key
+        if deleted:
+            self._forget_claim(cid)
+            return []
+        before = set(self._claim_problems.get(cid, ()))
+        self._set_consumers(cid, self._claims.get(cid), claim)
+        self._claims[cid] = claim
+        self._derive_claim(cid)
+        return [p for p in self._claim_problems.get(cid, ()) if p not in before]
+
+    def class_event(self, dc: DeviceClass, deleted: bool = False) -> list[DraProblem]:
+        """Apply a DeviceClass event: its warning (``warnings()``) is set or cleared. Raises no problem."""
+        name = dc.metadata.name
+        self._class_warnings.pop(name, None)
+        resource = dc.spec.extended_resource_name
+        if deleted or not resource or resource not in self._managed():
+            return []
+        self._class_warnings[name] = DraWarning(
+            WarningKind.EXTENDED_RESOURCE,
+            f"DeviceClass {name}",
+            f"extendedResourceName {resource} is a resource hami manages: kube-scheduler serves {resource} from "
+            f"DRA (this class) on every node whose allocatable lacks it, even when hami's extender marks it "
+            f"ignoredByScheduler; a pod asking {resource} there gets a DRA claim instead of a hami allocation, "
+            f"counted by hami only if the class's driver is listed under dra.drivers",
+        )
+        return []
+
+    def pod_event(self, namespace: str, name: str, uid: str, deleted: bool = False) -> list[DraProblem]:
+        """A pod was seen (or deleted). Costs a dictionary test unless a claim is reserved for that pod; then
+        that claim's staleness is looked at again. Returns the problems newly raised."""
+        claims = self._consumers.get(uid)
+        if claims is None or self._alive.get(uid) == (not deleted):
+            return []
+        self._alive[uid] = not deleted
+        return self._rederive(claims)
+
+    def node_event(self, name: str) -> list[DraProblem]:
+        """A node's registration changed (or the node came or went): re-derive the claims on it."""
+        return self._rederive(self._by_node.get(name, ()))
+
+    def recheck(self) -> list[DraProblem]:
+        """Look again at claims reserved for pods that no pod event has mentioned (once the pod watch has synced,
+        ``pod_lookup`` knows); returns the problems newly raised. O(such pods)."""
+        if self.pod_lookup is None or not self.pods_synced():
+            return []
+        unseen = {cid for uid, cids in self._consumers.items() if uid not in self._alive for cid in cids}
+        return self._rederive(unseen)
+
+    # --- slices --------------------------------------------------------------------------------------------------
+    def _reindex(self, pool: tuple[str, str]) -> list[DraProblem]:
+        """Publish the devices of a pool's highest generation; re-derive the claims on devices that changed."""
+        names = self._pools.get(pool, set())
+        if not names:
+            self._pools.pop(pool, None)
+        top = max((self._slices[n][0] for n in names), default=0)
+        fresh: dict[DeviceKey, DraDevice] = {}
+        for n in sorted(names):
+            generation, devices = self._slices[n]
+            if generation == top:
+                for dev in devices:
+                    fresh.setdefault(dev.key, dev)
+        old = {k: d for k, d in self._devices.items() if k[:2] == pool}
+        changed = {k for k in old.keys() | fresh.keys() if old.get(k) != fresh.get(k)}
+        for key in changed:
+            if key in fresh:
+                self._devices[key] = fresh[key]
+                self._last_known.pop(key, None)
+            else:
+                self._devices.pop(key, None)
+                if key in self._by_device:
+                    self._last_known[key] = old[key]
+        return self._rederive({cid for key in changed for cid in self._by_device.get(key, ())})
+
+    # --- claims --------------------------------------------------------------------------------------------------
+    def _rederive(self, claims: Iterable[str]) -> list[DraProblem]:
+        fresh: list[DraProblem] = []
+        for cid in sorted(claims):
+            before = set(self._claim_problems.get(cid, ()))
+            self._derive_claim(cid)
+            fresh += [p for p in self._claim_problems.get(cid, ()) if p not in before]
+        return fresh
+
+    def _derive_claim(self, cid: str) -> None:
+        claim = self._claims[cid]
+        derived = self._derive(claim)
+        stale = self._stale(claim) if derived.devices else None
+        if stale is not None:
+            derived.problems.append(
+                DraProblem(ProblemKind.STALE_ALLOCATION, f"ResourceClaim {claim.key}", _one(derived.nodes), stale)
+            )
+        self._set_refs(cid, tuple(sorted(derived.devices)), tuple(sorted(derived.nodes)))
+        self._claim_problems[cid] = tuple(derived.problems)
+        if not derived.problems:
+            del self._claim_problems[cid]
+        by_node: dict[str, list[Charge]] = {}
+        for (node, vendor, _), card in sorted(derived.cards.items()):
+            by_node.setdefault(node, []).append(card.charge(vendor))
+        meta = claim.metadata
+        records = tuple(
+            DraRecord(f"dra:{cid}@{node}", meta.namespace, meta.name, node, {}, tuple(charges))
+            for node, charges in sorted(by_node.items())
+        )
+        self._replace(cid, records)
+
+    def _derive(self, claim: ResourceClaim) -> _Derived:
+        derived = _Derived({}, [], set(), set())
+        allocation = claim.status.allocation
+        if allocation is None:
+            return derived
+        for i, result in enumerate(allocation.devices.results):
+            cfg = self.drivers.get(result.driver)
+            if cfg is None or result.admin_access:
+                continue
+            self._derive_result(claim, result, cfg, f"status.allocation.devices.results[{i}]", derived)
+        return derived
+
+    def _derive_result(
+        self, claim: ResourceClaim, result: DeviceRequestAllocationResult, cfg: DraDriverConfig, where: str, d: _Derived
+    ) -> None:
+        key = (result.driver, result.pool, result.device)
+        d.devices.add(key)
+        subject = f"ResourceClaim {claim.key}"
+        named = f"device {'/'.join(key)}"
+        dev = self._devices.get(key)
+        if dev is None:
+            dev = self._last_known.get(key)
+            if dev is None:
+                message = f"{named} ({where}) is in no ResourceSlice hami has seen: not counted until it is"
+                d.problems.append(DraProblem(ProblemKind.UNKNOWN_DEVICE, subject, "", message))
+                return
+            message = f"{named} is no longer published by its driver: still counted on {dev.node} where it was"
+            d.problems.append(DraProblem(ProblemKind.UNKNOWN_DEVICE, subject, dev.node, message))
+        d.nodes.add(dev.node)
+        info, why = self._card(dev, cfg)
+        if info is None:
+            d.problems.append(DraProblem(ProblemKind.UNKNOWN_UUID, subject, dev.node, f"{named} {why}: not counted"))
+            return
+        card = d.cards.setdefault((dev.node, cfg.vendor, info.id), _Card(info))
+        if result.share_id is None or not dev.shared:
+            card.whole = True
+            return
+        amount = taken(result, dev, cfg, info, where)
+        card.shares += 1
+        card.mem += amount.mem
+        card.cores += amount.cores
+        d.problems += [DraProblem(kind, subject, dev.node, message) for kind, message in amount.problems]
+
+    def _card(self, dev: DraDevice, cfg: DraDriverConfig) -> tuple[DeviceInfo | None, str]:
+        """The registered card of the device's UUID, or why there is none."""
+        if dev.uuid is None:
+            return None, f"has no {cfg.uuid_attribute!r} attribute in ResourceSlice {dev.slice}"
+        node = self.state.nodes.get(dev.node)
+        table = node.tables.get(cfg.vendor) if node is not None else None
+        if table is None:
+            return None, f"(UUID {dev.uuid}) is on node {dev.node}, which has no hami registration of {cfg.vendor}"
+        i = table.index_of.get(dev.uuid)
+        if i is None:
+            return None, f"(UUID {dev.uuid}) matches no card of node {dev.node}'s hami registration"
+        return table.infos[i], ""
+
+    def _stale(self, claim: ResourceClaim) -> str | None:
+        """Why the claim is stale (reserved for no live pod), None when it is not. Consumers other than pods
+        cannot be checked and count as live."""
+        refs = claim.status.reserved_for
+        counted = "still counted until its allocation is removed"
+        if not refs:
+            return f"allocated but reserved for no pod: {counted}"
+        if any(r.resource != "pods" or r.api_group for r in refs):
+            return None
+        if all(self._gone(claim.metadata.namespace, r.name, r.uid) for r in refs):
+            pods = ", ".join(f"{claim.metadata.namespace}/{r.name}" for r in refs)
+            return f"reserved only for pods that no longer exist ({pods}): {counted}"
+        return None
+
+    def _gone(self, namespace: str, name: str, uid: str) -> bool:
+        alive = self._alive.get(uid)
+        if alive is not None:
+            return not alive
+        if self.pod_lookup is None or not self.pods_synced():
+            return False
+        return self.pod_lookup(namespace, name) != uid
+
+    def _replace(self, cid: str, records: tuple[DraRecord, ...]) -> None:
+        old = self._records.get(cid, ())
+        if old == records:
+            return
+        for record in old:
+            self.state.apply(record, add=False)
+        for record in records:
+            self.state.apply(record, add=True)
+        if records:
+            self._records[cid] = records
+        else:
+            self._records.pop(cid, None)
+
+    def _forget_claim(self, cid: str) -> None:
+        self._replace(cid, ())
+        self._set_consumers(cid, self._claims.pop(cid, None), None)
+        self._set_refs(cid, (), ())
+        self._claim_problems.pop(cid, None)
+
+    def _set_refs(self, cid: str, devices: tuple[DeviceKey, ...], nodes: tuple[str, ...]) -> None:
+        """Index the devices and nodes a claim names; forget last-known devices no claim holds any more."""
+        for key in self._claim_refs.pop(cid, ()):
+            _discard(self._by_device, key, cid)
+            if key not in self._by_device:
+                self._last_known.pop(key, None)
+        for node in self._claim_nodes.pop(cid, ()):
+            _discard(self._by_node, node, cid)
+        for key in devices:
+            self._by_device.setdefault(key, set()).add(cid)
+        for node in nodes:
+            self._by_node.setdefault(node, set()).add(cid)
+        if devices:
+            self._claim_refs[cid] = devices
+        if nodes:
+            self._claim_nodes[cid] = nodes
+
+    def _set_consumers(self, cid: str, old: ResourceClaim | None, new: ResourceClaim | None) -> None:
+        for claim, add in ((old, False), (new, True)):
+            for ref in claim.status.reserved_for if claim is not None else ():
+                if add:
+                    self._consumers.setdefault(ref.uid, set()).add(cid)
+                elif _discard(self._consumers, ref.uid, cid):
+                    self._alive.pop(ref.uid, None)
+
+    def _managed(self) -> set[str]:
+        names = set()
+        for vendor in self.state.vendors.values():
+            names |= {n for n in (vendor.resources.count, vendor.resources.memory, vendor.resources.core) if n}
+        return names
+
+
+def _discard(index: dict[K, set[str]], key: K, cid: str) -> bool:
+    """Remove ``cid`` from ``index[key]``; drop the key when its set empties (returns True then)."""
+    members = index.get(key)
+    if members is None:
+        return False
+    members.discard(cid)
+    if not members:
+        del index[key]
+        return True
+    return False
+
+
+def _one(nodes: set[str]) -> str:
+    return next(iter(nodes)) if len(nodes) == 1 else ""
+
+
+def _cores_warning(sl: ResourceSlice, devices: list[DraDevice], cfg: DraDriverConfig) -> DraWarning | None:
+    """A warning when shared devices of the slice default their cores capacity to the whole card."""
+    whole = [d for d in devices if d.shared and d.cores is not None and d.cores.default >= d.cores.value > 0]
+    if not whole:
+        return None
+    names = ", ".join(d.key[2] for d in whole[:4]) + (", …" if len(whole) > 4 else "")
+    return DraWarning(
+        WarningKind.CORES_WHOLE_CARD,
+        f"ResourceSlice {sl.metadata.name}",
+        f"{len(whole)} shared device(s) of driver {cfg.driver} on node {sl.spec.node_name or '?'} ({names}) "
+        f"consume their whole {cfg.cores_capacity!r} capacity by default: a claim that asks only memory takes "
+        f"all of the card's cores, so no other claim and no hami pod asking cores can use it (give the capacity "
+        f"a requestPolicy default, or have claims ask for {cfg.cores_capacity!r})",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class HeldCard:
+    """What DRA claims hold of one card (for display): how many claims, slots, MiB and core units."""
+
+    claims: int
+    slots: int
+    mem: int
+    cores: int
+
+
+def held_by_card(state: ClusterState) -> dict[tuple[str, str, str], HeldCard]:
+    """DRA-held capacity per card, keyed by (node, vendor, uuid), summed over the held records."""
+    out: dict[tuple[str, str, str], HeldCard] = {}
+    for record in state.held.values():
+        for ch in record.charges:
+            key = (record.node, ch.vendor, ch.uuid)
+            have = out.get(key, HeldCard(0, 0, 0, 0))
+            out[key] = HeldCard(have.claims + 1, have.slots + ch.slots, have.mem + ch.mem, have.cores + ch.cores)
+    return out
