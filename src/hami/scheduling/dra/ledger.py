@@ -132,7 +132,8 @@ class DraLedger:
         self.state = state
         self.drivers = config.active()
         self.pod_lookup: Callable[[str, str], str | None] | None = None
-        """(namespace, name) → the UID of the live pod of that name, None when there is none."""
+        """(namespace, name) → the UID of the live pod of that name ("" when its UID is unknown), None when there is
+        none."""
         self.pods_synced: Callable[[], bool] = lambda: True
         self._slices: dict[str, tuple[int, tuple[DraDevice, ...]]] = {}  # name -> (pool generation, devices)
         self._pools: dict[tuple[str, str], set[str]] = {}  # (driver, pool) -> slice names
@@ -397,7 +398,8 @@ class DraLedger:
             return not alive
         if self.pod_lookup is None or not self.pods_synced():
             return False
-        return self.pod_lookup(namespace, name) != uid
+        found = self.pod_lookup(namespace, name)
+        return found is None or found not in ("", uid)  # "": a pod of that name whose UID is not known (a file)
 
     def _replace(self, cid: str, records: tuple[DraRecord, ...]) -> None:
         old = self._records.get(cid, ())
