@@ -6,8 +6,8 @@ knows nothing of hami's slot count, the cluster is drawn with at least as many s
 placed through ``decide``/``reserve`` and removed, interleaved with claims deleted or deallocated, slices
 republished and node registrations refreshed. After every step:
 
-* no device holds more slots, memory or cores than it has wherever DRA alone stays within it (hami never hands a
-  pod what a claim holds; DRA alone may overshoot a card by rounding: each share's bytes are rounded up to MiB);
+* no device holds more slots, memory or cores than it has wherever DRA alone stays within it (hami never
+  hands a pod what a claim holds; DRA alone may overshoot a card by rounding: each share is rounded up to MiB);
 * the incremental ledger equals a full recount (``verify() == []``);
 * what the ledger charges for DRA equals a model computed from the live claims alone (one slot per share, the
   consumed MiB rounded up, the whole card for an exclusive allocation);
@@ -201,7 +201,9 @@ def over_capacity(state: ClusterState) -> list[str]:
                 h = held.get((node.name, table.vendor, info.id))
                 dra = (h.slots, h.mem, h.cores) if h is not None else (0, 0, 0)
                 used = table.usage_of(i)[:3]
-                for name, u, d, cap in zip(("slots", "MiB", "cores"), used, dra, (info.count, info.devmem, 100)):
+                for name, u, d, cap in zip(
+                    ("slots", "MiB", "cores"), used, dra, (info.count, info.devmem, 100), strict=True
+                ):
                     if d <= cap < u:
                         out.append(f"{node.name}/{info.id}: {name} {u}/{cap} (DRA holds {d})")
     return out
