@@ -2,8 +2,8 @@
 
 A random cluster registers GPUs with hami and publishes them in ResourceSlices (shared or exclusive devices). Claims
 are allocated as kube-scheduler would: within what DRA itself has left of each device (and, since kube-scheduler
-knows nothing of hami's slot count, the cluster is drawn with at least as many slots as shares). Then device-plugin pods are
-placed through ``decide``/``reserve`` and removed, interleaved with claims deleted or deallocated, slices
+knows nothing of hami's slot count, the cluster is drawn with at least as many slots as shares). Then device-plugin
+pods are placed through ``decide``/``reserve`` and removed, interleaved with claims deleted or deallocated, slices
 republished and node registrations refreshed. After every step:
 
 * no device holds more slots, memory or cores than it has wherever DRA alone stays within it (hami never
