@@ -63,7 +63,7 @@ def run_simulate(opts: SimulateOptions, out: Callable[[str], None], err: Callabl
     sim = Simulator(config, defaults, admission=not opts.skip_admission)  # every vendor family
     sim.add_snapshot(snapshot)
     outcomes = [sim.place(pod, opts.now) for pod in pods]
-    for warning in [*warnings, *sim.warnings]:
+    for warning in [*warnings, *sim.warnings, *sim.dra_notes()]:
         err(f"warning: {warning}")
     title = "hami simulate --demo" if opts.demo else "hami simulate"
     if opts.report is not None:

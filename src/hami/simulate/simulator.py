@@ -14,9 +14,9 @@ Candidates are the snapshot's nodes whose labels match the pod's ``nodeSelector`
 ``spec.unschedulable``; kube-scheduler's other predicates (taints, affinity, CPU/memory) are out of scope.
 
 DRA (issue 18): the snapshot's DeviceClasses, ResourceSlices and ResourceClaims go through the extender's own
-``DraLedger``: capacity that DRA claims hold is charged to the cards of the same UUID, so placements see it, and
-every DRA problem and warning joins ``warnings``. A claim is stale only when the snapshot holds pods at all and none
-of the claim's pods is among them.
+``DraLedger``: capacity that DRA claims hold is charged to the cards of the same UUID, so placements see it;
+``dra_notes()`` words its problems and warnings (``hami simulate`` prints them as warnings, ``hami top`` in its
+view). A claim is stale only when the snapshot holds pods at all and none of the claim's pods is among them.
 
 Input problems never stop the run: a node whose registration does not decode is reported as a warning (its
 devices of that vendor are left out), an existing pod whose allocation does not decode is reported, and a pod
@@ -193,8 +193,8 @@ class Simulator:
         self._add_dra(snap)
 
     def _add_dra(self, snap: Snapshot) -> None:
-        """Feed the DRA objects to the ledger (classes, slices, then claims: order does not matter to it, but it
-        keeps the problems to the final ones), then report its problems and warnings."""
+        """Feed the DRA objects to the ledger (classes, slices, then claims: order does not matter to it, but this
+        one raises no problem that a later object would clear)."""
         if not (snap.classes or snap.slices or snap.claims):
             return
         live = {
@@ -208,10 +208,13 @@ class Simulator:
             self.dra.slice_event(sl.obj)
         for claim in snap.claims:
             self.dra.claim_event(claim.obj)
-        for p in self.dra.problems():
-            node = f" on {p.node}" if p.node else ""
-            self.warnings.append(f"DRA {p.kind}: {p.object}{node}: {p.message}")
-        self.warnings += [f"DRA {w.kind}: {w.object}: {w.message}" for w in self.dra.warnings()]
+
+    def dra_notes(self) -> list[str]:
+        """Each DRA problem and warning as a line for a person (``DRA <kind>: <object>[ on <node>]: <message>``)."""
+        notes = [
+            f"DRA {p.kind}: {p.object}{f' on {p.node}' if p.node else ''}: {p.message}" for p in self.dra.problems()
+        ]
+        return notes + [f"DRA {w.kind}: {w.object}: {w.message}" for w in self.dra.warnings()]
 
     def _add_node(self, item: Sourced[Node]) -> None:
         node = item.obj

@@ -49,8 +49,9 @@ def test_the_snapshots_dra_objects_are_loaded_and_charged() -> None:
         for i, info in enumerate(t.infos)
     }
     assert usage == {GPU0: (1, 10240, 100), GPU1: (1, 20480, 30), GPU2: (10, A100_MIB, 100)}
-    assert [w for w in sim.warnings if "cores-whole-card" in w]  # the captured slice defaults cores to 100
-    assert not [w for w in sim.warnings if "stale" in w]
+    assert [w for w in sim.dra_notes() if "cores-whole-card" in w]  # the captured slice defaults cores to 100
+    assert not [w for w in sim.dra_notes() if "stale" in w]
+    assert sim.warnings == []  # DRA's notes are apart: hami top shows them in its view
 
 
 def test_a_device_plugin_pod_gets_only_what_claims_leave() -> None:
@@ -71,7 +72,7 @@ def test_a_device_plugin_pod_gets_only_what_claims_leave() -> None:
 
 def test_claims_of_pods_missing_from_the_snapshot_are_stale_but_counted() -> None:
     sim = simulator(pods=("pod-shared-memory",), extra=(pod("someone", 1000),))
-    stale = [w for w in sim.warnings if ProblemKind.STALE_ALLOCATION in w]
+    stale = [w for w in sim.dra_notes() if ProblemKind.STALE_ALLOCATION in w]
     assert len(stale) == 2  # the cores claim and the exclusive claim; the shared one keeps one live pod
     assert sim.state.nodes["dra-node-1"].tables["NVIDIA"].used[2] == 10
 
