@@ -116,7 +116,7 @@ class Extender:
         self.dra = DraLedger(state, dra if dra is not None else DraConfig())
         """DRA claims charged beside hami's pods (``hami.scheduling.dra``); fed by the ``on_resource_*`` handlers."""
         self.dra.pod_lookup = self._live_pod_uid
-        self.dra.pods_synced = self._pods_synced
+        self.dra.settled = self._synced
 
     @property
     def pending(self) -> set[str]:
@@ -312,7 +312,7 @@ class Extender:
         """The current DRA warnings (configuration traps)."""
         return self.dra.warnings()
 
-    def _pods_synced(self) -> bool:
+    def _synced(self) -> bool:
         return self.readiness.synced()
 
     def _live_pod_uid(self, namespace: str, name: str) -> str | None:

@@ -233,11 +233,31 @@ def test_pods_seen_before_their_claim_are_found_through_the_lookup() -> None:
 def test_unseen_pods_count_as_live_until_the_pod_watch_has_synced() -> None:
     book = ledger()
     book.pod_lookup = lambda ns, name: None
-    book.pods_synced = lambda: False
+    book.settled = lambda: False
     book.slice_event(slice_())
     assert book.claim_event(claim("claim-exclusive")) == []
-    book.pods_synced = lambda: True
+    book.settled = lambda: True
     assert [p.kind for p in book.recheck()] == [ProblemKind.STALE_ALLOCATION]
+
+
+def test_order_problems_wait_until_the_first_lists_are_in() -> None:
+    """At start-up a claim may be listed before its slice and its node: no problem is raised for that race; what
+    is still missing once every watch has listed is raised by ``recheck``."""
+    book = ledger(ClusterState(vendors()))
+    book.settled = lambda: False
+    assert book.claim_event(claim("claim-exclusive")) == []  # its slice, its node and its pod: not listed yet
+    assert book.claim_event(claim("claim-shared-memory")) == []
+    assert book.slice_event(slice_()) == []
+    book.state.set_node("dra-node-1", {NVIDIA: NodeInventory(cards("dra-node-1", A100_MIB)[:2])})  # no GPU2
+    assert book.node_event("dra-node-1") == []
+    assert book.problems() == ()
+    assert usage(book.state, "dra-node-1", GPU0) == (1, 10240, 100)  # counted at once
+    assert book.recheck() == []  # not settled yet
+    book.settled = lambda: True
+    (problem,) = book.recheck()
+    assert (problem.kind, problem.object) == (ProblemKind.UNKNOWN_UUID, "ResourceClaim dra-samples/claim-exclusive")
+    assert book.recheck() == []
+    assert book.problems() == (problem,)
 
 
 def test_an_allocation_reserved_for_nobody_is_stale() -> None:

@@ -111,3 +111,16 @@ def test_device_class_traps_show_as_warnings(world: World) -> None:
     trap.spec.extended_resource_name = "nvidia.com/gpu"
     assert world.extender.on_device_class(trap) == []
     assert [w.kind for w in world.extender.dra_warnings()] == [WarningKind.EXTENDED_RESOURCE]
+
+
+def test_start_up_races_are_not_reported_until_every_watch_has_listed() -> None:
+    world = make_world()
+    world.readiness["synced"] = False
+    claim = synthetic_claim("c", [result("gpu-0", NODE, "s1", memory="2Gi")], namespace=NS)
+    assert world.extender.on_resource_claim(claim) == []  # listed before its slice and node
+    world.add_node(gpu_node(NODE, gpus=1, mem=24000))
+    world.add_pod(gpu_pod("c-pod", mem=None, cores=None))
+    assert world.extender.on_resource_slice(synthetic_slice("s1", NODE, [shared_device("gpu-0", GPU0)])) == []
+    world.readiness["synced"] = True
+    assert world.extender.dra_problems() == ()
+    assert world.usage() == {GPU0: (1, 2048, 0)}

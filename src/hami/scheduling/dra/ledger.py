@@ -35,7 +35,13 @@ its pods. Held records never count toward namespace quotas (``PodRecord.held``).
 
 Which pods live: the extender calls ``pod_event`` from its pod watch (a dictionary test for pods no claim
 names), and sets ``pod_lookup`` (namespace, name → UID of the live pod, from the pod watch's store) for pods seen
-before the claim that names them; until ``pods_synced()``, a pod it has not seen counts as live.
+before the claim that names them.
+
+**Start-up.** Watches deliver their first lists in no particular order: a claim listed before its slice, its node or
+its pods would look like ``unknown-device``, ``unknown-uuid`` or ``stale-allocation`` for a moment. Until
+``settled()`` (every watch has delivered its first list; the extender passes its readiness) such problems are held
+back — what can be counted is counted at once — and ``recheck()`` raises those that remain once settled; a pod not
+seen by then counts as live.
 
 **Order does not matter.** A slice arriving after its claim (or changing, or its pool moving to a new generation)
 re-derives the claims on its devices; a node's registration changing re-derives the claims on that node
@@ -60,6 +66,9 @@ from hami.scheduling.usage import Charge
 __all__ = ["DraLedger", "DraProblem", "DraRecord", "DraWarning", "HeldCard", "WarningKind", "held_by_card"]
 
 K = TypeVar("K")
+
+_ORDER_KINDS = frozenset({ProblemKind.UNKNOWN_DEVICE, ProblemKind.UNKNOWN_UUID, ProblemKind.STALE_ALLOCATION})
+"""Problems that the order of the watches' first lists can cause for a moment (held back until settled)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,10 +143,11 @@ class DraLedger:
         self.pod_lookup: Callable[[str, str], str | None] | None = None
         """(namespace, name) → the UID of the live pod of that name ("" when its UID is unknown), None when there is
         none."""
-        self.pods_synced: Callable[[], bool] = lambda: True
+        self.settled: Callable[[], bool] = lambda: True
+        """Whether every watch (nodes, pods, DRA objects) has delivered its first list (module docstring)."""
         self._slices: dict[str, tuple[int, tuple[DraDevice, ...]]] = {}  # name -> (pool generation, devices)
         self._pools: dict[tuple[str, str], set[str]] = {}  # (driver, pool) -> slice names
-        self._devices: dict[DeviceKey, DraDevice] = {}  # published now (highest generation of each pool)
+        self._devices: dict[tuple[str, str], dict[DeviceKey, DraDevice]] = {}  # per pool: its top generation's
         self._last_known: dict[DeviceKey, DraDevice] = {}  # gone from the slices, still held by a claim
         self._claims: dict[str, ResourceClaim] = {}  # claim id (UID) -> claim
         self._by_device: dict[DeviceKey, set[str]] = {}
@@ -149,6 +159,7 @@ class DraLedger:
         self._slice_problems: dict[str, tuple[DraProblem, ...]] = {}
         self._consumers: dict[str, set[str]] = {}  # pod UID named in reservedFor -> claim ids
         self._alive: dict[str, bool] = {}  # such a pod as last seen by pod_event
+        self._held_back: set[str] = set()  # claims whose order-dependent problems wait for settled()
         self._class_warnings: dict[str, DraWarning] = {}
         self._slice_warnings: dict[str, DraWarning] = {}
         known = set(state.vendors)
@@ -259,12 +270,15 @@ class DraLedger:
         return self._rederive(self._by_node.get(name, ()))
 
     def recheck(self) -> list[DraProblem]:
-        """Look again at claims reserved for pods that no pod event has mentioned (once the pod watch has synced,
-        ``pod_lookup`` knows); returns the problems newly raised. O(such pods)."""
-        if self.pod_lookup is None or not self.pods_synced():
+        """Once ``settled()``: raise the problems held back during start-up, and look again at claims reserved for
+        pods that no pod event has mentioned (``pod_lookup`` knows them now); returns the problems newly raised.
+        O(such claims and pods)."""
+        if not self.settled():
             return []
-        unseen = {cid for uid, cids in self._consumers.items() if uid not in self._alive for cid in cids}
-        return self._rederive(unseen)
+        again = set(self._held_back)
+        if self.pod_lookup is not None:
+            again |= {cid for uid, cids in self._consumers.items() if uid not in self._alive for cid in cids}
+        return self._rederive(again)
 
     # --- slices --------------------------------------------------------------------------------------------------
     def _reindex(self, pool: tuple[str, str]) -> list[DraProblem]:
@@ -279,16 +293,15 @@ class DraLedger:
             if generation == top:
                 for dev in devices:
                     fresh.setdefault(dev.key, dev)
-        old = {k: d for k, d in self._devices.items() if k[:2] == pool}
+        old = self._devices.pop(pool, {})
+        if fresh:
+            self._devices[pool] = fresh
         changed = {k for k in old.keys() | fresh.keys() if old.get(k) != fresh.get(k)}
         for key in changed:
             if key in fresh:
-                self._devices[key] = fresh[key]
                 self._last_known.pop(key, None)
-            else:
-                self._devices.pop(key, None)
-                if key in self._by_device:
-                    self._last_known[key] = old[key]
+            elif key in self._by_device:
+                self._last_known[key] = old[key]
         return self._rederive({cid for key in changed for cid in self._by_device.get(key, ())})
 
     # --- claims --------------------------------------------------------------------------------------------------
@@ -309,8 +322,13 @@ class DraLedger:
                 DraProblem(ProblemKind.STALE_ALLOCATION, f"ResourceClaim {claim.key}", _one(derived.nodes), stale)
             )
         self._set_refs(cid, tuple(sorted(derived.devices)), tuple(sorted(derived.nodes)))
-        self._claim_problems[cid] = tuple(derived.problems)
-        if not derived.problems:
+        problems = derived.problems
+        self._held_back.discard(cid)
+        if any(p.kind in _ORDER_KINDS for p in problems) and not self.settled():
+            self._held_back.add(cid)
+            problems = [p for p in problems if p.kind not in _ORDER_KINDS]
+        self._claim_problems[cid] = tuple(problems)
+        if not problems:
             del self._claim_problems[cid]
         by_node: dict[str, list[Charge]] = {}
         for (node, vendor, _), card in sorted(derived.cards.items()):
@@ -341,7 +359,7 @@ class DraLedger:
         d.devices.add(key)
         subject = f"ResourceClaim {claim.key}"
         named = f"device {'/'.join(key)}"
-        dev = self._devices.get(key)
+        dev = self._devices.get(key[:2], {}).get(key)
         if dev is None:
             dev = self._last_known.get(key)
             if dev is None:
@@ -396,7 +414,7 @@ class DraLedger:
         alive = self._alive.get(uid)
         if alive is not None:
             return not alive
-        if self.pod_lookup is None or not self.pods_synced():
+        if self.pod_lookup is None or not self.settled():
             return False
         found = self.pod_lookup(namespace, name)
         return found is None or found not in ("", uid)  # "": a pod of that name whose UID is not known (a file)
@@ -416,6 +434,7 @@ class DraLedger:
 
     def _forget_claim(self, cid: str) -> None:
         self._replace(cid, ())
+        self._held_back.discard(cid)
         self._set_consumers(cid, self._claims.pop(cid, None), None)
         self._set_refs(cid, (), ())
         self._claim_problems.pop(cid, None)
