@@ -221,12 +221,19 @@ def test_an_allocation_whose_pods_are_all_deleted_is_stale_and_still_counted() -
 
 def test_pods_seen_before_their_claim_are_found_through_the_lookup() -> None:
     book = ledger()
-    live = {("dra-samples", "pod-shared-memory"): "82802f02-8ce5-454e-964a-e251feb7f0d5"}
-    book.pod_lookup = lambda ns, name: live.get((ns, name))
+    uid = "82802f02-8ce5-454e-964a-e251feb7f0d5"
+    asked: list[tuple[str, str]] = []
+
+    def lookup(ns: str, name: str) -> str | None:
+        asked.append((ns, name))
+        return uid if name == "pod-shared-memory" else None
+
+    book.pod_lookup = lookup
     book.slice_event(slice_())
-    assert book.claim_event(claim("claim-shared-memory")) == []  # one of its pods lives
-    live.clear()
-    (problem,) = book.recheck()
+    assert book.claim_event(claim("claim-shared-memory")) == []  # one of its two pods lives
+    assert book.recheck() == []
+    assert sorted(asked) == [("dra-samples", "pod-shared-memory"), ("dra-samples", "pod-shared-memory-b")]  # once
+    (problem,) = book.pod_event("dra-samples", "pod-shared-memory", uid, deleted=True)  # the watch says the rest
     assert problem.kind is ProblemKind.STALE_ALLOCATION
 
 

@@ -405,7 +405,8 @@ class DraLedger:
             return f"allocated but reserved for no pod: {counted}"
         if any(r.resource != "pods" or r.api_group for r in refs):
             return None
-        if all(self._gone(claim.metadata.namespace, r.name, r.uid) for r in refs):
+        gone = [self._gone(claim.metadata.namespace, r.name, r.uid) for r in refs]  # each looked at (and kept)
+        if all(gone):
             pods = ", ".join(f"{claim.metadata.namespace}/{r.name}" for r in refs)
             return f"reserved only for pods that no longer exist ({pods}): {counted}"
         return None
@@ -417,7 +418,9 @@ class DraLedger:
         if self.pod_lookup is None or not self.settled():
             return False
         found = self.pod_lookup(namespace, name)
-        return found is None or found not in ("", uid)  # "": a pod of that name whose UID is not known (a file)
+        live = found is not None and found in ("", uid)  # "": a pod of that name whose UID is not known (a file)
+        self._alive[uid] = live  # from now on its pod events keep this (a claim names it): no second look-up
+        return not live
 
     def _replace(self, cid: str, records: tuple[DraRecord, ...]) -> None:
         old = self._records.get(cid, ())
