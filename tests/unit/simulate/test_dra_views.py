@@ -6,17 +6,29 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
+
 from hami.config import default_device_config
 from hami.protocol.inventory import encode_inventory_json
 from hami.scheduling.dra import ProblemKind
 from hami.scheduling.request import SchedulingDefaults
+from hami.simulate.defrag import plan_defrag
 from hami.simulate.html import render_html
 from hami.simulate.loading import Sourced, load_snapshot
 from hami.simulate.report import document, render_summary
 from hami.simulate.simulator import Simulator
 from hami.simulate.top import build_top, render_top, top_json
-from tests.unit.scheduling.drafix import A100_MIB, UUID, cards, raw
-from tests.unit.simulate.clusterfix import pod, snapshot_text
+from tests.unit.scheduling.drafix import (
+    A100_MIB,
+    UUID,
+    cards,
+    raw,
+    result,
+    shared_device,
+    synthetic_claim,
+    synthetic_slice,
+)
+from tests.unit.simulate.clusterfix import node, pod, snapshot_text
 
 NOW = 1_700_000_000
 GPU0, GPU1, GPU2 = (UUID[("dra-node-1", f"gpu-{i}")] for i in range(3))
@@ -129,3 +141,26 @@ def test_top_shows_the_dra_part_beside_the_pods_and_the_warnings() -> None:
     card = next(c for c in doc["nodes"][0]["cards"] if c["uuid"] == GPU0)
     assert card["dra"] == {"claims": 1, "slots": 1, "memoryMiB": 10240, "cores": 100}
     assert [w["kind"] for w in doc["dra"]["warnings"]] == ["cores-whole-card"]
+
+
+def test_defrag_never_counts_a_card_a_claim_holds_as_freed() -> None:
+    """Same cluster as the defrag test whose one move frees card 0 — but a DRA claim holds 1Gi of card 0."""
+    sl = msgspec.to_builtins(synthetic_slice("s", "a", [shared_device("gpu-0", "GPU-a-0")]))
+    claim = msgspec.to_builtins(synthetic_claim("c", [result("gpu-0", "a", "s1", memory="1Gi")], pods=[]))
+    objects = [
+        node("a", [(16000, 4)] * 4),
+        pod("x1", 4000, on="a", cards=(0,)),
+        pod("y1", 4000, on="a", cards=(1,)),
+        pod("y2", 4000, on="a", cards=(1,)),
+        pod("z1", 4000, on="a", cards=(2,)),
+        pod("z2", 4000, on="a", cards=(2,)),
+        pod("z3", 4000, on="a", cards=(2,)),
+        {**sl, "kind": "ResourceSlice"},
+        {**claim, "kind": "ResourceClaim"},
+    ]
+    sim = Simulator(default_device_config(), SchedulingDefaults())
+    sim.add_snapshot(load_snapshot([("s.json", snapshot_text(*objects))]))
+    assert sim.state.nodes["a"].tables["NVIDIA"].usedmem[0] == 4000 + 1024
+    plan = plan_defrag(sim)
+    assert ("a", "GPU-a-0") not in plan.freed
+    assert "team/x1" not in [m.pod for m in plan.moves]
