@@ -7,7 +7,7 @@ import pytest
 from hami.config.dra import DraConfig, DraDriverConfig
 from hami.devices.base import NodeInventory
 from hami.scheduling.dra import DraLedger, DraRecord, ProblemKind, WarningKind, held_by_card
-from hami.scheduling.state import ClusterState
+from hami.scheduling.state import ClusterState, PodRecord
 from hami.scheduling.usage import Charge
 from tests.unit.scheduling.builders import NVIDIA, gpu, resource_quota, vendors
 from tests.unit.scheduling.drafix import (
@@ -442,3 +442,34 @@ def test_held_records_survive_node_refreshes_and_recount_right() -> None:
     assert usage(state, "dra-node-1", GPU0) == (1, 10240, 100)
     assert state.verify() == []
     assert state.orphans() == []
+
+
+def test_a_claim_allocated_over_hamis_pods_is_reported_while_it_overlaps() -> None:
+    """kube-scheduler sees no device-plugin pod: it may allocate a whole card hami's pod uses."""
+    book = ledger()
+    state = book.state
+    pod = PodRecord("uid-p", "ml", "p", "dra-node-1", {}, (Charge(NVIDIA, GPU2, 1, 8000, 30),))
+    state.apply(pod, add=True)
+    book.slice_event(slice_())
+    (problem,) = book.claim_event(claim("claim-exclusive"))
+    assert (problem.kind, problem.node) == (ProblemKind.OVER_CAPACITY, "dra-node-1")
+    assert f"card {GPU2} on dra-node-1 is over capacity (slots 11/10, MiB 89920/81920, cores 130/100)" in (
+        problem.message
+    )
+    assert "DRA claims hold 10 slots, 81920 MiB, 100 cores, hami's pods 1 slots, 8000 MiB, 30 cores" in (
+        problem.message
+    )
+    assert usage(state, "dra-node-1", GPU2) == (11, 89920, 130)  # both counted: that is what the card holds
+    assert book.recheck() == []
+    state.apply(pod, add=False)
+    assert book.recheck() == []
+    assert book.problems() == ()
+
+
+def test_claims_alone_beyond_hamis_slot_count_are_no_conflict() -> None:
+    book = ledger(registered(count=1))
+    book.slice_event(slice_())
+    assert book.claim_event(claim("claim-shared-memory")) == []
+    second = synthetic_claim("c2", [result("gpu-0", "dra-node-1", "s2", memory="1Gi", cores="0")])
+    assert book.claim_event(second) == []  # 2 shares on a card hami splits once: DRA's business, no pod involved
+    assert usage(book.state, "dra-node-1", GPU0) == (2, 11264, 100)

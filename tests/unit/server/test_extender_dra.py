@@ -124,3 +124,19 @@ def test_start_up_races_are_not_reported_until_every_watch_has_listed() -> None:
     world.readiness["synced"] = True
     assert world.extender.dra_problems() == ()
     assert world.usage() == {GPU0: (1, 2048, 0)}
+
+
+async def test_a_claim_allocated_over_a_hami_pod_is_reported_until_the_pod_leaves(world: World) -> None:
+    world.add_pod(gpu_pod("early", mem=20000, cores=50))
+    await world.filter(world.pod("early"), [NODE])
+    world.deliver(NS, "early")
+    (uuid,) = devices_of(world, "early")
+    device = "gpu-0" if uuid == GPU0 else "gpu-1"
+    (problem,) = world.extender.on_resource_claim(
+        synthetic_claim("c", [result(device, NODE, "s1", memory="10000Mi", cores="10")], namespace=NS)
+    )
+    assert problem.kind is ProblemKind.OVER_CAPACITY
+    assert f"card {uuid} on {NODE} is over capacity (MiB 30000/24000)" in problem.message
+    world.remove_pod("early")
+    assert world.extender.dra_problems() == ()
+    assert world.usage() == {uuid: (1, 10000, 10)}

@@ -1,6 +1,7 @@
 """Dynamic Resource Allocation beside device-plugin pods: one ledger that counts both (issue 18).
 
 * :mod:`hami.scheduling.dra.mapping` — a slice's devices and what an allocation takes of a card, in hami's units;
+* :mod:`hami.scheduling.dra.conflict` — cards claims and hami's pods together hold beyond capacity;
 * :mod:`hami.scheduling.dra.ledger` — :class:`DraLedger`: slices and claims → held records in ``ClusterState``,
   with the problems (:class:`DraProblem`) and warnings (:class:`DraWarning`) it finds.
 """

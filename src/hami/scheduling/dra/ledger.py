@@ -29,6 +29,8 @@ its pods. Held records never count toward namespace quotas (``PodRecord.held``).
 * ``unit-mismatch`` — counted by share of the device (see ``mapping``), and reported;
 * ``malformed`` — a field hami reads does not parse: a slice's unreadable device is left out; a claim's unreadable
   consumed amount is charged as the whole card;
+* ``over-capacity`` — kube-scheduler allocated the claim on a card whose capacity the claim and hami's pods
+  together exceed (it sees no device-plugin pod): counted (it is held), reported until enough is freed;
 * ``stale-allocation`` — allocated but reserved for no live pod (its pods deleted; nothing deallocates a claim
   without kube-controller-manager): **still counted** until the allocation is removed — a stale claim may be
   about to be used again, and freeing capacity that is still held is the one mistake that double-allocates.
@@ -59,6 +61,7 @@ from typing import ClassVar, TypeVar
 from hami.config.dra import DraConfig, DraDriverConfig
 from hami.protocol.dra import DeviceClass, DeviceRequestAllocationResult, ResourceClaim, ResourceSlice
 from hami.protocol.inventory import DeviceInfo
+from hami.scheduling.dra.conflict import overcommitted
 from hami.scheduling.dra.mapping import DeviceKey, DraDevice, ProblemKind, read_slice, taken
 from hami.scheduling.state import ClusterState, PodRecord
 from hami.scheduling.usage import Charge
@@ -67,7 +70,9 @@ __all__ = ["DraLedger", "DraProblem", "DraRecord", "DraWarning", "HeldCard", "Wa
 
 K = TypeVar("K")
 
-_ORDER_KINDS = frozenset({ProblemKind.UNKNOWN_DEVICE, ProblemKind.UNKNOWN_UUID, ProblemKind.STALE_ALLOCATION})
+_ORDER_KINDS = frozenset(
+    {ProblemKind.UNKNOWN_DEVICE, ProblemKind.UNKNOWN_UUID, ProblemKind.STALE_ALLOCATION, ProblemKind.OVER_CAPACITY}
+)
 """Problems that the order of the watches' first lists can cause for a moment (held back until settled)."""
 
 
@@ -276,6 +281,7 @@ class DraLedger:
         if not self.settled():
             return []
         again = set(self._held_back)
+        again |= {c for c, ps in self._claim_problems.items() if any(p.kind is ProblemKind.OVER_CAPACITY for p in ps)}
         if self.pod_lookup is not None:
             again |= {cid for uid, cids in self._consumers.items() if uid not in self._alive for cid in cids}
         return self._rederive(again)
@@ -314,22 +320,10 @@ class DraLedger:
         return fresh
 
     def _derive_claim(self, cid: str) -> None:
+        """Charge what the claim holds now (replacing its records) and set its problems."""
         claim = self._claims[cid]
         derived = self._derive(claim)
-        stale = self._stale(claim) if derived.devices else None
-        if stale is not None:
-            derived.problems.append(
-                DraProblem(ProblemKind.STALE_ALLOCATION, f"ResourceClaim {claim.key}", _one(derived.nodes), stale)
-            )
         self._set_refs(cid, tuple(sorted(derived.devices)), tuple(sorted(derived.nodes)))
-        problems = derived.problems
-        self._held_back.discard(cid)
-        if any(p.kind in _ORDER_KINDS for p in problems) and not self.settled():
-            self._held_back.add(cid)
-            problems = [p for p in problems if p.kind not in _ORDER_KINDS]
-        self._claim_problems[cid] = tuple(problems)
-        if not problems:
-            del self._claim_problems[cid]
         by_node: dict[str, list[Charge]] = {}
         for (node, vendor, _), card in sorted(derived.cards.items()):
             by_node.setdefault(node, []).append(card.charge(vendor))
@@ -339,6 +333,26 @@ class DraLedger:
             for node, charges in sorted(by_node.items())
         )
         self._replace(cid, records)
+        subject = f"ResourceClaim {claim.key}"
+        problems = derived.problems
+        for record in records:
+            over = overcommitted(self.state, record)
+            problems += [DraProblem(ProblemKind.OVER_CAPACITY, subject, record.node, message) for message in over]
+        stale = self._stale(claim) if derived.devices else None
+        if stale is not None:
+            problems.append(DraProblem(ProblemKind.STALE_ALLOCATION, subject, _one(derived.nodes), stale))
+        self._set_problems(cid, problems)
+
+    def _set_problems(self, cid: str, problems: list[DraProblem]) -> None:
+        """A claim's current problems; until settled, those the watches' order may cause are held back."""
+        self._held_back.discard(cid)
+        if any(p.kind in _ORDER_KINDS for p in problems) and not self.settled():
+            self._held_back.add(cid)
+            problems = [p for p in problems if p.kind not in _ORDER_KINDS]
+        if problems:
+            self._claim_problems[cid] = tuple(problems)
+        else:
+            self._claim_problems.pop(cid, None)
 
     def _derive(self, claim: ResourceClaim) -> _Derived:
         derived = _Derived({}, [], set(), set())

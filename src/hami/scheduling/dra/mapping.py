@@ -57,6 +57,8 @@ class ProblemKind(enum.StrEnum):
     """A device's capacity disagrees with its registered card by more than a unit's worth."""
     MALFORMED = "malformed"
     """A field hami reads is missing or does not parse."""
+    OVER_CAPACITY = "over-capacity"
+    """A claim was allocated on a card whose capacity it and hami's pods together exceed."""
 
 
 @dataclass(frozen=True, slots=True)
