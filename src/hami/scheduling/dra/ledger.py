@@ -53,20 +53,27 @@ re-derives the claims on its devices; a node's registration changing re-derives 
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import ClassVar, TypeVar
+from typing import TypeVar
 
 from hami.config.dra import DraConfig, DraDriverConfig
 from hami.protocol.dra import DeviceClass, DeviceRequestAllocationResult, ResourceClaim, ResourceSlice
 from hami.protocol.inventory import DeviceInfo
 from hami.scheduling.dra.conflict import overcommitted
+from hami.scheduling.dra.held import DraRecord
 from hami.scheduling.dra.mapping import DeviceKey, DraDevice, ProblemKind, read_slice, taken
-from hami.scheduling.state import ClusterState, PodRecord
+from hami.scheduling.dra.reports import (
+    DraProblem,
+    DraWarning,
+    WarningKind,
+    cores_warning,
+    extended_resource_warning,
+)
+from hami.scheduling.state import ClusterState
 from hami.scheduling.usage import Charge
 
-__all__ = ["DraLedger", "DraProblem", "DraRecord", "DraWarning", "HeldCard", "WarningKind", "held_by_card"]
+__all__ = ["DraLedger"]
 
 K = TypeVar("K")
 
@@ -74,42 +81,6 @@ _ORDER_KINDS = frozenset(
     {ProblemKind.UNKNOWN_DEVICE, ProblemKind.UNKNOWN_UUID, ProblemKind.STALE_ALLOCATION, ProblemKind.OVER_CAPACITY}
 )
 """Problems that the order of the watches' first lists can cause for a moment (held back until settled)."""
-
-
-@dataclass(frozen=True, slots=True)
-class DraProblem:
-    """Something hami cannot count as it should; ``object`` reads ``ResourceClaim ns/name`` or ``ResourceSlice
-    name``, ``node`` is "" when unknown, ``message`` says what is (not) counted."""
-
-    kind: ProblemKind
-    object: str
-    node: str
-    message: str
-
-
-class WarningKind(enum.StrEnum):
-    EXTENDED_RESOURCE = "extended-resource"
-    """A DeviceClass serves one of hami's resource names from DRA."""
-    CORES_WHOLE_CARD = "cores-whole-card"
-    """Shared devices whose cores capacity defaults to the whole card."""
-    UNKNOWN_VENDOR = "unknown-vendor"
-    """A configured driver maps to a vendor key hami does not schedule."""
-
-
-@dataclass(frozen=True, slots=True)
-class DraWarning:
-    """A configuration trap, with what it will do."""
-
-    kind: WarningKind
-    object: str
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class DraRecord(PodRecord):
-    """A claim's capacity on one node, charged like a pod's and kept in ``ClusterState.held`` (no quota)."""
-
-    held: ClassVar[bool] = True
 
 
 @dataclass(slots=True)
@@ -219,7 +190,7 @@ class DraLedger:
             for m in malformed
         )
         self._slice_warnings.pop(name, None)
-        warning = _cores_warning(sl, devices, cfg)
+        warning = cores_warning(sl, devices, cfg)
         if warning is not None:
             self._slice_warnings[name] = warning
         for other, names in self._pools.items():  # a slice's pool is immutable; be safe if it is not
@@ -251,14 +222,7 @@ class DraLedger:
         resource = dc.spec.extended_resource_name
         if deleted or not resource or resource not in self._managed():
             return []
-        self._class_warnings[name] = DraWarning(
-            WarningKind.EXTENDED_RESOURCE,
-            f"DeviceClass {name}",
-            f"extendedResourceName {resource} is a resource hami manages: kube-scheduler serves {resource} from "
-            f"DRA (this class) on every node whose allocatable lacks it, even when hami's extender marks it "
-            f"ignoredByScheduler; a pod asking {resource} there gets a DRA claim instead of a hami allocation, "
-            f"counted by hami only if the class's driver is listed under dra.drivers",
-        )
+        self._class_warnings[name] = extended_resource_warning(name, resource)
         return []
 
     def pod_event(self, namespace: str, name: str, uid: str, deleted: bool = False) -> list[DraProblem]:
@@ -502,40 +466,3 @@ def _discard(index: dict[K, set[str]], key: K, cid: str) -> bool:
 
 def _one(nodes: set[str]) -> str:
     return next(iter(nodes)) if len(nodes) == 1 else ""
-
-
-def _cores_warning(sl: ResourceSlice, devices: list[DraDevice], cfg: DraDriverConfig) -> DraWarning | None:
-    """A warning when shared devices of the slice default their cores capacity to the whole card."""
-    whole = [d for d in devices if d.shared and d.cores is not None and d.cores.default >= d.cores.value > 0]
-    if not whole:
-        return None
-    names = ", ".join(d.key[2] for d in whole[:4]) + (", …" if len(whole) > 4 else "")
-    return DraWarning(
-        WarningKind.CORES_WHOLE_CARD,
-        f"ResourceSlice {sl.metadata.name}",
-        f"{len(whole)} shared device(s) of driver {cfg.driver} on node {sl.spec.node_name or '?'} ({names}) "
-        f"consume their whole {cfg.cores_capacity!r} capacity by default: a claim that asks only memory takes "
-        f"all of the card's cores, so no other claim and no hami pod asking cores can use it (give the capacity "
-        f"a requestPolicy default, or have claims ask for {cfg.cores_capacity!r})",
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class HeldCard:
-    """What DRA claims hold of one card (for display): how many claims, slots, MiB and core units."""
-
-    claims: int
-    slots: int
-    mem: int
-    cores: int
-
-
-def held_by_card(state: ClusterState) -> dict[tuple[str, str, str], HeldCard]:
-    """DRA-held capacity per card, keyed by (node, vendor, uuid), summed over the held records."""
-    out: dict[tuple[str, str, str], HeldCard] = {}
-    for record in state.held.values():
-        for ch in record.charges:
-            key = (record.node, ch.vendor, ch.uuid)
-            have = out.get(key, HeldCard(0, 0, 0, 0))
-            out[key] = HeldCard(have.claims + 1, have.slots + ch.slots, have.mem + ch.mem, have.cores + ch.cores)
-    return out
