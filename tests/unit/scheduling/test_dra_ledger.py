@@ -196,11 +196,17 @@ def test_an_unknown_uuid_is_reported_and_counted_once_the_node_registers_it() ->
     assert book.problems() == ()
 
 
-def test_a_node_without_registration_is_named_in_the_problem() -> None:
-    book = ledger(ClusterState(vendors()))
+def test_a_node_without_a_registration_of_the_vendor_is_not_hamis_to_count() -> None:
+    """A node moved wholly to DRA: hami places no pod there, so its claims are neither counted nor reported."""
+    state = ClusterState(vendors())
+    book = ledger(state)
     book.slice_event(slice_())
-    (problem,) = book.claim_event(claim("claim-exclusive"))
-    assert "no hami registration of NVIDIA" in problem.message
+    assert book.claim_event(claim("claim-exclusive")) == []
+    assert state.held == {}
+    assert book.problems() == ()
+    state.set_node("dra-node-1", {NVIDIA: NodeInventory(cards("dra-node-1", A100_MIB))})  # hami's plugin comes
+    assert book.node_event("dra-node-1") == []
+    assert usage(state, "dra-node-1", GPU2) == (10, A100_MIB, 100)
 
 
 # --- stale allocations --------------------------------------------------------------------------------------------

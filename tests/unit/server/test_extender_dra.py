@@ -95,15 +95,19 @@ def test_a_node_registering_later_gets_its_claims_counted() -> None:
     world = make_world()
     world.add_pod(gpu_pod("c-pod", mem=None, cores=None))
     world.extender.on_resource_slice(synthetic_slice("s1", NODE, [shared_device("gpu-0", GPU0)]))
-    (problem,) = world.extender.on_resource_claim(
-        synthetic_claim("c", [result("gpu-0", NODE, "s1", memory="2Gi")], namespace=NS)
-    )
-    assert problem.kind is ProblemKind.UNKNOWN_UUID
+    claim = synthetic_claim("c", [result("gpu-0", NODE, "s1", memory="2Gi")], namespace=NS)
+    assert world.extender.on_resource_claim(claim) == []  # no hami registration there: not hami's to count
     world.add_node(gpu_node(NODE, gpus=1, mem=24000))
     assert world.usage() == {GPU0: (1, 2048, 0)}
     assert world.extender.dra_problems() == ()
     world.extender.on_node(world.cluster.nodes[NODE], deleted=True)
-    assert [p.kind for p in world.extender.dra_problems()] == [ProblemKind.UNKNOWN_UUID]
+    assert world.extender.dra_problems() == ()
+    world.add_node(gpu_node("n2", gpus=1))  # registers GPU-n2-0 only
+    world.extender.on_resource_slice(synthetic_slice("s2", "n2", [shared_device("gpu-0", "GPU-elsewhere")]))
+    (problem,) = world.extender.on_resource_claim(
+        synthetic_claim("d", [result("gpu-0", "n2", "s1", memory="1Gi")], pods=[("c-pod", "uid-c-pod")], namespace=NS)
+    )
+    assert (problem.kind, problem.node) == (ProblemKind.UNKNOWN_UUID, "n2")
 
 
 def test_device_class_traps_show_as_warnings(world: World) -> None:

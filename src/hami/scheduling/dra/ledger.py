@@ -25,7 +25,9 @@ its pods. Held records never count toward namespace quotas (``PodRecord.held``).
   tell which card it is). A device that *was* published and disappeared (the driver restarting) is still counted
   where it was last published, and reported, until the claim lets it go;
 * ``unknown-uuid`` — the device has no UUID, or its UUID matches no card of its node's registration: not counted
-  (there is no card to charge); re-derived whenever that node's registration changes;
+  (there is no card to charge); re-derived whenever that node's registration changes. A device on a node with no
+  hami registration of the driver's vendor at all (a node moved wholly to DRA) is neither counted nor reported:
+  hami places no pod there, so there is nothing to count against (it is counted once the node registers the card);
 * ``unit-mismatch`` — counted by share of the device (see ``mapping``), and reported;
 * ``malformed`` — a field hami reads does not parse: a slice's unreadable device is left out; a claim's unreadable
   consumed amount is charged as the whole card;
@@ -144,7 +146,7 @@ class DraLedger:
                 WarningKind.UNKNOWN_VENDOR,
                 f"dra.drivers[{i}]",
                 f"driver {d.driver} maps to vendor {d.vendor!r}, which hami does not schedule here (vendors: "
-                f"{', '.join(sorted(known)) or 'none'}): its claims match no registered card and are reported",
+                f"{', '.join(sorted(known)) or 'none'}): no node registers it, so its claims are not counted",
             )
             for i, d in enumerate(config.drivers)
             if config.enabled and d.vendor not in known
@@ -349,7 +351,10 @@ class DraLedger:
         d.nodes.add(dev.node)
         info, why = self._card(dev, cfg)
         if info is None:
-            d.problems.append(DraProblem(ProblemKind.UNKNOWN_UUID, subject, dev.node, f"{named} {why}: not counted"))
+            if why:  # else: not a node hami places pods on (no registration of the vendor): nothing to count against
+                d.problems.append(
+                    DraProblem(ProblemKind.UNKNOWN_UUID, subject, dev.node, f"{named} {why}: not counted")
+                )
             return
         card = d.cards.setdefault((dev.node, cfg.vendor, info.id), _Card(info))
         if result.share_id is None or not dev.shared:
@@ -362,13 +367,14 @@ class DraLedger:
         d.problems += [DraProblem(kind, subject, dev.node, message) for kind, message in amount.problems]
 
     def _card(self, dev: DraDevice, cfg: DraDriverConfig) -> tuple[DeviceInfo | None, str]:
-        """The registered card of the device's UUID, or why there is none."""
-        if dev.uuid is None:
-            return None, f"has no {cfg.uuid_attribute!r} attribute in ResourceSlice {dev.slice}"
+        """The registered card of the device's UUID, or why there is none ("" when the node has no registration of
+        the vendor at all: not hami's to count)."""
         node = self.state.nodes.get(dev.node)
         table = node.tables.get(cfg.vendor) if node is not None else None
         if table is None:
-            return None, f"(UUID {dev.uuid}) is on node {dev.node}, which has no hami registration of {cfg.vendor}"
+            return None, ""
+        if dev.uuid is None:
+            return None, f"has no {cfg.uuid_attribute!r} attribute in ResourceSlice {dev.slice}"
         i = table.index_of.get(dev.uuid)
         if i is None:
             return None, f"(UUID {dev.uuid}) matches no card of node {dev.node}'s hami registration"
