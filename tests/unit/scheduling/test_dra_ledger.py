@@ -343,6 +343,17 @@ def test_a_malformed_consumed_amount_is_charged_as_the_whole_card() -> None:
     assert usage(book.state, "dra-node-2", SMALL0) == (1, SMALL_MIB, 100)
 
 
+def test_a_shared_device_without_memory_capacity_is_charged_the_whole_memory() -> None:
+    book = ledger()
+    dev = shared_device("gpu-0", SMALL0)
+    dev["capacity"] = {}
+    book.slice_event(synthetic_slice("s", "dra-node-2", [dev]))
+    (problem,) = book.claim_event(synthetic_claim("c", [result("gpu-0", "dra-node-2", "s1")]))
+    assert problem.kind is ProblemKind.MALFORMED
+    assert "publishes no 'memory' capacity" in problem.message
+    assert usage(book.state, "dra-node-2", SMALL0) == (1, SMALL_MIB, 0)
+
+
 def test_a_device_without_uuid_is_reported() -> None:
     book = ledger()
     dev = shared_device("gpu-0", SMALL0)

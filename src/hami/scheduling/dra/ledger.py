@@ -30,7 +30,8 @@ its pods. Held records never count toward namespace quotas (``PodRecord.held``).
   hami places no pod there, so there is nothing to count against (it is counted once the node registers the card);
 * ``unit-mismatch`` — counted by share of the device (see ``mapping``), and reported;
 * ``malformed`` — a field hami reads does not parse: a slice's unreadable device is left out; a claim's unreadable
-  consumed amount is charged as the whole card;
+  consumed amount is charged as the whole card, and a share of a device publishing no memory capacity as the
+  card's whole memory;
 * ``over-capacity`` — kube-scheduler allocated the claim on a card whose capacity the claim and hami's pods
   together exceed (it sees no device-plugin pod): counted (it is held), reported until enough is freed;
 * ``stale-allocation`` — allocated but reserved for no live pod (its pods deleted; nothing deallocates a claim

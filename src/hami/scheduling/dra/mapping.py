@@ -3,7 +3,9 @@
 Pure functions over ``hami.protocol.dra`` views and one driver's ``DraDriverConfig``; the ledger (``ledger.py``)
 keeps the state. Units (``hami.config.dra``): memory is converted from the driver's unit to MiB and a claim's
 consumption rounded **up**; cores are converted to the card's core units (``devcore``, 100 = one card at
-deviceCoreScaling 1), rounded up too. Every rounding is towards counting more, never less.
+deviceCoreScaling 1), rounded up too. Every rounding is towards counting more, never less. A shared device that
+publishes no memory capacity has its shares charged the card's whole memory (reported); one that publishes no cores
+capacity has them charged no cores, as a hami pod that asks for none.
 
 **Unit check.** A device's memory capacity, converted, is compared with the memory of the card of the same UUID in
 hami's registration. More than 8× apart either way is a unit mismatch, not oversubscription
@@ -168,8 +170,12 @@ def _memory(
     result: DeviceRequestAllocationResult, dev: DraDevice, cfg: DraDriverConfig, info: DeviceInfo, where: str
 ) -> tuple[int, list[tuple[ProblemKind, str]]]:
     cap = dev.memory
-    if cap is None:
-        return 0, []
+    if cap is None:  # memory is the hard limit on a card: what hami cannot measure, it must not give away
+        message = (
+            f"shared device {dev.key[2]} publishes no {cfg.memory_capacity!r} capacity (dra.drivers[{cfg.driver}]."
+            f"memoryCapacity), so the memory this share uses is unknown: charged as the card's whole memory"
+        )
+        return info.devmem, [(ProblemKind.MALFORMED, message)]
     amount = _consumed(result, cfg.memory_capacity, cap, where)
     num, den = MEMORY_UNITS_MIB[cfg.memory_unit]
     whole_mib = cap.value * num / den
