@@ -20,11 +20,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hami.devices.base import NodeInventory
-from hami.protocol.dra import ResourceClaim
+from hami.protocol.dra import ResourceClaim, ResourceSlice
 from hami.protocol.inventory import DeviceInfo
 from hami.scheduling.cycle import decide, reserve, unreserve
 from hami.scheduling.dra import DraLedger, held_by_card
@@ -227,3 +228,100 @@ def test_pods_never_get_what_claims_hold_and_the_ledger_matches_the_claims(case:
     for uid in list(world.placed):
         unreserve(world.state, uid)
     assert world.state.quotas.used == {} or all(v == 0 for u in world.state.quotas.used.values() for v in u.values())
+
+
+# --- hostile input: any decodable slice or claim, in any order, never breaks the ledger -------------------------
+
+QUANTITIES = st.one_of(
+    st.sampled_from(["0", "1", "100", "80Gi", "1500000", "-1Gi", "lots", "", "1e400", "0.5", "500m", "1Ei"]),
+    st.integers(-5, 10**12),
+    st.floats(allow_nan=True, allow_infinity=True),
+)
+NAMES = st.sampled_from(["gpu-0", "gpu-1", "", "gpu-0"])
+
+
+@st.composite
+def hostile_slice(draw: st.DrawFn) -> Any:
+    devices = []
+    for _ in range(draw(st.integers(0, 3))):
+        capacity = {
+            key: {
+                "value": draw(QUANTITIES),
+                **({"requestPolicy": {"default": draw(QUANTITIES)}} if draw(st.booleans()) else {}),
+            }
+            for key in draw(st.lists(st.sampled_from(["memory", "cores", "gpu.nvidia.com/memory", "x"]), max_size=3))
+        }
+        uuid = draw(st.sampled_from(["GPU-n0-0", "GPU-n0-1", "GPU-zz", ""]))
+        attributes = {"uuid": {"string": uuid}} if draw(st.booleans()) else {"uuid": {"int": 3}}
+        devices.append(
+            {
+                "name": draw(NAMES),
+                "attributes": attributes,
+                "capacity": capacity,
+                "allowMultipleAllocations": draw(st.sampled_from([True, False, None])),
+            }
+        )
+    spec = {
+        "driver": draw(st.sampled_from(["gpu.nvidia.com", "other.example.com"])),
+        "pool": {"name": draw(st.sampled_from(["node-0", "p", ""])), "generation": draw(st.integers(-1, 3))},
+        "nodeName": draw(st.sampled_from(["node-0", "node-9", ""])),
+        "devices": devices,
+    }
+    return msgspec.convert(
+        {"metadata": {"name": draw(st.sampled_from(["s1", "s2"]))}, "spec": spec}, type=ResourceSlice
+    )
+
+
+@st.composite
+def hostile_claim(draw: st.DrawFn) -> Any:
+    results = []
+    for _ in range(draw(st.integers(0, 3))):
+        res = result(draw(NAMES), draw(st.sampled_from(["node-0", "p", ""])), draw(st.sampled_from([None, "a", "b"])))
+        res["consumedCapacity"] = {
+            k: draw(QUANTITIES) for k in draw(st.lists(st.sampled_from(["memory", "cores", "y"]), max_size=2))
+        }
+        res["adminAccess"] = draw(st.sampled_from([None, True, False]))
+        results.append(res)
+    pods = draw(st.lists(st.tuples(st.sampled_from(["a", "b"]), st.sampled_from(["u1", "u2"])), max_size=2))
+    claim = synthetic_claim(draw(st.sampled_from(["c1", "c2"])), results, pods=pods)
+    if draw(st.booleans()):
+        claim.status.allocation = None
+    return claim
+
+
+EVENTS = st.lists(
+    st.one_of(
+        st.tuples(st.just("slice"), hostile_slice(), st.booleans()),
+        st.tuples(st.just("claim"), hostile_claim(), st.booleans()),
+        st.tuples(st.just("pod"), st.sampled_from(["u1", "u2"]), st.booleans()),
+        st.tuples(st.just("node"), st.just("node-0"), st.booleans()),
+    ),
+    max_size=12,
+)
+
+
+@PROPS
+@given(EVENTS, st.booleans())
+def test_any_decodable_input_in_any_order_keeps_the_ledger_whole(events: list[Any], settled: bool) -> None:
+    state = ClusterState(vendors())
+    state.set_node("node-0", {NVIDIA: NodeInventory((gpu("GPU-n0-0", index=0), gpu("GPU-n0-1", index=1)))})
+    book = ledger(state)
+    book.settled = lambda: settled
+    for kind, obj, flag in events:
+        if kind == "slice":
+            book.slice_event(obj, deleted=flag)
+        elif kind == "claim":
+            book.claim_event(obj, deleted=flag)
+        elif kind == "pod":
+            book.pod_event("ns", "a", obj, deleted=flag)
+        elif flag:
+            state.set_node("node-0", {NVIDIA: NodeInventory((gpu("GPU-n0-1", index=0),))})
+            book.node_event("node-0")
+        assert state.verify() == []
+        assert {r.uid for r in book.records()} == set(state.held)
+    book.settled = lambda: True
+    book.recheck()
+    for claim in list(book._claims.values()):
+        book.claim_event(claim, deleted=True)
+    assert state.held == {}
+    assert all(p.object.startswith("ResourceSlice") for p in book.problems())

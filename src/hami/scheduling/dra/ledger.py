@@ -124,7 +124,7 @@ class DraLedger:
         none."""
         self.settled: Callable[[], bool] = lambda: True
         """Whether every watch (nodes, pods, DRA objects) has delivered its first list (module docstring)."""
-        self._slices: dict[str, tuple[int, tuple[DraDevice, ...]]] = {}  # name -> (pool generation, devices)
+        self._slices: dict[str, tuple[tuple[str, str], int, tuple[DraDevice, ...]]] = {}  # name -> pool, gen, devices
         self._pools: dict[tuple[str, str], set[str]] = {}  # (driver, pool) -> slice names
         self._devices: dict[tuple[str, str], dict[DeviceKey, DraDevice]] = {}  # per pool: its top generation's
         self._last_known: dict[DeviceKey, DraDevice] = {}  # gone from the slices, still held by a claim
@@ -176,34 +176,33 @@ class DraLedger:
         ignored (their devices are not GPUs hami registers)."""
         cfg = self.drivers.get(sl.spec.driver)
         name = sl.metadata.name
-        if cfg is None and name not in self._slices:
+        old = self._slices.pop(name, None)
+        if cfg is None and old is None:
             return []
-        before = self._slice_problems.get(name, ())
-        pool = (sl.spec.driver, sl.spec.pool.name)
+        before = self._slice_problems.pop(name, ())
+        self._slice_warnings.pop(name, None)
+        old_pool = old[0] if old is not None else None
+        if old_pool is not None:
+            _discard(self._pools, old_pool, name)
         if deleted or cfg is None:
-            self._slices.pop(name, None)
-            self._slice_problems.pop(name, None)
-            self._slice_warnings.pop(name, None)
-            self._pools.get(pool, set()).discard(name)
-            return self._reindex(pool)
+            return self._reindex(old_pool) if old_pool is not None else []
+        pool = (sl.spec.driver, sl.spec.pool.name)
         devices, malformed = read_slice(sl, cfg)
-        node = sl.spec.node_name
-        self._slice_problems[name] = tuple(
-            DraProblem(ProblemKind.MALFORMED, f"ResourceSlice {name}", node, f"{m}: left out, not counted")
+        problems = tuple(
+            DraProblem(ProblemKind.MALFORMED, f"ResourceSlice {name}", sl.spec.node_name, f"{m}: left out, not counted")
             for m in malformed
         )
-        self._slice_warnings.pop(name, None)
+        if problems:
+            self._slice_problems[name] = problems
         warning = cores_warning(sl, devices, cfg)
         if warning is not None:
             self._slice_warnings[name] = warning
-        for other, names in self._pools.items():  # a slice's pool is immutable; be safe if it is not
-            if other != pool and name in names:
-                names.discard(name)
-                self._reindex(other)
-        self._slices[name] = (sl.spec.pool.generation, tuple(devices))
+        self._slices[name] = (pool, sl.spec.pool.generation, tuple(devices))
         self._pools.setdefault(pool, set()).add(name)
-        fresh = [p for p in self._slice_problems[name] if p not in before]
-        return fresh + self._reindex(pool)
+        raised = [p for p in problems if p not in before]
+        if old_pool is not None and old_pool != pool:  # a pool is immutable in the API; be safe if it moved
+            raised += self._reindex(old_pool)
+        return raised + self._reindex(pool)
 
     def claim_event(self, claim: ResourceClaim, deleted: bool = False) -> list[DraProblem]:
         """Apply a ResourceClaim event; returns the problems it newly raised. A deleted claim, or one whose
@@ -257,12 +256,10 @@ class DraLedger:
     def _reindex(self, pool: tuple[str, str]) -> list[DraProblem]:
         """Publish the devices of a pool's highest generation; re-derive the claims on devices that changed."""
         names = self._pools.get(pool, set())
-        if not names:
-            self._pools.pop(pool, None)
-        top = max((self._slices[n][0] for n in names), default=0)
+        top = max((self._slices[n][1] for n in names), default=0)
         fresh: dict[DeviceKey, DraDevice] = {}
         for n in sorted(names):
-            generation, devices = self._slices[n]
+            _, generation, devices = self._slices[n]
             if generation == top:
                 for dev in devices:
                     fresh.setdefault(dev.key, dev)
