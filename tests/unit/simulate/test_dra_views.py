@@ -4,10 +4,13 @@ their part shown per card, and DRA's problems and warnings reported (issue 18)."
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import msgspec
+from typer.testing import CliRunner
 
+from hami.cli import app
 from hami.config import default_device_config
 from hami.protocol.inventory import encode_inventory_json
 from hami.scheduling.dra import ProblemKind
@@ -164,3 +167,17 @@ def test_defrag_never_counts_a_card_a_claim_holds_as_freed() -> None:
     plan = plan_defrag(sim)
     assert ("a", "GPU-a-0") not in plan.freed
     assert "team/x1" not in [m.pod for m in plan.moves]
+
+
+def test_explain_says_what_claims_hold_of_each_card(tmp_path: Path) -> None:
+    manifest = tmp_path / "pod.json"
+    manifest.write_text(json.dumps(pod("notebook", 20000)))
+    snapshot = tmp_path / "snap.json"
+    snapshot.write_text(snapshot_text(registered_node(), raw("resourceslice"), *map(raw, CLAIMS), *map(raw, PODS)))
+    result = CliRunner().invoke(app, ["explain", "--snapshot", str(snapshot), "-f", str(manifest), "-o", "json"])
+    assert result.exit_code == 0, result.output
+    cards = {c["uuid"]: c for c in json.loads(result.stdout)["nodes"][0]["cards"]}
+    assert cards[GPU0]["verdict"] == "CardComputeUnitsExhausted"
+    assert cards[GPU0]["dra"] == {"claims": 1, "memoryMiB": 10240, "cores": 100}
+    text = CliRunner().invoke(app, ["explain", "--snapshot", str(snapshot), "-f", str(manifest)]).stdout
+    assert "CardComputeUnitsExhausted (DRA claims hold 10240 MiB, 100 cores)" in text
