@@ -43,8 +43,9 @@ class StubCluster:
         *,
         uid: str,
         resource_version: str | None = None,
-    ) -> None:
+    ) -> str | None:
         self.patches += 1
+        return None
 
     async def get_pod(self, namespace: str, name: str) -> Pod:
         raise NotImplementedError
@@ -52,7 +53,9 @@ class StubCluster:
     def watched_pod(self, namespace: str, name: str) -> Pod | None:
         return None
 
-    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, *, resource_version: str | None = None
+    ) -> None:
         return None
 
     async def lock_node(self, node: str, namespace: str, name: str) -> None:

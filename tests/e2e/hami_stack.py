@@ -9,9 +9,10 @@ with kube-scheduler running as the chart's kube-scheduler ServiceAccount.
 
 ``FakeDevicePlugin`` plays the one part of HAMi's device plugin the scheduler depends on (spec webhook §6.2):
 after the kubelet asks it to Allocate — i.e. once a pod hami bound is on its node — it marks the pod
-``hami.io/bind-phase: success`` and releases the node lock ``hami.io/mutex.lock`` (owner-checked, with a
-resourceVersion precondition). Without it a node stays locked after each bind until the lock expires, so only
-one pod per node per lock timeout could bind.
+``hami.io/bind-phase: success`` and releases the node lock ``hami.io/mutex.lock`` as HAMi's plugin does
+(owner-checked on a fresh read, with a resourceVersion precondition; a lock already gone — hami releases it itself
+once it sees the pod ``success`` — or held by another pod is left alone). Without it a node stays locked after
+each bind until the lock expires, so only one pod per node per lock timeout could bind.
 """
 
 from __future__ import annotations
@@ -268,8 +269,10 @@ class FakeDevicePlugin:
     """Releases node locks as HAMi's device plugin does after Allocate (see the module docstring).
 
     Watches the nodes matching ``label_selector`` by polling (every ``interval`` seconds); ``released``
-    lists (node, namespace/pod) for every lock it released. ``lock_keys`` are the node lock annotations it
-    releases (HAMi's ``hami.io/mutex.lock`` unless given: a vendor's own lock is its ``VendorKeys.lock``).
+    lists (node, namespace/pod) for every pod it marked ``success`` once that pod holds none of its node's locks
+    any more (released by the stand-in, or already by hami, which frees a ``success`` holder's lock). ``lock_keys``
+    are the node lock annotations it releases (HAMi's ``hami.io/mutex.lock`` unless given: a vendor's own lock is
+    its ``VendorKeys.lock``).
     """
 
     def __init__(
@@ -280,6 +283,7 @@ class FakeDevicePlugin:
         self.interval = interval
         self.lock_keys = tuple(lock_keys) or (keys.NODE_LOCK,)
         self.released: list[tuple[str, str]] = []
+        self._served: set[tuple[str, str]] = set()  # marked success; locks possibly not released yet
         self.error: Exception | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fake-device-plugin", daemon=True)
@@ -296,31 +300,69 @@ class FakeDevicePlugin:
             while not self._stop.wait(self.interval):
                 try:
                     for node in kube.get("/api/v1/nodes", labelSelector=self.selector)["items"]:
-                        for lock_key in self.lock_keys:
-                            self._allocate(kube, node, lock_key)
+                        self._allocate(kube, node)
                 except (ApiError, httpx.HTTPError):
                     continue  # the pod or node changed or went away meanwhile: look again next round
                 except Exception as err:  # a bug in this helper: keep it for the test to report
                     self.error = err
                     raise
 
-    def _allocate(self, kube: KubeClient, node: Mapping[str, Any], lock_key: str = keys.NODE_LOCK) -> None:
-        meta = node["metadata"]
-        lock = (meta.get("annotations") or {}).get(lock_key)
-        if not lock or lock.count(",") != 2:
-            return
-        _, namespace, name = lock.split(",")
+    def _holders(self, node: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """The (namespace, name) of the pods holding one of ``lock_keys`` on ``node``, in key order."""
+        annotations = node["metadata"].get("annotations") or {}
+        found: list[tuple[str, str]] = []
+        for lock_key in self.lock_keys:
+            lock = annotations.get(lock_key)
+            if lock and lock.count(",") == 2:
+                _, namespace, name = lock.split(",")
+                if (namespace, name) not in found:
+                    found.append((namespace, name))
+        return found
+
+    def _allocate(self, kube: KubeClient, node: Mapping[str, Any]) -> None:
+        """Serve each lock holder the kubelet would hand to this node's plugins: mark it ``success``, then release
+        every lock of ``lock_keys`` it still holds (each vendor's plugin releases its own lock). A pod marked but not
+        yet released (a write failed) is released next round, even once hami has freed its lock."""
+        node_name = node["metadata"]["name"]
+        for namespace, name in self._holders(node):
+            if self._allocating_here(kube, node_name, namespace, name):
+                kube.patch(
+                    f"/api/v1/namespaces/{namespace}/pods/{name}",
+                    {"metadata": {"annotations": {keys.BIND_PHASE: "success"}}},
+                )
+                self._served.add((node_name, f"{namespace}/{name}"))
+        for served in sorted(self._served):
+            if served[0] == node_name:
+                namespace, name = served[1].split("/")
+                for lock_key in self.lock_keys:
+                    self._release(kube, node_name, lock_key, namespace, name)
+                self._served.discard(served)
+                self.released.append(served)
+
+    @staticmethod
+    def _allocating_here(kube: KubeClient, node: str, namespace: str, name: str) -> bool:
+        """Whether the pod is one the kubelet would hand to ``node``'s plugin: bound there, bind phase allocating."""
         try:
             pod = kube.get_pod(namespace, name)
         except ApiError:
-            return
+            return False
         phase = (pod["metadata"].get("annotations") or {}).get(keys.BIND_PHASE)
-        if pod["spec"].get("nodeName") != meta["name"] or phase != "allocating":
-            return  # not (yet) a pod the kubelet would hand to this node's plugin
-        kube.patch(
-            f"/api/v1/namespaces/{namespace}/pods/{name}", {"metadata": {"annotations": {keys.BIND_PHASE: "success"}}}
-        )
-        # Owner-checked by the resourceVersion precondition: if the lock changed since we read it, 409.
-        release = {"metadata": {"annotations": {lock_key: None}, "resourceVersion": meta["resourceVersion"]}}
-        kube.patch(f"/api/v1/nodes/{meta['name']}", release)
-        self.released.append((meta["name"], f"{namespace}/{name}"))
+        return bool(pod["spec"].get("nodeName") == node and phase == "allocating")
+
+    def _release(self, kube: KubeClient, node: str, lock_key: str, namespace: str, name: str) -> None:
+        """HAMi's owner-checked release (spec webhook §2.7 ``ReleaseNodeLock``): read the node again; a lock that is
+        gone or no longer ends with ``,<namespace>,<name>`` is left alone (hami may already have released it once it
+        saw the pod ``success``, or taken it over); else remove it under the node's resourceVersion, again on 409."""
+        for _ in range(5):
+            meta = kube.get(f"/api/v1/nodes/{node}")["metadata"]
+            lock = (meta.get("annotations") or {}).get(lock_key)
+            if not lock or not lock.endswith(f",{namespace},{name}"):
+                return
+            release = {"metadata": {"annotations": {lock_key: None}, "resourceVersion": meta["resourceVersion"]}}
+            try:
+                kube.patch(f"/api/v1/nodes/{node}", release)
+                return
+            except ApiError as err:
+                if err.status != 409:
+                    raise
+        raise RuntimeError(f"releasing {lock_key} on {node} for {namespace}/{name}: the node kept changing")

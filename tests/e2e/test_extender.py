@@ -489,3 +489,48 @@ def test_deleting_the_lock_holder_releases_the_node_at_once(stack: StackFactory)
     assert (lock.namespace, lock.name) == (s.namespace, "p2")
     assert list(s.usage().values()) == [(1, 3000, 30)]  # p2 alone: p1's share left with it
     assert s.hami.ledger() == s.usage()
+
+
+def mark_bind_phase(s: Stack, pod: str, phase: str) -> None:
+    """What HAMi's device plugin writes once it has answered the pod's Allocate (before releasing the lock)."""
+    s.kube.patch(
+        f"/api/v1/namespaces/{s.namespace}/pods/{pod}", {"metadata": {"annotations": {keys.BIND_PHASE: phase}}}
+    )
+
+
+def test_a_lock_whose_holder_is_still_allocating_is_kept_and_taken_over_once_it_is_done(stack: StackFactory) -> None:
+    """The device plugin wrote bind phase ``success`` but its release of the lock was lost (HAMi keeps the node
+    locked until ``--node-lock-timeout``): the next bind gets the node. While ``allocating``, the holder kept it."""
+    s = stack("--bind-lock-wait=0", plugin=False)
+    node = s.node("a")
+    s.pod("p1")
+    s.bound("p1")
+    held = s.lock(node)
+    s.pod("p2")
+    s.wait_for_event("p2", "BindingFailed", f"locked by {s.namespace}/p1")
+    assert s.get("p1")["metadata"]["annotations"][keys.BIND_PHASE] == "allocating"
+    assert s.lock(node) == held
+
+    mark_bind_phase(s, "p1", "success")  # ... and the plugin's release never arrives
+
+    assert s.bound("p2")["spec"]["nodeName"] == node
+    lock = decode_node_lock(s.lock(node) or "")
+    assert (lock.namespace, lock.name) == (s.namespace, "p2")
+    assert f"holder {s.namespace}/p1 is bound with bind phase success" in s.hami.log()
+    assert s.hami.ledger() == s.usage()
+
+
+@pytest.mark.parametrize("phase", ["success", "failed"])
+def test_a_lock_left_behind_by_the_device_plugin_is_released_without_another_bind(
+    stack: StackFactory, phase: str
+) -> None:
+    s = stack(plugin=False)
+    node = s.node("a")
+    s.pod("p1")
+    s.bound("p1")
+    assert s.lock(node) is not None
+
+    mark_bind_phase(s, "p1", phase)  # the device plugin answered; its release of the lock was lost
+
+    wait_until(lambda: s.lock(node) is None, description=f"the lock on {node} released by hami")
+    assert f"releasing stale lock: holder {s.namespace}/p1 is bound with bind phase {phase}" in s.hami.log()

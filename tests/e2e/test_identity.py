@@ -129,7 +129,7 @@ def pending_body(pod: dict[str, Any]) -> dict[str, Any]:
 # --- the API server's preconditions, through hami's own client --------------------------------------------
 
 
-async def test_the_api_server_refuses_pod_writes_for_another_uid_or_a_stale_version(
+async def test_the_api_server_refuses_pod_writes_and_bindings_for_another_uid_or_a_stale_version(
     control_plane: ControlPlane, kube: KubeClient, namespace: str
 ) -> None:
     old = kube.create_pod(namespace, "web-0", scheduler_name=NOBODY)
@@ -147,6 +147,10 @@ async def test_the_api_server_refuses_pod_writes_for_another_uid_or_a_stale_vers
             await cluster.patch_pod_metadata(namespace, "web-0", {"a": "again"}, uid=new_uid, resource_version=version)
         with pytest.raises(Conflict) as binding:
             await cluster.bind(namespace, "web-0", old_uid, "some-node")
+        with pytest.raises(Conflict) as late:  # a Binding sent for the version before hami's last write
+            await cluster.bind(namespace, "web-0", new_uid, "some-node", resource_version=version)
+        current = (await cluster.get_pod(namespace, "web-0")).metadata.resource_version
+        await cluster.bind(namespace, "web-0", new_uid, "some-node", resource_version=current)
 
     # A merge patch naming another UID: 422 (the UID is immutable), not 409; hami reports it as a Conflict.
     assert replaced.value.status == 422
@@ -158,9 +162,12 @@ async def test_the_api_server_refuses_pod_writes_for_another_uid_or_a_stale_vers
     assert "the object has been modified" in str(stale.value)
     assert binding.value.status == 409  # the Binding carries the UID as a precondition
     assert f"UID in precondition: {old_uid}, UID in object meta: {new_uid}" in str(binding.value)
+    # The Binding's resourceVersion is a precondition too (hami's guard against a Binding landing late)
+    assert late.value.status == 409
+    assert f"ResourceVersion in precondition: {version}," in str(late.value)
     pod = kube.get_pod(namespace, "web-0")
     assert pod["metadata"]["annotations"] == {"a": "new"}
-    assert not pod["spec"].get("nodeName")
+    assert pod["spec"].get("nodeName") == "some-node"  # bound on the version it was sent for
 
 
 # --- the attacks of issue 11 ------------------------------------------------------------------------------

@@ -576,10 +576,14 @@ class KubeClient:
             body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": grace_period_seconds}
         await self._request("DELETE", resource.path(namespace, name), body=body)
 
-    async def create_binding(self, namespace: str, pod: str, uid: str, node: str) -> None:
-        """Bind ``namespace/pod`` to ``node``. ``uid`` is a precondition: a re-created pod of the same name → 409."""
+    async def create_binding(
+        self, namespace: str, pod: str, uid: str, node: str, resource_version: str | None = None
+    ) -> None:
+        """Bind ``namespace/pod`` to ``node``. ``uid`` is a precondition: a re-created pod of the same name → 409;
+        so is ``resource_version``: a pod changed since that version → 409 (kube-apiserver's pods/binding passes
+        both to its storage update as preconditions)."""
         binding = Binding(
-            metadata=ObjectMeta(name=pod, namespace=namespace, uid=uid),
+            metadata=ObjectMeta(name=pod, namespace=namespace, uid=uid, resource_version=resource_version or ""),
             target=ObjectRef("Node", node),
         )
         await self._request("POST", PODS.path(namespace, pod, "binding"), body=binding)

@@ -82,8 +82,11 @@ class ClusterClient(Protocol):
         """Merge-patch the node's annotations; with ``resource_version``, only if the node is still at it."""
         ...
 
-    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        """Create the pod's Binding to ``node``; ``uid`` must be the pod's."""
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, *, resource_version: str | None = None
+    ) -> None:
+        """Create the pod's Binding to ``node``; ``uid`` must be the pod's and, with ``resource_version``, the pod
+        must still be at that version (``Conflict`` otherwise)."""
         ...
 
     async def emit_event(self, involved: ObjectRef, type: str, reason: str, message: str, component: str) -> str:
@@ -151,8 +154,10 @@ class KubeCluster:
         body = _metadata_patch(annotations, None, resource_version)
         return await self.client.patch(NODES, name, body, type=Node)
 
-    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        await self.client.create_binding(namespace, name, uid, node)
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, *, resource_version: str | None = None
+    ) -> None:
+        await self.client.create_binding(namespace, name, uid, node, resource_version)
 
     async def emit_event(self, involved: ObjectRef, type: str, reason: str, message: str, component: str) -> str:
         event = make_event(

@@ -52,10 +52,11 @@ class ExtenderIO:
         *,
         uid: str,
         resource_version: str | None = None,
-    ) -> None:
-        await self.cluster.patch_pod_metadata(
+    ) -> str | None:
+        patched = await self.cluster.patch_pod_metadata(
             namespace, name, annotations, labels, uid=uid, resource_version=resource_version
         )
+        return patched.metadata.resource_version or None
 
     async def get_pod(self, namespace: str, name: str) -> Pod:
         return await self.cluster.get_pod(namespace, name)
@@ -63,8 +64,10 @@ class ExtenderIO:
     def watched_pod(self, namespace: str, name: str) -> Pod | None:
         return self.pod_hint(namespace, name) if self.pod_hint is not None else None
 
-    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        await self.cluster.bind(namespace, name, uid, node)
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, *, resource_version: str | None = None
+    ) -> None:
+        await self.cluster.bind(namespace, name, uid, node, resource_version=resource_version)
 
     async def lock_node(
         self, node: str, namespace: str, name: str, key: str = NODE_LOCK, expiry_s: float | None = None

@@ -176,12 +176,20 @@ class MemoryCluster:
         _merge(node.metadata.annotations, annotations)
         return copy.deepcopy(self._stamp(node))
 
-    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, *, resource_version: str | None = None
+    ) -> None:
         self._enter("bind")
         pod = self._pod(namespace, name)
         if uid and uid != pod.metadata.uid:
             raise Conflict(
                 f"Precondition failed: UID in precondition: {uid}, UID in object meta: {pod.metadata.uid}", 409
+            )
+        if resource_version and resource_version != pod.metadata.resource_version:
+            raise Conflict(
+                f"Precondition failed: ResourceVersion in precondition: {resource_version}, "
+                f"ResourceVersion in object meta: {pod.metadata.resource_version}",
+                409,
             )
         if pod.spec.node_name:
             raise Conflict(

@@ -16,6 +16,11 @@ Acquire (:meth:`NodeLocker.acquire`) reads the node and:
 * older than the timeout → take it over (overwrite, same CAS);
 * held by a pod that no longer exists (404) or has finished (phase Succeeded/Failed) → take it over (HAMi only
   checks 404; a finished holder can never run Allocate, so its lock would otherwise block the node until expiry);
+* ``hami.io/mutex.lock`` held by a pod that is bound and whose ``hami.io/bind-phase`` is ``success`` or ``failed``
+  → take it over: HAMi's device plugins write that phase once every vendor's Allocate of the pod is done (or one
+  failed) and release this lock right after; the release was lost (say the API server died between the two
+  writes). A holder still ``allocating``, or not yet bound, is never overwritten. A vendor's own lock (Cambricon's)
+  is released by a device plugin that does not follow the bind phase, so this rule does not apply to it;
 * otherwise → :class:`~hami.errors.LockContention` naming the holder and the lock's time.
 
 A lock value that does not parse raises :class:`~hami.errors.AnnotationError` as in HAMi: we cannot tell whose it
@@ -33,15 +38,25 @@ from datetime import datetime, timedelta
 from hami.errors import ApiError, Conflict, InvalidInput, LockContention, NotFound
 from hami.k8s.cluster import ClusterClient, WallClock, utc_now
 from hami.k8s.ratelimit import Sleep
-from hami.protocol.keys import NODE_LOCK
+from hami.protocol.keys import BIND_PHASE, NODE_LOCK
 from hami.protocol.nodelock import NodeLock, decode_node_lock, encode_node_lock, is_expired, is_owned_by
 from hami.protocol.objects import Node, Pod
 
-__all__ = ["FINISHED_PHASES", "NodeLocker", "PodLookup"]
+__all__ = [
+    "ALLOCATED_BIND_PHASES",
+    "FINISHED_PHASES",
+    "NodeLocker",
+    "PodLookup",
+    "allocation_over",
+    "follows_bind_phase",
+    "stale_reason",
+]
 
 log = logging.getLogger(__name__)
 
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+ALLOCATED_BIND_PHASES = frozenset({"success", "failed"})
+"""``hami.io/bind-phase`` values the device plugin writes once it has answered a pod's Allocate."""
 
 PodLookup = Callable[[str, str], Awaitable[Pod | None]]
 """``(namespace, name) → pod`` or ``None`` if it does not exist (e.g. the pod cache, or a GET)."""
@@ -49,6 +64,35 @@ PodLookup = Callable[[str, str], Awaitable[Pod | None]]
 
 def _holder(lock: NodeLock) -> str:
     return f"{lock.namespace}/{lock.name}" if lock.has_owner else ""
+
+
+def allocation_over(pod: Pod) -> bool:
+    """Whether the device plugin is done with ``pod``: it is bound and its bind phase is ``success``/``failed``.
+
+    Both are needed: an unbound pod may carry ``failed`` from an earlier bind attempt and be about to bind again
+    (the next bind marks it ``allocating`` before binding), and a bound pod in ``allocating`` is the very one the
+    device plugin is serving. A bound pod never goes back to ``allocating``, so a cached copy showing this is safe.
+    """
+    return bool(pod.spec.node_name) and pod.metadata.annotations.get(BIND_PHASE) in ALLOCATED_BIND_PHASES
+
+
+def follows_bind_phase(key: str) -> bool:
+    """Whether the device plugins releasing the lock ``key`` do so right after writing ``success``/``failed``: HAMi's
+    ``hami.io/mutex.lock`` only (a vendor's own lock is released by its own plugin, on its own schedule)."""
+    return key == NODE_LOCK
+
+
+def stale_reason(lock: NodeLock, holder: Pod | None, key: str = NODE_LOCK) -> str | None:
+    """Why the owned ``lock`` (annotation ``key``) no longer protects anything, given its holder pod (``None``:
+    gone), or ``None``."""
+    if holder is None:
+        return f"holder {_holder(lock)} no longer exists"
+    if holder.status.phase in FINISHED_PHASES:
+        return f"holder {_holder(lock)} has {holder.status.phase.lower()}"
+    if follows_bind_phase(key) and allocation_over(holder):
+        phase = holder.metadata.annotations.get(BIND_PHASE)
+        return f"holder {_holder(lock)} is bound with bind phase {phase} (its device plugin left the lock behind)"
+    return None
 
 
 class NodeLocker:
@@ -90,19 +134,14 @@ class NodeLocker:
             await self._sleep(self._retry_delay * 2**attempt)
 
     async def _takeover_reason(
-        self, lock: NodeLock, now: datetime, lookup: PodLookup, timeout: timedelta
+        self, lock: NodeLock, now: datetime, lookup: PodLookup, timeout: timedelta, key: str
     ) -> str | None:
         """Why ``lock`` may be overwritten, or ``None`` if its holder still counts."""
         if is_expired(lock, now, timeout):
             return f"expired (taken at {lock.timestamp.isoformat()}, timeout {timeout})"
         if not lock.has_owner:
             return None
-        holder = await lookup(lock.namespace, lock.name)
-        if holder is None:
-            return f"holder {_holder(lock)} no longer exists"
-        if holder.status.phase in FINISHED_PHASES:
-            return f"holder {_holder(lock)} has {holder.status.phase.lower()}"
-        return None
+        return stale_reason(lock, await lookup(lock.namespace, lock.name), key)
 
     async def acquire(
         self,
@@ -126,7 +165,8 @@ class NodeLocker:
         holder are not read again); any other lock in a hint is read afresh and decided as below. Raising
         contention writes nothing, so a view a little behind costs at most a wait that the watch then ends. On a
         fresh read, too, a holder the pod watch shows alive is not read again (only a gone or finished holder
-        makes a lock stale, and that is always confirmed by a GET).
+        makes a lock stale, or for ``hami.io/mutex.lock`` one bound with bind phase ``success``/``failed``, and that
+        is always confirmed by a GET).
 
         Raises :class:`LockContention` if another live pod holds it, :class:`AnnotationError` for an unparsable
         lock, :class:`NotFound` if the node is gone, :class:`Conflict` if every attempt lost a race.
@@ -147,7 +187,7 @@ class NodeLocker:
                 lock = decode_node_lock(value, key)
                 if is_owned_by(lock, namespace, name) and not is_expired(lock, now, expiry):
                     return lock  # re-entrant: one pod may lock through several vendors
-                reason = await self._takeover_reason(lock, now, self._lookup(watched), expiry)
+                reason = await self._takeover_reason(lock, now, self._lookup(watched), expiry, key)
                 if reason is None:
                     named = "" if key == NODE_LOCK else key
                     raise LockContention(node, _holder(lock), lock.timestamp, expiry.total_seconds(), key=named)
@@ -163,14 +203,15 @@ class NodeLocker:
         raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
 
     def _lookup(self, watched: Callable[[str, str], Pod | None] | None) -> PodLookup:
-        """The holder lookup of ``acquire``: a holder the pod watch shows alive and not finished is taken from
-        there (contention either way, so a GET would change nothing); anything else is read."""
+        """The holder lookup of ``acquire``: a holder the pod watch shows alive, not finished and not done with its
+        Allocate (``allocation_over``) is taken from there (contention either way, so a GET would change nothing);
+        anything else is read (the watch may be behind: a pod of that name re-created since holds the lock)."""
         if watched is None:
             return self._pod_or_none
 
         async def lookup(namespace: str, name: str) -> Pod | None:
             seen = watched(namespace, name)
-            if seen is not None and seen.status.phase not in FINISHED_PHASES:
+            if seen is not None and seen.status.phase not in FINISHED_PHASES and not allocation_over(seen):
                 return seen
             return await self._pod_or_none(namespace, name)
 
@@ -196,7 +237,11 @@ class NodeLocker:
         if not lock.has_owner or is_owned_by(lock, namespace, name) or is_expired(lock, self._clock(), expiry):
             return None
         holder = watched(lock.namespace, lock.name)
-        if holder is None or holder.status.phase in FINISHED_PHASES:
+        if (
+            holder is None
+            or holder.status.phase in FINISHED_PHASES
+            or (follows_bind_phase(key) and allocation_over(holder))
+        ):
             return None  # perhaps stale: read and decide
         named = "" if key == NODE_LOCK else key
         return LockContention(node, _holder(lock), lock.timestamp, expiry.total_seconds(), key=named)
@@ -210,12 +255,14 @@ class NodeLocker:
         return await self._release(node, lambda lock: not lock.has_owner or is_owned_by(lock, namespace, name), key)
 
     async def release_if_stale(self, node: str, lookup: PodLookup | None = None, *, key: str = NODE_LOCK) -> bool:
-        """Remove the lock ``key`` if its holder pod was deleted or has finished (HAMi leaves these until expiry).
+        """Remove the lock ``key`` if its holder pod was deleted, has finished, or (``hami.io/mutex.lock`` only) is
+        bound with bind phase ``success`` or ``failed`` (HAMi leaves these until expiry).
 
         ``lookup`` finds the holder (default: a GET). Locks of live holders, expired locks (the next acquire
         takes them over) and legacy locks are left alone. Returns whether a lock was removed.
         """
         find = lookup or self._pod_or_none
+        lock_key = key
         holders: dict[tuple[str, str], bool] = {}
 
         async def holder_is_stale(lock: NodeLock) -> bool:
@@ -223,8 +270,10 @@ class NodeLocker:
                 return False
             key = (lock.namespace, lock.name)
             if key not in holders:
-                pod = await find(*key)
-                holders[key] = pod is None or pod.status.phase in FINISHED_PHASES
+                reason = stale_reason(lock, await find(*key), lock_key)
+                if reason is not None:
+                    log.info("node %s: releasing stale lock: %s", node, reason)
+                holders[key] = reason is not None
             return holders[key]
 
         return await self._release(node, holder_is_stale, key)

@@ -67,6 +67,8 @@ __all__ = [
 
 LISTED = 10
 """At most this many fitting nodes are listed with their scores in the ``FilteringSucceed`` message."""
+BIND_VERSION_ATTEMPTS = 3
+"""Tries of a Binding conditional on the pod's version, while others' writes to the pod keep moving it on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,9 +370,10 @@ class ClusterPort(Protocol):
         *,
         uid: str,
         resource_version: str | None = None,
-    ) -> None:
+    ) -> str | None:
         """Merge-patch a pod, only if it is still the pod with ``uid`` (and, with ``resource_version``, still at
-        that version); raises ``Conflict`` otherwise, ``NotFound`` if there is no pod of that name."""
+        that version); raises ``Conflict`` otherwise, ``NotFound`` if there is no pod of that name. Returns the
+        pod's resourceVersion after the patch (None where unknown)."""
 
     async def lock_node(
         self, node: str, namespace: str, name: str, key: str = keys.NODE_LOCK, expiry_s: float | None = None
@@ -381,7 +384,11 @@ class ClusterPort(Protocol):
     async def unlock_node(self, node: str, namespace: str, name: str, key: str = keys.NODE_LOCK) -> None:
         """Release the node lock ``key`` if (and only if) this pod holds it."""
 
-    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, *, resource_version: str | None = None
+    ) -> None:
+        """Create the pod's Binding; with ``resource_version``, it lands only on that version of the pod
+        (``Conflict`` otherwise: kube-apiserver takes the Binding's ``metadata.resourceVersion`` as a precondition)."""
 
     def event(self, pod: Pod, type: EventType, reason: EventReason, message: str) -> None:
         """Record an event on the pod (fire and forget; never raises). Used by the edge, never by the cycle."""
@@ -539,6 +546,10 @@ class Cycle:
     commits: dict[str, asyncio.Task[FilterOutcome | None]] = field(default_factory=dict)
     cleanups: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     """Allocation clean-ups that failed once and are being retried, by pod UID."""
+    written: dict[str, str] = field(default_factory=dict)
+    """Pod UID → the resourceVersion hami's allocation write left the pod at: its Binding lands only on that
+    version, so a Binding that arrives after its request timed out cannot bind a pod whose allocation was cleaned
+    up (or rewritten) meanwhile."""
     records: RecordReader | None = None
     """Reads the watched pods' records for ``vendors`` (built on first use, again if ``vendors`` is replaced)."""
 
@@ -618,7 +629,7 @@ class Cycle:
         uid = pod.metadata.uid
         t0 = self.stopwatch()
         try:
-            await self.port.patch_pod_metadata(
+            written = await self.port.patch_pod_metadata(
                 pod.metadata.namespace,
                 pod.metadata.name,
                 with_bind_phase(decision),
@@ -626,6 +637,8 @@ class Cycle:
                 uid=uid,
                 resource_version=guard,
             )
+            if written:
+                self.written[uid] = written
         except ApiError as err:
             landed = await self._commit_landed(pod, decision, err)
             if landed:
@@ -693,6 +706,7 @@ class Cycle:
 
     def forget(self, uid: str) -> None:
         self.pending.discard(uid)
+        self.written.pop(uid, None)
         unreserve(self.state, uid)
 
     # --- /bind -----------------------------------------------------------------------------------------------
@@ -789,6 +803,11 @@ class Cycle:
         """locks → bind phase (unless our own commit wrote it) → Binding; a failure releases what was taken."""
         ns, name, uid = pod.metadata.namespace, pod.metadata.name, pod.metadata.uid
         locked: list[str] = []
+        version = None
+        if wants_devices:  # the version hami's write left, or the one just read if it carries the allocation
+            version = self.written.pop(uid, None) or (
+                pod.metadata.resource_version if _still_allocated(pod, uid, node) else None
+            )
         try:
             if wants_devices:
                 for key, expiry in self._bind_locks(pod, record):
@@ -796,17 +815,40 @@ class Cycle:
                     locked.append(key)
                 if record is None:  # not committed by this process: mark the bind phase now, as HAMi does, on
                     # the version just read (unbound, allocated on this node): replaced only if still so
-                    await self.port.patch_pod_metadata(
+                    version = await self.port.patch_pod_metadata(
                         ns,
                         name,
                         {keys.BIND_PHASE: "allocating", keys.BIND_TIME: str(int(self.clock()))},
                         uid=uid,
                         resource_version=pod.metadata.resource_version or None,
                     )
-            await self.port.bind(ns, name, uid, node)
+            await self._bind_version(pod, node, version)
         except HamiError as err:
             return await self._bind_failed(pod, node, locked, err)
         return BindOutcome(Bound.BOUND, pod, node, binding_succeed_text(node, ns, name))
+
+    async def _bind_version(self, pod: Pod, node: str, version: str | None) -> None:
+        """The Binding, made conditional on ``version`` (the pod as hami's allocation write left it) when known.
+
+        A Binding whose request timed out may still land later, after ``_bind_failed`` has read the pod unbound and
+        removed its allocation: unconditional, it would bind a pod with no devices (or with devices hami has since
+        given to another pod). With the precondition it lands only on the version carrying this allocation; any
+        later write (the clean-up, a new /filter's allocation) makes it fail with 409. A 409 because someone else
+        wrote to the pod meanwhile (a label, a status) is tried again on the fresh version, as long as that version
+        still carries this bind's allocation on ``node``, unbound."""
+        ns, name, uid = pod.metadata.namespace, pod.metadata.name, pod.metadata.uid
+        for _ in range(BIND_VERSION_ATTEMPTS - 1):
+            try:
+                await self.port.bind(ns, name, uid, node, resource_version=version)
+                return
+            except Conflict:
+                if version is None:
+                    raise
+                fresh = await self.port.get_pod(ns, name)
+                if not _still_allocated(fresh, uid, node):
+                    raise
+                version = fresh.metadata.resource_version or None
+        await self.port.bind(ns, name, uid, node, resource_version=version)
 
     async def _lock(self, node: str, pod: Pod, key: str = keys.NODE_LOCK, expiry: float | None = None) -> None:
         """Take the node lock ``key`` for ``pod``, waiting for a hand-over where one is coming.
@@ -1031,6 +1073,7 @@ class Cycle:
             # back nothing that is still held)
             self.pending.discard(uid)
             self.commits.pop(uid, None)
+            self.written.pop(uid, None)
             self.cancel_cleanup(uid)
             unreserve(self.state, uid)
         elif not holds_devices(pod):
@@ -1130,6 +1173,16 @@ def bind_refusal(pod: Pod, uid: str, node: str) -> str | None:
     if pod.status.phase in _NOT_PENDING:
         return f"the pod is {pod.status.phase}"
     return None
+
+
+def _still_allocated(pod: Pod, uid: str, node: str) -> bool:
+    """Whether ``pod`` is the pod ``uid``, unbound, holding devices that hami allocated on ``node``."""
+    return (
+        pod.metadata.uid == uid
+        and not pod.spec.node_name
+        and pod.metadata.annotations.get(keys.VGPU_NODE) == node
+        and holds_devices(pod)
+    )
 
 
 def _pod_gone(err: ApiError) -> bool:

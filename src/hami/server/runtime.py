@@ -37,7 +37,7 @@ from hami.k8s.config import KubeConfig
 from hami.k8s.events import EventRecorder
 from hami.k8s.extender_io import ExtenderIO
 from hami.k8s.lockwaits import NodeLockWaits
-from hami.k8s.nodelock import NodeLocker
+from hami.k8s.nodelock import NodeLocker, allocation_over, follows_bind_phase
 from hami.k8s.records import Lease, ObjectRef
 from hami.k8s.resources import LEASES, NODES, PODS, RESOURCE_QUOTAS
 from hami.k8s.reviews import AccessReviewer
@@ -71,6 +71,10 @@ REGISTRATION_REFUSED = "RegistrationRefused"
 """Reason of the Warning event on a node whose device registration cannot be decoded (hami's own; HAMi has none)."""
 LOCK_SWEEP_SECONDS = 30.0
 """How often nodes holding a lock are checked for a finished or deleted holder (HAMi never does this)."""
+LEFT_BEHIND_GRACE_SECONDS = 2.0
+"""How long the device plugin has, after writing a holder's bind phase ``success``/``failed``, to release
+``hami.io/mutex.lock`` itself (it does so right after) before hami releases it: releasing at once would race the
+plugin's own release on every pod, two needless API requests and a conflict for the plugin each time."""
 TLS_RELOAD_SECONDS = 10.0
 ROLE_CHECK_SECONDS = 0.5
 """How often leadership is compared with the pod's role label (no API call unless it changed)."""
@@ -114,7 +118,10 @@ class Runtime:
     role_written: str = ""
     """The ``hami.io/scheduler-role`` value last written on this replica's own pod ("" before the first)."""
 
+    left_behind_grace: float = LEFT_BEHIND_GRACE_SECONDS
     _writes: set[asyncio.Task[None]] = field(default_factory=set)
+    _left_behind: dict[tuple[str, str, str], asyncio.TimerHandle] = field(default_factory=dict)
+    """(node, lock key, lock value) → the pending check of a lock whose holder the device plugin is done with."""
 
     def __post_init__(self) -> None:
         if self.transport is None:  # read the files now: a missing or bad one is a ConfigError at start-up
@@ -202,7 +209,7 @@ class Runtime:
             if before.get(vendor) != problem:
                 log.warning("node %s: %s registration refused: %s", name, vendor, problem)
                 message = f"{vendor} devices of node {name} are not scheduled: registration refused: {problem}"
-                events.record(ObjectRef.for_node(node), EventType.WARNING, REGISTRATION_REFUSED, message)
+                self._leader_event(events, ObjectRef.for_node(node), EventType.WARNING, REGISTRATION_REFUSED, message)
         for vendor in before.keys() - problems.keys():
             log.info("node %s: %s registration accepted again", name, vendor)
         if problems:
@@ -210,11 +217,21 @@ class Runtime:
         else:
             self.quarantined.pop(name, None)
 
+    def _leader_event(self, events: EventRecorder, involved: ObjectRef, type: str, reason: str, message: str) -> None:
+        """Write an Event about a problem a watch handler found, from the leader only. Every replica watches the same
+        objects and finds the same problem at the same time: with ``--leader-elect``, each writing its own Event
+        told ``kubectl describe`` the problem once per replica. Followers only log it (the caller does); a problem
+        first seen while no replica leads (the Lease changing hands) is logged only."""
+        if self.is_leader():
+            events.record(involved, type, reason, message)
+
     def _handshake(self, node: Node, cluster: KubeCluster, supervisor: Supervisor) -> None:
         """Stamp ``Requesting_<now>`` for each vendor the node registers whose handshake is not requesting yet,
         as HAMi's scheduler does — but only on nodes that have that vendor (HAMi stamps every node, §11). A vendor
         without a handshake (``VendorKeys.handshake`` None) is never stamped; one whose devices come from the
         node's capacity (``register`` "") counts as registered when the ledger has its devices on the node."""
+        if not self.is_leader():  # as in HAMi, only the leader stamps: each replica sees the same node update
+            return
         annotations = node.metadata.annotations
         stamps: dict[str, str | None] = {}
         seen = self.state.nodes.get(node.metadata.name)
@@ -243,10 +260,50 @@ class Runtime:
     def _on_pod(self, extender: Extender, locker: NodeLocker, supervisor: Supervisor) -> Callable[[Pod, bool], None]:
         def apply(obj: Pod, deleted: bool) -> None:
             extender.on_pod(obj, deleted)
-            if (deleted or is_terminal(obj)) and obj.spec.node_name in self.locks:
+            if obj.spec.node_name not in self.locks:
+                return
+            if deleted or is_terminal(obj):
                 self._release_if_holder(obj, locker, supervisor)
+            elif allocation_over(obj):
+                # bound with bind phase success/failed: the device plugin releases hami.io/mutex.lock right after
+                # writing the phase; if that release is lost, the lock would block the node until it expires
+                self._release_left_behind(obj, locker)
 
         return apply
+
+    def _release_left_behind(self, pod: Pod, locker: NodeLocker) -> None:
+        """Check, ``left_behind_grace`` seconds from now, each ``hami.io/mutex.lock`` on the pod's node that ``pod``
+        holds: if the node watch still shows that very lock, the device plugin's release was lost, and
+        :meth:`NodeLocker.release_if_stale` releases it (reading the node and the holder again, so a pod of the
+        same name created since keeps its lock). Normally the plugin's release comes first: no API request."""
+        node = pod.spec.node_name
+        for key, value in self.locks[node].items():
+            pending = (node, key, value)
+            if not follows_bind_phase(key) or pending in self._left_behind:
+                continue
+            try:
+                lock = decode_node_lock(value, key)
+            except Exception:  # a malformed lock is handled by the next acquire; nothing to release here
+                continue
+            if lock.namespace == pod.metadata.namespace and lock.name == pod.metadata.name:
+                check = self._left_behind_check(locker, pending)
+                self._left_behind[pending] = asyncio.get_running_loop().call_later(self.left_behind_grace, check)
+
+    def _left_behind_check(self, locker: NodeLocker, pending: tuple[str, str, str]) -> Callable[[], None]:
+        node, key, value = pending
+
+        async def release() -> None:
+            try:
+                await locker.release_if_stale(node, key=key)
+            except ApiError as err:
+                log.warning("releasing the lock %s on %s left behind by its device plugin failed: %s", key, node, err)
+
+        def check() -> None:
+            self._left_behind.pop(pending, None)
+            if self.locks.get(node, {}).get(key) == value:
+                self._once(release(), f"unlock-left-{node}" + _lock_suffix(key))
+
+        return check
 
     def _release_if_holder(self, pod: Pod, locker: NodeLocker, supervisor: Supervisor) -> None:
         node = pod.spec.node_name
@@ -366,6 +423,8 @@ class Runtime:
             supervisor.start(self._lock_sweep(locker), name="lock-sweep")
             servers = await self._servers(extender, supervisor, stack, client_settings)
             await self._serve(servers, listeners)
+            for check in self._left_behind.values():  # no release started once the client is closing
+                check.cancel()
             await extender.settle_all()
             await events.aclose()
 

@@ -9,9 +9,9 @@ import pytest
 from hami.errors import AnnotationError, ApiError, Conflict, LockContention, NotFound
 from hami.k8s.memory import MemoryCluster
 from hami.k8s.nodelock import NodeLocker
-from hami.protocol.keys import NODE_LOCK
+from hami.protocol.keys import BIND_PHASE, NODE_LOCK
 from hami.protocol.nodelock import LOCK_CONTENTION, NodeLock, decode_node_lock, encode_node_lock
-from hami.protocol.objects import Node, ObjectMeta, Pod, PodStatus
+from hami.protocol.objects import Node, ObjectMeta, Pod, PodSpec, PodStatus
 from tests.unit.k8s.conftest import NOW, FakeSleep, Seam
 
 TIMEOUT = timedelta(minutes=5)
@@ -31,8 +31,14 @@ def node(lock: str | None = None, name: str = "gpu-1") -> Node:
     return Node(metadata=ObjectMeta(name=name, annotations=annotations))
 
 
-def pod(name: str, phase: str = "Running", namespace: str = "default") -> Pod:
-    return Pod(metadata=ObjectMeta(name=name, namespace=namespace), status=PodStatus(phase=phase))
+def pod(name: str, phase: str = "Running", namespace: str = "default", *, bind_phase: str = "", on: str = "") -> Pod:
+    """A pod; ``bind_phase`` sets ``hami.io/bind-phase``, ``on`` binds it to that node."""
+    annotations = {BIND_PHASE: bind_phase} if bind_phase else {}
+    return Pod(
+        metadata=ObjectMeta(name=name, namespace=namespace, annotations=annotations),
+        spec=PodSpec(node_name=on),
+        status=PodStatus(phase=phase),
+    )
 
 
 def locker(cluster: object, sleep: FakeSleep | None = None, **kwargs: object) -> NodeLocker:
@@ -100,6 +106,8 @@ async def test_a_young_legacy_lock_is_contention_without_an_owner() -> None:
         (lock_value("default", "done", age=timedelta(seconds=5)), [pod("done", "Succeeded")]),
         (lock_value("default", "crashed"), [pod("crashed", "Failed")]),
         (lock_value("default", "p1", age=TIMEOUT + timedelta(seconds=1)), [pod("p1")]),
+        (lock_value("default", "served"), [pod("served", "Pending", bind_phase="success", on="gpu-1")]),
+        (lock_value("default", "refused"), [pod("refused", "Pending", bind_phase="failed", on="gpu-1")]),
     ],
     ids=[
         "expired",
@@ -108,6 +116,8 @@ async def test_a_young_legacy_lock_is_contention_without_an_owner() -> None:
         "holder-succeeded",
         "holder-failed",
         "own-expired-restamped",
+        "holder-allocated-release-lost",
+        "holder-allocate-failed-release-lost",
     ],
 )
 async def test_stale_locks_are_taken_over(seam: Seam, value: str, pods: list[Pod]) -> None:
@@ -117,6 +127,40 @@ async def test_stale_locks_are_taken_over(seam: Seam, value: str, pods: list[Pod
     got = await locker(seam.cluster).acquire("gpu-1", "default", "p1")
     assert got == written("default", "p1")
     assert lock_on(seam.backing) == encode_node_lock(got)
+
+
+@pytest.mark.parametrize(
+    "holder",
+    [
+        pod("h", "Pending", bind_phase="allocating", on="gpu-1"),  # its device plugin is serving it now
+        pod("h", "Running", bind_phase="allocating", on="gpu-1"),
+        pod("h", "Pending", bind_phase="success"),  # not bound: the phase is from an earlier bind attempt
+        pod("h", "Pending", bind_phase="failed"),  # not bound: about to bind again
+        pod("h", "Pending", on="gpu-1"),  # bound, no bind phase (a foreign scheduler's pod)
+    ],
+    ids=["bound-allocating", "running-allocating", "unbound-success", "unbound-failed", "bound-no-phase"],
+)
+async def test_a_holder_whose_allocate_may_not_be_over_keeps_its_lock(holder: Pod) -> None:
+    value = lock_value("default", "h")
+    memory = MemoryCluster(nodes=[node(value)], pods=[holder])
+    with pytest.raises(LockContention) as caught:
+        await locker(memory).acquire("gpu-1", "default", "p1")
+    assert caught.value.holder == "default/h"
+    assert lock_on(memory) == value
+    assert await locker(memory).release_if_stale("gpu-1") is False
+    assert lock_on(memory) == value
+
+
+async def test_the_bind_phase_frees_only_hamis_lock_not_a_vendors_own() -> None:
+    """A vendor's own lock is released by its own device plugin, which does not follow the bind phase."""
+    value = lock_value("default", "h")
+    vendor_key = "vendor.example/lock"
+    gpu = Node(metadata=ObjectMeta(name="gpu-1", annotations={vendor_key: value}))
+    memory = MemoryCluster(nodes=[gpu], pods=[pod("h", "Pending", bind_phase="success", on="gpu-1")])
+    with pytest.raises(LockContention):
+        await locker(memory).acquire("gpu-1", "default", "p1", key=vendor_key)
+    assert await locker(memory).release_if_stale("gpu-1", key=vendor_key) is False
+    assert memory.nodes["gpu-1"].metadata.annotations[vendor_key] == value
 
 
 async def test_a_watched_live_holder_is_contention_without_a_request() -> None:
@@ -141,8 +185,9 @@ async def test_a_watched_live_holder_is_contention_without_a_request() -> None:
         (lock_value("default", "done"), [pod("done", "Succeeded")]),
         (lock_value("default", "old", age=TIMEOUT + timedelta(seconds=1)), [pod("old")]),
         ((NOW - TIMEOUT - timedelta(seconds=1)).isoformat(), []),
+        (lock_value("default", "served"), [pod("served", "Pending", bind_phase="success", on="gpu-1")]),
     ],
-    ids=["holder-not-watched", "holder-finished", "expired", "expired-legacy"],
+    ids=["holder-not-watched", "holder-finished", "expired", "expired-legacy", "holder-allocated-release-lost"],
 )
 async def test_a_watched_lock_that_may_be_stale_is_read_afresh_and_taken_over(value: str, watched: list[Pod]) -> None:
     """Only a live holder per the watches skips the reads: a lock that may be stale is decided on a fresh read
@@ -323,8 +368,21 @@ async def test_release_racing_a_restamp_by_the_same_pod_still_releases() -> None
         (lock_value("default", "busy"), [pod("busy", "Pending")], False),
         (lock_value("default", "old", age=TIMEOUT * 2), [pod("old")], False),  # the next acquire takes it over
         (NOW.isoformat(), [], False),
+        (lock_value("default", "served"), [pod("served", "Running", bind_phase="success", on="gpu-1")], True),
+        (lock_value("default", "refused"), [pod("refused", "Pending", bind_phase="failed", on="gpu-1")], True),
+        (lock_value("default", "serving"), [pod("serving", "Pending", bind_phase="allocating", on="gpu-1")], False),
     ],
-    ids=["holder-deleted", "holder-succeeded", "holder-failed", "holder-alive", "expired-but-alive", "legacy"],
+    ids=[
+        "holder-deleted",
+        "holder-succeeded",
+        "holder-failed",
+        "holder-alive",
+        "expired-but-alive",
+        "legacy",
+        "holder-allocated-release-lost",
+        "holder-allocate-failed-release-lost",
+        "holder-allocating",
+    ],
 )
 async def test_release_if_stale_frees_locks_of_finished_or_deleted_holders(
     seam: Seam, value: str, pods: list[Pod], released: bool

@@ -9,7 +9,7 @@ from datetime import timedelta
 import msgspec
 import pytest
 
-from hami.errors import ApiError, NotFound, TooManyRequests
+from hami.errors import ApiError, Conflict, NotFound, TooManyRequests
 from hami.k8s.client import ClientSettings, KubeClient
 from hami.k8s.cluster import KubeCluster
 from hami.k8s.config import KubeConfig
@@ -641,8 +641,10 @@ class _BoundThenReset(MemoryCluster):
     """kube-apiserver SIGKILLed mid-bind: the Binding reaches etcd, the connection is reset before the answer, and
     the pod cannot be read back while the API server restarts (``fail("get_pod", …)``); writes land again after."""
 
-    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        await super().bind(namespace, name, uid, node)
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, *, resource_version: str | None = None
+    ) -> None:
+        await super().bind(namespace, name, uid, node, resource_version=resource_version)
         raise RESET
 
 
@@ -678,7 +680,9 @@ async def test_a_bind_that_landed_before_a_reset_keeps_the_allocation_of_the_bou
 class _ResetBeforeBinding(MemoryCluster):
     """The connection is reset before the Binding reaches the API server: the pod stays unbound."""
 
-    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, *, resource_version: str | None = None
+    ) -> None:
         self._enter("bind")
         raise RESET
 
@@ -701,6 +705,60 @@ async def test_a_bind_lost_in_a_reset_is_cleaned_up_once_the_pod_can_be_read() -
     assert world.state.pods == {}
     assert lock_of(world, "n1") is None
     assert world.metrics.registry.get_sample_value("hami_filter_decisions_total", {"result": "cleanup-retried"}) == 1
+
+
+TIMED_OUT = ApiError(f"POST /api/v1/namespaces/{NS}/pods/p1/binding: ReadTimeout: no answer within 30 s", 0)
+
+
+class _BindingLandsLate(MemoryCluster):
+    """The Binding's request runs past ``--kube-timeout`` while it is still queued in kube-apiserver: hami hears a
+    timeout, and the Binding lands later (``land``), with the preconditions it was sent with."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_flight: list[tuple[str, str, str, str, str | None]] = []
+
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, *, resource_version: str | None = None
+    ) -> None:
+        self._enter("bind")
+        self.in_flight.append((namespace, name, uid, node, resource_version))
+        raise TIMED_OUT
+
+    async def land(self) -> None:
+        namespace, name, uid, node, resource_version = self.in_flight.pop()
+        await MemoryCluster.bind(self, namespace, name, uid, node, resource_version=resource_version)
+
+
+async def test_a_binding_landing_after_its_timeout_and_the_clean_up_never_binds_the_pod_without_its_devices() -> None:
+    backing = _BindingLandsLate()
+    world = make_world(backing=backing)
+    cluster_of_three(world)
+    await filtered(world)
+
+    result = await world.extender.bind(BindingArgs("p1", NS, "uid-p1", "n1"))
+
+    assert "ReadTimeout" in result.error
+    assert allocation_of(world.pod("p1")) == {}  # read back unbound: its allocation removed, its devices freed
+    assert world.state.pods == {}
+    with pytest.raises(Conflict, match="Precondition failed: ResourceVersion"):
+        await backing.land()  # sent for the version carrying the allocation; the clean-up moved the pod on
+    assert world.pod("p1").spec.node_name == ""  # kube-scheduler filters it again
+
+
+async def test_a_write_by_someone_else_before_the_binding_is_bound_on_the_fresh_version() -> None:
+    world = make_world()
+    cluster_of_three(world)
+    await filtered(world)
+    allocated = allocation_of(world.pod("p1"))
+    await world.cluster.patch_pod_metadata(NS, "p1", labels={"team": "a"})  # after hami's allocation write
+
+    result = await world.extender.bind(BindingArgs("p1", NS, "uid-p1", "n1"))
+
+    assert result.error == ""
+    assert world.pod("p1").spec.node_name == "n1"
+    assert allocation_of(world.pod("p1")) == allocated
+    assert world.cluster.calls.count("bind") == 2  # refused on the old version, bound on the one read again
 
 
 class _AllocationWrittenThenReset(MemoryCluster):
@@ -873,11 +931,13 @@ class _LockStolenDuringBind(MemoryCluster):
     """A cluster where, while the Binding is being created, another scheduler takes the node lock over (ours
     had expired) and the Binding then fails."""
 
-    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, *, resource_version: str | None = None
+    ) -> None:
         stolen = encode_node_lock(NodeLock(NOW_DT, "other-ns", "thief"))
         await self.patch_node_annotations(node, {keys.NODE_LOCK: stolen})
         self.fail("bind", SERVER_ERROR)
-        await super().bind(namespace, name, uid, node)
+        await super().bind(namespace, name, uid, node, resource_version=resource_version)
 
 
 async def test_bind_failure_never_releases_a_lock_someone_else_holds_now() -> None:

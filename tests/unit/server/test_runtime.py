@@ -39,19 +39,24 @@ class Wired:
         self.runtime._on_pod(self.world.extender, self.world.locker, self.supervisor)(pod, deleted)
 
     async def settle(self) -> None:
-        """Let the handlers' background writes finish."""
-        while self.runtime._writes:
-            await asyncio.gather(*list(self.runtime._writes))
+        """Let the handlers' pending checks and background writes finish."""
+        while self.runtime._writes or self.runtime._left_behind:
+            if self.runtime._writes:
+                await asyncio.gather(*list(self.runtime._writes))
+            else:
+                await asyncio.sleep(0.01)
         await self.world.recorder.flush()
 
 
 def make_runtime(**settings: object) -> Runtime:
-    return Runtime(
+    runtime = Runtime(
         SchedulerSettings(**settings),  # type: ignore[arg-type]
         default_device_config(),
         KubeConfig(server="https://127.0.0.1:6443", token="t0ken"),
         identity="sched-1",
     )
+    runtime.left_behind_grace = 0.0  # a lock the device plugin left behind is checked at once
+    return runtime
 
 
 @pytest.fixture
@@ -105,6 +110,24 @@ async def test_handshake_is_stamped_only_on_nodes_that_register_the_vendor(
     assert wired.world.cluster.nodes["n1"].metadata.annotations.get(HYGON_KEYS.handshake or "") is None
 
 
+@pytest.mark.parametrize(
+    ("holder", "stamped"), [("sched-1_4f9c", True), ("sched-2_77aa", False)], ids=["leader", "follower"]
+)
+async def test_with_leader_election_only_the_leader_stamps_the_handshake(
+    wired: Wired, holder: str, stamped: bool
+) -> None:
+    """Every replica sees the device plugin's ``Reported``: one ``Requesting_`` PATCH, not one per replica."""
+    wired.runtime.settings = wired.runtime.settings.model_copy(update={"leader_elect": True})
+    wired.runtime._on_lease(lease(holder, datetime.now(UTC)), False)
+
+    wired.node_event(stored(wired, gpu_node("n1")))
+    await wired.settle()
+
+    value = wired.world.cluster.nodes["n1"].metadata.annotations.get(keys.NVIDIA_HANDSHAKE, "")
+    assert value.startswith("Requesting_") is stamped
+    assert ("patch_node_annotations" in wired.world.cluster.calls) is stamped
+
+
 # --- quarantine -------------------------------------------------------------------------------------------
 
 
@@ -133,6 +156,30 @@ async def test_garbage_registration_is_reported_once_on_the_node_and_cleared_whe
     assert wired.runtime.state.nodes["bad"].problems == {}
 
 
+@pytest.mark.parametrize(
+    ("holder", "events"),
+    [
+        pytest.param("sched-1_4f9c", 1, id="leader-writes-the-event"),
+        pytest.param("sched-2_77aa", 0, id="follower-only-logs"),
+        pytest.param("", 0, id="nobody-leads-only-logs"),
+    ],
+)
+async def test_with_leader_election_only_the_leader_writes_the_refused_registration_event(
+    wired: Wired, caplog: pytest.LogCaptureFixture, holder: str, events: int
+) -> None:
+    """Every replica sees the same node: one event per problem, not one per replica; each replica still logs it."""
+    wired.runtime.settings = wired.runtime.settings.model_copy(update={"leader_elect": True})
+    wired.runtime._on_lease(lease(holder, datetime.now(UTC)), False)
+
+    wired.node_event(stored(wired, garbage_node("bad")))
+    await wired.settle()
+
+    assert [e.reason for e in wired.world.cluster.events] == [REGISTRATION_REFUSED] * events
+    assert any("node bad: NVIDIA registration refused" in r.getMessage() for r in caplog.records)
+    assert set(wired.runtime.quarantined) == {"bad"}
+    assert wired.runtime.state.nodes["bad"].problems  # refused on every replica alike
+
+
 # --- node lock release ------------------------------------------------------------------------------------
 
 
@@ -143,9 +190,11 @@ def locked_node(wired: Wired, holder: str) -> Node:
     return node
 
 
-def bound_pod(wired: Wired, name: str, phase: str = "Pending") -> Pod:
+def bound_pod(wired: Wired, name: str, phase: str = "Pending", bind_phase: str | None = None) -> Pod:
     pod = gpu_pod(name, phase=phase)
     pod.spec.node_name = "n1"
+    if bind_phase is not None:
+        pod.metadata.annotations[keys.BIND_PHASE] = bind_phase
     return wired.world.cluster.put_pod(pod)
 
 
@@ -169,6 +218,61 @@ async def test_lock_of_a_finished_or_deleted_holder_is_released_at_once(
     await wired.settle()
 
     assert keys.NODE_LOCK not in wired.world.cluster.nodes["n1"].metadata.annotations
+
+
+@pytest.mark.parametrize(
+    ("bind_phase", "released"),
+    [
+        pytest.param("success", True, id="allocated"),
+        pytest.param("failed", True, id="allocate-failed"),
+        pytest.param("allocating", False, id="still-allocating"),
+    ],
+)
+async def test_lock_left_behind_by_the_device_plugin_is_released_when_the_holder_is_done(
+    wired: Wired, bind_phase: str, released: bool
+) -> None:
+    """The device plugin wrote the bind phase but its release was lost: the watch sees the phase and releases."""
+    node = locked_node(wired, "holder")
+    holder = bound_pod(wired, "holder", "Pending", bind_phase)
+
+    wired.pod_event(holder)
+    await wired.settle()
+
+    left = wired.world.cluster.nodes["n1"].metadata.annotations.get(keys.NODE_LOCK)
+    assert left == (None if released else node.metadata.annotations[keys.NODE_LOCK])
+
+
+async def test_the_device_plugins_own_release_within_the_grace_costs_no_api_request(wired: Wired) -> None:
+    """The plugin writes the bind phase, then releases: hami waits for that release instead of racing it."""
+    wired.runtime.left_behind_grace = 0.05
+    node = locked_node(wired, "holder")
+    wired.pod_event(bound_pod(wired, "holder", "Pending", "success"))
+    assert wired.runtime._left_behind  # a check is pending, nothing written yet
+    del node.metadata.annotations[keys.NODE_LOCK]  # the device plugin's release, seen by the node watch
+    wired.node_event(stored(wired, node))
+    calls = len(wired.world.cluster.calls)
+
+    await asyncio.sleep(0.1)
+    await wired.settle()
+
+    assert wired.world.cluster.calls[calls:] == []  # not even a read
+
+
+async def test_a_pod_of_the_same_name_created_since_keeps_its_lock(wired: Wired) -> None:
+    """The check reads the holder again: the lock now belongs to a new pod of that name, still being bound."""
+    wired.runtime.left_behind_grace = 0.05
+    node = locked_node(wired, "holder")
+    wired.pod_event(bound_pod(wired, "holder", "Pending", "success"))
+    wired.world.cluster.delete_pod(NS, "holder")
+    wired.world.cluster.put_pod(gpu_pod("holder", phase="Pending"))  # recreated: unbound, being bound (same lock)
+
+    await asyncio.sleep(0.1)
+    await wired.settle()
+
+    assert (
+        wired.world.cluster.nodes["n1"].metadata.annotations[keys.NODE_LOCK]
+        == node.metadata.annotations[keys.NODE_LOCK]
+    )
 
 
 async def test_lock_of_another_pod_is_kept_when_a_pod_finishes(wired: Wired) -> None:

@@ -101,6 +101,23 @@ async def test_the_vendors_lock_of_a_finished_holder_is_released_and_hamis_of_an
     assert annotations[keys.NODE_LOCK] == other
 
 
+async def test_a_holder_in_bind_phase_success_frees_hamis_lock_but_not_the_vendors(toy_wired: Wired) -> None:
+    """The bind phase tells when HAMi's device plugins are done; a vendor's own plugin releases its lock itself."""
+    mine = encode_node_lock(NodeLock(NOW_DT, NS, "holder"))
+    locked = toy_node("t1", 2, {LOCK: mine, keys.NODE_LOCK: mine, HANDSHAKE: "Requesting_x"})
+    toy_wired.node_event(toy_wired.world.cluster.put_node(locked))
+    pod = gpu_pod("holder", phase="Pending")
+    pod.spec.node_name = "t1"
+    pod.metadata.annotations[keys.BIND_PHASE] = "success"
+
+    toy_wired.pod_event(toy_wired.world.cluster.put_pod(pod))
+    await toy_wired.settle()
+
+    annotations = toy_wired.world.cluster.nodes["t1"].metadata.annotations
+    assert keys.NODE_LOCK not in annotations
+    assert annotations[LOCK] == mine
+
+
 async def test_a_release_of_the_vendors_lock_wakes_only_its_waiters(toy_wired: Wired) -> None:
     held = encode_node_lock(NodeLock(NOW_DT, NS, "holder"))
     node = toy_node("t1", 2, {LOCK: held, keys.NODE_LOCK: held, HANDSHAKE: "Requesting_x"})
