@@ -689,6 +689,24 @@ class Scheduler:
     def stop(self) -> None:
         self.process.stop()
 
+    def cached_nodes(self, token: str) -> int | None:
+        """How many nodes kube-scheduler's own cache holds (its ``scheduler_cache_size{type="nodes"}`` gauge), or
+        None when the metric cannot be read. kube-scheduler serves /metrics on its secure port with a
+        self-signed certificate of its own (loopback only)."""
+        try:
+            response = httpx.get(
+                f"https://127.0.0.1:{self.port}/metrics",
+                headers={"Authorization": f"Bearer {token}"},
+                verify=False,
+                timeout=10,
+            )
+        except httpx.HTTPError:
+            return None
+        for line in response.text.splitlines():
+            if line.startswith("scheduler_cache_size{") and 'type="nodes"' in line:
+                return int(float(line.rsplit(" ", 1)[1]))
+        return None
+
 
 @dataclass
 class ControlPlane:

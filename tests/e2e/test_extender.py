@@ -57,6 +57,8 @@ class Stack:
     make_node: Callable[..., dict[str, Any]]
     plugin: FakeDevicePlugin | None = None
     nodes: list[str] = field(default_factory=list)
+    scheduler: Scheduler | None = None
+    scheduler_saw: int = 0  # how many of ``nodes`` kube-scheduler was last seen to know
 
     @property
     def label(self) -> dict[str, str]:
@@ -80,6 +82,7 @@ class Stack:
     ) -> None:
         """A GPU pod for hami-scheduler, limited to this test's nodes (or to ``node``)."""
         selector = {"kubernetes.io/hostname": node} if node else self.label
+        self.wait_for_scheduler_nodes()
         self.kube.create_pod(
             self.namespace,
             name,
@@ -88,6 +91,21 @@ class Stack:
             annotations=annotations,
             spec={"nodeSelector": selector},
         )
+
+    def wait_for_scheduler_nodes(self) -> None:
+        """Wait until kube-scheduler's node cache holds every node the API server has, once per node added: a
+        pod created before kube-scheduler's informer saw this test's last node would be filtered without it
+        (under load the informer can lag the node's creation), and the test would see other candidates."""
+        if self.scheduler is None or self.scheduler_saw == len(self.nodes):
+            return
+        scheduler, token = self.scheduler, self.plane.token
+
+        def caught_up() -> bool:
+            cached = scheduler.cached_nodes(token)
+            return cached is None or cached >= len(self.kube.get("/api/v1/nodes")["items"])
+
+        wait_until(caught_up, interval=0.1, description="kube-scheduler's node cache to hold every node")
+        self.scheduler_saw = len(self.nodes)
 
     def get(self, name: str) -> dict[str, Any]:
         return self.kube.get_pod(self.namespace, name)
@@ -152,7 +170,7 @@ def stack(
         s = Stack(control_plane, kube, namespace, hami, make_node)
         made.append(s)
         hami.start()
-        start_scheduler(extender_config(hami))
+        s.scheduler = start_scheduler(extender_config(hami))
         if plugin:
             s.plugin = FakeDevicePlugin(control_plane, f"hami-e2e/run={namespace}")
             s.plugin.start()
