@@ -1004,7 +1004,9 @@ def test_dra_drivers_from_values_reach_the_device_config() -> None:
 
 
 def test_a_device_config_content_keeps_its_own_dra_section_or_gets_the_values() -> None:
-    without = render("scheduler.deviceConfig.content=nvidia:\n  resourceCountName: nvidia.com/gpu\n", "dra.enabled=false")
+    without = render(
+        "scheduler.deviceConfig.content=nvidia:\n  resourceCountName: nvidia.com/gpu\n", "dra.enabled=false"
+    )
     assert parse_device_config(device_config_text(without), "c").config.dra.enabled is False
     own = "nvidia:\n  resourceCountName: nvidia.com/gpu\ndra:\n  enabled: true\n  drivers: []\n"
     config = parse_device_config(device_config_text(render(f"scheduler.deviceConfig.content={own}")), "c").config

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -86,24 +86,27 @@ class DraReports:
     reported: set[DraProblem] = field(default_factory=set)
     warned: set[DraWarning] = field(default_factory=set)
 
-    def problems(self, raised: Iterable[DraProblem]) -> None:
-        """Report each problem not reported yet (a log line, a Warning Event, the counter)."""
+    def problems(self, raised: Iterable[DraProblem], logged: bool = False) -> None:
+        """Report each problem not reported yet: a log line (unless the extender ``logged`` it already), a
+        Warning Event, the counter."""
         for problem in raised:
             if problem in self.reported:
                 continue
             self.reported.add(problem)
             self.raised.labels(str(problem.kind)).inc()
-            where = f" on node {problem.node}" if problem.node else ""
-            log.warning("DRA %s: %s%s: %s", problem.kind, problem.object, where, problem.message)
+            if not logged:
+                where = f" on node {problem.node}" if problem.node else ""
+                log.warning("DRA %s: %s%s: %s", problem.kind, problem.object, where, problem.message)
             involved = self._involved(problem.object)
             if involved is not None:
                 self.events.record(involved, EventType.WARNING, event_reason(str(problem.kind)), problem.message)
 
     def sweep(self, current: Iterable[DraProblem]) -> None:
-        """Forget problems that cleared (so a new occurrence is reported again), report the ones not reported."""
+        """Forget problems that cleared (so a new occurrence is reported again); write the event of the ones not
+        reported yet — raised by pod or node events, which the extender logs itself."""
         now = set(current)
         self.reported &= now
-        self.problems(sorted(now - self.reported, key=lambda p: (p.object, str(p.kind), p.message)))
+        self.problems(sorted(now - self.reported, key=lambda p: (p.object, str(p.kind), p.message)), logged=True)
 
     def warnings(self, current: Iterable[DraWarning]) -> None:
         """Log each warning not logged yet (with what it will do); forget the ones gone."""
@@ -138,11 +141,13 @@ class DraWatches:
         extender: Extender,
         reports: DraReports,
         on_synced: Callable[[], None],
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.client = client
         self.extender = extender
         self.reports = reports
         self.on_synced = on_synced
+        self._sleep = sleep
         self.watching = False
         """True while the watches run (``hami_dra_watching``)."""
         self.unavailable = ""
@@ -169,7 +174,7 @@ class DraWatches:
         self.reports.warnings(self.extender.dra_warnings())
         self.on_synced()
         while True:
-            await asyncio.sleep(SWEEP_S)
+            await self._sleep(SWEEP_S)
             self.sweep()
 
     def sweep(self) -> None:
@@ -189,9 +194,9 @@ class DraWatches:
                 log.warning("DRA: %s; ResourceClaims are NOT counted (asking again every %.0fs)", why, REPROBE_S)
             if why.startswith(("not served", "not allowed")):
                 self.on_synced()  # readiness is not held hostage by an API that is not there
-                await asyncio.sleep(REPROBE_S)
+                await self._sleep(REPROBE_S)
             else:
-                await asyncio.sleep(pause)
+                await self._sleep(pause)
                 pause = min(pause * 2, PROBE_RETRY_S[1])
 
     async def _probe(self) -> str | None:

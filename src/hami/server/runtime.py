@@ -357,6 +357,7 @@ class Runtime:
                 lock_retry_timeout=s.node_lock_retry_timeout,
                 bind_lock_wait=s.bind_lock_wait,
                 lock_waits=self.lock_waits,
+                dra=self.device_config.dra,
             )
             self.extender = extender
             watched_nodes, watched_pods = self._start_watches(
