@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ import pytest
 from hami.protocol import keys
 from hami.protocol.allocation import decode_pod_devices
 from hami.protocol.quantity import parse_quantity
-from tests.e2e.cluster import ApiError, ControlPlane, KubeClient, Scheduler, wait_until
+from tests.e2e.cluster import ApiError, ControlPlane, KubeClient, Scheduler, start_control_plane, wait_until
 from tests.e2e.hami_stack import (
     GPU,
     SCHEDULER_NAME,
@@ -347,3 +348,24 @@ def test_dra_claims_and_device_plugin_pods_share_cards_without_overcommit(dra_st
     assert "DRA: watching resource.k8s.io/v1" in log
     assert "DRA unknown-uuid" in log
     assert "DRA stale-allocation" in log
+
+
+def test_without_resource_k8s_io_hami_says_so_once_and_serves(tmp_path: Path) -> None:
+    """A cluster that does not serve ``resource.k8s.io/v1`` (before 1.34, or switched off as here): hami logs it
+    once, reports ``hami_dra_watching 0`` and becomes ready without the DRA watches."""
+    plane = start_control_plane(tmp_path / "no-dra", apiserver_args=["--runtime-config=resource.k8s.io/v1=false"])
+    hami = HamiScheduler(plane)
+    try:
+        with plane.client() as kube, pytest.raises(ApiError) as absent:
+            kube.get(DRA)
+        assert absent.value.status == 404
+        hami.start()  # returns once /readyz says 200
+        assert hami.metrics()["hami_dra_watching"] == [({}, 0.0)]
+        said = [line for line in hami.log().splitlines() if "DRA: not served" in line]
+        assert len(said) == 1
+        assert "ResourceClaims are NOT counted" in said[0]
+    finally:
+        hami.stop()
+        plane.stop()
+    assert hami.problems() == []
+    assert set(hami.exit_codes) == {0}

@@ -4,8 +4,8 @@
 ``on_device_class``) turns ResourceSlices and allocated ResourceClaims of the configured drivers into capacity
 held on hami's cards. This module feeds it and makes its findings visible:
 
-* **Watches.** :class:`DraWatches` first asks the API server whether ``resource.k8s.io/v1`` is served (a list of
-  ResourceSlices, one item). Served: one reflector per kind (slices, claims, classes), feeding the extender; the
+* **Watches.** :class:`DraWatches` first asks the API server whether ``resource.k8s.io/v1`` is served and readable
+  (a one-item list of each kind). Served: one reflector per kind (slices, claims, classes), feeding the extender; the
   readiness gate waits for their first lists, so ``/filter`` never answers before the claims are counted. Not
   served (404: a cluster before 1.34, or the API group switched off) or not allowed (403: the ClusterRole lacks
   the DRA rules): one clear log line, ``hami_dra_watching`` 0, the readiness gate is released (a watch that
@@ -41,8 +41,8 @@ from prometheus_client.registry import Collector
 from hami.errors import ApiError, NotFound
 from hami.k8s.client import KubeClient
 from hami.k8s.events import EventRecorder
-from hami.k8s.records import ObjectRef
-from hami.k8s.resources import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
+from hami.k8s.records import KubeObject, ObjectRef
+from hami.k8s.resources import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES, Resource
 from hami.k8s.tasks import Supervisor
 from hami.k8s.watch import Callbacks, Reflector
 from hami.protocol.dra import DeviceClass, ResourceClaim, ResourceSlice
@@ -182,7 +182,7 @@ class DraWatches:
         self.reports.warnings(self.extender.dra_warnings())
 
     async def _until_served(self) -> None:
-        """Return once a one-item list of ResourceSlices succeeds. 404/403: log once, release readiness, ask
+        """Return once a one-item list of each kind succeeds. 404/403: log once, release readiness, ask
         again every ``REPROBE_S``; a passing failure (API down, 5xx, 429): ask again sooner, readiness held."""
         pause = PROBE_RETRY_S[0]
         while True:
@@ -200,19 +200,25 @@ class DraWatches:
                 pause = min(pause * 2, PROBE_RETRY_S[1])
 
     async def _probe(self) -> str | None:
-        """None when the API answers a list; else why not."""
-        try:
-            async for _page in self.client.list_pages(RESOURCE_SLICES, type=ResourceSlice, limit=1):
-                break
-        except NotFound:
-            return f"not served: the API server has no {API} (HTTP 404)"
-        except ApiError as err:
-            if err.status == 403:
-                return (
-                    f"not allowed: listing {RESOURCE_SLICES} was refused (HTTP 403); the ClusterRole needs get, list "
-                    f"and watch on resourceslices, resourceclaims and deviceclasses of resource.k8s.io ({err})"
-                )
-            return f"the probe of {API} failed: {err}"
+        """None when each of the three kinds answers a one-item list; else why not (the first that did not)."""
+        kinds: tuple[tuple[Resource, type[KubeObject]], ...] = (
+            (RESOURCE_SLICES, ResourceSlice),
+            (RESOURCE_CLAIMS, ResourceClaim),
+            (DEVICE_CLASSES, DeviceClass),
+        )
+        for resource, kind in kinds:
+            try:
+                async for _page in self.client.list_pages(resource, type=kind, limit=1):
+                    break
+            except NotFound:
+                return f"not served: the API server has no {resource} ({API}, HTTP 404)"
+            except ApiError as err:
+                if err.status == 403:
+                    return (
+                        f"not allowed: listing {resource} was refused (HTTP 403); hami's ClusterRole needs list and "
+                        f"watch on resourceslices, resourceclaims and deviceclasses of resource.k8s.io ({err})"
+                    )
+                return f"the probe of {resource} failed: {err}"
         return None
 
     def _slice(self, obj: ResourceSlice, deleted: bool) -> None:

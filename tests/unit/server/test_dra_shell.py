@@ -26,6 +26,8 @@ from tests.unit.server.support import NS, World, gpu_node, make_world, plain_pod
 MIB = 1 << 20
 DRIVER = "gpu.nvidia.com"
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+CLAIMS = "/apis/resource.k8s.io/v1/resourceclaims"
+CLASSES = "/apis/resource.k8s.io/v1/deviceclasses"
 
 
 def resource_slice(node: str, uuids: list[str]) -> ResourceSlice:
@@ -217,10 +219,14 @@ EMPTY_LIST = {"kind": "ResourceSliceList", "apiVersion": "resource.k8s.io/v1", "
 @pytest.mark.parametrize(
     ("status", "said"),
     [
-        pytest.param(404, "not served: the API server has no resource.k8s.io/v1 (HTTP 404)", id="not-served"),
+        pytest.param(
+            404,
+            "not served: the API server has no resourceslices.resource.k8s.io (resource.k8s.io/v1, HTTP 404)",
+            id="not-served",
+        ),
         pytest.param(
             403,
-            "not allowed: listing resourceslices.resource.k8s.io was refused (HTTP 403); the ClusterRole needs",
+            "not allowed: listing resourceslices.resource.k8s.io was refused (HTTP 403); hami's ClusterRole needs",
             id="forbidden",
         ),
     ],
@@ -230,6 +236,8 @@ async def test_an_api_that_is_not_there_is_logged_once_releases_readiness_and_is
 ) -> None:
     api.script("GET", SLICES, Reply(status, status_body(status, "no")), Reply(status, status_body(status, "no")))
     api.script("GET", SLICES, Reply(200, EMPTY_LIST))
+    api.script("GET", CLAIMS, Reply(200, EMPTY_LIST))
+    api.script("GET", CLASSES, Reply(200, EMPTY_LIST))
     synced: list[bool] = []
     sleeps = Sleeps()
     watches = DraWatches(
@@ -246,10 +254,13 @@ async def test_an_api_that_is_not_there_is_logged_once_releases_readiness_and_is
     assert lines[0].startswith(f"DRA: {said}")
     assert "ResourceClaims are NOT counted" in lines[0]
     assert [r.query["limit"] for r in api.calls("GET", SLICES)] == ["1", "1", "1"]
+    assert [r.path for r in api.calls("GET")][-2:] == [CLAIMS, CLASSES]
 
 
 async def test_a_passing_failure_holds_readiness_and_asks_again_soon(api: FakeApi, client: KubeClient) -> None:
     api.script("GET", SLICES, Reply(503, status_body(503, "etcd is restarting")), Reply(200, EMPTY_LIST))
+    api.script("GET", CLAIMS, Reply(200, EMPTY_LIST))
+    api.script("GET", CLASSES, Reply(200, EMPTY_LIST))
     synced: list[bool] = []
     sleeps = Sleeps()
     world = make_world()
@@ -261,3 +272,25 @@ async def test_a_passing_failure_holds_readiness_and_asks_again_soon(api: FakeAp
 
     assert synced == []  # the watches will sync: readiness waits for them
     assert sleeps.delays == [1.0]
+
+
+async def test_claims_refused_while_slices_are_readable_do_not_hold_readiness_either(
+    api: FakeApi, client: KubeClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    api.script("GET", SLICES, Reply(200, EMPTY_LIST))
+    api.script("GET", CLAIMS, Reply(403, status_body(403, "resourceclaims is forbidden")))
+    api.script("GET", SLICES, Reply(200, EMPTY_LIST))
+    api.script("GET", CLAIMS, Reply(200, EMPTY_LIST))
+    api.script("GET", CLASSES, Reply(200, EMPTY_LIST))
+    synced: list[bool] = []
+    sleeps = Sleeps()
+    world = make_world()
+    reports = DraReports(world.recorder, counter())
+    watches = DraWatches(client, world.extender, reports, lambda: synced.append(True), sleeps)
+    caplog.set_level(logging.WARNING, logger="hami.dra")
+
+    await watches._until_served()
+
+    assert (synced, sleeps.delays) == ([True], [REPROBE_S])
+    [line] = [r.getMessage() for r in caplog.records if r.name == "hami.dra"]
+    assert "not allowed: listing resourceclaims.resource.k8s.io was refused (HTTP 403)" in line
