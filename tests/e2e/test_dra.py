@@ -11,6 +11,8 @@ as the garbage collector would once the claim's pods are gone. Waits poll with b
 
 from __future__ import annotations
 
+import json
+import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +26,7 @@ from hami.protocol.quantity import parse_quantity
 from tests.e2e.cluster import ApiError, ControlPlane, KubeClient, Scheduler, start_control_plane, wait_until
 from tests.e2e.hami_stack import (
     GPU,
+    HAMI,
     SCHEDULER_NAME,
     FakeDevicePlugin,
     HamiScheduler,
@@ -225,6 +228,14 @@ class DraStack:
             total[uuid] = (s + slots, m + mem, c + cores)
         return total
 
+    def top(self) -> dict[str, dict[str, Any]]:
+        """``hami top -o json`` of the test's node, live (the admin kubeconfig): its cards by UUID."""
+        command = [str(HAMI), "top", "--kubeconfig", str(self.hami.plane.kubeconfig), "--node", self.node, "-o", "json"]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+        assert result.returncode == 0, result.stderr
+        (node,) = json.loads(result.stdout)["nodes"]
+        return {card["uuid"]: card for card in node["cards"]}
+
     def claim_events(self, claim: str) -> list[tuple[str, str, str, str]]:
         items = self.kube.get(
             f"/api/v1/namespaces/{self.namespace}/events",
@@ -311,6 +322,11 @@ def test_dra_claims_and_device_plugin_pods_share_cards_without_overcommit(dra_st
     s.kube.wait_for_pod_unschedulable(s.namespace, "d")
     assert over_capacity(s.both_kinds(), capacity) == []
     assert s.both_kinds() == {s.uuid(0): (2, 24000, 100), s.uuid(1): (2, 11000, 60)}
+    # `hami top` against the live cluster shows the same: card 0 full, the claim's part beside the pod's
+    top = s.top()
+    assert (top[s.uuid(0)]["memoryMiB"], top[s.uuid(0)]["cores"]["used"]) == ({"used": 24000, "total": 24000}, 100)
+    assert top[s.uuid(0)]["dra"] == {"claims": 1, "slots": 1, "memoryMiB": 20000, "cores": 40}
+    assert top[s.uuid(1)]["dra"] is None
 
     # 3. A claim on a device whose UUID no registration has: reported (metric, event on the claim), not counted.
     s.claim("unknown-claim", unknown, memory="1Gi", cores="10")
