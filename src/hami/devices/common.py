@@ -536,3 +536,9 @@ class _ResourceConfig(Protocol):
     def resource_core_name(self) -> str: ...
     @property
     def memory_factor(self) -> int: ...
+
+
+def reads_slices(vendor: object) -> bool:
+    """Whether ``vendor.decode_slices`` may find slices: False only for a vendor that keeps
+    ``SharedDeviceVendor``'s, which never does (a pod's record need not ask it)."""
+    return getattr(type(vendor), "decode_slices", None) is not SharedDeviceVendor.decode_slices

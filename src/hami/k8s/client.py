@@ -344,12 +344,15 @@ class KubeClient:
         label_selector: str | None = None,
         field_selector: str | None = None,
         limit: int = 500,
-    ) -> AsyncIterator[ListPage[T]]:
+    ) -> AsyncGenerator[ListPage[T]]:
         """Yield a list page by page (``limit`` items each, ``continue`` tokens followed).
 
         All pages are one consistent snapshot at the first page's resourceVersion. If a continue token expires
         (410) mid-way, the list starts again unpaginated, as client-go's pager does; consumers must therefore
         tolerate seeing an item twice.
+
+        The next page is requested before a page is yielded, so the API server prepares and sends it while the
+        consumer works on this one (at most one request ahead; cancelled if the consumer stops early).
         """
         path = resource.path(namespace)
         params: dict[str, str] = {}
@@ -359,26 +362,31 @@ class KubeClient:
             params["fieldSelector"] = field_selector
         token = ""
         first = True
-        while True:
-            page_params = dict(params)
-            if limit > 0:
-                page_params["limit"] = str(limit)
-            if token:
-                page_params["continue"] = token
-            try:
-                body = await self._request("GET", path, params=page_params)
-            except Gone:
+        ahead: asyncio.Task[bytes] | None = None
+        try:
+            while True:
+                try:
+                    body = await (ahead or self._request("GET", path, params=_page_params(params, limit, token)))
+                except Gone:
+                    if not token:
+                        raise
+                    log.info("list %s: continue token expired; listing again without pages", resource)
+                    token, limit, first, ahead = "", 0, True, None
+                    continue
+                page: ObjectList[T] = self._decode(ObjectList[type], body, f"GET {path}")  # type: ignore[valid-type]
+                token, ahead = page.metadata.continue_, None
+                if token:
+                    ahead = asyncio.ensure_future(self._request("GET", path, params=_page_params(params, limit, token)))
+                    await asyncio.sleep(0)  # the request goes out before the consumer takes the loop
+                yield ListPage(page.items or [], page.metadata.resource_version, token, first)
+                first = False
                 if not token:
-                    raise
-                log.info("list %s: continue token expired; listing again without pages", resource)
-                token, limit, first = "", 0, True
-                continue
-            page: ObjectList[T] = self._decode(ObjectList[type], body, f"GET {path}")  # type: ignore[valid-type]
-            token = page.metadata.continue_
-            yield ListPage(page.items or [], page.metadata.resource_version, token, first)
-            first = False
-            if not token:
-                return
+                    return
+        finally:
+            if ahead is not None:
+                ahead.cancel()  # the consumer stopped early: the page ahead is not wanted
+                if ahead.done() and not ahead.cancelled():
+                    ahead.exception()  # a failure nobody will read is not logged as "never retrieved"
 
     async def list(
         self,
@@ -543,6 +551,16 @@ class KubeClient:
             target=ObjectRef("Node", node),
         )
         await self._request("POST", PODS.path(namespace, pod, "binding"), body=binding)
+
+
+def _page_params(params: Mapping[str, str], limit: int, token: str) -> dict[str, str]:
+    """A list request's query: the selectors, ``limit`` when paging, ``continue`` after the first page."""
+    page_params = dict(params)
+    if limit > 0:
+        page_params["limit"] = str(limit)
+    if token:
+        page_params["continue"] = token
+    return page_params
 
 
 def _type_name(exc: BaseException) -> str:

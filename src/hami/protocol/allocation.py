@@ -47,7 +47,7 @@ MISSING_FIELDS: Final = "pod annotation format error, missing fields, do not use
 """HAMi's text for a device entry with fewer than 4 comma fields."""
 
 
-class ContainerDevice(msgspec.Struct, frozen=True):
+class ContainerDevice(msgspec.Struct, frozen=True, gc=False):
     """One device reserved for one container. ``type`` is the vendor key (``"NVIDIA"``), not the card model.
 
     ``usedmem`` is MiB, ``usedcores`` is core units (percent of a card).
@@ -145,11 +145,13 @@ def _decode_container(piece: str, offset: int, field: str, value: str) -> Contai
         usedcores = _int32(parts[3], "core", field, value, mem_at + len(parts[2]) + 1)
         # Interned: the ledger keeps every placed pod's devices, and many pods name the same device and vendor.
         uuid, kind = sys.intern(parts[0]), sys.intern(parts[1])
-        devices.append(ContainerDevice(uuid=uuid, type=kind, usedmem=usedmem, usedcores=usedcores))
+        devices.append(ContainerDevice(uuid, kind, usedmem, usedcores))
     return tuple(devices)
 
 
 def _int32(text: str, name: str, field: str, value: str, position: int) -> int:
+    if len(text) <= 9 and text.isascii() and text.isdigit():  # plain digits below 2**31: what ParseInt gives
+        return int(text)
     try:
         return parse_int(text, 32)
     except GoNumError as exc:

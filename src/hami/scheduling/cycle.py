@@ -38,7 +38,7 @@ from hami.protocol.events import (
 from hami.protocol.objects import ObjectMeta, Pod
 from hami.scheduling.filter import NodeFit, NodeRejection, filter_node
 from hami.scheduling.quota import QuotaBook
-from hami.scheduling.records import holds_devices, is_terminal, pod_group, record_from_pod
+from hami.scheduling.records import RecordReader, holds_devices, is_terminal, pod_group
 from hami.scheduling.request import PodRequest, SchedulingDefaults, prefilter
 from hami.scheduling.screen import Screen, realize
 from hami.scheduling.state import ClusterState, NodeState, PodRecord
@@ -536,6 +536,8 @@ class Cycle:
     commits: dict[str, asyncio.Task[FilterOutcome | None]] = field(default_factory=dict)
     cleanups: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     """Allocation clean-ups that failed once and are being retried, by pod UID."""
+    records: RecordReader | None = None
+    """Reads the watched pods' records for ``vendors`` (built on first use, again if ``vendors`` is replaced)."""
 
     # --- /filter ---------------------------------------------------------------------------------------------
     async def filter(self, pod: Pod, candidates: Sequence[str], not_ready: str | None = None) -> FilterOutcome:
@@ -1038,7 +1040,10 @@ class Cycle:
     def _watch_allocation(self, pod: Pod) -> str | None:
         """A pod that carries an allocation: the ledger takes it, unless our newer reservation is pending."""
         uid = pod.metadata.uid
-        record = record_from_pod(pod, self.vendors)
+        reader = self.records
+        if reader is None or reader.vendors is not self.vendors:
+            reader = self.records = RecordReader(self.vendors)
+        record = reader.read(pod)
         if record is None:
             return None
         problem = (

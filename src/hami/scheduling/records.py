@@ -17,14 +17,15 @@ import sys
 from collections.abc import Hashable, Mapping
 
 from hami.devices.base import Vendor
+from hami.devices.common import reads_slices
 from hami.errors import InvalidInput
 from hami.protocol import keys
 from hami.protocol.allocation import PodDevices
 from hami.protocol.objects import Pod
-from hami.scheduling.state import PodRecord
-from hami.scheduling.usage import container_kinds, effective_charges
+from hami.scheduling.state import OneVendor, PodRecord
+from hami.scheduling.usage import app_charges, container_kinds, effective_charges
 
-__all__ = ["holds_devices", "init_containers_done", "is_terminal", "pod_group", "record_from_pod"]
+__all__ = ["RecordReader", "holds_devices", "init_containers_done", "is_terminal", "pod_group", "record_from_pod"]
 
 _TERMINAL = frozenset({"Succeeded", "Failed"})
 
@@ -76,40 +77,83 @@ def _from_to_allocate(pod: Pod, vendor: Vendor) -> PodDevices | None:
 
 
 def record_from_pod(pod: Pod, vendors: Mapping[str, Vendor]) -> PodRecord | None:
-    """The ledger record for a placed, non-terminal pod; None when the pod holds no devices."""
-    annotations = pod.metadata.annotations
-    node = annotations.get(keys.VGPU_NODE)
-    if not node or is_terminal(pod):
-        return None
-    devices: dict[str, PodDevices] = {}
-    problems: list[str] = []
-    for name, vendor in vendors.items():
-        key = vendor.keys.allocated
-        value = annotations.get(key)
-        if value is None:
-            continue
-        try:
-            devices[name] = vendor.decode(value, key)
-        except InvalidInput as err:
-            problems.append(str(err))
-            fallback = _from_to_allocate(pod, vendor)
-            if fallback is not None:
-                devices[name] = fallback
-                problems.append(f"charged from {vendor.keys.to_allocate} instead")
-    slices: list[tuple[str, str, Hashable]] = []
-    for name, vendor in sorted(vendors.items()):  # in reserve's order, so equal records compare equal
-        try:
-            slices += [(name, uuid, position) for uuid, position in vendor.decode_slices(annotations)]
-        except InvalidInput as err:
-            problems.append(str(err))
-    charges = effective_charges(devices, container_kinds(pod), init_done=init_containers_done(pod))
-    return PodRecord(
-        uid=pod.metadata.uid,
-        namespace=sys.intern(pod.metadata.namespace),  # shared by many records: one string each (state size)
-        name=pod.metadata.name,
-        node=sys.intern(node),
-        devices=devices,
-        charges=charges,
-        slices=tuple(slices),
-        problem="; ".join(problems) or None,
-    )
+    """The ledger record for a placed, non-terminal pod; None when the pod holds no devices.
+
+    Works out the vendors' keys afresh on every call: a caller that reads many pods (the watch, the audit, the
+    simulator) keeps one :class:`RecordReader` instead.
+    """
+    return RecordReader(vendors).read(pod)
+
+
+class RecordReader:
+    """``record_from_pod`` for one set of vendors, with what does not depend on the pod worked out once (issue 19,
+    cold start: a list of 100,000 pods is read in one go).
+
+    Per pod it looks only at the allocation annotations the pod carries (not at every vendor's), asks only the
+    vendors that read slices from annotations (``reads_slices``) for them, and charges a pod without init
+    containers by summing its containers' devices (what ``effective_charges`` gives when every container is an
+    app container). The record is the one the per-vendor walk gives: devices in the vendors' order, slices and
+    charges in the same order, the same problem text.
+    """
+
+    __slots__ = ("_allocated", "_slicers", "vendors")
+
+    def __init__(self, vendors: Mapping[str, Vendor]) -> None:
+        self.vendors = vendors
+        allocated: dict[str, list[tuple[int, str, Vendor]]] = {}
+        for i, (name, vendor) in enumerate(vendors.items()):
+            allocated.setdefault(vendor.keys.allocated, []).append((i, name, vendor))
+        self._allocated = allocated
+        """allocation annotation key → the vendors reading it, with their position in ``vendors``"""
+        self._slicers = [(name, vendor) for name, vendor in sorted(vendors.items()) if reads_slices(vendor)]
+
+    def read(self, pod: Pod) -> PodRecord | None:
+        annotations = pod.metadata.annotations
+        node = annotations.get(keys.VGPU_NODE)
+        if not node or pod.status.phase in _TERMINAL:
+            return None
+        devices, problems = self._devices(pod)
+        slices: list[tuple[str, str, Hashable]] = []
+        for name, vendor in self._slicers:  # in reserve's order (sorted), so equal records compare equal
+            try:
+                held = vendor.decode_slices(annotations)
+            except InvalidInput as err:
+                problems.append(str(err))
+                continue
+            if held:
+                slices += [(name, uuid, position) for uuid, position in held]
+        if pod.spec.init_containers:
+            charges = effective_charges(devices, container_kinds(pod), init_done=init_containers_done(pod))
+        else:
+            charges = app_charges(devices)
+        meta = pod.metadata
+        return PodRecord(
+            meta.uid,
+            sys.intern(meta.namespace),  # shared by many records: one string each (state size)
+            meta.name,
+            sys.intern(node),
+            OneVendor(*devices.popitem()) if len(devices) == 1 else devices,
+            charges,
+            tuple(slices),
+            "; ".join(problems) or None,
+        )
+
+    def _devices(self, pod: Pod) -> tuple[dict[str, PodDevices], list[str]]:
+        """Each vendor's decoded allocation (in the vendors' order) and what could not be decoded."""
+        annotations = pod.metadata.annotations
+        found = [hit for key in annotations if key in self._allocated for hit in self._allocated[key]]
+        if len(found) > 1:
+            found.sort(key=lambda hit: hit[0])
+        devices: dict[str, PodDevices] = {}
+        problems: list[str] = []
+        for _, name, vendor in found:
+            key = vendor.keys.allocated
+            try:
+                devices[name] = vendor.decode(annotations[key], key)
+            except InvalidInput as err:
+                problems.append(str(err))
+                fallback = _from_to_allocate(pod, vendor)
+                if fallback is not None:
+                    devices[name] = fallback
+                    problems.append(f"charged from {vendor.keys.to_allocate} instead")
+        return devices, problems

@@ -21,7 +21,7 @@ from hami.errors import ApiError, InvalidInput
 from hami.k8s.client import ListPage
 from hami.protocol.objects import Pod
 from hami.scheduling.audit import ApiDrift, DriftKind, compare_with_api, confirmed, repair
-from hami.scheduling.records import holds_devices, record_from_pod
+from hami.scheduling.records import RecordReader, holds_devices
 from hami.scheduling.state import ClusterState, PodRecord
 from hami.server.metrics import Metrics
 
@@ -85,6 +85,7 @@ class LedgerAudit:
         api: dict[str, PodRecord] = {}
         versions: dict[str, str] = {}
         seen_first = False
+        reader = RecordReader(self.vendors)
         async for page in self.lister.list_pods(self.page_size):
             if page.first and seen_first:  # the listing started over: forget the partial one
                 api.clear()
@@ -92,7 +93,7 @@ class LedgerAudit:
             seen_first = True
             for pod in page.items:
                 uid = pod.metadata.uid
-                record = record_from_pod(pod, self.vendors) if holds_devices(pod) else None
+                record = reader.read(pod) if holds_devices(pod) else None
                 if record is not None:
                     api[uid] = record
                 if record is not None or uid in self.state.pods:

@@ -47,7 +47,7 @@ from hami.protocol import keys
 from hami.protocol.events import EventType
 from hami.protocol.handshake import decode_handshake, encode_requesting
 from hami.protocol.nodelock import decode_node_lock
-from hami.protocol.objects import Node, Pod, ResourceQuota
+from hami.protocol.objects import Node, Pod, ResourceQuota, WatchedPod
 from hami.scheduling.admission import AdmissionSettings
 from hami.scheduling.records import is_terminal
 from hami.scheduling.request import SchedulingDefaults
@@ -404,7 +404,8 @@ class Runtime:
             Callbacks(self._on_node(extender, cluster, supervisor, events), mark("nodes")),
             label_selector=selector,
         )
-        pods = Reflector(client, PODS, Pod, Callbacks(self._on_pod(extender, locker, supervisor), mark("pods")))
+        on_pod = Callbacks(self._on_pod(extender, locker, supervisor), mark("pods"))
+        pods = Reflector(client, PODS, WatchedPod, on_pod)  # a Pod without the containers' env (never read here)
         quotas = Reflector(client, RESOURCE_QUOTAS, ResourceQuota, Callbacks(extender.on_quota, mark("quotas")))
         supervisor.start(nodes.run(), name="watch-nodes")
         supervisor.start(pods.run(), name="watch-pods")
@@ -542,8 +543,12 @@ def settle_heap() -> None:
     The ledger holds one record per placed pod; scanning them in every full collection costs tens of
     milliseconds per Filter at 100,000 pods. ``gc.freeze`` keeps them alive and unscanned (objects created
     later are collected as usual). The collector, held off during the sync (``hold_collector``), runs again.
+
+    There is no full collection before the freeze: it would walk the whole new heap (0.4 s at 100,000 pods) to
+    find the little cyclic garbage the sync left (objects freed by reference counting are gone already, frozen or
+    not). What it leaves frozen is counted by ``bench.coldstart``: 173 objects (tens of KB), the same at 2,000 pods
+    as at 100,000.
     """
-    gc.collect()
     gc.freeze()
     gc.enable()
 

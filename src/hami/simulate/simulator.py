@@ -37,7 +37,7 @@ from hami.protocol.reasons import Reason
 from hami.scheduling.admission import Admission, AdmissionSettings, admitters_for
 from hami.scheduling.cycle import Decision, Verdicts, decide, reserve
 from hami.scheduling.filter import NodeRejection
-from hami.scheduling.records import holds_devices, record_from_pod
+from hami.scheduling.records import RecordReader, holds_devices
 from hami.scheduling.request import PodRequest, SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState
 from hami.scheduling.usage import Kind, container_kinds
@@ -143,6 +143,7 @@ class Simulator:
         families: Collection[str] | None = None,
     ) -> None:
         self.vendors = vendors_from_config(config, families)
+        self.records = RecordReader(self.vendors)
         self.defaults = defaults
         self.state = ClusterState(self.vendors)
         self.admission = (
@@ -204,7 +205,7 @@ class Simulator:
         ns = pod.metadata.namespace or DEFAULT_NAMESPACE
         pod = _with_identity(pod, pod.metadata.uid or f"snapshot-{ns}-{pod.metadata.name}")
         try:
-            record = record_from_pod(pod, self.vendors)
+            record = self.records.read(pod)
         except InvalidInput as err:
             self.warnings.append(f"{item.origin}: allocation does not decode, pod not charged: {err}")
             return None

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+
 import msgspec
 import pytest
 
@@ -96,6 +99,52 @@ async def test_an_expired_continue_token_restarts_the_list_unpaginated(api: Fake
     assert [p.metadata.name for p in result.items] == ["a", "b"]
     assert result.resource_version == "20"
     assert [r.query for r in api.calls("GET", PODS_ALL)][-1] == {}
+
+
+async def test_the_next_page_is_requested_while_the_consumer_works_on_this_one(
+    api: FakeApi, client: KubeClient
+) -> None:
+    api.script(
+        "GET",
+        PODS_ALL,
+        Reply(body={"metadata": {"resourceVersion": "10", "continue": "tok1"}, "items": [obj("a", "1")]}),
+        Reply(body={"metadata": {"resourceVersion": "10", "continue": "tok2"}, "items": [obj("b", "2")]}),
+        Reply(body={"metadata": {"resourceVersion": "10"}, "items": [obj("c", "3")]}),
+    )
+    pages = client.list_pages(PODS, type=Pod, limit=1)
+    first = await anext(pages)
+    await wait_until(lambda: len(api.calls("GET", PODS_ALL)) == 2)  # asked for before the consumer asks
+    assert [p.metadata.name for p in first.items] == ["a"]
+    assert api.calls("GET", PODS_ALL)[1].query == {"limit": "1", "continue": "tok1"}
+    second = await anext(pages)
+    assert [p.metadata.name for p in second.items] == ["b"]
+    await pages.aclose()  # the consumer stops early: the request for the third page is dropped
+    await asyncio.sleep(0)
+    assert not [t for t in asyncio.all_tasks() if t.get_coro().__qualname__ == "KubeClient._request"]  # type: ignore[union-attr]
+
+
+async def test_a_failed_page_ahead_is_raised_to_the_consumer(api: FakeApi, client: KubeClient) -> None:
+    api.script(
+        "GET",
+        PODS_ALL,
+        Reply(body={"metadata": {"resourceVersion": "10", "continue": "tok1"}, "items": [obj("a", "1")]}),
+        Reply(403, status_body(403, "pods is forbidden")),
+    )
+    seen: list[str] = []
+
+    async def consume() -> None:
+        async for page in client.list_pages(PODS, type=Pod, limit=1):
+            seen.extend(p.metadata.name for p in page.items)
+
+    with pytest.raises(ApiError, match="pods is forbidden"):
+        await consume()
+    assert seen == ["a"]
+
+
+async def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.01)
 
 
 @pytest.mark.parametrize("patch_type", list(PatchType), ids=[p.name.lower() for p in PatchType])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -312,3 +313,18 @@ def test_a_disabled_family_is_not_scheduled() -> None:
     assert "DCU" not in runtime.vendors
     assert "DCU" not in runtime.state.vendors
     assert "NVIDIA" in runtime.vendors
+
+
+def test_the_heap_settles_without_a_full_collection_and_the_collector_runs_again() -> None:
+    runtime_module.hold_collector()
+    try:
+        assert not gc.isenabled()
+        kept = [[i] for i in range(1000)]  # long-lived, tracked objects made while the collector is held
+        collections = gc.get_stats()[2]["collections"]
+        runtime_module.settle_heap()
+        assert gc.isenabled()
+        assert gc.get_freeze_count() >= len(kept)  # moved out of the collector's sight
+        assert gc.get_stats()[2]["collections"] == collections  # no full pass over the new heap
+    finally:
+        gc.unfreeze()
+        gc.enable()

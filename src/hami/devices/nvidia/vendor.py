@@ -61,7 +61,8 @@ class NvidiaVendor(SharedDeviceVendor):
         return parse_bool(raw, keys.NVIDIA_NUMA_BIND) if raw is not None else False
 
     def decode(self, value: str, field: str) -> PodDevices:
-        return _strip_legacy(super().decode(value, field))
+        devices = super().decode(value, field)
+        return _strip_legacy(devices) if "[" in value else devices  # only a legacy MIG UUID holds a "["
 
     def extra_annotations(self, ctx: AnnotationContext) -> dict[str, str]:
         allocations = mig_allocations(ctx.slices)
