@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
-from tests.e2e.cluster import ApiError, ControlPlane, KubeClient, free_port, start_control_plane
+from tests.e2e.cluster import ApiError, ControlPlane, KubeClient, Scheduler, free_port, start_control_plane
 from tests.e2e.identities import HAMI_SA, chart_identities
 
 from bench.scenarios import node_devices, pair_scores
@@ -34,6 +37,9 @@ PROFILE = (
     if os.environ.get("HAMI_BENCH_PROFILE")
     else []
 )
+CPROFILE = os.environ.get("HAMI_BENCH_CPROFILE", "")
+"""A path prefix: ``bench_pipeline`` then runs hami under :mod:`bench.cpuprofile` and profiles its CPU time during
+each burst (from the first create to the last pod bound) into ``<prefix>-<pipeline>.pstats``."""
 NVIDIA_RESOURCES = [
     "nvidia.com/gpu",
     "nvidia.com/gpumem",
@@ -43,17 +49,18 @@ NVIDIA_RESOURCES = [
 ]
 
 
-def _release_locks(cp: ControlPlane, namespace: str, stop: threading.Event) -> None:
+def _release_locks(cp: ControlPlane, namespace: str, stop: threading.Event, released: set[str] | None = None) -> None:
     """The device plugin's part: release the node lock of every pod as soon as it is bound (watching pods; the
-    watch is opened again when it breaks, e.g. across a kube-apiserver restart, and starts with every pod)."""
+    watch is opened again when it breaks, e.g. across a kube-apiserver restart, and starts with every pod). The
+    names of the pods whose lock it has seen gone (released, or not theirs any more) are added to ``released``."""
     while not stop.is_set():
         try:
-            _watch_and_release(cp, namespace, stop)
+            _watch_and_release(cp, namespace, stop, set() if released is None else released)
         except (httpx.HTTPError, ApiError):
             time.sleep(0.2)
 
 
-def _watch_and_release(cp: ControlPlane, namespace: str, stop: threading.Event) -> None:
+def _watch_and_release(cp: ControlPlane, namespace: str, stop: threading.Event, released: set[str]) -> None:
     headers = {"Authorization": f"Bearer {cp.token}"}
     with (
         cp.client() as kube,
@@ -69,6 +76,8 @@ def _watch_and_release(cp: ControlPlane, namespace: str, stop: threading.Event) 
                 node = (pod.get("spec") or {}).get("nodeName")
                 name = (pod.get("metadata") or {}).get("name")
                 if not node or event.get("type") == "DELETED":
+                    continue
+                if name in released:
                     continue
                 for _ in range(5):
                     current = kube.get(f"/api/v1/nodes/{node}")
@@ -86,6 +95,7 @@ def _watch_and_release(cp: ControlPlane, namespace: str, stop: threading.Event) 
                         break
                     except ApiError:
                         continue  # the node changed meanwhile
+                released.add(str(name))
 
 
 def _mean_latencies(metrics: str) -> dict[str, float]:
@@ -151,12 +161,30 @@ class _BoundTimes:
             return sorted(self.bound[n] - self.created[n] for n in self.bound if n in self.created)
 
 
-def _apiserver_requests(kube: KubeClient) -> float:
-    """kube-apiserver's own count of the requests it served (``apiserver_request_total``, every verb and code)."""
+def _apiserver_requests_by(kube: KubeClient) -> dict[str, float]:
+    """kube-apiserver's own count of the requests it served (``apiserver_request_total``, every code), by
+    ``"<verb> <resource>[/<subresource>][ <code>]"`` (the code only where it is not 2xx)."""
     text = kube.request("GET", "/metrics")
-    return sum(
-        float(line.rsplit(" ", 1)[1]) for line in str(text).splitlines() if line.startswith("apiserver_request_total{")
-    )
+    counts: dict[str, float] = {}
+    for line in str(text).splitlines():
+        if line.startswith("apiserver_request_total{"):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}", 1)[0]))
+            sub = labels.get("subresource")
+            code = labels.get("code", "")
+            failed = f" {code}" if not code.startswith("2") else ""
+            kind = f"{labels.get('verb', '?')} {labels.get('resource', '?')}{'/' + sub if sub else ''}{failed}"
+            counts[kind] = counts.get(kind, 0.0) + float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+def _component_pids(cp: ControlPlane, scheduler: Scheduler, hami: subprocess.Popen[bytes] | None) -> dict[str, int]:
+    """The processes that share the machine's cores during a burst, by name (``bench``: this process, the load
+    generator: creates, the watch that times the binds, the device plugin's stand-in)."""
+    pids = {"kube-apiserver": cp.apiserver.pid, "etcd": cp.etcd.pid, "kube-scheduler": scheduler.process.pid}
+    found = {name: pid for name, pid in pids.items() if pid is not None}
+    if hami is not None:
+        found["hami"] = hami.pid
+    return found | {"bench": os.getpid()}
 
 
 def _failed_attempts(cp: ControlPlane, port: int) -> float:
@@ -180,11 +208,17 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _wait_until(done: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def _quantile(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else 0.0
 
 
-def bench_pipeline(pipeline: str, nodes: int = 100, gpus: int = 8, pods: int = 200) -> dict[str, float]:
+def bench_pipeline(pipeline: str, nodes: int = 100, gpus: int = 8, pods: int = 200) -> dict[str, Any]:
     """One row of the honest end-to-end table (issue 19 item 3): ``pods`` pods created at once and bound by
     ``bare`` kube-scheduler (no extender, pods without devices), or by kube-scheduler with hami as its extender
     under node policy ``spread`` or ``binpack`` (one-GPU pods; the device plugin's stand-in releases each node lock
@@ -204,23 +238,33 @@ def bench_pipeline(pipeline: str, nodes: int = 100, gpus: int = 8, pods: int = 2
                 limits: dict[str, int] = {}
             else:
                 port, metrics_port = free_port(), free_port()
-                hami = _start_hami(Path(tmp), cp.kubeconfig, port, metrics_port, pipeline)
+                profile = f"{CPROFILE}-{pipeline}.pstats" if CPROFILE else ""
+                hami = _start_hami(Path(tmp), cp.kubeconfig, port, metrics_port, pipeline, profile)
                 scheduler = cp.start_scheduler(_scheduler_config(port))
                 limits = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1024, "nvidia.com/gpucores": 10}
             ns = kube.create_namespace()
+            released: set[str] = set()
             if hami is not None:
-                threading.Thread(target=_release_locks, args=(cp, ns, stop), daemon=True).start()
+                threading.Thread(target=_release_locks, args=(cp, ns, stop, released), daemon=True).start()
             times = _BoundTimes(cp, ns, stop)
             time.sleep(1.0)  # the watches are open and hami's caches have the namespace
-            requests0 = _apiserver_requests(kube)
+            requests0 = _apiserver_requests_by(kube)
             failed0 = _failed_attempts(cp, scheduler.port)
-            cpu0 = _cpu_seconds(hami.pid) if hami is not None else 0.0
+            pids = _component_pids(cp, scheduler, hami)
+            cpu0 = {name: _cpu_seconds(pid) for name, pid in pids.items()}
+            if hami is not None and CPROFILE:
+                hami.send_signal(signal.SIGUSR1)
             t0 = time.perf_counter()
             _create_pods(cp, ns, pods, limits, times)
             bound = times.wait_all(pods)
+            if hami is not None and CPROFILE:
+                hami.send_signal(signal.SIGUSR2)
             elapsed = max(times.bound.values(), default=t0) - t0
-            cpu = _cpu_seconds(hami.pid) - cpu0 if hami is not None else 0.0
-            requests = _apiserver_requests(kube) - requests0
+            if hami is not None:  # the device plugin's work for the burst is part of its cost
+                _wait_until(lambda: len(released) >= bound, 30)
+            cpu = {name: 1e3 * (_cpu_seconds(pid) - cpu0[name]) / max(bound, 1) for name, pid in pids.items()}
+            by = _apiserver_requests_by(kube)
+            per_kind = {k: (v - requests0.get(k, 0.0)) / max(bound, 1) for k, v in by.items()}
             lat = times.latencies()
             return {
                 "pods": pods,
@@ -229,9 +273,12 @@ def bench_pipeline(pipeline: str, nodes: int = 100, gpus: int = 8, pods: int = 2
                 "pods_per_s": bound / elapsed if elapsed > 0 else 0.0,
                 "p50_s": _quantile(lat, 0.50),
                 "p99_s": _quantile(lat, 0.99),
-                "api_requests_per_pod": requests / max(bound, 1),
+                "api_requests_per_pod": sum(per_kind.values()),
+                "api_requests_per_pod_by": {k: round(v, 3) for k, v in sorted(per_kind.items()) if v >= 0.005},
                 "failed_attempts": _failed_attempts(cp, scheduler.port) - failed0,
-                "hami_cpu_ms_per_pod": 1e3 * cpu / max(bound, 1),
+                "hami_cpu_ms_per_pod": cpu.get("hami", 0.0),
+                "cpu_ms_per_pod": cpu,
+                "loadavg": os.getloadavg()[0],
             }
         finally:
             stop.set()
@@ -315,15 +362,19 @@ def _create_nodes(kube: KubeClient, nodes: int, gpus: int) -> None:
         )
 
 
-def _start_hami(tmp: Path, kubeconfig: Path, port: int, metrics_port: int, node_policy: str) -> subprocess.Popen[bytes]:
-    """``hami scheduler`` in its own process, once its extender answers /readyz."""
+def _start_hami(
+    tmp: Path, kubeconfig: Path, port: int, metrics_port: int, node_policy: str, cprofile: str = ""
+) -> subprocess.Popen[bytes]:
+    """``hami scheduler`` in its own process, once its extender answers /readyz (with ``cprofile``: under
+    :mod:`bench.cpuprofile`, writing there)."""
     log = open(tmp / "hami.log", "wb")  # noqa: SIM115 - closed with the process
+    launcher = [*PROFILE, "-c", "from hami.cli import main; main()"]
+    if cprofile:
+        launcher = ["-m", "bench.cpuprofile", cprofile]
     hami = subprocess.Popen(
         [
             sys.executable,
-            *PROFILE,
-            "-c",
-            "from hami.cli import main; main()",
+            *launcher,
             "scheduler",
             "--kubeconfig",
             str(kubeconfig),

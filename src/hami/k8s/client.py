@@ -447,6 +447,10 @@ class KubeClient:
         if field_selector:
             params["fieldSelector"] = field_selector
         await self.limiter.acquire()
+        if self._wire is not None:
+            async with self._wire_watch(path, params, timeout_seconds, type, what) as events:
+                yield events
+            return
         timeout = httpx.Timeout(
             self.settings.request_timeout,
             connect=self.settings.connect_timeout,
@@ -457,7 +461,7 @@ class KubeClient:
             response = await self._http.send(request, stream=True)
         except httpx.HTTPError as exc:
             raise ApiError(f"{what}: {_type_name(exc)}: {exc}", 0) from exc
-        events = self._events(response, type, what)
+        events = self._events(response.aiter_bytes(), type, what)
         try:
             if response.status_code >= 400:
                 await self._read_all(response, what)
@@ -467,6 +471,34 @@ class KubeClient:
             await events.aclose()
             await response.aclose()
 
+    @contextlib.asynccontextmanager
+    async def _wire_watch(
+        self, path: str, params: Mapping[str, str], timeout_seconds: int, type: type[T], what: str
+    ) -> AsyncIterator[AsyncIterator[WatchEvent[T]]]:
+        """``watch`` over the lean client (hami.k8s.wire), with the same failures as over httpx."""
+        assert self._wire is not None
+        read_timeout = timeout_seconds + self.settings.watch_read_slack
+        try:
+            stream = await self._wire.stream(
+                "GET", path, params=params, headers=self._headers(), read_timeout=read_timeout
+            )
+        except httpx.HTTPError as exc:
+            raise ApiError(f"{what}: {_type_name(exc)}: {exc}", 0) from exc
+        chunks = stream.chunks()
+        events = self._events(chunks, type, what)
+        try:
+            if stream.status_code >= 400:
+                try:
+                    body = await stream.aread()
+                except httpx.HTTPError as exc:
+                    raise ApiError(f"{what}: {_type_name(exc)}: {exc}", 0) from exc
+                raise _response_error(WireResponse(stream.status_code, stream.headers, body), what)
+            yield events
+        finally:
+            await events.aclose()
+            await chunks.aclose()
+            stream.close()
+
     @staticmethod
     async def _read_all(response: httpx.Response, what: str) -> bytes:
         try:
@@ -474,11 +506,11 @@ class KubeClient:
         except httpx.HTTPError as exc:
             raise ApiError(f"{what}: {_type_name(exc)}: {exc}", 0) from exc
 
-    async def _events(self, response: httpx.Response, type: type[T], what: str) -> AsyncGenerator[WatchEvent[T]]:
+    async def _events(self, chunks: AsyncIterator[bytes], type: type[T], what: str) -> AsyncGenerator[WatchEvent[T]]:
         decoder = self._decoder(type)
         buffer = b""
         try:
-            async for chunk in response.aiter_bytes():
+            async for chunk in chunks:
                 lines = (buffer + chunk).split(b"\n")
                 buffer = lines.pop()
                 for line in lines:

@@ -71,7 +71,7 @@ class ExtenderIO:
     ) -> None:
         hint = self.node_hint(node) if self.node_hint is not None else None
         timeout = None if expiry_s is None else timedelta(seconds=expiry_s)
-        await self.locker.acquire(node, namespace, name, hint=hint, key=key, timeout=timeout)
+        await self.locker.acquire(node, namespace, name, hint=hint, key=key, timeout=timeout, watched=self.pod_hint)
 
     async def unlock_node(self, node: str, namespace: str, name: str, key: str = NODE_LOCK) -> None:
         await self.locker.release(node, namespace, name, key=key)

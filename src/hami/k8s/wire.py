@@ -3,8 +3,9 @@
 Measured on this project's machine, one request through ``httpx.AsyncClient`` costs the client about 0.9 ms of CPU
 (0.6 ms through ``httpcore`` alone) — about half of hami's CPU per scheduled pod, which sends five (annotation
 PATCH, lock PATCH, Binding, two events). This client writes the request line and headers itself and reads the
-response with ``asyncio`` streams: about 0.05 ms. It serves ``KubeClient``'s plain requests; watches and paged
-lists stay on httpx (long-lived streams, where per-request cost does not matter).
+response with ``asyncio`` streams: about 0.05 ms. It serves ``KubeClient``'s plain requests and its watches
+(:meth:`WireClient.stream`: every scheduled pod brings several watch events, and reading them through httpx cost
+hami more CPU than anything else it does per pod); paged lists stay on httpx.
 
 Scope, deliberately small: keep-alive connections to one server (TLS with the kubeconfig's context), bodies sent
 with ``Content-Length``, responses read by ``Content-Length``, chunked encoding or until the server closes. Failures
@@ -21,12 +22,12 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, Awaitable, Mapping
 from urllib.parse import urlencode, urlsplit
 
 import httpx
 
-__all__ = ["Headers", "WireClient", "WireResponse"]
+__all__ = ["Headers", "WireClient", "WireResponse", "WireStream"]
 
 IDLE_S = 30.0
 """An idle connection older than this is closed rather than reused (servers close idle ones after a while)."""
@@ -137,6 +138,38 @@ class WireClient:
             conn.close()
         return response
 
+    async def stream(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        read_timeout: float,
+    ) -> WireStream:
+        """Send a request on a connection of its own and return once the response's head has arrived (within
+        ``request_timeout``); the body is then read piece by piece (a watch), each piece within ``read_timeout``.
+        Close the stream when done: its connection is never reused."""
+        target = self.prefix + path + ("?" + urlencode(params) if params else "")
+        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        message = f"{method} {target} HTTP/1.1\r\n{self._fixed}{extra}\r\n".encode("latin-1")
+        conn, _ = await self._connection(fresh=True)
+        try:
+            async with asyncio.timeout(self.request_timeout):
+                conn.writer.write(message)
+                await conn.writer.drain()
+                _, status, response_headers = await _read_head(conn.reader)
+        except TimeoutError:
+            conn.close()
+            raise httpx.ReadTimeout(f"{method} {target}: no response within {self.request_timeout}s") from None
+        except (OSError, asyncio.IncompleteReadError, _Untouched) as exc:
+            conn.close()
+            raise httpx.RemoteProtocolError(f"connection lost: {exc!r}") from None
+        except BaseException:
+            conn.close()
+            raise
+        return WireStream(conn, status, response_headers, read_timeout)
+
     async def _connection(self, fresh: bool = False) -> tuple[_Connection, bool]:
         while self._idle and not fresh:
             conn = self._idle.pop()
@@ -164,6 +197,52 @@ async def _send(conn: _Connection, message: bytes, method: str) -> tuple[WireRes
     except BaseException:
         conn.close()
         raise
+
+
+class WireStream:
+    """A response whose body is read as it arrives (see :meth:`WireClient.stream`). Failures while reading are
+    raised as httpx's: ``ReadTimeout`` after ``read_timeout`` without a byte, ``RemoteProtocolError`` for a broken
+    connection or a malformed chunk."""
+
+    def __init__(self, conn: _Connection, status_code: int, headers: Headers, read_timeout: float) -> None:
+        self._conn = conn
+        self.status_code, self.headers = status_code, headers
+        self.read_timeout = read_timeout
+
+    async def _timed(self, read: Awaitable[bytes]) -> bytes:
+        try:
+            async with asyncio.timeout(self.read_timeout):
+                return await read
+        except TimeoutError:
+            raise httpx.ReadTimeout(f"no data within {self.read_timeout}s") from None
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
+            raise httpx.RemoteProtocolError(f"stream broken: {exc!r}") from None
+
+    async def chunks(self) -> AsyncGenerator[bytes]:
+        """The body's pieces as they arrive (chunked, by ``Content-Length``, or until the server closes); ends
+        with the body."""
+        reader = self._conn.reader
+        if "chunked" in (self.headers.get("transfer-encoding") or "").lower():
+            while True:
+                line = await self._timed(reader.readuntil(b"\r\n"))
+                try:
+                    size = int(line.split(b";", 1)[0].strip(), 16)
+                except ValueError:
+                    raise httpx.RemoteProtocolError(f"malformed chunk size {line[:40]!r}") from None
+                if size == 0:
+                    return  # trailers are not read: the connection is closed, never reused
+                yield (await self._timed(reader.readexactly(size + 2)))[:-2]
+        elif "content-length" in self.headers:
+            yield await self._timed(reader.readexactly(int(self.headers["content-length"])))
+        else:
+            while piece := await self._timed(reader.read(1 << 16)):
+                yield piece
+
+    async def aread(self) -> bytes:
+        return b"".join([piece async for piece in self.chunks()])
+
+    def close(self) -> None:
+        self._conn.close()
 
 
 class _Untouched(Exception):

@@ -109,6 +109,9 @@ class Extender:
             lock_waits=lock_waits,
             report_lock_wait=self._lock_waited,
         )
+        self._lock_keys = frozenset(v.keys.lock for v in vendors.values() if v.keys.lock is not None)
+        self._node_inputs: dict[str, tuple[object, ...]] = {}
+        """Per node, what the state reads from it as last applied (see ``on_node``)."""
 
     @property
     def pending(self) -> set[str]:
@@ -266,10 +269,27 @@ class Extender:
             log.warning("%s", problem)
 
     def on_node(self, node: Node, deleted: bool = False) -> None:
+        """Apply one node event to the state. An event that changes nothing the state reads (a node lock taken or
+        released: two events per scheduled pod) is skipped: no registration decoded again, no tables rebuilt,
+        and the node's verdicts stay in the memo."""
+        name = node.metadata.name
         if deleted:
-            self.state.remove_node(node.metadata.name)
+            self._node_inputs.pop(name, None)
+            self.state.remove_node(name)
             return
+        inputs = self._inputs_of(node)
+        if name in self.state.nodes and self._node_inputs.get(name) == inputs:
+            return
+        self._node_inputs[name] = inputs
         self.state.upsert_node(node)
+
+    def _inputs_of(self, node: Node) -> tuple[object, ...]:
+        """Everything of ``node`` that ``ClusterState.upsert_node`` (and the vendors' decoders) can read: the
+        decoded view holds labels, annotations, ``spec`` and ``status`` only; the lock annotations are left out.
+        Copies, so a view changed in place later still compares unequal."""
+        meta, status = node.metadata, node.status
+        annotations = {k: v for k, v in meta.annotations.items() if k not in self._lock_keys}
+        return dict(meta.labels), annotations, node.spec.unschedulable, dict(status.capacity), dict(status.allocatable)
 
     def on_quota(self, quota: ResourceQuota, deleted: bool = False) -> None:
         if deleted:

@@ -119,6 +119,69 @@ async def test_stale_locks_are_taken_over(seam: Seam, value: str, pods: list[Pod
     assert lock_on(seam.backing) == encode_node_lock(got)
 
 
+async def test_a_watched_live_holder_is_contention_without_a_request() -> None:
+    """The node watch shows another pod's young lock and the pod watch shows that pod running: contention at once,
+    nothing read or written (a bind queued behind a hand-over costs no request until the watch shows the release)."""
+    value = lock_value("ml", "trainer-0", age=timedelta(seconds=3))
+    memory = MemoryCluster(nodes=[node(value)], pods=[pod("trainer-0", namespace="ml")])
+    store = {("ml", "trainer-0"): pod("trainer-0", namespace="ml")}
+    with pytest.raises(LockContention) as caught:
+        await locker(memory).acquire(
+            "gpu-1", "default", "p1", hint=node(value), watched=lambda ns, name: store.get((ns, name))
+        )
+    assert (caught.value.node, caught.value.holder) == ("gpu-1", "ml/trainer-0")
+    assert caught.value.since == decode_node_lock(value).timestamp
+    assert memory.calls == []
+
+
+@pytest.mark.parametrize(
+    ("value", "watched"),
+    [
+        (lock_value("default", "ghost"), []),
+        (lock_value("default", "done"), [pod("done", "Succeeded")]),
+        (lock_value("default", "old", age=TIMEOUT + timedelta(seconds=1)), [pod("old")]),
+        ((NOW - TIMEOUT - timedelta(seconds=1)).isoformat(), []),
+    ],
+    ids=["holder-not-watched", "holder-finished", "expired", "expired-legacy"],
+)
+async def test_a_watched_lock_that_may_be_stale_is_read_afresh_and_taken_over(value: str, watched: list[Pod]) -> None:
+    """Only a live holder per the watches skips the reads: a lock that may be stale is decided on a fresh read
+    (and the holder's own GET), as without the watches."""
+    memory = MemoryCluster(nodes=[node(value)], pods=[p for p in watched if p.metadata.name != "ghost"])
+    store = {(p.metadata.namespace, p.metadata.name): p for p in watched}
+    got = await locker(memory).acquire(
+        "gpu-1", "default", "p1", hint=node(value), watched=lambda ns, name: store.get((ns, name))
+    )
+    assert got == written("default", "p1")
+    assert memory.calls[0] == "get_node"
+
+
+async def test_a_watched_lock_that_is_already_gone_is_read_afresh() -> None:
+    """The watch is behind: it still shows the holder's lock, the node has none any more. Contention is raised
+    from the watch (the release the watch then shows wakes the bind); the holder finished meanwhile: read afresh."""
+    value = lock_value("ml", "trainer-0")
+    memory = MemoryCluster(nodes=[node()], pods=[])
+    store = {("ml", "trainer-0"): pod("trainer-0", "Succeeded", namespace="ml")}
+    got = await locker(memory).acquire(
+        "gpu-1", "default", "p1", hint=node(value), watched=lambda ns, name: store.get((ns, name))
+    )
+    assert got == written("default", "p1")
+    assert memory.calls == ["get_node", "patch_node_annotations"]
+
+
+async def test_a_race_lost_to_a_watched_live_holder_reads_the_node_but_not_the_holder() -> None:
+    """The watch showed the node free, another bind won the write: the node is read again, and its new holder,
+    alive per the pod watch, is contention without a GET of that pod."""
+    memory = MemoryCluster(nodes=[node(lock_value("default", "winner"))], pods=[pod("winner")])
+    store = {("default", "winner"): pod("winner")}
+    stale = node()
+    stale.metadata.resource_version = "stale"
+    with pytest.raises(LockContention):
+        await locker(memory).acquire("gpu-1", "default", "p1", hint=stale, watched=lambda ns, n: store.get((ns, n)))
+    assert "get_pod" not in memory.calls
+    assert memory.calls.count("get_node") == 1
+
+
 async def test_an_unparsable_lock_is_never_overwritten() -> None:
     memory = MemoryCluster(nodes=[node("lock")])
     with pytest.raises(AnnotationError) as caught:

@@ -228,3 +228,60 @@ async def test_kube_client_reports_a_binding_lost_in_a_reset_without_sending_it_
     assert len(bindings) == 1
     assert bindings[0].startswith(b"POST /api/v1/namespaces/ns/pods/p/binding ")
     assert waits == []
+
+
+async def test_a_stream_yields_each_chunk_as_it_arrives_on_a_connection_of_its_own(serve) -> None:  # type: ignore[no-untyped-def]
+    """A watch: the head first, then every chunk as the server sends it (the second only after the first was
+    read), the end at the last chunk; the stream's connection is never pooled."""
+    sent = asyncio.Event()
+
+    async def watch(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\n{"a":1\r\n')
+        await writer.drain()
+        await sent.wait()
+        writer.write(b"2\r\n}\n\r\n0\r\n\r\n")
+        await writer.drain()
+        return False
+
+    server, client = await serve(watch)
+    stream = await client.stream("GET", "/w", params={"watch": "1"}, read_timeout=1)
+    pieces = stream.chunks()
+    assert stream.status_code == 200
+    assert await anext(pieces) == b'{"a":1'
+    sent.set()
+    assert [p async for p in pieces] == [b"}\n"]
+    stream.close()
+    assert server.requests[0].startswith(b"GET /prefix/w?watch=1 HTTP/1.1\r\n")
+    assert client._idle == []
+
+
+async def test_a_stream_that_goes_silent_or_breaks_raises_httpx_errors(serve) -> None:  # type: ignore[no-untyped-def]
+    async def silent(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        await writer.drain()
+        await reader.read()
+        return False
+
+    _, client = await serve(silent)
+    stream = await client.stream("GET", "/w", read_timeout=0.2)
+    with pytest.raises(httpx.ReadTimeout):
+        await anext(stream.chunks())
+    stream.close()
+
+    async def broken(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10\r\nabc")
+        await writer.drain()
+        return False
+
+    _, client2 = await serve(broken)
+    stream = await client2.stream("GET", "/w", read_timeout=1)
+    with pytest.raises(httpx.RemoteProtocolError):
+        await anext(stream.chunks())
+    stream.close()
+
+
+async def test_a_refused_stream_reads_the_error_body(serve) -> None:  # type: ignore[no-untyped-def]
+    _, client = await serve(reply(b'{"kind":"Status","code":410}', status="410 Gone"))
+    stream = await client.stream("GET", "/w", read_timeout=1)
+    assert (stream.status_code, await stream.aread()) == (410, b'{"kind":"Status","code":410}')
+    stream.close()

@@ -163,6 +163,40 @@ async def test_filter_error_from_the_extender_is_answered_in_the_body(http: http
     }
 
 
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/filter", b"{"),
+        ("/bind", b"[]"),
+        ("/filter", b""),
+        ("/bind", b" " * (EXTENDER_BODY_LIMIT + 1)),
+        ("/bind", b'{"podname": "p9", "podnamespace": "ns", "poduid": "", "node": "n1"}'),
+        ("/filter", b'{"pod": {"metadata": {"name": "plain", "namespace": "ns", "uid": "u"}}, "nodenames": ["n1"]}'),
+    ],
+    ids=["filter-malformed", "bind-malformed", "empty", "too-large", "bind-refused", "filter-passthrough"],
+)
+async def test_the_lean_routes_answer_byte_for_byte_as_the_starlette_routes(
+    world: World, path: str, body: bytes
+) -> None:
+    """``ExtenderRoutes`` serves /filter and /bind without Starlette; Starlette still has the same routes (its
+    fallback), and both answer every request alike: status, content type and length, body."""
+    app = build_app(world.extender)
+    answers = []
+    for served_by in (app, app.fallback):
+        transport = httpx.ASGITransport(app=served_by)
+        async with httpx.AsyncClient(transport=transport, base_url="http://hami") as client:
+            response = await client.post(path, content=body)
+        answers.append(
+            (
+                response.status_code,
+                response.headers["content-type"],
+                response.headers["content-length"],
+                response.content,
+            )
+        )
+    assert answers[0] == answers[1]
+
+
 async def test_wrong_method_is_405(http: httpx.AsyncClient) -> None:
     assert (await http.get("/filter")).status_code == 405
 

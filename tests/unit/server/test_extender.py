@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Iterable, Mapping
 from datetime import timedelta
 
+import msgspec
 import pytest
 
 from hami.errors import ApiError, NotFound, TooManyRequests
@@ -17,7 +18,7 @@ from hami.protocol import keys
 from hami.protocol.allocation import ContainerDevice, decode_pod_devices
 from hami.protocol.extender import BindingArgs, FilterArgs, FilterResult, encode_filter_result
 from hami.protocol.nodelock import NodeLock, decode_node_lock, encode_node_lock
-from hami.protocol.objects import Node, Pod, SchedulingGroup
+from hami.protocol.objects import Node, NodeSpec, NodeStatus, ObjectMeta, Pod, SchedulingGroup
 from hami.scheduling.records import pod_group
 from hami.scheduling.request import SchedulingDefaults
 from tests.unit.k8s.fakeapi import FakeApi, serve
@@ -63,6 +64,49 @@ def cluster_of_three(world: World) -> None:
     world.add_node(gpu_node("n1"))
     world.add_node(gpu_node("n2"))
     world.add_node(gpu_node("small", mem=2000))
+
+
+# --- node events ------------------------------------------------------------------------------------------
+
+
+def test_a_node_event_that_only_moves_a_lock_keeps_the_tables_and_the_memo(world: World) -> None:
+    """A lock taken and released (two node events per scheduled pod) changes nothing the state reads: the node
+    is not decoded again and its verdicts stay valid (same generation); any other change rebuilds it."""
+    world.add_node(gpu_node("n1"))
+    before = world.state.nodes["n1"]
+    locked = gpu_node("n1", annotations={keys.NODE_LOCK: encode_node_lock(NodeLock(NOW_DT, NS, "p1"))})
+    locked.metadata.resource_version = "7"
+    world.extender.on_node(locked)
+    world.extender.on_node(gpu_node("n1"))
+    assert world.state.nodes["n1"] is before
+    changes: list[Node] = [gpu_node("n1", mem=16000), gpu_node("n1", annotations={"other": "x"})]
+    relabelled = gpu_node("n1")
+    relabelled.metadata.labels = {"zone": "b"}
+    cordoned = gpu_node("n1")
+    cordoned.spec.unschedulable = True
+    sized = gpu_node("n1")
+    sized.status.capacity = {"nvidia.com/gpu": 20}
+    for changed in [*changes, relabelled, cordoned, sized]:
+        generation = world.state.nodes["n1"].generation
+        world.extender.on_node(changed)
+        assert world.state.nodes["n1"].generation == generation + 1
+    world.extender.on_node(sized, deleted=True)
+    world.extender.on_node(sized)  # back after a deletion: decoded again
+    assert world.state.nodes["n1"].generation == 1
+
+
+def test_the_node_fields_compared_are_every_field_the_node_view_decodes() -> None:
+    """``Extender._inputs_of`` lists the view's fields by hand: a field added to the view must be added there."""
+    fields = {t.__name__: {f.name for f in msgspec.structs.fields(t)} for t in (Node, ObjectMeta, NodeSpec, NodeStatus)}
+    assert fields == {
+        "Node": {"metadata", "spec", "status", "kind"},
+        "ObjectMeta": {
+            "name", "namespace", "uid", "resource_version", "annotations", "labels", "deletion_timestamp",
+            "creation_timestamp",
+        },
+        "NodeSpec": {"unschedulable"},
+        "NodeStatus": {"capacity", "allocatable"},
+    }  # fmt: skip
 
 
 # --- /filter: success -------------------------------------------------------------------------------------
