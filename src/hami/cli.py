@@ -333,7 +333,7 @@ def top(
         raise _fail(err) from None
     for w in warnings:
         typer.echo(f"warning: {w}", err=True)
-    view = build_top(sim.state, TopFilter(node, vendor, model, namespace, sort))
+    view = build_top(sim.state, TopFilter(node, vendor, model, namespace, sort), sim.dra)
     if output is OutputFormat.json:
         typer.echo(json.dumps(top_json(view), indent=2))
     else:

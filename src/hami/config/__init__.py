@@ -11,6 +11,7 @@ Invalid values raise :class:`hami.errors.ConfigError` naming the key and the val
 from __future__ import annotations
 
 from hami.config.device import DeviceConfig, LoadedConfig, default_device_config, parse_device_config
+from hami.config.dra import DraConfig, DraDriverConfig
 from hami.config.duration import parse_go_duration
 from hami.config.nvidia import GpuCorePolicy, MigProfileAllowlistEntry, NvidiaConfig
 from hami.config.settings import GPU_POLICY_TOKENS, NodeSchedulerPolicy, SchedulerSettings, load_settings
@@ -38,6 +39,8 @@ __all__ = [
     "BirenConfig",
     "CambriconConfig",
     "DeviceConfig",
+    "DraConfig",
+    "DraDriverConfig",
     "EnflameConfig",
     "GpuCorePolicy",
     "HygonConfig",

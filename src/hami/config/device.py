@@ -23,6 +23,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator
 
 from hami.config._model import ConfigModel, config_error, unknown_keys
+from hami.config.dra import DraConfig
 from hami.config.nvidia import NvidiaConfig
 from hami.config.vendors import (
     AmdConfig,
@@ -76,6 +77,8 @@ class DeviceConfig(ConfigModel):
     vastai: VastaiConfig = Field(default_factory=VastaiConfig)
     biren: BirenConfig = Field(default_factory=BirenConfig)
     vnpus: VnpusConfig = Field(default_factory=VnpusConfig)
+    dra: DraConfig = Field(default_factory=DraConfig)
+    """Not a vendor: which DRA drivers' allocations hami counts (``hami.config.dra``; not in HAMi v2.10)."""
 
     @field_validator("iluvatars")
     @classmethod
@@ -158,7 +161,7 @@ def parse_device_config(text: str, source: str) -> LoadedConfig:
     for key in document:
         if not isinstance(key, str):
             raise ConfigError(source, key, "has a section name that is not a string")
-    sections = {key: value for key, value in document.items() if not (key in _SECTIONS and value is None)}
+    sections = {key: value for key, value in document.items() if not (key in (*_SECTIONS, "dra") and value is None)}
     vnpus = sections.get("vnpus")
     if isinstance(vnpus, list):
         # HAMi < 2.9 wrote the chip list directly under vnpus:; HAMi v2.10 still reads it.
@@ -174,5 +177,5 @@ def parse_device_config(text: str, source: str) -> LoadedConfig:
         # HAMi: fatal "all configurations are empty". Explicitly empty sections ("iluvatars: []") are
         # overridden too: an all-empty file cannot mean "no vendor at all".
         warnings.append(f"{source}: every vendor section is empty; using the built-in defaults")
-        config = default_device_config()
+        config = default_device_config().model_copy(update={"dra": config.dra})  # dra: is no vendor section
     return LoadedConfig(config, tuple(warnings))

@@ -8,12 +8,18 @@ nothing — and costs time proportional to the pod. Node updates re-charge only 
 Records that name an unknown node are kept (``orphans``) and counted as soon as the node appears; charges that
 name a device the node does not have are kept and reported (``dangling``). ``verify()`` recounts everything
 from the records and returns the differences (an empty list when the ledger is right).
+
+Capacity held outside hami's pods — a DRA claim's allocation (``hami.scheduling.dra``) — goes through the same
+``apply`` as a record whose class sets ``held``: it is kept apart in ``held``/``held_by_node`` (so nothing that
+walks ``pods`` mistakes a claim for a pod: the API audit, metrics, defrag), charged to devices like a pod, and never
+to namespace quotas (a claim is not a request for hami's resources).
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from hami.devices.base import NodeInventory, Vendor, parse_uuid_list
 from hami.devices.table import DeviceTable
@@ -45,6 +51,9 @@ class PodRecord:
     charges: tuple[Charge, ...]
     slices: tuple[tuple[str, str, Hashable], ...] = ()
     problem: str | None = None
+    held: ClassVar[bool] = False
+    """True on record classes of capacity held outside hami's pods (DRA claims): see ``ClusterState``. A class
+    attribute, so it costs no byte per record."""
 
     def __post_init__(self) -> None:
         if type(self.devices) is dict and len(self.devices) == 1:  # the common case, kept compact (state size)
@@ -124,6 +133,8 @@ class ClusterState:
         self.pods: dict[str, PodRecord] = {}
         self.pods_by_node: dict[str, set[str]] = {}
         self.dangling: dict[str, set[tuple[str, str]]] = {}  # pod uid -> {(vendor, uuid)} not on its node
+        self.held: dict[str, PodRecord] = {}  # records of capacity held outside hami's pods (``PodRecord.held``)
+        self.held_by_node: dict[str, set[str]] = {}
         tracked: list[str] = []
         for v in self.vendors.values():
             tracked += [r for r in (v.resources.memory, v.resources.core) if r]
@@ -185,48 +196,56 @@ class ClusterState:
             generation=(old.generation + 1) if old else 1,
         )
         self.nodes[name] = state
-        for uid in self.pods_by_node.get(name, ()):
-            self.dangling.pop(uid, None)
-            self._charge(state, self.pods[uid], 1)
+        for record in self._on_node(name):
+            self.dangling.pop(record.uid, None)
+            self._charge(state, record, 1)
         return state
 
     def remove_node(self, name: str) -> None:
         """Forget a node; its pods' records are kept and count again if the node comes back."""
         self.nodes.pop(name, None)
-        for uid in self.pods_by_node.get(name, ()):
-            self.dangling.pop(uid, None)
+        for record in self._on_node(name):
+            self.dangling.pop(record.uid, None)
+
+    def _on_node(self, name: str) -> list[PodRecord]:
+        """Every record on a node: its pods', then the capacity held outside pods."""
+        records = [self.pods[uid] for uid in self.pods_by_node.get(name, ())]
+        held = self.held_by_node.get(name)
+        return records + [self.held[uid] for uid in held] if held else records
 
     # --- pods ------------------------------------------------------------------------------------------
     def apply(self, record: PodRecord, add: bool) -> bool:
         """Add or remove a pod's usage. Idempotent: returns False (and changes nothing) for a second add of
         the same UID or the removal of an absent one. To change a pod's allocation, remove it and add again.
+        A ``held`` record (a DRA claim's) is kept in ``held`` and charges no quota.
         """
         uid = record.uid
+        records, by_node = (self.held, self.held_by_node) if record.held else (self.pods, self.pods_by_node)
         if add:
-            if uid in self.pods:
+            if uid in records:
                 return False
-            self.pods[uid] = record
-            self.pods_by_node.setdefault(record.node, set()).add(uid)
+            records[uid] = record
+            by_node.setdefault(record.node, set()).add(uid)
             node = self.nodes.get(record.node)
             if node is not None:
                 self._charge(node, record, 1)
-            self.quotas.add_usage(record.namespace, self._quota_amounts(record))
+            self._quota_usage(record, 1)
             return True
-        current = self.pods.pop(uid, None)
+        current = records.pop(uid, None)
         if current is None:
             return False
-        on_node = self.pods_by_node.get(current.node)
+        on_node = by_node.get(current.node)
         if on_node is not None:
             on_node.discard(uid)
             if not on_node:
-                del self.pods_by_node[current.node]
+                del by_node[current.node]
         node = self.nodes.get(current.node)
         if node is not None:
             self._charge(node, current, -1)
             if any(b is not None for t in node.tables.values() for b in t.broken):
                 self._recharge(node)  # an inconsistent slice may have left with this pod
         self.dangling.pop(uid, None)
-        self.quotas.add_usage(current.namespace, self._quota_amounts(current), sign=-1)
+        self._quota_usage(current, -1)
         return True
 
     def remove_pod(self, uid: str) -> PodRecord | None:
@@ -243,9 +262,13 @@ class ClusterState:
 
     def _recharge(self, node: NodeState) -> None:
         node.tables = {v: t.empty() for v, t in node.tables.items()}
-        for uid in self.pods_by_node.get(node.name, ()):
-            self.dangling.pop(uid, None)
-            self._charge(node, self.pods[uid], 1)
+        for record in self._on_node(node.name):
+            self.dangling.pop(record.uid, None)
+            self._charge(node, record, 1)
+
+    def _quota_usage(self, record: PodRecord, sign: int) -> None:
+        if not record.held:  # capacity held outside pods (a DRA claim) is no request for hami's resources
+            self.quotas.add_usage(record.namespace, self._quota_amounts(record), sign=sign)
 
     def _quota_amounts(self, record: PodRecord) -> dict[str, int]:
         amounts: dict[str, int] = {}
@@ -288,13 +311,16 @@ class ClusterState:
         for uid, record in self.pods.items():
             if uid not in self.pods_by_node.get(record.node, ()):
                 diffs.append(f"pod {record.key} missing from its node index")
+        for uid, record in self.held.items():
+            if uid not in self.held_by_node.get(record.node, ()):
+                diffs.append(f"held record {uid} ({record.key}) missing from its node index")
         return diffs
 
     def _recount(self, node: NodeState) -> list[str]:
         """The differences between a node's tables and its pods charged afresh to empty ones."""
         fresh = {v: t.empty() for v, t in node.tables.items()}
-        for uid in self.pods_by_node.get(node.name, ()):
-            _charge_tables(self.vendors, fresh, self.pods[uid], 1)
+        for record in self._on_node(node.name):
+            _charge_tables(self.vendors, fresh, record, 1)
         diffs: list[str] = []
         for vendor, table in node.tables.items():
             ref = fresh[vendor]

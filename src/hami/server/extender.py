@@ -19,7 +19,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from hami.config.dra import DraConfig
 from hami.devices.base import Vendor
+from hami.protocol.dra import DeviceClass, ResourceClaim, ResourceSlice
 from hami.protocol.events import EventReason, filtering_failed_texts, no_available_node_text
 from hami.protocol.extender import BindingArgs, BindingResult, FilterArgs, FilterResult
 from hami.protocol.objects import Node, Pod, ResourceQuota
@@ -37,6 +39,7 @@ from hami.scheduling.cycle import (
     FilterOutcome,
     LockWaits,
 )
+from hami.scheduling.dra import DraLedger, DraProblem, DraWarning
 from hami.scheduling.request import SchedulingDefaults
 from hami.scheduling.state import ClusterState
 from hami.server.metrics import Metrics
@@ -85,6 +88,7 @@ class Extender:
         lock_retry_timeout: float = 0.0,
         bind_lock_wait: float = 0.0,
         lock_waits: LockWaits | None = None,
+        dra: DraConfig | None = None,
     ) -> None:
         self.state = state
         self.vendors = vendors
@@ -112,6 +116,10 @@ class Extender:
         self._lock_keys = frozenset(v.keys.lock for v in vendors.values() if v.keys.lock is not None)
         self._node_inputs: dict[str, tuple[object, ...]] = {}
         """Per node, what the state reads from it as last applied (see ``on_node``)."""
+        self.dra = DraLedger(state, dra if dra is not None else DraConfig())
+        """DRA claims charged beside hami's pods (``hami.scheduling.dra``); fed by the ``on_resource_*`` handlers."""
+        self.dra.pod_lookup = self._live_pod_uid
+        self.dra.settled = self._synced
 
     @property
     def pending(self) -> set[str]:
@@ -267,6 +275,8 @@ class Extender:
         problem = self.cycle.watch_pod(pod, deleted)
         if problem is not None:
             log.warning("%s", problem)
+        meta = pod.metadata
+        _log_dra(self.dra.pod_event(meta.namespace, meta.name, meta.uid, deleted))
 
     def on_node(self, node: Node, deleted: bool = False) -> None:
         """Apply one node event to the state. An event that changes nothing the state reads (a node lock taken or
@@ -276,12 +286,14 @@ class Extender:
         if deleted:
             self._node_inputs.pop(name, None)
             self.state.remove_node(name)
+            _log_dra(self.dra.node_event(name))
             return
         inputs = self._inputs_of(node)
         if name in self.state.nodes and self._node_inputs.get(name) == inputs:
             return
         self._node_inputs[name] = inputs
         self.state.upsert_node(node)
+        _log_dra(self.dra.node_event(name))  # the registration may now hold (or no longer hold) a claim's card
 
     def _inputs_of(self, node: Node) -> tuple[object, ...]:
         """Everything of ``node`` that ``ClusterState.upsert_node`` (and the vendors' decoders) can read: the
@@ -297,6 +309,36 @@ class Extender:
             return
         for problem in self.state.upsert_quota(quota):
             log.warning("%s", problem)
+
+    # --- DRA (issue 18): read-only towards DRA; the shell logs, counts and records the problems returned ----------
+    def on_resource_slice(self, obj: ResourceSlice, deleted: bool = False) -> list[DraProblem]:
+        """Apply a ResourceSlice event; returns the problems it newly raised."""
+        return self.dra.slice_event(obj, deleted)
+
+    def on_resource_claim(self, obj: ResourceClaim, deleted: bool = False) -> list[DraProblem]:
+        """Apply a ResourceClaim event; returns the problems it newly raised."""
+        return self.dra.claim_event(obj, deleted)
+
+    def on_device_class(self, obj: DeviceClass, deleted: bool = False) -> list[DraProblem]:
+        """Apply a DeviceClass event (its warning, if any, shows in ``dra_warnings()``); raises no problem."""
+        return self.dra.class_event(obj, deleted)
+
+    def dra_problems(self) -> tuple[DraProblem, ...]:
+        """The current DRA problems. Claims reserved for pods no pod event has named are looked at again first
+        (the pod watch's store knows them once synced); problems that raises are logged here."""
+        _log_dra(self.dra.recheck())
+        return self.dra.problems()
+
+    def dra_warnings(self) -> tuple[DraWarning, ...]:
+        """The current DRA warnings (configuration traps)."""
+        return self.dra.warnings()
+
+    def _synced(self) -> bool:
+        return self.readiness.synced()
+
+    def _live_pod_uid(self, namespace: str, name: str) -> str | None:
+        pod = self.cluster.watched_pod(namespace, name)
+        return pod.metadata.uid if pod is not None else None
 
 
 _BIND_LABELS = {
@@ -332,6 +374,11 @@ def _filter_answer(outcome: FilterOutcome, args: FilterArgs) -> FilterResult:
         failed_nodes=failed or None,
         failed_and_unresolvable_nodes=never or None,
     )
+
+
+def _log_dra(problems: Iterable[DraProblem]) -> None:
+    for p in problems:
+        log.warning("DRA %s: %s%s: %s", p.kind, p.object, f" on {p.node}" if p.node else "", p.message)
 
 
 def _rejection_text(decision: Decision) -> str:

@@ -63,20 +63,20 @@ def run_simulate(opts: SimulateOptions, out: Callable[[str], None], err: Callabl
     sim = Simulator(config, defaults, admission=not opts.skip_admission)  # every vendor family
     sim.add_snapshot(snapshot)
     outcomes = [sim.place(pod, opts.now) for pod in pods]
-    for warning in [*warnings, *sim.warnings]:
+    for warning in [*warnings, *sim.warnings, *sim.dra_notes()]:
         err(f"warning: {warning}")
     title = "hami simulate --demo" if opts.demo else "hami simulate"
     if opts.report is not None:
         try:
-            opts.report.write_text(render_html(title, sim.state, outcomes), encoding="utf-8")
+            opts.report.write_text(render_html(title, sim.state, outcomes, sim.dra), encoding="utf-8")
         except OSError as error:
             err(f"error: {opts.report}: cannot write the report: {error.strerror or error}")
             return EXIT_INVALID_INPUT
         err(f"report written to {opts.report}")
     if opts.output == "json":
-        out(render_json(sim.state, outcomes))
+        out(render_json(sim.state, outcomes, sim.dra))
     elif opts.demo:
         out(render_demo(sim.state, outcomes))
     else:
-        out(render_summary(title, sim.state, outcomes))
+        out(render_summary(title, sim.state, outcomes, sim.dra))
     return EXIT_OK

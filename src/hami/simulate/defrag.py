@@ -80,6 +80,13 @@ def _holders(state: ClusterState, card: CardKey) -> list[PodRecord]:
     ]
 
 
+def _claimed(state: ClusterState, card: CardKey) -> bool:
+    """Whether capacity held outside pods (a DRA claim, ``ClusterState.held``) is charged to the card."""
+    node, vendor, uuid = card
+    held = (state.held[uid] for uid in state.held_by_node.get(node, ()))
+    return any(c.vendor == vendor and c.uuid == uuid for r in held for c in r.charges)
+
+
 def _block(state: ClusterState, cards: Sequence[CardKey]) -> dict[str, frozenset[str]]:
     """Cordon ``cards`` on the scratch state; returns the nodes' previous cordon sets."""
     before: dict[str, frozenset[str]] = {}
@@ -107,6 +114,8 @@ def _try_free(sim: Simulator, card: CardKey, free: set[CardKey]) -> list[Move] |
     holders = _holders(state, card)
     if not holders or any(r.uid not in sim.existing for r in holders):
         return None  # a pod the plan cannot re-read (say, a record without its Pod) is never moved
+    if _claimed(state, card):
+        return None  # a DRA claim holds part of it: moving the pods away would not free it
     holders.sort(key=lambda r: (-sum(c.mem for c in r.charges), r.key))
     before = _block(state, [card, *sorted(free)])
     removed = take_out(state, [r.uid for r in holders])

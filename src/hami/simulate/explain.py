@@ -36,6 +36,7 @@ from hami.errors import InvalidInput
 from hami.protocol import keys
 from hami.protocol.objects import Pod
 from hami.scheduling.cycle import Decision
+from hami.scheduling.dra import HeldCard, held_by_card
 from hami.scheduling.filter import NodeRejection
 from hami.scheduling.request import PodRequest, prefilter
 from hami.scheduling.state import ClusterState, NodeState, PodRecord
@@ -78,6 +79,8 @@ class CardVerdict:
     free_mem: int
     free_cores: int
     verdict: str
+    dra: HeldCard | None = None
+    """What DRA claims hold of the card (already out of the free amounts); None when nothing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +146,7 @@ def _first_requests(req: PodRequest) -> dict[str, ContainerRequest]:
 
 def _card_verdicts(state: ClusterState, node: NodeState, req: PodRequest) -> tuple[CardVerdict, ...]:
     out: list[CardVerdict] = []
+    held = held_by_card(state) if state.held_by_node.get(node.name) else {}
     for vendor, creq in sorted(_first_requests(req).items()):
         table = node.tables.get(vendor)
         if table is None:
@@ -171,6 +175,7 @@ def _card_verdicts(state: ClusterState, node: NodeState, req: PodRequest) -> tup
                     info.devmem - table.usedmem[i],
                     info.devcore - table.usedcores[i],
                     verdict or "does not fit",
+                    held.get((node.name, vendor, info.id)),
                 )
             )
     return tuple(out)
@@ -381,7 +386,9 @@ def render_explain(e: Explanation) -> str:
                     str(c.need_cores),
                     str(c.free_cores),
                     str(c.free_slots),
-                    c.verdict,
+                    c.verdict
+                    if c.dra is None
+                    else f"{c.verdict} (DRA claims hold {c.dra.mem} MiB, {c.dra.cores} cores)",
                 ]
                 for c in v.cards
             ]
@@ -425,6 +432,9 @@ def explain_json(e: Explanation) -> dict[str, Any]:
                         "freeCores": c.free_cores,
                         "freeSlots": c.free_slots,
                         "verdict": c.verdict,
+                        "dra": None
+                        if c.dra is None
+                        else {"claims": c.dra.claims, "memoryMiB": c.dra.mem, "cores": c.dra.cores},
                     }
                     for c in v.cards
                 ],

@@ -4,7 +4,8 @@ The page needs nothing but itself: styles inline, plots drawn as inline SVG, no 
 fetched. Sections: the summary line; a heat map of every card (rows are nodes, cells are cards) for memory and
 one for cores; the pending pods' reasons as bars (devices per reason code, summed over pending pods) with each
 pod's per-node text; the placements as a table and as bars (pods placed per node). Fragmentation joins when
-its view exists (``report.fragmentation_document``).
+its view exists (``report.fragmentation_document``), and DRA when the snapshot's claims hold capacity or DRA reports
+problems: the cards claims hold part of (beside the device-plugin pods' part), then the problems and warnings.
 
 Heat-map cells are coloured by bucket (``HEAT_COLOURS``, one colour per fifth of the card's capacity, a
 separate colour for a card with no capacity) so that a screenshot can be checked pixel for pixel.
@@ -17,8 +18,9 @@ from collections.abc import Sequence
 from html import escape
 from typing import Final
 
+from hami.scheduling.dra import DraLedger
 from hami.scheduling.state import ClusterState
-from hami.simulate.report import core_unit, fragmentation_document, summary_line, utilization_document
+from hami.simulate.report import core_unit, dra_document, fragmentation_document, summary_line, utilization_document
 from hami.simulate.simulator import Outcome, container_devices
 
 __all__ = ["BAR_COLOUR", "HEAT_COLOURS", "PLACED_COLOUR", "render_html"]
@@ -69,6 +71,9 @@ def _heat_map(rows: list[dict[str, object]], metric: str, unit: str) -> str:
             x = _LABEL_W + c * _CELL
             share = f"{round(100 * used / total)}%" if total > 0 else "-"
             tip = f"{card['device']} ({card['type']}): {metric} {used}/{total} {unit}".strip()
+            held = card.get("dra")
+            if isinstance(held, dict):
+                tip += f", of which DRA claims hold {held[metric]}"
             parts.append(
                 f'<rect x="{x}" y="{y}" width="{_CELL - 4}" height="{_ROW_H - 4}" fill="{_bucket(used, total)}">'
                 f"<title>{escape(tip)}</title></rect>"
@@ -178,7 +183,47 @@ def _fragmentation_section(doc: object | None) -> str:
     )
 
 
-def render_html(title: str, state: ClusterState, outcomes: Sequence[Outcome]) -> str:
+def _dra_section(rows: list[dict[str, object]], dra: DraLedger | None) -> str:
+    """Cards DRA claims hold part of, with the device-plugin pods' part beside; then DRA problems and warnings."""
+    doc = dra_document(dra)
+    if doc is None:
+        return ""
+    cards = []
+    for row in rows:
+        held, memory, cores = row.get("dra"), row["memory"], row["cores"]
+        if not isinstance(held, dict) or not isinstance(memory, dict) or not isinstance(cores, dict):
+            continue
+        cards.append(
+            [
+                str(row["node"]),
+                str(row["device"]),
+                str(held["claims"]),
+                f"{held['memory']} MiB, {held['cores']} cores",
+                f"{memory['used'] - held['memory']} MiB, {cores['used'] - _cores_of(held)} cores",
+                f"{memory['total'] - memory['used']} MiB",
+            ]
+        )
+    notes = [[str(p["kind"]), str(p["object"]), str(p["message"])] for p in _dicts(doc["problems"])]
+    notes += [[f"warning: {w['kind']}", str(w["object"]), str(w["message"])] for w in _dicts(doc["warnings"])]
+    header = ["NODE", "DEVICE", "CLAIMS", "DRA-HELD", "DEVICE-PLUGIN PODS", "FREE"]
+    return (
+        '<h2>DRA claims beside device-plugin pods</h2><p class="muted">Capacity held by ResourceClaims of the '
+        "configured DRA drivers, charged to the card of the same UUID (read-only towards DRA).</p>"
+        + _table(header, cards)
+        + (_table(["PROBLEM", "OBJECT", "MESSAGE"], notes) if notes else "")
+    )
+
+
+def _cores_of(held: dict[str, object]) -> int:
+    value = held["cores"]
+    return value if isinstance(value, int) else 0
+
+
+def _dicts(value: object) -> list[dict[str, object]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def render_html(title: str, state: ClusterState, outcomes: Sequence[Outcome], dra: DraLedger | None = None) -> str:
     """The whole page as text (UTF-8 when written)."""
     rows = utilization_document(state)
     summary = summary_line(title, state, outcomes)
@@ -190,6 +235,7 @@ def render_html(title: str, state: ClusterState, outcomes: Sequence[Outcome]) ->
         _placements_section(outcomes, state),
     ]
     sections.append(_fragmentation_section(fragmentation_document(state)))
+    sections.append(_dra_section(rows, dra))
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f"<title>{escape(title)}</title><style>{_STYLE}</style></head><body>" + "".join(sections) + "</body></html>\n"

@@ -1,8 +1,9 @@
 """Reading snapshot and pod files: what ``kubectl get … -o json|yaml`` prints, or hand-written manifests.
 
 A file holds one or more documents: multi-document YAML (``---``), one JSON value or several concatenated
-JSON values. A document is a Node, a Pod, a ResourceQuota or a List of them (``List``, ``NodeList``, …,
-as kubectl and the API server print them); a top-level JSON/YAML array is read like a List's ``items``.
+JSON values. A document is a Node, a Pod, a ResourceQuota — or a DRA DeviceClass, ResourceSlice or ResourceClaim
+(``resource.k8s.io/v1``, issue 18) — or a List of them (``List``, ``NodeList``, …, as kubectl and the API server
+print them); a top-level JSON/YAML array is read like a List's ``items``.
 Every object is decoded at the edge into the compact views of ``hami.protocol.objects`` with
 ``msgspec.convert``; anything wrong raises ``InvalidInput`` whose ``field`` names the file, the object
 (position, kind, namespace/name) and, for decode failures, the field inside the object.
@@ -25,14 +26,18 @@ import msgspec
 import yaml
 
 from hami.errors import InvalidInput
+from hami.protocol.dra import DeviceClass, ResourceClaim, ResourceSlice
 from hami.protocol.objects import Node, Pod, ResourceQuota
 
 __all__ = ["Snapshot", "Sourced", "load_pods", "load_snapshot", "read_documents", "read_files", "require_nodes"]
 
 T = TypeVar("T")
 
-_KINDS: Final = {"Node": Node, "Pod": Pod, "ResourceQuota": ResourceQuota}
-_LIST_KINDS: Final = frozenset({"List", "NodeList", "PodList", "ResourceQuotaList"})
+_DRA_KINDS: Final = {"DeviceClass": DeviceClass, "ResourceSlice": ResourceSlice, "ResourceClaim": ResourceClaim}
+_KINDS: Final = {"Node": Node, "Pod": Pod, "ResourceQuota": ResourceQuota, **_DRA_KINDS}
+_LIST_KINDS: Final = frozenset(
+    {"List", "NodeList", "PodList", "ResourceQuotaList", "DeviceClassList", "ResourceSliceList", "ResourceClaimList"}
+)
 
 _YamlBase: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -65,6 +70,9 @@ class Snapshot:
     nodes: list[Sourced[Node]] = field(default_factory=list)
     pods: list[Sourced[Pod]] = field(default_factory=list)
     quotas: list[Sourced[ResourceQuota]] = field(default_factory=list)
+    classes: list[Sourced[DeviceClass]] = field(default_factory=list)
+    slices: list[Sourced[ResourceSlice]] = field(default_factory=list)
+    claims: list[Sourced[ResourceClaim]] = field(default_factory=list)
 
 
 def _read_text(path: Path, label: str) -> str:
@@ -217,19 +225,23 @@ def read_files(paths: Sequence[Path]) -> list[tuple[str, str]]:
 
 
 def load_snapshot(sources: Sequence[tuple[str, str]]) -> Snapshot:
-    """Decode snapshot files given as ``(label, text)``: Nodes, Pods, ResourceQuotas and Lists of them.
+    """Decode snapshot files given as ``(label, text)``: Nodes, Pods, ResourceQuotas, DeviceClasses,
+    ResourceSlices, ResourceClaims and Lists of them.
 
     Raises ``InvalidInput`` naming the file and the object.
     """
     snap = Snapshot()
+    lists: dict[str, list[Any]] = {
+        "Node": snap.nodes,
+        "Pod": snap.pods,
+        "ResourceQuota": snap.quotas,
+        "DeviceClass": snap.classes,
+        "ResourceSlice": snap.slices,
+        "ResourceClaim": snap.claims,
+    }
     for label, text in sources:
         for kind, item in _load(text, label, frozenset(_KINDS), "a snapshot"):
-            if kind == "Node":
-                snap.nodes.append(item)
-            elif kind == "Pod":
-                snap.pods.append(item)
-            else:
-                snap.quotas.append(item)
+            lists[kind].append(item)
     return snap
 
 

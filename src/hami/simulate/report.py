@@ -14,6 +14,7 @@ from hami.devices.base import SliceLabels
 from hami.devices.table import DeviceTable
 from hami.protocol.allocation import ContainerDevice
 from hami.protocol.inventory import DeviceInfo
+from hami.scheduling.dra import DraLedger, HeldCard, held_by_card
 from hami.scheduling.state import ClusterState
 from hami.scheduling.usage import Kind
 from hami.simulate.simulator import Outcome, container_devices
@@ -22,6 +23,7 @@ __all__ = [
     "core_unit",
     "decisions_document",
     "document",
+    "dra_document",
     "fragmentation_document",
     "render_json",
     "render_pending",
@@ -84,9 +86,17 @@ def slice_labels(state: ClusterState, vendor: str, info: DeviceInfo, positions: 
     return [str(p) for p in positions if p is not None] or None
 
 
+def _held_json(held: HeldCard | None) -> dict[str, int] | None:
+    if held is None:
+        return None
+    return {"claims": held.claims, "slots": held.slots, "memory": held.mem, "cores": held.cores}
+
+
 def utilization_document(state: ClusterState) -> list[dict[str, object]]:
-    """One entry per device of every node (nodes by name, vendors sorted, devices in registration order)."""
+    """One entry per device of every node (nodes by name, vendors sorted, devices in registration order). ``used``
+    counts device-plugin pods and DRA claims together; ``dra`` is the claims' part (None when they hold nothing)."""
     rows: list[dict[str, object]] = []
+    held = held_by_card(state)
     for name, node in sorted(state.nodes.items()):
         for vendor in sorted(node.tables):
             table = node.tables[vendor]
@@ -107,9 +117,24 @@ def utilization_document(state: ClusterState) -> list[dict[str, object]]:
                         "mig": slices if _slice_kind(state, vendor) == "MIG" else None,
                         "blocked": table.broken[i],
                         "slices": slices,
+                        "dra": _held_json(held.get((name, vendor, info.id))),
                     }
                 )
     return rows
+
+
+def dra_document(dra: DraLedger | None) -> dict[str, object] | None:
+    """The DRA problems and warnings (the document's ``"dra"`` field), None when the snapshot held no DRA object
+    that mattered (no claim charged, no problem, no warning)."""
+    if dra is None or not (dra.records() or dra.problems() or dra.warnings()):
+        return None
+    return {
+        "claims": len({(r.namespace, r.name) for r in dra.records()}),
+        "problems": [
+            {"kind": p.kind.value, "object": p.object, "node": p.node, "message": p.message} for p in dra.problems()
+        ],
+        "warnings": [{"kind": w.kind.value, "object": w.object, "message": w.message} for w in dra.warnings()],
+    }
 
 
 def _counts(state: ClusterState, outcomes: Sequence[Outcome]) -> dict[str, int]:
@@ -126,18 +151,22 @@ def _counts(state: ClusterState, outcomes: Sequence[Outcome]) -> dict[str, int]:
     }
 
 
-def document(state: ClusterState, outcomes: Sequence[Outcome]) -> dict[str, object]:
-    """The whole JSON document: ``summary``, ``decisions``, ``utilization`` (and ``fragmentation`` via the hook)."""
+def document(state: ClusterState, outcomes: Sequence[Outcome], dra: DraLedger | None = None) -> dict[str, object]:
+    """The whole JSON document: ``summary``, ``decisions``, ``utilization`` (and ``fragmentation`` via the hook),
+    then ``dra`` when the snapshot's DRA objects charged or reported anything."""
     doc: dict[str, object] = {"summary": _counts(state, outcomes), **decisions_document(outcomes)}
     doc["utilization"] = utilization_document(state)
     fragmentation = fragmentation_document(state)
     if fragmentation is not None:
         doc["fragmentation"] = fragmentation
+    held = dra_document(dra)
+    if held is not None:
+        doc["dra"] = held
     return doc
 
 
-def render_json(state: ClusterState, outcomes: Sequence[Outcome]) -> str:
-    return json.dumps(document(state, outcomes), indent=2, ensure_ascii=False)
+def render_json(state: ClusterState, outcomes: Sequence[Outcome], dra: DraLedger | None = None) -> str:
+    return json.dumps(document(state, outcomes, dra), indent=2, ensure_ascii=False)
 
 
 def summary_line(title: str, state: ClusterState, outcomes: Sequence[Outcome]) -> str:
@@ -153,8 +182,9 @@ def summary_line(title: str, state: ClusterState, outcomes: Sequence[Outcome]) -
     return f"{title}: {c['nodes']} nodes, {c['devices']} devices; {c['pods']} pods in order: {', '.join(parts)}"
 
 
-def render_summary(title: str, state: ClusterState, outcomes: Sequence[Outcome]) -> str:
-    """The header, the placements, every device's utilization after them, then why pending pods did not fit."""
+def render_summary(title: str, state: ClusterState, outcomes: Sequence[Outcome], dra: DraLedger | None = None) -> str:
+    """The header, the placements, every device's utilization after them (with DRA claims' part), a line on DRA
+    claims when there are any, then why pending pods did not fit."""
     lines = [
         summary_line(title, state, outcomes),
         "",
@@ -164,6 +194,16 @@ def render_summary(title: str, state: ClusterState, outcomes: Sequence[Outcome])
         "Per-device utilization after placement",
         *render_utilization(state),
     ]
+    doc = dra_document(dra)
+    if doc is not None:
+        problems, warnings = doc["problems"], doc["warnings"]
+        assert isinstance(problems, list)
+        assert isinstance(warnings, list)
+        lines += [
+            "",
+            f"DRA: {doc['claims']} claim(s) charged beside device-plugin pods (their part: DRA-HELD); "
+            f"{len(problems)} problem(s), {len(warnings)} warning(s) (printed as warnings)",
+        ]
     pending = render_pending(outcomes)
     if pending:
         lines += ["", "Pending pods and why each node was rejected", *pending]
@@ -314,22 +354,33 @@ def _device_note(state: ClusterState, vendor: str, table: DeviceTable, i: int, c
     return "; ".join(notes)
 
 
+def held_text(held: HeldCard | None, devcore: int) -> str:
+    """What DRA claims hold of a card, for a table cell: ``2 claims: 30720 MiB, 130%`` (``-`` when nothing)."""
+    if held is None:
+        return "-"
+    unit = "%" if devcore in (0, 100) else f"/{devcore} cores"
+    return f"{held.claims} claim{'s' if held.claims != 1 else ''}: {held.mem} MiB, {held.cores}{unit}"
+
+
 def render_utilization(state: ClusterState) -> list[str]:
-    """One row per device of every node: slots, memory (MiB) and cores used out of the total."""
+    """One row per device of every node: slots, memory (MiB) and cores used out of the total — device-plugin pods
+    and DRA claims together; when claims hold anything, a ``DRA-HELD`` column gives their part."""
     rows = []
+    held = held_by_card(state)
     for name, node in sorted(state.nodes.items()):
         for vendor in sorted(node.tables):
             table = node.tables[vendor]
             for i, info in enumerate(table.infos):
-                rows.append(
-                    [
-                        name,
-                        info.id,
-                        info.type,
-                        f"{table.used[i]}/{info.count}",
-                        f"{table.usedmem[i]}/{info.devmem}",
-                        f"{table.usedcores[i]}/{info.devcore}",
-                        _device_note(state, vendor, table, i, node.cordoned),
-                    ]
-                )
-    return _table(["NODE", "DEVICE", "TYPE", "SLOTS", "MEMORY MiB", "CORES", "NOTE"], rows)
+                row = [
+                    name,
+                    info.id,
+                    info.type,
+                    f"{table.used[i]}/{info.count}",
+                    f"{table.usedmem[i]}/{info.devmem}",
+                    f"{table.usedcores[i]}/{info.devcore}",
+                ]
+                if held:
+                    row.append(held_text(held.get((name, vendor, info.id)), info.devcore))
+                rows.append([*row, _device_note(state, vendor, table, i, node.cordoned)])
+    headers = ["NODE", "DEVICE", "TYPE", "SLOTS", "MEMORY MiB", "CORES"]
+    return _table([*headers, *(["DRA-HELD"] if held else []), "NOTE"], rows)

@@ -13,6 +13,11 @@ the webhook would deny (or that names another scheduler) is not placed; its outc
 Candidates are the snapshot's nodes whose labels match the pod's ``nodeSelector`` exactly and that are not
 ``spec.unschedulable``; kube-scheduler's other predicates (taints, affinity, CPU/memory) are out of scope.
 
+DRA (issue 18): the snapshot's DeviceClasses, ResourceSlices and ResourceClaims go through the extender's own
+``DraLedger``: capacity that DRA claims hold is charged to the cards of the same UUID, so placements see it;
+``dra_notes()`` words its problems and warnings (``hami simulate`` prints them as warnings, ``hami top`` in its
+view). A claim is stale only when the snapshot holds pods at all and none of the claim's pods is among them.
+
 Input problems never stop the run: a node whose registration does not decode is reported as a warning (its
 devices of that vendor are left out), an existing pod whose allocation does not decode is reported, and a pod
 to place whose request is invalid gets an outcome without a node whose message names the file, the pod and
@@ -36,6 +41,7 @@ from hami.protocol.podpatch import PatchOp
 from hami.protocol.reasons import Reason
 from hami.scheduling.admission import Admission, AdmissionSettings, admitters_for
 from hami.scheduling.cycle import Decision, Verdicts, decide, reserve
+from hami.scheduling.dra import DraLedger
 from hami.scheduling.filter import NodeRejection
 from hami.scheduling.records import RecordReader, holds_devices
 from hami.scheduling.request import PodRequest, SchedulingDefaults, prefilter
@@ -168,6 +174,8 @@ class Simulator:
         self.managed_domains = frozenset(n.partition("/")[0] for n in owned if n and "/" in n)
         self.existing: dict[str, Pod] = {}
         """The snapshot's pods that hold devices, by the UID their ledger record has."""
+        self.dra = DraLedger(self.state, config.dra)
+        """The snapshot's DRA claims, charged as held capacity (``hami.scheduling.dra``)."""
 
     # --- the snapshot ----------------------------------------------------------------------------------
     def add_snapshot(self, snap: Snapshot) -> None:
@@ -183,6 +191,31 @@ class Simulator:
                 self.warnings.append(
                     f"pod {record.key} holds devices on node {record.node}, which is not in the snapshot"
                 )
+        self._add_dra(snap)
+
+    def _add_dra(self, snap: Snapshot) -> None:
+        """Feed the DRA objects to the ledger (classes, slices, then claims: order does not matter to it, but this
+        one raises no problem that a later object would clear)."""
+        if not (snap.classes or snap.slices or snap.claims):
+            return
+        live = {
+            (p.obj.metadata.namespace or DEFAULT_NAMESPACE, p.obj.metadata.name): p.obj.metadata.uid for p in snap.pods
+        }
+        if live:
+            self.dra.pod_lookup = lambda ns, name: live.get((ns, name))
+        for dc in snap.classes:
+            self.dra.class_event(dc.obj)
+        for sl in snap.slices:
+            self.dra.slice_event(sl.obj)
+        for claim in snap.claims:
+            self.dra.claim_event(claim.obj)
+
+    def dra_notes(self) -> list[str]:
+        """Each DRA problem and warning as a line for a person (``DRA <kind>: <object>[ on <node>]: <message>``)."""
+        notes = [
+            f"DRA {p.kind}: {p.object}{f' on {p.node}' if p.node else ''}: {p.message}" for p in self.dra.problems()
+        ]
+        return notes + [f"DRA {w.kind}: {w.object}: {w.message}" for w in self.dra.warnings()]
 
     def _add_node(self, item: Sourced[Node]) -> None:
         node = item.obj

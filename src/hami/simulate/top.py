@@ -3,6 +3,10 @@
 ``build_top`` turns a ``ClusterState`` (the scheduler's own ledger, built from a snapshot or a live listing)
 into plain rows, filtered and sorted; ``render_top`` prints them for a person (colour only when asked: the
 caller decides by whether standard output is a terminal) and ``top_json`` as one JSON document. Pure.
+
+DRA (issue 18): a card's used slots, memory and cores count device-plugin pods and DRA claims together; ``dra`` is
+the claims' part (``hami.scheduling.dra.held_by_card``), shown beside the pods. With the ledger given, its warnings
+(DeviceClasses serving hami's resources, cores defaulting to the whole card) and problems are shown after the cards.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from hami.scheduling.dra import DraLedger, DraProblem, DraWarning, HeldCard, held_by_card
 from hami.scheduling.fragmentation import (
     CardFragment,
     ModelFragment,
@@ -70,6 +75,8 @@ class CardRow:
     cores: tuple[int, int]  # used, total
     pods: tuple[CardHolder, ...]
     fragment: CardFragment
+    dra: HeldCard | None = None
+    """What DRA claims hold of the card (part of ``slots``/``memory``/``cores``); None when nothing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +92,8 @@ class TopView:
     nodes: tuple[NodeRow, ...]
     models: tuple[ModelFragment, ...]
     fragmentation_index: float
+    dra_warnings: tuple[DraWarning, ...] = ()
+    dra_problems: tuple[DraProblem, ...] = ()
 
 
 def _holders(state: ClusterState, namespace: str) -> dict[tuple[str, str], list[CardHolder]]:
@@ -122,8 +131,9 @@ def _sort_key(sort: str) -> Any:
     return lambda c: (c.node, c.vendor, c.index)
 
 
-def build_top(state: ClusterState, flt: TopFilter = TopFilter()) -> TopView:
-    """The rows ``hami top`` shows. Fragmentation is judged over the whole cluster (filters only hide rows)."""
+def build_top(state: ClusterState, flt: TopFilter = TopFilter(), dra: DraLedger | None = None) -> TopView:
+    """The rows ``hami top`` shows. Fragmentation is judged over the whole cluster (filters only hide rows); with
+    ``dra``, its warnings and problems join the view."""
     if flt.sort not in SORT_KEYS:
         raise ValueError(f"sort must be one of {', '.join(SORT_KEYS)}")
     fragments = {(c.node, c.vendor, c.uuid): c for c in card_fragments(state)}
@@ -143,12 +153,14 @@ def build_top(state: ClusterState, flt: TopFilter = TopFilter()) -> TopView:
         NodeRow(n, not state.nodes[n].unschedulable, tuple(per_node[n]), dict(state.nodes[n].problems)) for n in order
     )
     everything = list(fragments.values())
-    return TopView(nodes, tuple(model_fragments(everything)), fragmentation_index(everything))
+    warnings, problems = (dra.warnings(), dra.problems()) if dra is not None else ((), ())
+    return TopView(nodes, tuple(model_fragments(everything)), fragmentation_index(everything), warnings, problems)
 
 
 def _card_rows(state: ClusterState, flt: TopFilter, fragments: Mapping[tuple[str, str, str], Any]) -> Iterator[CardRow]:
     """Every card the filter lets through, in node, vendor and registration order."""
     holders = _holders(state, flt.namespace)
+    held = held_by_card(state)
     for name in sorted(state.nodes):
         if flt.node and not fnmatch.fnmatchcase(name, flt.node):
             continue
@@ -175,6 +187,7 @@ def _card_rows(state: ClusterState, flt: TopFilter, fragments: Mapping[tuple[str
                     cores=(table.usedcores[i], info.devcore),
                     pods=pods,
                     fragment=fragments[(name, vendor, info.id)],
+                    dra=held.get((name, vendor, info.id)),
                 )
 
 
@@ -204,6 +217,17 @@ def _pods_cell(pods: Sequence[CardHolder], devcore: int = 100) -> str:
     (AMD counts compute units)."""
     unit = "%" if devcore in (0, 100) else f"/{devcore} cores"
     return ", ".join(f"{p.pod} ({p.mem} MiB, {p.cores}{unit})" for p in pods) or "-"
+
+
+def _holders_cell(card: CardRow) -> str:
+    """The pods on a card, then what DRA claims hold of it (``DRA 1 claim (10240 MiB, 100%)``)."""
+    pods = _pods_cell(card.pods, card.cores[1])
+    held = card.dra
+    if held is None:
+        return pods
+    unit = "%" if card.cores[1] in (0, 100) else f"/{card.cores[1]} cores"
+    claims = f"DRA {held.claims} claim{'s' if held.claims != 1 else ''} ({held.mem} MiB, {held.cores}{unit})"
+    return claims if pods == "-" else f"{pods}; {claims}"
 
 
 def _paint(text: str, code: str, colour: bool) -> str:
@@ -258,7 +282,7 @@ def render_top(view: TopView, colour: bool = False) -> str:
                         _YELLOW if c.fragment.stranded_mem else "",
                     ),
                     (c.health, health_code),
-                    (_pods_cell(c.pods, c.cores[1]), _DIM if not c.pods else ""),
+                    (_holders_cell(c), _DIM if not c.pods and c.dra is None else ""),
                 ]
             )
         if rows:
@@ -291,7 +315,20 @@ def render_top(view: TopView, colour: bool = False) -> str:
             "LARGEST SLICE",
         ]
         lines += _table(header, rows, colour)
+    lines += _dra_lines(view, colour)
     return "\n".join(lines).rstrip()
+
+
+def _dra_lines(view: TopView, colour: bool) -> list[str]:
+    """DRA warnings (what each trap will do) and problems (what is, or is not, counted)."""
+    if not (view.dra_warnings or view.dra_problems):
+        return []
+    lines = ["", _paint("DRA", _BOLD, colour)]
+    lines += [_paint(f"warning {w.kind} {w.object}: {w.message}", _YELLOW, colour) for w in view.dra_warnings]
+    for p in view.dra_problems:
+        where = f" on {p.node}" if p.node else ""
+        lines.append(_paint(f"problem {p.kind} {p.object}{where}: {p.message}", _RED, colour))
+    return lines
 
 
 def top_json(view: TopView) -> dict[str, Any]:
@@ -309,6 +346,9 @@ def top_json(view: TopView) -> dict[str, Any]:
             "memoryMiB": {"used": c.memory[0], "total": c.memory[1]},
             "cores": {"used": c.cores[0], "total": c.cores[1]},
             "pods": [{"pod": p.pod, "memoryMiB": p.mem, "cores": p.cores} for p in c.pods],
+            "dra": None
+            if c.dra is None
+            else {"claims": c.dra.claims, "slots": c.dra.slots, "memoryMiB": c.dra.mem, "cores": c.dra.cores},
             "strandedMemoryMiB": f.stranded_mem,
             "strandedCores": f.stranded_cores,
             "largestSlice": {"memoryMiB": f.largest_mem, "cores": f.largest_cores},
@@ -339,6 +379,13 @@ def top_json(view: TopView) -> dict[str, Any]:
                     "largestSlice": {"memoryMiB": m.largest_mem, "cores": m.largest_cores},
                 }
                 for m in view.models
+            ],
+        },
+        "dra": {
+            "warnings": [{"kind": w.kind.value, "object": w.object, "message": w.message} for w in view.dra_warnings],
+            "problems": [
+                {"kind": p.kind.value, "object": p.object, "node": p.node, "message": p.message}
+                for p in view.dra_problems
             ],
         },
     }

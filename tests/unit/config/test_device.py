@@ -106,6 +106,7 @@ def test_device_config_has_every_vendor_section() -> None:
         "vastai",
         "biren",
         "vnpus",
+        "dra",
     }
 
 

@@ -38,6 +38,7 @@ def test_json_output_is_exactly_one_document_and_warnings_go_to_stderr() -> None
             "mig": None,
             "blocked": None,
             "slices": None,
+            "dra": None,
         }
     ]
     assert {"decisions": doc["decisions"]} == {
@@ -122,7 +123,7 @@ def test_unknown_kind_exits_1_naming_file_and_object() -> None:
     assert result.stdout == ""
     assert result.stderr == (
         f"error: {DATA / 'unknown-kind.yaml'}: document 2 (Deployment shop/web): unknown kind in a snapshot; "
-        "expected Node, Pod, ResourceQuota or a List\n"
+        "expected DeviceClass, Node, Pod, ResourceClaim, ResourceQuota, ResourceSlice or a List\n"
     )
 
 

@@ -125,6 +125,7 @@ def test_text_and_json() -> None:
         "freeCores": 100,
         "freeSlots": 1,
         "verdict": "CardInsufficientMemory",
+        "dra": None,
     }
     assert doc["nodes"][0]["eviction"] == {"pods": ["team/p1"], "freedMemoryMiB": 6000}
     json.dumps(doc)

@@ -75,7 +75,7 @@ def test_unknown_kind_names_the_file_and_the_object() -> None:
     assert err.value.value == "Deployment"
     assert str(err.value) == (
         f"{path}: document 2 (Deployment shop/web): unknown kind in a snapshot; "
-        "expected Node, Pod, ResourceQuota or a List"
+        "expected DeviceClass, Node, Pod, ResourceClaim, ResourceQuota, ResourceSlice or a List"
     )
 
 

@@ -19,8 +19,9 @@ SNAPSHOT = "tests/data/simulate/fragmented.yaml"
         f"hami top --snapshot {SNAPSHOT}",
         f"hami explain ml/big-infer --snapshot {SNAPSHOT}",
         f"hami simulate --snapshot {SNAPSHOT} --defrag",
+        "hami simulate --snapshot tests/data/simulate/dra.json tests/data/simulate/pods-dra.yaml",
     ],
-    ids=["top", "explain", "defrag"],
+    ids=["top", "explain", "defrag", "dra"],
 )
 def test_readme_shows_the_real_output(command: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)

@@ -92,7 +92,7 @@ def test_render_json_is_one_document_with_keys_in_the_documented_order() -> None
     doc = json.loads(text)
     assert list(doc) == ["summary", "decisions", "utilization", "fragmentation"]
     fields = ["node", "device", "vendor", "type", "slots", "memory", "cores"]
-    fields += ["health", "cordoned", "unschedulable", "mig", "blocked", "slices"]
+    fields += ["health", "cordoned", "unschedulable", "mig", "blocked", "slices", "dra"]
     assert [list(u) for u in doc["utilization"]] == [fields] * len(doc["utilization"])
     assert [list(d) for d in doc["decisions"]] == [
         ["pod", "node", "devices", "annotations", "reasons", "message", "admission"]
