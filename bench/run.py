@@ -29,6 +29,7 @@ HTTP = ["M", "L-1000", "XL-500"]
 TARGETS = {"S": 0.5, "M": 2.0, "L-1000": 10.0, "XL-500": 10.0}  # in-process decide p99, ms
 AFRESH_TARGETS = {"L-1000": 3.0, "XL-500": 3.0, "XL-5000": 25.0}  # decide p99 with the memo off, ms (issue 19)
 AFRESH = ["M", "L-1000", "XL-500", "XL-5000"]
+TYPE_FILTER = {"nvidia.com/use-gputype": "T4"}  # every generated card is a T4: the filter passes, the pod fits
 
 
 def machine() -> dict[str, Any]:
@@ -335,8 +336,9 @@ def _ranged(rs: list[dict[str, Any]], key: str) -> str:
 def afresh_rows(names: list[str], iterations: int, results: dict[str, Any]) -> None:
     """Decisions the memo does not help (issue 19 item 4): the memo cleared before every decision, 200 request
     shapes interleaved (memo on), every node's capacity summary dropped too, a request about half the nodes reject
-    (6,000 MiB; memo off), and Fit on every node (the capacity index off: the figure before it), each against its
-    scenario's single-shape memo figure from this run."""
+    (6,000 MiB; memo off), a card type filter (``nvidia.com/use-gputype: T4``, memo off: screened per card model),
+    and Fit on every node (the capacity index off: the figure before it), each against its scenario's single-shape
+    memo figure from this run."""
     rows = []
     out: dict[str, Any] = {}
     n = min(iterations, 200)
@@ -348,7 +350,14 @@ def afresh_rows(names: list[str], iterations: int, results: dict[str, Any]) -> N
         rejecting = bench_decide(s, min(n, 100), with_reserve=False, memo=False, gpumem=6000)
         changed = bench_decide(s, min(n, 100), with_reserve=False, memo=False, changed=True)
         unscreened = bench_decide(s, min(n, 100), with_reserve=False, memo=False, screening=False)
-        out[name] = {"shapes_200": shapes, "all_changed": changed, "no_index": unscreened, "half_rejected": rejecting}
+        typed = bench_decide(s, min(n, 100), with_reserve=False, memo=False, annotations=TYPE_FILTER)
+        out[name] = {
+            "shapes_200": shapes,
+            "all_changed": changed,
+            "no_index": unscreened,
+            "half_rejected": rejecting,
+            "type_filter": typed,
+        }
         target = AFRESH_TARGETS.get(name)
         rows.append(
             [
@@ -358,7 +367,10 @@ def afresh_rows(names: list[str], iterations: int, results: dict[str, Any]) -> N
                 fmt(shapes["p99_ms"]) + f" ({shapes['p99_ms'] / single['p99_ms']:.1f}x)",
                 fmt(changed["p99_ms"]),
                 fmt(rejecting["p99_ms"]),
+                fmt(typed["p99_ms"]),
                 fmt(unscreened["p99_ms"]),
+                " / ".join(fmt(r["cpu_p99_ms"]) for r in (afresh, shapes, rejecting, typed, unscreened))
+                + f" ({shapes['cpu_p99_ms'] / single['cpu_p99_ms']:.1f}x)",
                 "-" if target is None else (f"< {target}" + (" ok" if afresh["p99_ms"] < target else " MISSED")),
             ]
         )
@@ -366,7 +378,7 @@ def afresh_rows(names: list[str], iterations: int, results: dict[str, Any]) -> N
     if rows:
         table(
             "Decisions without the memo (ms): memo off; 200 shapes interleaved (x single shape); every node changed; "
-            "half the nodes rejecting; no capacity index",
+            "half the nodes rejecting; a card type filter (memo off); no capacity index",
             [
                 "scenario",
                 "1 shape p99",
@@ -374,7 +386,9 @@ def afresh_rows(names: list[str], iterations: int, results: dict[str, Any]) -> N
                 "200 shapes p99",
                 "all changed p99",
                 "half rejected p99",
+                "type filter p99",
                 "no index p99",
+                "CPU p99: afresh / 200 shapes / half / type / no index (200 shapes x 1 shape)",
                 "target",
             ],
             rows,

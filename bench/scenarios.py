@@ -4,6 +4,7 @@ alternating; every cached pod one device with 1,024 MiB and 10 cores, spread rou
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import msgspec
@@ -100,7 +101,7 @@ def build_state(s: Scenario) -> ClusterState:
     return state
 
 
-def make_pod(s: Scenario, uid: str, gpumem: int = 1024) -> Pod:
+def make_pod(s: Scenario, uid: str, gpumem: int = 1024, annotations: Mapping[str, str] | None = None) -> Pod:
     res = {"limits": {"nvidia.com/gpu": s.gpus_per_pod, "nvidia.com/gpumem": gpumem, "nvidia.com/gpucores": 10}}
     spec = {
         "containers": [{"name": "main", "image": "cuda:12", "resources": res}],
@@ -108,15 +109,17 @@ def make_pod(s: Scenario, uid: str, gpumem: int = 1024) -> Pod:
             {"name": f"init{k}", "image": "cuda:12", "resources": res} for k in range(s.init_containers)
         ],
     }
-    annotations = {"hami.io/gpu-scheduler-policy": s.gpu_policy}
+    meta = {"hami.io/gpu-scheduler-policy": s.gpu_policy, **(annotations or {})}
     return msgspec.convert(
-        {"metadata": {"name": uid, "namespace": "bench", "uid": uid, "annotations": annotations}, "spec": spec},
+        {"metadata": {"name": uid, "namespace": "bench", "uid": uid, "annotations": meta}, "spec": spec},
         type=Pod,
     )
 
 
-def make_request(s: Scenario, uid: str, vs: dict[str, Vendor], gpumem: int = 1024) -> PodRequest:
-    return prefilter(make_pod(s, uid, gpumem), vs, SchedulingDefaults())
+def make_request(
+    s: Scenario, uid: str, vs: dict[str, Vendor], gpumem: int = 1024, annotations: Mapping[str, str] | None = None
+) -> PodRequest:
+    return prefilter(make_pod(s, uid, gpumem, annotations), vs, SchedulingDefaults())
 
 
 def candidates(s: Scenario, rng: random.Random) -> list[str]:

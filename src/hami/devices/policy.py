@@ -7,7 +7,7 @@ by device index ascending (HAMi leaves them to Go's sort, which tries the later-
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from hami.errors import InvalidInput
@@ -33,24 +33,40 @@ class GpuPolicy:
 
     def order(self, n: int, score: Callable[[int], float], numa: Sequence[int], used: Sequence[int]) -> list[int]:
         """Device indices, most preferred first. ``score(i)`` is the device score of spec §5.1."""
+        return sorted(range(n), key=self.key(score, numa, used))
+
+    def key(
+        self, score: Callable[[int], float], numa: Sequence[int], used: Sequence[int]
+    ) -> Callable[[int], tuple[float, ...]]:
+        """The sort key of ``order``: device ``i`` is tried before ``j`` iff ``key(i) < key(j)`` (keys are unique,
+        the index is their last part). The capacity screen uses it to break ties among a few devices without
+        ordering them all."""
         if self.chain is not None:
             chain = self.chain
             if self.numa_bind and chain[0] != "numa":
                 chain = ("numa", *(k for k in chain if k != "numa"))
-            return _chain_order(chain, n, score, numa)
+            return _chain_key(chain, score, numa)
         policy = self.single
         if policy == "mutex":
-            return sorted(range(n), key=lambda i: (used[i], -numa[i], i))
+            return lambda i: (used[i], -numa[i], i)
         if self.numa_bind and policy == "binpack":
-            return sorted(range(n), key=lambda i: (numa[i], -score(i), i))
+            return lambda i: (numa[i], -score(i), i)
         if self.numa_bind:
-            return sorted(range(n), key=lambda i: (-numa[i], score(i), i))
+            return lambda i: (-numa[i], score(i), i)
         if policy == "binpack":
-            return sorted(range(n), key=lambda i: (-score(i), -numa[i], i))
-        return sorted(range(n), key=lambda i: (score(i), -numa[i], i))
+            return lambda i: (-score(i), -numa[i], i)
+        return lambda i: (score(i), -numa[i], i)
+
+    def numa_last(self, numas: Iterable[int]) -> int:
+        """With NUMA binding (neither ``mutex`` nor ``topology-aware``), ``order`` tries the devices NUMA node by NUMA
+        node: the lowest id first for a single ``binpack``, the highest first otherwise. The NUMA node of ``numas``
+        that is tried last."""
+        return max(numas) if self.chain is None and self.single == "binpack" else min(numas)
 
 
-def _chain_order(chain: Sequence[str], n: int, score: Callable[[int], float], numa: Sequence[int]) -> list[int]:
+def _chain_key(
+    chain: Sequence[str], score: Callable[[int], float], numa: Sequence[int]
+) -> Callable[[int], tuple[float, ...]]:
     """Chain mode: sorted by each policy of the chain in turn, then by index."""
 
     def chain_key(i: int) -> tuple[float, ...]:
@@ -65,7 +81,7 @@ def _chain_order(chain: Sequence[str], n: int, score: Callable[[int], float], nu
         parts.append(i)
         return tuple(parts)
 
-    return sorted(range(n), key=chain_key)
+    return chain_key
 
 
 def parse_gpu_policy(value: str, numa_bind: bool, field: str = keys.GPU_SCHEDULER_POLICY) -> GpuPolicy:

@@ -14,10 +14,29 @@ from typing import NamedTuple
 
 from hami.protocol.inventory import DeviceInfo
 
-__all__ = ["Capacity", "DeviceTable", "OpenCard"]
+__all__ = ["Capacity", "DeviceTable", "FullCard", "MemoryMiss", "OpenCard"]
 
-OpenCard = tuple[int, int, int, int, int, int]
-"""One card that can take another task: (free MiB, free core units, tasks on it, devmem, devcore, NUMA node)."""
+OpenCard = tuple[int, int, int, int, int, int, int]
+"""One card that can take another task: (free MiB, free core units, tasks on it, devmem, devcore, NUMA node, index)."""
+
+FullCard = tuple[int, int, int]
+"""A healthy card without a free slot: (free slots, 0 or less; NUMA node; index)."""
+
+MemoryMiss = tuple[int, bool, int]
+"""A closest miss when no open card has the memory: (available amount, an open card (free MiB) or a full one (free
+slots), index)."""
+
+
+class _Static(NamedTuple):
+    """What a table's summaries share, per inventory: the carved devices; (index, count, devmem, devcore, NUMA) of
+    the healthy uncarved ones; the unhealthy ones; one ``DeviceInfo`` per model (type and mode) and each device's
+    model."""
+
+    carved: int
+    devices: tuple[tuple[int, int, int, int, int], ...]
+    unhealthy: int
+    models: tuple[DeviceInfo, ...]
+    model_of: tuple[int, ...]
 
 
 class Capacity(NamedTuple):
@@ -27,8 +46,12 @@ class Capacity(NamedTuple):
     free slot — largest free memory first (ties: more free cores first); ``carved`` counts the devices the vendor
     carves into slices (their fit depends on the slice layout: a screen answers "unknown" for them). ``max_mem`` and
     ``max_cores`` are the largest free amounts on any open card (0 when none), ``idle`` the open cards with no task.
-    ``totals`` are ``DeviceTable.totals()``. Built from the table in one pass, at most once per change: the table
-    drops it in ``charge``, the ledger's single mutation path. (A named tuple: it is built often and must be cheap.)
+    ``totals`` are ``DeviceTable.totals()``. What Fit's reasons need besides: ``unhealthy`` counts the devices that
+    are not healthy or ``broken``, ``full`` are the healthy uncarved cards without a free slot, and ``models`` holds
+    one ``DeviceInfo`` per model (type and mode: what a pod's type filters read) with ``model_of[i]`` device ``i``'s.
+    Built from the table in one pass, at most once per change: the table drops it in ``charge``, the ledger's single
+    mutation path; ``derived`` is filled by the screens that read it. (A named tuple: it is built often and must be
+    cheap.)
     """
 
     devices: int
@@ -38,6 +61,17 @@ class Capacity(NamedTuple):
     max_cores: int
     idle: int
     totals: tuple[int, int, int, int, int, int]
+    unhealthy: int
+    full: tuple[FullCard, ...]
+    models: tuple[DeviceInfo, ...]
+    model_of: tuple[int, ...]
+    first_cores: int
+    """The most core units a one-card request may ask for and still be taken by the first card (the one with the most
+    free memory) when that card has its memory: Fit's core, whole-card and compute-unit checks; -1 when none."""
+    derived: dict[tuple[str, bool], tuple[MemoryMiss, ...] | None]
+    """What screens derived from this summary for any request, kept with it (never part of its equality): per GPU
+    policy (raw text, NUMA binding), the closest misses when every open card lacks memory (``MemoryMiss``; None
+    when their order depends on the request)."""
 
 
 class DeviceTable:
@@ -82,7 +116,7 @@ class DeviceTable:
         self.broken: list[str | None] = [None] * n
         self._summary: Capacity | None = None
         self._idle: Capacity | None = None  # the summary of ``empty()``: static, shared by every copy
-        self._static: tuple[int, tuple[tuple[int, int, int, int, int], ...]] | None = None  # see _summarize
+        self._static: _Static | None = None  # see _summarize
 
     def __len__(self) -> int:
         return len(self.infos)
@@ -161,32 +195,86 @@ class DeviceTable:
             idle = self._idle = self.empty().summary(carves)
         return idle
 
+    def stale_summary(self, carves: Callable[[DeviceInfo], bool] | None = None) -> bool:
+        """Whether the kept summary differs from one built afresh from the table: the ledger's self-check
+        (``ClusterState.verify``) catches a capacity index that usage changed behind ``charge``. (The idle summary
+        depends on the inventory alone, which never changes.)"""
+        return self._summary is not None and self._summary[:-1] != self._summarize(carves)[:-1]
+
     def _summarize(self, carves: Callable[[DeviceInfo], bool] | None) -> Capacity:
         static = self._static
-        if static is None:  # per inventory: the carved devices, and (index, count, devmem, devcore, NUMA) of the rest
-            carved = [carves is not None and carves(info) for info in self.infos]
-            static = self._static = (
-                sum(carved),
-                tuple(
-                    (i, info.count, info.devmem, info.devcore, info.numa)
-                    for i, info in enumerate(self.infos)
-                    if info.health and not carved[i]
-                ),
-            )
+        if static is None:
+            static = self._static = _inventory(self.infos, carves)
         broken, used, usedmem, usedcores = self.broken, self.used, self.usedmem, self.usedcores
         cards = [
-            (devmem - usedmem[i], devcore - usedcores[i], used[i], devmem, devcore, numa)
-            for i, count, devmem, devcore, numa in static[1]
+            (devmem - usedmem[i], devcore - usedcores[i], used[i], devmem, devcore, numa, i)
+            for i, count, devmem, devcore, numa in static.devices
             if used[i] < count and broken[i] is None
         ]
         cards.sort(reverse=True)
+        full: tuple[FullCard, ...] = ()
+        if len(cards) < len(static.devices):
+            full = tuple(
+                (count - used[i], numa, i)
+                for i, count, _, _, numa in static.devices
+                if used[i] >= count and broken[i] is None
+            )
+        unhealthy = static.unhealthy
+        if broken.count(None) < len(broken):
+            unhealthy = sum(1 for info, b in zip(self.infos, broken, strict=True) if not info.health or b is not None)
         total, devcore, devmem = self.capacity
-        return Capacity(
-            len(self.infos),
-            tuple(cards),
-            static[0],
-            cards[0][0] if cards else 0,
-            max([c[1] for c in cards], default=0),
-            [c[2] for c in cards].count(0),
-            (sum(used), total, sum(usedcores), devcore, sum(usedmem), devmem),
+        return _new_capacity(  # tuple.__new__: a named tuple's own __new__ is a Python function, slower
+            Capacity,
+            (
+                len(self.infos),
+                tuple(cards),
+                static.carved,
+                cards[0][0] if cards else 0,
+                max([c[1] for c in cards], default=0),
+                [c[2] for c in cards].count(0),
+                (sum(used), total, sum(usedcores), devcore, sum(usedmem), devmem),
+                unhealthy,
+                full,
+                static.models,
+                static.model_of,
+                _first_cores(cards[0]) if cards else -1,
+                {},
+            ),
         )
+
+
+_new_capacity = tuple.__new__
+
+
+def _first_cores(card: OpenCard) -> int:
+    """``Capacity.first_cores`` of an open card: up to its free cores; below a whole card (100) once it has a task;
+    nothing once its cores are used up (a request for no cores is then refused as well)."""
+    free_cores, used, devcore = card[1], card[2], card[4]
+    if devcore != 0 and free_cores <= 0:
+        return -1
+    return min(free_cores, 99) if used > 0 else free_cores
+
+
+def _inventory(infos: Sequence[DeviceInfo], carves: Callable[[DeviceInfo], bool] | None) -> _Static:
+    carved = [carves is not None and carves(info) for info in infos]
+    models: dict[tuple[str, str], int] = {}
+    representatives: list[DeviceInfo] = []
+    model_of: list[int] = []
+    for info in infos:
+        key = (info.type, info.mode)
+        m = models.get(key)
+        if m is None:
+            m = models[key] = len(representatives)
+            representatives.append(info)
+        model_of.append(m)
+    return _Static(
+        sum(carved),
+        tuple(
+            (i, info.count, info.devmem, info.devcore, info.numa)
+            for i, info in enumerate(infos)
+            if info.health and not carved[i]
+        ),
+        sum(1 for info in infos if not info.health),
+        tuple(representatives),
+        tuple(model_of),
+    )

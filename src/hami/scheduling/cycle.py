@@ -196,6 +196,9 @@ def filter_nodes(
             fits.append(verdict)
         else:
             rejected[name] = verdict
+    if screen is not None and not screen.audit():  # the capacity index disagreed with Fit: judge with Fit only
+        memo.clear()
+        return filter_nodes(state, req, names, Verdicts(per_node=0, screening=False))
     return fits, rejected
 
 

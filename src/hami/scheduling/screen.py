@@ -1,25 +1,30 @@
 """Screening: judging a node from its capacity index instead of running Fit (issue 19 item 4).
 
 Every device table keeps a summary of its usage (``hami.devices.table.Capacity``: the cards that can take another
-task with their free memory and cores, the largest free amounts, the idle cards, the node-score totals). It is built
-at most once per change and dropped by ``DeviceTable.charge``, the ledger's single mutation path, so reading it
-costs O(1) until the node changes again. A vendor that can answer "would ``fit`` succeed?" from that summary
-implements ``Screening`` (the shared fit loop does: ``SharedDeviceVendor.screen``); any other vendor is judged by
-Fit as before.
+task with their free memory, cores, NUMA node and model, the full and the unhealthy cards, the largest free amounts,
+the idle cards, the node-score totals). It is built at most once per change and dropped by ``DeviceTable.charge``,
+the ledger's single mutation path, so reading it costs O(1) until the node changes again. A vendor that can answer
+"would ``fit`` succeed, and if not, why?" from that summary implements ``Screening`` (the shared fit loop does:
+``SharedDeviceVendor.screener``); any other vendor is judged by Fit as before.
 
 ``Screen.judge`` then costs, per candidate node:
 
 * a node every vendor screens as fitting: O(1). It is listed as fitting with ``placements`` left ``SCREENED``; only
   the node that ``decide`` chooses is fitted for real (``realize``) — the devices of the others are never
   needed. Its score needs no devices either: a screened fit's vendor contribution is 0 by ``Screening``'s contract.
-* a node some vendor screens as not fitting: Fit runs once for the reasons and their numbers (exactly today's), and
-  the "could it fit if empty" check (``unresolvable``) is answered from the static summary of the empty table.
-* anything the screen cannot tell (a quota in the namespace, cordoned devices, device filters, sliced devices,
-  several containers with devices, ``topology-aware``/``mutex``): Fit, as before.
+* a node some vendor screens as not fitting: that vendor's ``Unfit`` is told from the summary (``Screener.unfit``:
+  the same reasons, counts and closest misses as Fit; O(1) when no open card has the memory, a few comparisons per
+  card otherwise), and the "could it fit if empty" check (``unresolvable``) is answered from the static summary of
+  the empty table.
+* anything the screen cannot tell (a quota in the namespace, cordoned devices, UUID filters, sliced devices,
+  several containers with devices, ``topology-aware``/``mutex``, a vendor ordering its devices its own way): Fit,
+  as before.
 
 The decisions are the same as without screening — chosen node, devices, scores, every reason and number — which is
-a property test (``tests/unit/scheduling/test_screen.py``); ``decide`` falls back to judging every node
-when a screened node does not fit after all.
+a property test (``tests/unit/scheduling/test_screen.py``). A lying index is caught: ``decide`` falls back to judging
+every node with Fit when a screened node does not fit after all, or when the one index-told rejection it audits per
+decision (``Screen.audit``) differs from Fit's; the ledger's self-check reports a summary that differs from its table
+(``DeviceTable.stale_summary``).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final, Protocol, runtime_checkable
 
-from hami.devices.base import ContainerRequest, FitContext, Placement, Selector
+from hami.devices.base import ContainerRequest, FitContext, Placement, Selector, Unfit
 from hami.devices.common import Screener
 from hami.scheduling.filter import NodeFit, NodeRejection, filter_node
 from hami.scheduling.request import PodRequest
@@ -46,7 +51,9 @@ class Screening(Protocol):
 
     ``screener`` is asked once per decision and returns None when it cannot screen this request at all; its
     ``screen(table, idle)`` answers True only if ``fit`` would return a ``Fitted`` whose ``score`` is 0 (on
-    ``table.empty()`` when ``idle``), False only if it would return ``Unfit``, and None whenever it cannot tell.
+    ``table.empty()`` when ``idle``), False only if it would return ``Unfit``, and None whenever it cannot tell; its
+    ``unfit(table)`` returns, for a table it screened False, the very ``Unfit`` that ``fit`` would return (reasons,
+    counts, closest misses), or None when the summary cannot say.
     """
 
     def screener(self, request: ContainerRequest, ctx: FitContext, selector: Selector) -> Screener | None:
@@ -61,7 +68,7 @@ def screened(fit: NodeFit) -> bool:
 class Screen:
     """Screening for one decision: the request's single device-using container, per vendor its screen and context."""
 
-    __slots__ = ("checks", "req", "state")
+    __slots__ = ("checks", "indexed", "one", "req", "state")
 
     def __init__(
         self,
@@ -70,6 +77,9 @@ class Screen:
         checks: tuple[tuple[str, Screener], ...],
     ) -> None:
         self.state, self.req, self.checks = state, req, checks
+        self.one = checks[0] if len(checks) == 1 else None
+        self.indexed: list[NodeRejection] = []
+        """The rejections told from the capacity index in this decision (one of them is checked: ``audit``)."""
 
     @classmethod
     def prepare(cls, state: ClusterState, req: PodRequest) -> Screen | None:
@@ -91,6 +101,12 @@ class Screen:
     def judge(self, node: NodeState) -> NodeFit | NodeRejection:
         """The node's verdict; a fitting node comes back ``SCREENED`` (see the module docstring)."""
         tables = node.tables
+        one = self.one
+        if one is not None and not node.cordoned:  # one vendor: the common case, kept short (it runs per candidate)
+            table = tables.get(one[0])
+            if table is not None and one[1](table, False):
+                fit = _SCREENED_FITS.get(node.name)
+                return fit if fit is not None else _screened_fit(node.name)
         answer: bool | None = None if node.cordoned else True
         for vendor, screen in self.checks:
             if answer is None:
@@ -98,15 +114,40 @@ class Screen:
             table = tables.get(vendor)
             answer = None if table is None else screen(table, False)
             if answer is False:
+                # Fit tries the vendors in this order and reports the first one that does not fit (once every
+                # vendor of the pod is registered on the node: filter_node says "unregistered" first).
+                unfit = screen.unfit(tables[vendor]) if all(v in tables for v, _ in self.checks) else None
+                if unfit is not None:
+                    return self._indexed(node, unfit)
                 break
         if answer:
-            return NodeFit(node.name, SCREENED)
+            return _screened_fit(node.name)
+        return self._fit(node)
+
+    def _indexed(self, node: NodeState, unfit: Unfit) -> NodeRejection:
+        """A rejection told from the index: ``filter_node``'s for a container's ``Unfit``, with ``unresolvable``."""
+        verdict = NodeRejection(node.name, unfit.counts, unfit.total, unfit.closest, self._never_fits(node))
+        self.indexed.append(verdict)
+        return verdict
+
+    def _fit(self, node: NodeState) -> NodeFit | NodeRejection:
+        """The node judged by Fit; for a rejection, ``unresolvable`` from the idle summaries where they can say."""
         verdict = filter_node(self.state, node, self.req)
-        if isinstance(verdict, NodeRejection) and not verdict.unresolvable and self._never_fits(node, verdict):
+        if isinstance(verdict, NodeRejection) and not verdict.unresolvable and self._never_fits(node):
             return NodeRejection(verdict.node, verdict.counts, verdict.total, verdict.closest, True, verdict.detail)
         return verdict
 
-    def _never_fits(self, node: NodeState, verdict: NodeRejection) -> bool:
+    def audit(self) -> bool:
+        """Whether one of the rejections told from the index in this decision (a different one for different pods)
+        is exactly Fit's. Costs one Fit per decision; a capacity index that disagrees with its table (usage changed
+        behind ``DeviceTable.charge``) is caught here as well as by the ledger's self-check."""
+        indexed = self.indexed
+        if not indexed:
+            return True
+        told = indexed[hash(self.req.uid) % len(indexed)]
+        return self._fit(self.state.nodes[told.node]) == told
+
+    def _never_fits(self, node: NodeState) -> bool:
         """Whether the node could not run the pod even without any usage (``judge``'s ``unresolvable``)."""
         idle = not node.cordoned  # the empty node keeps its cordons, which the idle summary does not know
         for vendor, screen in self.checks:
@@ -118,6 +159,23 @@ class Screen:
         if idle:
             return False
         return isinstance(filter_node(self.state, node, self.req, empty=True), NodeRejection)
+
+
+_SCREENED_FITS: dict[str, NodeFit] = {}
+
+
+def _screened_fit(node: str) -> NodeFit:
+    """``NodeFit(node, SCREENED)``, one per node name (immutable, so shared by every decision): a screened node then
+    costs no allocation. Bounded: it starts over beyond ``_MAX_SCREENED`` names."""
+    fit = _SCREENED_FITS.get(node)
+    if fit is None:
+        if len(_SCREENED_FITS) >= _MAX_SCREENED:
+            _SCREENED_FITS.clear()
+        fit = _SCREENED_FITS[node] = NodeFit(node, SCREENED)
+    return fit
+
+
+_MAX_SCREENED: Final = 1 << 16
 
 
 def realize(state: ClusterState, req: PodRequest, fit: NodeFit) -> NodeFit | None:

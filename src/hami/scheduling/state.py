@@ -323,6 +323,10 @@ class ClusterState:
             _charge_tables(self.vendors, fresh, record, 1)
         diffs: list[str] = []
         for vendor, table in node.tables.items():
+            owner = self.vendors.get(vendor)
+            partitions = owner.partitions if owner is not None else None
+            if table.stale_summary(partitions.carves if partitions is not None else None):
+                diffs.append(f"{node.name}/{vendor}: the capacity index differs from the device table")
             ref = fresh[vendor]
             for i, info in enumerate(table.infos):
                 have = table.usage_of(i)

@@ -1,28 +1,37 @@
 """Screening from the capacity index (``hami.scheduling.screen``, ``DeviceTable.summary``) never changes a decision.
 
-* per table: what a vendor's ``screen`` answers is what its ``fit`` does (True → ``Fitted`` with score 0, False →
-  ``Unfit``), also on the empty table (``screen_idle``);
+* per table: what a vendor's screen answers is what its ``fit`` does (True → ``Fitted`` with score 0, False →
+  ``Unfit``), also on the empty table; and the ``Unfit`` it tells from the summary (``unfit``) is Fit's own — reasons,
+  counts, closest misses — with card type and mode filters, NUMA binding, full, unhealthy and broken cards;
 * per decision: ``decide`` with screening equals ``decide`` judging every node with Fit — chosen node, devices,
   scores, message, and every rejected node's reasons, counts, closest misses and ``unresolvable`` flag — over random
-  clusters (unhealthy, cordoned, partly used, sliced devices, two vendors) and random pods, as pods are reserved;
-* the summary follows the ledger: every charge drops it; a screen that lies is caught (``decide`` judges again).
+  clusters (unhealthy, cordoned, partly used, full, sliced devices, two card models and modes, two vendors) and
+  random pods (type filters, NUMA binding), as pods are reserved; rejected nodes are not fitted;
+* the summary follows the ledger: every charge drops it; an index that lies is caught (``decide`` judges again with
+  Fit, and the ledger's self-check reports a summary that differs from its table).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
+from unittest.mock import patch
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from hami.devices.base import MEM_PERCENTAGE_UNSET, ContainerRequest, FitContext, NodeInventory, Selector, Unfit
-from hami.devices.common import SharedDeviceVendor
+from hami.devices.common import SharedDeviceVendor, shared_screener
 from hami.devices.policy import parse_gpu_policy
 from hami.devices.table import DeviceTable
+from hami.protocol import keys
 from hami.protocol.inventory import DeviceInfo
+from hami.protocol.reasons import Reason, Rejection
 from hami.scheduling.cycle import Verdicts, decide, filter_nodes, reserve
+from hami.scheduling.filter import filter_node
 from hami.scheduling.request import PodRequest
-from hami.scheduling.screen import screened
+from hami.scheduling.screen import Screen, screened
 from hami.scheduling.state import ClusterState
 from hami.scheduling.usage import Kind
 from tests.unit.scheduling.builders import DCU, NVIDIA, gpu, mig_gpu, pod_request, resource_quota, vendors
@@ -31,6 +40,25 @@ from tests.unit.scheduling.test_properties import scenarios as mixed_scenarios
 PROPS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NOW = 1_700_000_000
 POLICIES = ["binpack", "spread", "numa", "binpack,numa", "spread,numa", "mutex", "topology-aware"]
+SELECTORS = [
+    Selector(),
+    Selector(use_types=(("t4",),)),
+    Selector(use_types=(("a100",),)),
+    Selector(nouse_types=(("t4",),)),
+    Selector(use_types=(("nvidia",),), nouse_types=(("a100",),)),
+    Selector(modes=frozenset({"hami-core"})),
+    Selector(modes=frozenset({"mps"})),
+    Selector(use_uuids=frozenset({"n0-NVIDIA-0"})),
+]
+FILTERS = [
+    {},
+    {keys.NVIDIA_USE_GPUTYPE: "T4"},
+    {keys.NVIDIA_USE_GPUTYPE: "A100"},
+    {keys.NVIDIA_NOUSE_GPUTYPE: "T4"},
+    {keys.NVIDIA_VGPU_MODE: "hami-core"},
+    {keys.NVIDIA_VGPU_MODE: "mps"},
+    {keys.NVIDIA_USE_GPUTYPE: "T4", keys.NVIDIA_VGPU_MODE: "mps,hami-core"},
+]
 
 
 @st.composite
@@ -52,6 +80,7 @@ def cards(draw: st.DrawFn, node: int, vendor: str) -> tuple[DeviceInfo, ...]:
                 numa=numa,
                 health=draw(st.integers(0, 7)) > 0,
                 type="DCU-Z100" if vendor == DCU else draw(st.sampled_from(["NVIDIA-Tesla T4", "NVIDIA A100"])),
+                mode=draw(st.sampled_from(["hami-core", "hami-core", "", "mps"])),
             )
         )
     return tuple(out)
@@ -105,7 +134,7 @@ def single_pods(draw: st.DrawFn, uid: str) -> PodRequest:
     container: dict[str, ContainerRequest] = {NVIDIA: draw(requests(NVIDIA))}
     if draw(st.integers(0, 3)) == 0:
         container = {DCU: draw(requests(DCU))} if draw(st.booleans()) else {**container, DCU: draw(requests(DCU))}
-    annotations = {"nvidia.com/use-gputype": "T4"} if draw(st.integers(0, 5)) == 0 else {}
+    annotations = draw(st.sampled_from(FILTERS)) if draw(st.booleans()) else {}
     init = draw(st.booleans())
     return pod_request(
         *([None] if init else []),
@@ -137,30 +166,60 @@ def full(s: ClusterState, req: PodRequest, names: list[str]) -> Any:
 # --- per table ---------------------------------------------------------------------------------------------------
 
 
-@PROPS
-@given(st.data())
-def test_a_screen_answers_what_fit_answers(data: st.DataObject) -> None:
-    vs = vendors()
-    vendor = data.draw(st.sampled_from([NVIDIA, DCU]))
-    owner = vs[vendor]
-    assert isinstance(owner, SharedDeviceVendor)
+def used_table(data: st.DataObject, vendor: str) -> DeviceTable:
+    """A table of random cards with random usage charged (some cards full), maybe one broken card."""
     table = DeviceTable(vendor, data.draw(cards(0, vendor)))
     for i in range(len(table)):
         n = data.draw(st.integers(0, table.infos[i].count))
         table.charge(i, n, data.draw(st.integers(0, 9000)) * min(n, 1), data.draw(st.integers(0, 120)) * min(n, 1))
     if data.draw(st.integers(0, 5)) == 0:
-        table.mark_broken(0, "slices disagree")
-    request = data.draw(requests(vendor))
-    ctx = FitContext(policy=parse_gpu_policy(data.draw(st.sampled_from(POLICIES)), data.draw(st.booleans())))
+        table.mark_broken(data.draw(st.integers(0, len(table) - 1)), "slices disagree")
+    return table
+
+
+@PROPS
+@given(st.data())
+def test_a_screen_answers_what_fit_answers(data: st.DataObject) -> None:
+    """True → Fit fits with score 0; False → Fit does not, and ``unfit`` is exactly Fit's ``Unfit`` (None only for
+    a vendor that orders devices its own way or a table with carved devices); on a table that fits, ``unfit`` never
+    claims otherwise."""
+    vs = vendors()
+    vendor = data.draw(st.sampled_from([NVIDIA, DCU]))
+    owner = vs[vendor]
+    assert isinstance(owner, SharedDeviceVendor)
+    table = used_table(data, vendor)
+    policy = parse_gpu_policy(data.draw(st.sampled_from(POLICIES)), data.draw(st.booleans()))
+    for _ in range(2):  # a second request on the same summary reads what the first one derived (Capacity.derived)
+        request = data.draw(requests(vendor))
+        weights = data.draw(st.sampled_from([(1, 1, 1), (0, 0, 1), (2, 1, 0), (1, 3, 2)]))
+        selector = data.draw(st.sampled_from(SELECTORS)) if vendor == NVIDIA else Selector()
+        check_screen(owner, table, request, FitContext(policy=policy, weights=weights), selector)
+
+
+def check_screen(
+    owner: Any, table: DeviceTable, request: ContainerRequest, ctx: FitContext, selector: Selector
+) -> None:
     for answer, fitted in (
-        (screen(owner, table, request, ctx, Selector()), owner.fit(table, request, ctx, Selector())),
-        (screen(owner, table, request, ctx, Selector(), True), owner.fit(table.empty(), request, ctx, Selector())),
+        (screen(owner, table, request, ctx, selector), owner.fit(table, request, ctx, selector)),
+        (screen(owner, table, request, ctx, selector, True), owner.fit(table.empty(), request, ctx, selector)),
     ):
         if answer is True:
             assert not isinstance(fitted, Unfit)
             assert fitted.score == 0
         elif answer is False:
             assert isinstance(fitted, Unfit)
+    screener = owner.screener(request, ctx, selector)
+    if screener is None:
+        assert ctx.policy.topology or ctx.policy.mutex or selector.use_uuids
+        return
+    fitted = owner.fit(table, request, ctx, selector)
+    told = screener.unfit(table)
+    event("fits" if not isinstance(fitted, Unfit) else "told by the index" if told is not None else "not told")
+    if not isinstance(fitted, Unfit):
+        assert told is None
+    elif screener(table, False) is False:
+        carves = owner.partitions.carves if owner.partitions is not None else None
+        assert told == fitted or (told is None and table.summary(carves).carved)
 
 
 def test_the_screen_answers_the_common_cases() -> None:
@@ -178,8 +237,69 @@ def test_the_screen_answers_the_common_cases() -> None:
     assert screen(owner, table, ContainerRequest(NVIDIA, 2, 1024), numa, Selector()) is True
     assert screen(owner, table, ContainerRequest(NVIDIA, 2, 4096), numa, Selector()) is True  # G1, G3 on NUMA 1
     assert screen(owner, table, ContainerRequest(NVIDIA, 3, 1024), numa, Selector()) is False  # 2 per NUMA node
-    filtered = Selector(use_types=(("t4",),))
-    assert screen(owner, table, ContainerRequest(NVIDIA, 1, 1024), ctx, filtered) is None
+    assert screen(owner, table, ContainerRequest(NVIDIA, 1, 1024), ctx, Selector(use_types=(("t4",),))) is True
+    assert screen(owner, table, ContainerRequest(NVIDIA, 1, 1024), ctx, Selector(nouse_types=(("t4",),))) is False
+    by_uuid = Selector(use_uuids=frozenset({"G1"}))
+    assert screen(owner, table, ContainerRequest(NVIDIA, 1, 1024), ctx, by_uuid) is None
+
+
+def test_the_index_tells_fits_reasons() -> None:
+    """Rejections told from the summary, checked by hand: memory and a full card, the closest misses in the order
+    Fit tries the cards when their free memory ties, a card model the pod refuses, NUMA groups."""
+    owner = vendors()[NVIDIA]
+    assert isinstance(owner, SharedDeviceVendor)
+    table = DeviceTable(
+        NVIDIA,
+        (
+            gpu("G0", index=0, numa=0, count=2),
+            gpu("G1", index=1, numa=1),
+            gpu("G2", index=2, numa=0, type="NVIDIA A100"),
+            gpu("G3", index=3, numa=1, health=False),
+        ),
+    )
+    table.charge(0, 2, 4000, 20)  # G0 full
+    table.charge(1, 1, 4000, 20)
+    table.charge(2, 1, 4000, 60)  # G1, G2 4,192 MiB free
+    spread = FitContext(policy=parse_gpu_policy("spread", False))
+    request = ContainerRequest(NVIDIA, 1, 6000)
+    screener = shared_screener(request, spread, Selector(), owner.partitions)
+    assert screener is not None
+    assert screener(table, False) is False
+    told = screener.unfit(table)
+    assert told == owner.fit(table, request, spread, Selector())
+    assert told == Unfit(
+        {Reason.CARD_NOT_HEALTH: 1, Reason.CARD_TIME_SLICING_EXHAUSTED: 1, Reason.CARD_INSUFFICIENT_MEMORY: 2},
+        4,
+        (  # tied at 4,192 MiB: spread tries G1 (20 cores used) before G2 (60), as Fit does
+            Rejection(Reason.CARD_INSUFFICIENT_MEMORY, "G1", 6000, 4192),
+            Rejection(Reason.CARD_INSUFFICIENT_MEMORY, "G2", 6000, 4192),
+            Rejection(Reason.CARD_TIME_SLICING_EXHAUSTED, "G0", 1, 0),
+        ),
+    )
+    t4_only = Selector(use_types=(("t4",),))
+    t4 = shared_screener(ContainerRequest(NVIDIA, 2, 1000), spread, t4_only, owner.partitions)
+    assert t4 is not None
+    assert t4(table, False) is False
+    assert t4.unfit(table) == owner.fit(table, ContainerRequest(NVIDIA, 2, 1000), spread, t4_only)
+    assert t4.unfit(table) == Unfit(
+        {
+            Reason.CARD_NOT_HEALTH: 1,
+            Reason.CARD_TIME_SLICING_EXHAUSTED: 1,
+            Reason.CARD_TYPE_MISMATCH: 1,
+            Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST: 1,
+        },
+        4,
+        (Rejection(Reason.CARD_TIME_SLICING_EXHAUSTED, "G0", 1, 0),),
+    )
+    numa = FitContext(policy=parse_gpu_policy("binpack", True))
+    pair = ContainerRequest(NVIDIA, 2, 1000)
+    both = shared_screener(pair, numa, Selector(), owner.partitions)
+    assert both is not None
+    assert both(table, False) is False
+    fitted = owner.fit(table, pair, numa, Selector())
+    assert both.unfit(table) == fitted
+    assert isinstance(fitted, Unfit)
+    assert (fitted.counts[Reason.NUMA_NOT_FIT], fitted.counts[Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST]) == (1, 1)
 
 
 def test_every_charge_drops_the_summary() -> None:
@@ -192,10 +312,25 @@ def test_every_charge_drops_the_summary() -> None:
     assert (after.max_mem, after.idle, after.totals) == (8192, 1, (1, 20, 100, 200, 8000, 16384))
     table.charge(0, 1, 8000, 100, sign=-1)
     table.mark_broken(1, "x")
-    assert table.summary().cards == ((8192, 100, 0, 8192, 100, 0),)
+    assert table.summary().cards == ((8192, 100, 0, 8192, 100, 0, 0),)
+    assert (table.summary().unhealthy, table.summary().full) == (1, ())
 
 
 # --- per decision ------------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def audits_never_fail() -> Iterator[None]:
+    """Every audit of a rejection told from the index must pass: the decisions below equal Fit's without the audit's
+    fallback to Fit hiding a wrong rejection."""
+    audit = Screen.audit
+
+    def strict(self: Screen) -> bool:
+        assert audit(self), "a rejection told from the index differs from Fit's"
+        return True
+
+    with patch.object(Screen, "audit", strict):
+        yield
 
 
 @PROPS
@@ -204,7 +339,8 @@ def test_screened_decisions_equal_full_decisions(world: tuple[ClusterState, list
     s, names = world
     for k in range(4):
         req = data[0].draw(single_pods(f"pod-{k}"))
-        screened_decision = decide(s, req, [*names, "ghost"], NOW)
+        with audits_never_fail():
+            screened_decision = decide(s, req, [*names, "ghost"], NOW)
         assert screened_decision == full(s, req, names)
         if screened_decision.node is not None:
             reserve(s, req, screened_decision)
@@ -221,7 +357,8 @@ def test_screened_decisions_equal_full_decisions_for_any_pod(scenario: Any) -> N
         s.set_node(name, inventories)
     for op, arg in ops:
         if op == "place":
-            decision = decide(s, arg, [*nodes, "ghost"], NOW, Verdicts())
+            with audits_never_fail():
+                decision = decide(s, arg, [*nodes, "ghost"], NOW, Verdicts())
             assert decision == full(s, arg, list(nodes))
             if decision.node is not None:
                 reserve(s, arg, decision)
@@ -250,6 +387,74 @@ def test_a_screen_that_lies_is_caught(monkeypatch: Any) -> None:
     monkeypatch.setattr(SharedDeviceVendor, "screener", lambda *_: lambda *_: True)
     assert decide(s, req, ["small", "big", "ghost"], NOW) == expected
     assert expected.node is None
+
+
+def half_rejecting() -> tuple[ClusterState, list[str], PodRequest]:
+    """Eight nodes of four cards; the odd ones have too little free memory for the pod."""
+    s = ClusterState(vendors())
+    names = [f"node-{k}" for k in range(8)]
+    for k, name in enumerate(names):
+        s.set_node(name, {NVIDIA: NodeInventory(tuple(gpu(f"n{k}-G{i}", index=i, numa=i % 2) for i in range(4)))})
+        for i in range(4):
+            s.nodes[name].tables[NVIDIA].charge(i, 1, 1000 + 4000 * (k % 2), 10)
+    return s, names, pod_request(ContainerRequest(NVIDIA, 1, 6000, coresreq=10), gpu_policy="spread")
+
+
+def test_rejected_nodes_are_not_fitted(monkeypatch: Any) -> None:
+    """A node the index rejects gets its reasons from the index: Fit runs for the chosen node and for the one
+    rejection the decision audits, not once per rejected node."""
+    s, names, req = half_rejecting()
+    expected = full(s, req, names)
+    assert len(expected.rejected) == 5  # four odd nodes and the ghost
+    fitted: list[str] = []
+    real = filter_node
+
+    def counting(state: ClusterState, node: Any, request: PodRequest, empty: bool = False) -> Any:
+        fitted.append(node.name)
+        return real(state, node, request, empty)
+
+    monkeypatch.setattr("hami.scheduling.screen.filter_node", counting)
+    assert decide(s, req, [*names, "ghost"], NOW) == expected
+    assert len(fitted) == 2  # realize (the chosen node) and the audit (one rejected node)
+    assert fitted[0] in {"node-1", "node-3", "node-5", "node-7"}
+
+
+class LyingScreen:
+    """A real screen whose ``unfit`` lies: every device is said to be of another type."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+
+    def __call__(self, table: DeviceTable, idle: bool) -> bool | None:
+        return self.real(table, idle)  # type: ignore[no-any-return]
+
+    def unfit(self, table: DeviceTable) -> Unfit:
+        return Unfit({Reason.CARD_TYPE_MISMATCH: len(table)}, len(table))
+
+
+def test_an_index_that_lies_about_reasons_is_caught(monkeypatch: Any) -> None:
+    s, names, req = half_rejecting()
+    expected = full(s, req, names)
+    real = SharedDeviceVendor.screener
+    monkeypatch.setattr(SharedDeviceVendor, "screener", lambda *args: LyingScreen(real(*args)))
+    memo = Verdicts()
+    assert decide(s, req, [*names, "ghost"], NOW, memo) == expected
+    assert decide(s, req, [*names, "ghost"], NOW, memo) == expected  # no lie was kept in the memo
+
+
+def test_a_summary_that_differs_from_its_table_is_caught() -> None:
+    """Usage changed behind ``charge`` (the ledger's single mutation path) leaves a stale summary: ``decide`` still
+    decides as Fit does, and the ledger's self-check names the table."""
+    s, names, req = half_rejecting()
+    table = s.nodes["node-1"].tables[NVIDIA]
+    assert table.summary().max_mem == 8192 - 5000  # kept from here on
+    for i in range(4):
+        table.usedmem[i] -= 5000  # not through charge: the summary still says 3,192 MiB free
+    expected = full(s, req, names)
+    assert "node-1" not in expected.rejected
+    assert decide(s, req, ["node-1", "node-2", "ghost"], NOW) == full(s, req, ["node-1", "node-2"])
+    assert any("node-1/NVIDIA" in line and "capacity index" in line for line in s.verify())
+    assert all("capacity index" not in line for line in ClusterState.verify(half_rejecting()[0]))
 
 
 def test_a_vendor_with_its_own_fit_is_never_screened() -> None:
