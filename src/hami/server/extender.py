@@ -293,7 +293,7 @@ class Extender:
             return
         self._node_inputs[name] = inputs
         self.state.upsert_node(node)
-        _log_dra(self.dra.node_event(name))  # the registration may now hold (or no longer hold) a claim's card
+        _log_dra(self.dra.node_event(name))
 
     def _inputs_of(self, node: Node) -> tuple[object, ...]:
         """Everything of ``node`` that ``ClusterState.upsert_node`` (and the vendors' decoders) can read: the
