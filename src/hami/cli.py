@@ -242,6 +242,12 @@ def _simulator_for(
                 Sourced(q, where, f"{where}: ResourceQuota {q.metadata.namespace}/{q.metadata.name}")
                 for q in listing.quotas
             ],
+            classes=[Sourced(c, where, f"{where}: DeviceClass {c.metadata.name}") for c in listing.classes],
+            slices=[Sourced(sl, where, f"{where}: ResourceSlice {sl.metadata.name}") for sl in listing.slices],
+            claims=[
+                Sourced(c, where, f"{where}: ResourceClaim {c.metadata.namespace}/{c.metadata.name}")
+                for c in listing.claims
+            ],
         )
     sim = Simulator(device_config, SchedulingDefaults())
     sim.add_snapshot(snap)

@@ -193,6 +193,7 @@ def test_the_device_config_uses_hamis_keys() -> None:
         "mthreads",
         "iluvatars",
         "vnpus",
+        "dra",
     ]
     assert {k: config[k] for k in ("nvidia", "hygon", "kunlun", "enflame", "awsneuron", "amd", "vastai", "biren")} == {
         "nvidia": {
@@ -452,6 +453,9 @@ def test_rbac_grants_exactly_the_verbs_hami_uses() -> None:
         ("", "nodes", ("get", "list", "watch", "patch"), ()),
         ("", "events", ("create", "patch"), ()),
         ("", "resourcequotas", ("list", "watch"), ()),
+        ("resource.k8s.io", "resourceslices", ("list", "watch"), ()),
+        ("resource.k8s.io", "resourceclaims", ("list", "watch"), ()),
+        ("resource.k8s.io", "deviceclasses", ("list", "watch"), ()),
         ("authentication.k8s.io", "tokenreviews", ("create",), ()),
         ("authorization.k8s.io", "subjectaccessreviews", ("create",), ()),
     ]
@@ -806,7 +810,7 @@ def test_open_metrics_drop_the_review_rights() -> None:
     assert "--metrics-secure" not in container(docs, "hami")["args"]
     assert ("ClusterRole", "hami-metrics-reader") not in kinds(docs)
     groups = {group for group, *_ in rules(one(docs, "ClusterRole", "hami-scheduler"))}
-    assert groups == {""}
+    assert groups == {"", "resource.k8s.io"}
 
 
 def test_secure_metrics_without_the_webhooks_certificate_are_refused() -> None:
@@ -952,6 +956,62 @@ def test_the_monitor_can_be_left_out() -> None:
     assert ("Service", "hami-device-plugin-monitor") not in kinds(docs)
     volumes = [v["name"] for v in one(docs, "DaemonSet")["spec"]["template"]["spec"]["volumes"]]
     assert "vgpu-containers" not in volumes
+
+
+# --- DRA (README "DRA") ------------------------------------------------------------------------------------
+
+DRA_RULES = [
+    ("resource.k8s.io", "resourceslices", ("list", "watch"), ()),
+    ("resource.k8s.io", "resourceclaims", ("list", "watch"), ()),
+    ("resource.k8s.io", "deviceclasses", ("list", "watch"), ()),
+]
+
+
+def test_dra_off_drops_the_dra_rules_and_says_so_in_the_device_config() -> None:
+    docs = render("dra.enabled=false")
+    granted = rules(one(docs, "ClusterRole", "hami-scheduler"))
+    assert [r for r in granted if r[0] == "resource.k8s.io"] == []
+    loaded = parse_device_config(device_config_text(docs), "device-config.yaml")
+    assert loaded.config.dra.enabled is False
+    assert loaded.config.dra.active() == {}
+
+
+def test_dra_is_read_only_for_hami_and_absent_for_every_other_identity() -> None:
+    docs = render()
+    assert [r for r in rules(one(docs, "ClusterRole", "hami-scheduler")) if r[0] == "resource.k8s.io"] == DRA_RULES
+    for role in [d for d in docs if d["kind"] in ("ClusterRole", "Role") and d["metadata"]["name"] != "hami-scheduler"]:
+        groups = {group for rule in role["rules"] for group in rule.get("apiGroups", [])}
+        assert "resource.k8s.io" not in groups, role["metadata"]["name"]
+
+
+def test_dra_drivers_from_values_reach_the_device_config() -> None:
+    docs = render(
+        "dra.drivers[0].driver=gpu.example.com",
+        "dra.drivers[0].vendor=DCU",
+        "dra.drivers[0].uuidAttribute=serial",
+        "dra.drivers[0].memoryCapacity=vram",
+        "dra.drivers[0].memoryUnit=MiB",
+        "dra.drivers[0].coresCapacity=",
+        "dra.drivers[0].coresUnit=share",
+    )
+    (driver,) = parse_device_config(device_config_text(docs), "device-config.yaml").config.dra.drivers
+    assert (driver.driver, driver.vendor, driver.uuid_attribute) == ("gpu.example.com", "DCU", "serial")
+    assert (driver.memory_capacity, driver.memory_unit, driver.cores_capacity, driver.cores_unit) == (
+        "vram",
+        "MiB",
+        "",
+        "share",
+    )
+
+
+def test_a_device_config_content_keeps_its_own_dra_section_or_gets_the_values() -> None:
+    without = render(
+        "scheduler.deviceConfig.content=nvidia:\n  resourceCountName: nvidia.com/gpu\n", "dra.enabled=false"
+    )
+    assert parse_device_config(device_config_text(without), "c").config.dra.enabled is False
+    own = "nvidia:\n  resourceCountName: nvidia.com/gpu\ndra:\n  enabled: true\n  drivers: []\n"
+    config = parse_device_config(device_config_text(render(f"scheduler.deviceConfig.content={own}")), "c").config
+    assert (config.dra.enabled, config.dra.drivers) == (True, ())
 
 
 # --- the Grafana dashboard ---------------------------------------------------------------------------------

@@ -52,6 +52,7 @@ def can(client: KubeClient, verb: str, resource: str, *, group: str = "", namesp
 Check = tuple[str, str, dict[str, str]]  # verb, resource[/subresource], {group, namespace, name}
 LEASE = {"group": "coordination.k8s.io", "namespace": NS, "name": "hami-scheduler"}
 OTHER_LEASE = {"group": "coordination.k8s.io", "namespace": NS, "name": "kube-scheduler"}
+DRA = {"group": "resource.k8s.io"}  # read-only: hami counts DRA allocations, never makes or changes one
 
 ALLOWED: dict[str, list[Check]] = {
     HAMI_SA: [
@@ -61,6 +62,8 @@ ALLOWED: dict[str, list[Check]] = {
         ("create", "events", {"namespace": "tenant"}), ("patch", "events", {"namespace": "tenant"}),
         ("list", "resourcequotas", {}), ("watch", "resourcequotas", {}),
         ("get", "leases", LEASE), ("list", "leases", LEASE), ("watch", "leases", LEASE),
+        ("list", "resourceslices", DRA), ("watch", "resourceslices", DRA), ("list", "resourceclaims", DRA),
+        ("watch", "resourceclaims", DRA), ("list", "deviceclasses", DRA), ("watch", "deviceclasses", DRA),
     ],
     KUBE_SCHEDULER_SA: [
         ("list", "pods", {}), ("create", "pods/binding", {"namespace": "tenant"}),
@@ -90,6 +93,10 @@ REFUSED: dict[str, list[Check]] = {
         ("update", "leases", LEASE), ("create", "leases", {"group": "coordination.k8s.io", "namespace": NS}),
         ("create", "serviceaccounts/token", {"namespace": NS, "name": KUBE_SCHEDULER_SA}),
         ("patch", "mutatingwebhookconfigurations", {"group": "admissionregistration.k8s.io", "name": "hami-webhook"}),
+        ("get", "resourceclaims", DRA | {"namespace": "tenant"}),
+        ("update", "resourceclaims/status", DRA | {"namespace": "tenant"}),
+        ("patch", "resourceclaims", DRA | {"namespace": "tenant"}), ("create", "resourceslices", DRA),
+        ("delete", "resourceslices", DRA), ("create", "deviceclasses", DRA),
     ],
     KUBE_SCHEDULER_SA: [
         ("patch", "pods", {"namespace": "tenant"}), ("patch", "nodes", {}), ("get", "secrets", {"namespace": NS}),

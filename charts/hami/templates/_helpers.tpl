@@ -155,6 +155,15 @@ vnpus:
 {{- $names := dict "resourceName" (printf "huawei.com/%s" .commonWord) "resourceMemoryName" (printf "huawei.com/%s-memory" .commonWord) "resourceCoreName" (printf "huawei.com/%s-core" .commonWord) "runtimeClassName" $ascend.runtimeClassName "overwriteEnv" $overwrite }}
 {{- list (merge (deepCopy .) $names) | toYaml | nindent 4 }}
 {{- end }}
+{{ include "hami.draConfig" . }}
+{{- end -}}
+
+{{/* The device config's dra: section (README "DRA"), from the values. */}}
+{{- define "hami.draConfig" -}}
+dra:
+  enabled: {{ .Values.dra.enabled }}
+  drivers:
+    {{- toYaml .Values.dra.drivers | nindent 4 }}
 {{- end -}}
 
 {{/* Every resource the extender manages: kube-scheduler calls hami for pods asking for any of them and

@@ -7,11 +7,14 @@ from typing import Final
 from urllib.parse import quote
 
 __all__ = [
+    "DEVICE_CLASSES",
     "EVENTS",
     "LEASES",
     "NODES",
     "PODS",
+    "RESOURCE_CLAIMS",
     "RESOURCE_QUOTAS",
+    "RESOURCE_SLICES",
     "SUBJECT_ACCESS_REVIEWS",
     "TOKEN_REVIEWS",
     "Resource",
@@ -50,3 +53,6 @@ EVENTS: Final = Resource("", "v1", "events", namespaced=True)
 LEASES: Final = Resource("coordination.k8s.io", "v1", "leases", namespaced=True)
 TOKEN_REVIEWS: Final = Resource("authentication.k8s.io", "v1", "tokenreviews", namespaced=False)
 SUBJECT_ACCESS_REVIEWS: Final = Resource("authorization.k8s.io", "v1", "subjectaccessreviews", namespaced=False)
+RESOURCE_SLICES: Final = Resource("resource.k8s.io", "v1", "resourceslices", namespaced=False)
+RESOURCE_CLAIMS: Final = Resource("resource.k8s.io", "v1", "resourceclaims", namespaced=True)
+DEVICE_CLASSES: Final = Resource("resource.k8s.io", "v1", "deviceclasses", namespaced=False)

@@ -55,6 +55,7 @@ from hami.scheduling.state import ClusterState
 from hami.server.access import BearerTokenGate, MetricsGate, Transport, load_transport
 from hami.server.app import build_app, build_metrics_app, build_service_app
 from hami.server.audit import API_AUDIT_SECONDS, LedgerAudit
+from hami.server.dra import DraWatches, start_dra
 from hami.server.extender import Extender, Readiness
 from hami.server.listen import guarded_h11, listen
 from hami.server.metrics import Metrics
@@ -117,6 +118,8 @@ class Runtime:
     lease_expiry: float = 0.0
     role_written: str = ""
     """The ``hami.io/scheduler-role`` value last written on this replica's own pod ("" before the first)."""
+    dra: DraWatches | None = None
+    """The DRA watches, once started (None with DRA off)."""
 
     left_behind_grace: float = LEFT_BEHIND_GRACE_SECONDS
     _writes: set[asyncio.Task[None]] = field(default_factory=set)
@@ -411,6 +414,7 @@ class Runtime:
                 lock_retry_timeout=s.node_lock_retry_timeout,
                 bind_lock_wait=s.bind_lock_wait,
                 lock_waits=self.lock_waits,
+                dra=self.device_config.dra,
             )
             self.extender = extender
             watched_nodes, watched_pods = self._start_watches(
@@ -465,6 +469,11 @@ class Runtime:
         supervisor.start(nodes.run(), name="watch-nodes")
         supervisor.start(pods.run(), name="watch-pods")
         supervisor.start(quotas.run(), name="watch-quotas")
+        if self.device_config.dra.active():  # ResourceSlices and ResourceClaims of the configured DRA drivers
+            synced["dra"] = False
+            self.dra = start_dra(client, extender, events, self.metrics, supervisor, mark("dra"))
+        else:
+            log.info("DRA: off (dra.enabled is false or no driver is listed): ResourceClaims are not counted")
         if s.leader_elect:
             synced["lease"] = False
             lease = Reflector(

@@ -38,6 +38,42 @@ async def test_quotas_that_may_not_be_read_are_a_note(api: FakeApi, client: Kube
     assert got.notes == ["resource quotas not readable with these credentials; quota limits are not applied"]
 
 
+DRA = "/apis/resource.k8s.io/v1"
+
+
+async def test_dra_classes_slices_and_claims_are_listed_too(api: FakeApi, client: KubeClient) -> None:
+    for path in ("/api/v1/nodes", "/api/v1/pods", "/api/v1/resourcequotas"):
+        api.script("GET", path, Reply(body=listing()))
+    api.script("GET", f"{DRA}/deviceclasses", Reply(body=listing(obj("gpu.nvidia.com", "4", namespace=""))))
+    api.script("GET", f"{DRA}/resourceslices", Reply(body=listing(obj("n1-gpu.nvidia.com", "5", namespace=""))))
+    api.script("GET", f"{DRA}/resourceclaims", Reply(body=listing(obj("c1", "6", namespace="ml"))))
+    got = await list_cluster(client)
+    assert [c.metadata.name for c in got.classes] == ["gpu.nvidia.com"]
+    assert [s.metadata.name for s in got.slices] == ["n1-gpu.nvidia.com"]
+    assert [(c.metadata.namespace, c.metadata.name) for c in got.claims] == [("ml", "c1")]
+    assert got.notes == []
+
+
+async def test_dra_objects_not_served_are_left_out_and_not_readable_are_a_note(
+    api: FakeApi, client: KubeClient
+) -> None:
+    for _ in range(2):
+        for path in ("/api/v1/nodes", "/api/v1/pods", "/api/v1/resourcequotas"):
+            api.script("GET", path, Reply(body=listing()))
+    api.script("GET", f"{DRA}/deviceclasses", Reply(404, status_body(404, "the server could not find it", "NotFound")))
+    served = await list_cluster(client)
+    assert (served.classes, served.slices, served.claims, served.notes) == ([], [], [], [])
+
+    api.script("GET", f"{DRA}/deviceclasses", Reply(body=listing(obj("gpu.nvidia.com", "4", namespace=""))))
+    api.script("GET", f"{DRA}/resourceslices", Reply(403, status_body(403, "forbidden", "Forbidden")))
+    refused = await list_cluster(client)
+    assert (refused.classes, refused.slices, refused.claims) == ([], [], [])  # all three or none
+    assert refused.notes == [
+        "DRA objects (resource.k8s.io deviceclasses, resourceslices, resourceclaims) not readable with these "
+        "credentials; what DRA claims hold is not shown"
+    ]
+
+
 class Rotating(CredentialSource):
     def __init__(self) -> None:
         self.tokens = ["stale", "fresh"]
