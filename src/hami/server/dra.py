@@ -85,6 +85,9 @@ class DraReports:
     slices: Mapping[str, ResourceSlice] = field(default_factory=dict)
     reported: set[DraProblem] = field(default_factory=set)
     warned: set[DraWarning] = field(default_factory=set)
+    is_leader: Callable[[], bool] = lambda: True
+    """With ``--leader-elect`` only the leader writes the Event (every replica sees the same claims and would write
+    it once per replica); followers log and count."""
 
     def problems(self, raised: Iterable[DraProblem], logged: bool = False) -> None:
         """Report each problem not reported yet: a log line (unless the extender ``logged`` it already), a
@@ -98,7 +101,7 @@ class DraReports:
                 where = f" on node {problem.node}" if problem.node else ""
                 log.warning("DRA %s: %s%s: %s", problem.kind, problem.object, where, problem.message)
             involved = self._involved(problem.object)
-            if involved is not None:
+            if involved is not None and self.is_leader():
                 self.events.record(involved, EventType.WARNING, event_reason(str(problem.kind)), problem.message)
 
     def sweep(self, current: Iterable[DraProblem]) -> None:
@@ -311,6 +314,7 @@ def start_dra(
     metrics: Metrics,
     supervisor: Supervisor,
     on_synced: Callable[[], None],
+    is_leader: Callable[[], bool] = lambda: True,
 ) -> DraWatches:
     """Register the ``hami_dra_*`` metrics and start the watches (``on_synced``: their first lists are in, or the
     API is not there)."""
@@ -322,7 +326,7 @@ def start_dra(
     )
     for kind in ProblemKind:
         raised.labels(str(kind))
-    watches = DraWatches(client, extender, DraReports(events, raised), on_synced)
+    watches = DraWatches(client, extender, DraReports(events, raised, is_leader=is_leader), on_synced)
     metrics.own.register(
         DraCollector(lambda: extender.state, extender.dra_problems, extender.dra_warnings, lambda: watches.watching)
     )

@@ -471,7 +471,7 @@ class Runtime:
         supervisor.start(quotas.run(), name="watch-quotas")
         if self.device_config.dra.active():  # ResourceSlices and ResourceClaims of the configured DRA drivers
             synced["dra"] = False
-            self.dra = start_dra(client, extender, events, self.metrics, supervisor, mark("dra"))
+            self.dra = start_dra(client, extender, events, self.metrics, supervisor, mark("dra"), self.is_leader)
         else:
             log.info("DRA: off (dra.enabled is false or no driver is listed): ResourceClaims are not counted")
         if s.leader_elect:

@@ -127,6 +127,30 @@ async def test_a_problem_is_logged_and_written_once_as_a_warning_event_on_its_cl
     assert lines[0].startswith(f"DRA unknown-uuid: ResourceClaim {NS}/lost on node n1: ")
 
 
+async def test_a_follower_logs_and_counts_a_problem_but_only_the_leader_writes_its_event(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    world = world_with_slice()
+    unknown = claim("lost", "n1", "gpu-2", "user", memory="1Gi", cores="10")
+    leading = False
+    reports = DraReports(world.recorder, counter(), claims={f"{NS}/lost": unknown}, is_leader=lambda: leading)
+    caplog.set_level(logging.WARNING, logger="hami.dra")
+
+    reports.problems(world.extender.on_resource_claim(unknown))
+    await world.recorder.flush()
+
+    assert world.cluster.events == []
+    assert reports.raised.labels("unknown-uuid")._value.get() == 1
+    [line] = [r.getMessage() for r in caplog.records if r.name == "hami.dra"]
+    assert line.startswith("DRA unknown-uuid:")
+    leading = True
+    other = claim("lost2", "n1", "gpu-2", "user", memory="2Gi", cores="10")
+    reports.claims = {f"{NS}/lost2": other}
+    reports.problems(world.extender.on_resource_claim(other))
+    await world.recorder.flush()
+    assert [(e.involved.name, e.reason) for e in world.cluster.events] == [("lost2", "DRAUnknownUuid")]
+
+
 async def test_the_sweep_reports_problems_raised_by_pod_events_and_again_after_they_cleared(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
