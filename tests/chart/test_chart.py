@@ -695,6 +695,7 @@ def test_the_deployment_runs_kube_scheduler_and_hami() -> None:
         "--node-scheduler-policy=binpack",
         "--gpu-scheduler-policy=spread",
         "--node-lock-timeout=5m",
+        "--bind-lock-wait=20s",
         "--device-config-file=/device-config/device-config.yaml",
         "--leader-elect",
         "--leader-elect-resource-name=hami-scheduler",
@@ -875,6 +876,13 @@ def test_several_replicas_spread_over_nodes_and_need_leader_election() -> None:
 def test_not_taking_over_default_scheduler_is_passed_to_hami() -> None:
     hami = container(render("scheduler.forceOverwriteDefaultScheduler=false"), "hami")
     assert "--no-force-overwrite-default-scheduler" in hami["args"]
+
+
+@pytest.mark.parametrize(("value", "seconds"), [(None, 20.0), ("0", 0.0), ("7s", 7.0)])
+def test_the_bind_lock_wait_reaches_hami_in_a_form_it_reads(value: str | None, seconds: float) -> None:
+    hami = container(render(*([f"scheduler.bindLockWait={value}"] if value else [])), "hami")
+    [arg] = [a for a in hami["args"] if a.startswith("--bind-lock-wait=")]
+    assert load_settings({"bind_lock_wait": arg.partition("=")[2]}).bind_lock_wait == seconds
 
 
 def test_old_clusters_are_refused() -> None:
