@@ -343,6 +343,18 @@ def test_a_malformed_consumed_amount_is_charged_as_the_whole_card() -> None:
     assert usage(book.state, "dra-node-2", SMALL0) == (1, SMALL_MIB, 100)
 
 
+@pytest.mark.parametrize("memory", ["17Gi", "9999999999Ti", "1e400"])
+def test_a_consumed_amount_beyond_the_device_is_charged_as_the_whole_card(memory: str) -> None:
+    book = ledger()
+    book.slice_event(synthetic_slice("s", "dra-node-2", [shared_device("gpu-0", SMALL0, memory="16Gi")]))
+    (problem,) = book.claim_event(synthetic_claim("c", [result("gpu-0", "dra-node-2", "s1", memory=memory)]))
+    assert problem.kind is ProblemKind.MALFORMED
+    assert "consumedCapacity[memory]: is more than the device's whole memory capacity" in problem.message
+    assert repr(memory) in problem.message
+    assert usage(book.state, "dra-node-2", SMALL0) == (1, SMALL_MIB, 100)
+    assert book.state.verify() == []
+
+
 def test_a_shared_device_without_memory_capacity_is_charged_the_whole_memory() -> None:
     book = ledger()
     dev = shared_device("gpu-0", SMALL0)

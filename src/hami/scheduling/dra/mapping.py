@@ -152,12 +152,17 @@ class Taken:
 
 
 def _consumed(result: DeviceRequestAllocationResult, name: str, cap: CapacityOf, where: str) -> Fraction:
-    """What the result consumes of one capacity: ``consumedCapacity`` if it names it, else the default."""
+    """What the result consumes of one capacity: ``consumedCapacity`` if it names it, else the default. An amount
+    below zero or above the device's whole capacity cannot come from kube-scheduler (it allocates within the
+    capacity): refused, so a forged status neither charges an absurd amount nor overflows a gauge."""
     for key, raw in result.consumed_capacity.items():
         if local_name(key, result.driver) == local_name(name, result.driver):
-            amount = parse_quantity(raw, f"{where}.consumedCapacity[{key}]")
+            field = f"{where}.consumedCapacity[{key}]"
+            amount = parse_quantity(raw, field)
             if amount < 0:
-                raise InvalidInput(f"{where}.consumedCapacity[{key}]", raw, "must not be negative")
+                raise InvalidInput(field, raw, "must not be negative")
+            if amount > cap.value:
+                raise InvalidInput(field, raw, f"is more than the device's whole {key} capacity ({cap.value})")
             return amount
     return cap.default
 
