@@ -23,8 +23,10 @@ help:
 	@echo "make test-fast     lint, type checks and the tests that need no control plane and no helm"
 	@echo "make test-e2e      only the end-to-end tests (builds the control plane and helm first if needed)"
 	@echo "make setup         create $(VENV) and install hami with its dev tools"
-	@echo "make test-deps     install the Debian packages tests run (chromium, prometheus) when missing"
-	@echo "make testenv       build the local Kubernetes control plane used by end-to-end tests"
+	@echo "make test-deps     install the Debian packages tests run (chromium, prometheus, containerd, runc,"
+	@echo "                   CNI plugins, iptables, conntrack) when missing"
+	@echo "make testenv       build the local Kubernetes control plane and the real test node's kubelet,"
+	@echo "                   kube-proxy and kube-controller-manager used by end-to-end tests"
 	@echo "make helm          build helm into the same cache (make test and make test-e2e run it)"
 	@echo "make lint          ruff lint and format check"
 	@echo "make fmt           format the code and apply ruff's safe fixes"
@@ -69,8 +71,9 @@ typecheck: setup
 imports: setup
 	$(BIN)/lint-imports
 
-# etcd, kube-apiserver and kube-scheduler built from the Go module proxy into ~/.cache/hami/k8s-v1.Y.Z/;
-# a no-op when that directory is complete. The script needs only the standard library and Go.
+# etcd, kube-apiserver and kube-scheduler built from the Go module proxy into ~/.cache/hami/k8s-v1.Y.Z/, then
+# kubelet, kube-proxy and kube-controller-manager (the real test node) into ~/.cache/hami/k8s-node-v1.Y.Z/;
+# a no-op when those directories are complete. The script needs only the standard library and Go.
 # chromium renders the HTML report in tests; prometheus evaluates the Grafana dashboard's queries
 test-deps:
 	scripts/test-deps

@@ -127,3 +127,33 @@ def test_waiting_on_another_builds_lock_prints_progress(tmp_path: Path, capsys: 
     assert "waiting for it" in out
     assert out.count("still waiting for the other build") >= 2
     assert "the other build finished after" in out
+
+
+def test_node_wrapper_pins_the_node_commands(tmp_path: Path) -> None:
+    testenv.write_k8s_wrapper(tmp_path, "v1.36.3", UPSTREAM, testenv.NODE_BINARIES)
+    tools = (tmp_path / "tools.go").read_text()
+    for name in ("kubelet", "kube-proxy", "kube-controller-manager"):
+        assert f'_ "k8s.io/kubernetes/cmd/{name}"' in tools
+    assert "kube-apiserver" not in tools
+
+
+def test_locate_node_finds_the_node_build_of_the_control_planes_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("HAMI_TESTENV_CACHE", str(tmp_path))
+    monkeypatch.delenv("HAMI_K8S_VERSION", raising=False)
+    _fake_build(tmp_path, "v1.36.3")
+    assert testenv.main(["locate", "--node"]) == 1  # the control plane alone is not enough
+    assert "scripts/k8s-testenv node" in capsys.readouterr().err
+    node = tmp_path / "k8s-node-v1.36.3"
+    node.mkdir()
+    for name in testenv.NODE_BINARIES:
+        (node / name).write_text("#!/bin/sh\n")
+        (node / name).chmod(0o755)
+    (node / "manifest.json").write_text(json.dumps({"kubernetes": "v1.36.3"}))
+    (tmp_path / "k8s-v1.36.3" / "kubelet").write_text("")  # the control plane's directory is never looked in
+
+    assert testenv.main(["locate", "--node"]) == 0
+    assert capsys.readouterr().out.strip() == str(node)
+    assert testenv.main(["locate"]) == 0  # the control plane is still complete and found as before
+    assert capsys.readouterr().out.strip() == str(tmp_path / "k8s-v1.36.3")
