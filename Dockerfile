@@ -9,8 +9,9 @@
 # same environment. tests/unit/test_build_image_script.py checks that this file and the script agree.
 #
 # Stage 1 generates the kubelet API stubs, builds wheels for hami and its pinned dependencies and installs them
-# into a virtual environment. Stage 2 is Debian with only python3.11 and that environment: no compiler, no pip,
-# no build backend, no sources; it runs as an unprivileged user (10001, the chart's runAsUser).
+# into a virtual environment. Stage 2 is Debian with only python3.11 (and the C++ runtime grpcio needs) and that
+# environment: no compiler, no pip, no build backend, no sources; it runs as an unprivileged user (10001, the
+# chart's runAsUser).
 
 ARG DEBIAN_IMAGE=debian:bookworm-slim
 
@@ -39,7 +40,7 @@ RUN /tools/bin/pip wheel --constraint constraints.txt --wheel-dir /wheels . \
 
 FROM ${DEBIAN_IMAGE}
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3.11 \
+ && apt-get install -y --no-install-recommends python3.11 libstdc++6 \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --system --gid 10001 hami \
  && useradd --system --uid 10001 --gid hami --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin hami

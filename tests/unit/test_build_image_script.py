@@ -449,8 +449,10 @@ def test_the_dockerfile_and_the_script_describe_the_same_image() -> None:
     assert final[0] == ("FROM", "${DEBIAN_IMAGE}")
     last = dict(final)  # the final stage's instructions
     run = shlex.split(last["RUN"])
-    assert bi.PYTHON_PACKAGE in run[run.index("install") :]
-    assert not {"python3-pip", "python3.11-venv", "gcc"} & set(run)
+    installed = run[run.index("install") : run.index("&&", run.index("install"))]
+    assert set(bi.RUNTIME_PACKAGES) <= set(installed)
+    assert bi.PYTHON_PACKAGE in bi.RUNTIME_PACKAGES
+    assert not {"python3-pip", "python3.11-venv", "gcc"} & set(installed)
     groupadd = run[run.index("groupadd") : run.index("&&", run.index("groupadd"))]
     assert groupadd[groupadd.index("--gid") + 1] == str(bi.HAMI_GID)
     assert groupadd[-1] == bi.HAMI_USER
