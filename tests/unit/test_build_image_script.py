@@ -476,3 +476,22 @@ def test_the_script_and_the_chart_agree_on_the_user() -> None:
     values = yaml.safe_load((ROOT / "charts/hami/values.yaml").read_text())
     assert values["scheduler"]["extender"]["runAsUser"] == bi.HAMI_UID
     assert values["scheduler"]["kubeScheduler"]["runAsUser"] == bi.NONROOT
+
+
+def test_layers_keep_their_order_in_the_manifest_and_the_config(tmp_path: Path) -> None:
+    layers = []
+    for name in ("base", "deps", "app"):
+        tree = tmp_path / name
+        (tree / "opt" / "hami").mkdir(parents=True)
+        (tree / "opt" / "hami" / f"{name}.txt").write_text(name)
+        blob, diff_id = bi.write_layer(bi.tree_entries(tree, epoch=EPOCH), tmp_path / f"{name}.tar.gz", EPOCH)
+        layers.append(bi.Layer(blob, diff_id, name))
+    spec = bi.ImageSpec("hami:0.1.0", layers, EPOCH, "arm64", bi.hami_config())
+    _, manifest, config, uncompressed = _image(bi.write_oci_archive(spec, tmp_path / "x.oci.tar").path)
+    assert [layer["digest"] for layer in manifest["layers"]] == [layer.blob.digest for layer in layers]
+    assert config["rootfs"]["diff_ids"] == [layer.diff_id for layer in layers]
+    assert [h["created_by"] for h in config["history"]] == ["base", "deps", "app"]
+    assert config["architecture"] == "arm64"
+    for name, data in zip(("base", "deps", "app"), uncompressed, strict=True):
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            assert tar.extractfile(f"opt/hami/{name}.txt").read() == name.encode()  # type: ignore[union-attr]
