@@ -80,7 +80,12 @@ def device_plugin(
     mig_reconcile_seconds: Annotated[
         float, typer.Option(help="MIG nodes: how often instances nobody holds are destroyed.")
     ] = 60.0,
-    fake_nvml: Annotated[Path | None, typer.Option(help="Use a YAML fixture instead of NVML (no GPU needed).")] = None,
+    fake_nvml: Annotated[
+        Path | None,
+        typer.Option(
+            help="TESTS ONLY: a YAML fixture instead of NVML; the node advertises GPUs that do not exist.", hidden=True
+        ),
+    ] = None,
     kubeconfig: Annotated[Path | None, typer.Option(help="Default: KUBECONFIG, in-cluster, ~/.kube/config.")] = None,
     dry_run: Annotated[bool, typer.Option(help="Print the annotations this node would get, then exit.")] = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",

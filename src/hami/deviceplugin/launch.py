@@ -11,6 +11,7 @@ YAML fixture (``hami.deviceplugin.fakenvml``), for clusters and tests without GP
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import signal
@@ -128,6 +129,8 @@ def launch(
             node_side=node_side,
         )
         fake = load_fake_nvml(fake_nvml) if fake_nvml is not None else None
+        if fake is not None:
+            settings = _without_device_nodes(settings, fake_nvml)
         lib: NvmlLib = fake if fake is not None else PynvmlLib()
         numa = fake.numa_of if fake is not None else None
         if dry_run:
@@ -145,6 +148,13 @@ def launch(
     except HamiError as exc:
         typer.echo(f"hami device-plugin: {exc}", err=True)
         raise typer.Exit(1) from None
+
+
+def _without_device_nodes(settings: NodeSettings, fixture: Path | None) -> NodeSettings:
+    """A fake NVML's GPUs have no device nodes: hand kubelet none (``PASS_DEVICE_SPECS`` is ignored), else the
+    runtime refuses to start their containers. Said loudly: this node advertises GPUs that do not exist."""
+    log.warning("fake NVML fixture %s: advertising GPUs that do not exist (tests only); no device nodes", fixture)
+    return dataclasses.replace(settings, pass_device_specs=False)
 
 
 def _print_inventory(lib: NvmlLib, settings: NodeSettings, numa: Callable[[str], int] | None) -> None:

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from hami.cli import app
@@ -72,3 +74,22 @@ def test_the_node_name_is_required_to_serve() -> None:
     result = runner.invoke(app, ["device-plugin", f"--fake-nvml={FIXTURES / 'two-t4.yaml'}"], env={"NODE_NAME": ""})
     assert result.exit_code == 1
     assert "the node name is required" in result.output
+
+
+def test_a_fake_nvml_hands_kubelet_no_device_nodes_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    from hami.deviceplugin.launch import _without_device_nodes
+    from hami.deviceplugin.settings import NodeSettings
+
+    settings = NodeSettings(pass_device_specs=True)
+
+    changed = _without_device_nodes(settings, Path("fixture.yaml"))
+
+    assert changed.pass_device_specs is False
+    assert changed == dataclasses.replace(settings, pass_device_specs=False)  # nothing else changes
+    assert "advertising GPUs that do not exist" in caplog.text
+
+
+def test_the_fake_nvml_option_is_not_advertised_in_help() -> None:
+    result = runner.invoke(app, ["device-plugin", "--help"])
+    assert result.exit_code == 0
+    assert "--fake-nvml" not in result.output
