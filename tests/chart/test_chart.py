@@ -1060,3 +1060,38 @@ def test_amd_vastai_and_biren_are_managed_unless_disabled_and_follow_the_device_
         {"resourceCountName": "example.com/va2"},
         {"resourceCountName": "example.com/br"},
     )
+
+
+# --- the test-only fake NVML -------------------------------------------------------------------------------
+
+FAKE_FIXTURE = "devices:\n  - uuid: GPU-fake-0\n    memory_mib: 8000\n"  # no commas: helm --set splits on them
+
+
+def test_the_fake_nvml_is_off_by_default_and_leaves_no_trace() -> None:
+    docs = render()
+    for name in ("device-plugin", "vgpu-monitor"):
+        assert not any("fake" in arg for arg in daemonset_container(docs, name)["args"])
+    assert not [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-fake-nvml")]
+
+
+def test_the_fake_nvml_alone_fails_the_render_naming_the_acknowledgement() -> None:
+    result = run_helm(
+        "template", "hami", str(CHART), "--kube-version", KUBE_VERSION, "--set", "devicePlugin.testing.fakeNvml=x: 1"
+    )
+    assert result.returncode != 0
+    assert "devicePlugin.testing.fakeNvml is set" in result.stderr
+    assert "devicePlugin.testing.acknowledgeFakeGPUs=true" in result.stderr
+
+
+def test_the_acknowledged_fake_nvml_reaches_the_plugin_and_the_monitor() -> None:
+    docs = render("devicePlugin.testing.acknowledgeFakeGPUs=true", f"devicePlugin.testing.fakeNvml={FAKE_FIXTURE}")
+    configmap = one(docs, "ConfigMap", "hami-device-plugin-fake-nvml")
+    assert yaml.safe_load(configmap["data"]["fixture.yaml"]) == yaml.safe_load(FAKE_FIXTURE)
+    daemonset = one(docs, "DaemonSet")["spec"]["template"]
+    volumes = {v["name"]: v for v in daemonset["spec"]["volumes"]}
+    assert volumes["fake-nvml"] == {"name": "fake-nvml", "configMap": {"name": "hami-device-plugin-fake-nvml"}}
+    for name in ("device-plugin", "vgpu-monitor"):
+        container = daemonset_container(docs, name)
+        assert "--fake-nvml=/fake-nvml/fixture.yaml" in container["args"]
+        assert {"name": "fake-nvml", "mountPath": "/fake-nvml", "readOnly": True} in container["volumeMounts"]
+    assert "checksum/fake-nvml" in daemonset["metadata"]["annotations"]

@@ -20,3 +20,14 @@ app.kubernetes.io/component: hami-device-plugin
 {{- define "hami.image" -}}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
 {{- end -}}
+
+{{/* "true" when the test-only fake NVML fixture is on; fails the render when it is set without the acknowledgement. */}}
+{{- define "hami.devicePlugin.fakeNvml" -}}
+{{- $testing := .Values.devicePlugin.testing | default dict -}}
+{{- if $testing.fakeNvml -}}
+{{- if not (eq (toString $testing.acknowledgeFakeGPUs) "true") -}}
+{{- fail "devicePlugin.testing.fakeNvml is set: the device plugin would advertise GPUs that do not exist. It is for test clusters only; if this is one, also set devicePlugin.testing.acknowledgeFakeGPUs=true" -}}
+{{- end -}}
+true
+{{- end -}}
+{{- end -}}
