@@ -916,6 +916,7 @@ def test_the_monitor_runs_beside_the_plugin_with_only_the_containers_directory()
     assert volumes["vgpu-containers"]["hostPath"] == {"path": "/usr/local/vgpu/containers", "type": "DirectoryOrCreate"}
     security = monitor["securityContext"]
     assert "privileged" not in security
+    assert security["runAsUser"] == 0  # DAC_OVERRIDE takes effect for root only, not for the image's user
     assert security["allowPrivilegeEscalation"] is False
     assert security["capabilities"] == {"drop": ["ALL"], "add": ["DAC_OVERRIDE"]}
 
@@ -1095,3 +1096,8 @@ def test_the_acknowledged_fake_nvml_reaches_the_plugin_and_the_monitor() -> None
         assert "--fake-nvml=/fake-nvml/fixture.yaml" in container["args"]
         assert {"name": "fake-nvml", "mountPath": "/fake-nvml", "readOnly": True} in container["volumeMounts"]
     assert "checksum/fake-nvml" in daemonset["metadata"]["annotations"]
+
+
+def test_the_plugin_runs_as_root_whatever_the_images_user() -> None:
+    security = daemonset_container(render(), "device-plugin")["securityContext"]
+    assert security == {"privileged": True, "runAsUser": 0, "runAsGroup": 0}

@@ -915,11 +915,20 @@ def start_control_plane(
     *,
     timeout: float = START_TIMEOUT_S,
     apiserver_args: Sequence[str] = (),
+    address: str = "127.0.0.1",
+    service_ip: str | None = None,
+    service_account_admission: bool = False,
+    ca: CertificateAuthority | None = None,
 ) -> ControlPlane:
     """Start etcd and kube-apiserver in ``workdir`` and wait until ``/readyz`` answers 200.
 
     ``apiserver_args`` are added to kube-apiserver's command line (say, ``--max-requests-inflight=1`` for a
-    server that sheds load with 429s).
+    server that sheds load with 429s). ``address`` is where kube-apiserver listens and what it advertises (the real
+    node's harness gives the address of the bridge it creates, which pods reach; ``tests/e2e/realnode.py``), and
+    ``service_ip`` the ``kubernetes`` Service's address, both put in its serving certificate;
+    ``service_account_admission`` turns the ServiceAccount admission plugin on (pods get their tokens mounted);
+    ``ca`` is the CA to use (default: a new one in ``workdir/pki``), so that certificates named in ``apiserver_args``
+    can be issued before the start.
 
     Ports are picked free just before use; if another process grabs one first, the start is retried
     on new ports (up to 3 times). On any failure (or KeyboardInterrupt) what was started is stopped
@@ -929,8 +938,13 @@ def start_control_plane(
     binaries = binaries or locate_binaries()
     workdir.mkdir(parents=True, exist_ok=True)
     pki = workdir / "pki"
-    ca = CertificateAuthority.create(pki)
-    serving_cert, serving_key = ca.issue_serving_cert(pki, "kube-apiserver", dns_names=("localhost", "kubernetes"))
+    ca = ca or CertificateAuthority.create(pki)
+    serving_cert, serving_key = ca.issue_serving_cert(
+        pki,
+        "kube-apiserver",
+        ips=tuple(dict.fromkeys(ip for ip in ("127.0.0.1", address, service_ip) if ip)),
+        dns_names=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"),
+    )
     sa_key_file = pki / "service-account.key"
     _write_private_key(sa_key_file, rsa.generate_private_key(public_exponent=65537, key_size=2048))
     token = secrets.token_urlsafe(32)
@@ -942,7 +956,7 @@ def start_control_plane(
 
     for attempt in range(1, _PORT_ATTEMPTS + 1):
         etcd_client_port, etcd_peer_port, api_port = free_port(), free_port(), free_port()
-        server = f"https://127.0.0.1:{api_port}"
+        server = f"https://{address}:{api_port}"
         _write_kubeconfig(kubeconfig, server, ca.cert_pem, token)
         etcd = ManagedProcess(
             "etcd",
@@ -965,8 +979,8 @@ def start_control_plane(
             [
                 str(binaries.kube_apiserver),
                 f"--etcd-servers=http://127.0.0.1:{etcd_client_port}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                f"--bind-address={address}",
+                f"--advertise-address={address}",
                 f"--secure-port={api_port}",
                 f"--cert-dir={workdir / 'apiserver-certs'}",
                 f"--tls-cert-file={serving_cert}",
@@ -980,7 +994,7 @@ def start_control_plane(
                 "--endpoint-reconciler-type=none",
                 "--authorization-mode=RBAC",
                 "--enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
-                "--disable-admission-plugins=ServiceAccount",
+                *(() if service_account_admission else ("--disable-admission-plugins=ServiceAccount",)),
                 "--allow-privileged=true",
                 "--profiling=false",
                 "--v=1",

@@ -5,6 +5,9 @@ Session scope:
     ``ca_file``/``ca_pem``, ``ca.issue_serving_cert(...)``, ``token``, ``client()``, ``start_scheduler()``).
     ``kube`` -- an admin ``KubeClient`` for that control plane.
 
+    ``real_cluster`` -- a control plane with a real node (kubelet + containerd + kube-proxy, ``realnode.py``) and
+    hami's images imported; only started by the tests that ask for it. The host is put back afterwards.
+
 Function scope (cleaned up after each test):
     ``namespace`` -- a fresh namespace name; its pods are deleted (grace period 0) afterwards.
     ``make_node`` -- ``make_node(name, **create_node_kwargs)`` creates a fake node, deleted afterwards.
@@ -18,12 +21,13 @@ When the binaries are not built the tests *fail* (never skip) with a message say
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import pytest
 
-from tests.e2e import cluster, hami_stack
+from tests.e2e import cluster, hami_stack, realnode
 from tests.e2e.cluster import ControlPlane, KubeClient, Scheduler
 from tests.e2e.vendors import VendorStack, VendorStackFactory, start_vendor_stack, stop_vendor_stack
 
@@ -46,6 +50,32 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
     finally:
         plane.stop()
         _PLANES.remove(plane)
+
+
+@pytest.fixture(scope="session")
+def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[realnode.RealCluster]:
+    """The real node and its control plane for the whole session (one per machine: a lock serializes sessions).
+    Everything is stopped and the host restored at the end; a restore that left something fails the session."""
+    with contextlib.ExitStack() as stack:
+        failure: str | None = None
+        try:
+            binaries = cluster.locate_binaries()
+            images = realnode.build_images(tmp_path_factory.mktemp("images"), binaries.kube_scheduler)
+            stack.enter_context(realnode.machine_lock())
+            archives = [images["pause"][0], images["kube-scheduler"][0], images["hami"][0]]
+            started = realnode.start_real_cluster(tmp_path_factory.mktemp("real-cluster"), archives)
+        except cluster.ControlPlaneError as err:
+            failure = str(err)
+        if failure is not None:
+            pytest.fail(failure, pytrace=False)
+        _PLANES.append(started.plane)
+        try:
+            yield started
+        finally:
+            _PLANES.remove(started.plane)
+            problems = started.stop()
+        if problems:
+            pytest.fail("the real node's host clean-up left: " + "; ".join(problems), pytrace=False)
 
 
 @pytest.fixture(scope="session")
