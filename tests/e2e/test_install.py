@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -272,8 +273,11 @@ def test_helm_upgrade_rolls_while_a_burst_of_gpu_pods_never_exceeds_capacity(
     burst = [f"burst-{i}" for i in range(fits + 2)]
     upgrade = threading.Thread(target=helm_upgrade, args=(installed, "2"), daemon=True)
     upgrade.start()
-    for name in burst:
-        kube.post(f"/api/v1/namespaces/{namespace}/pods", gpu_pod(name, image, 1, 3000))
+    for name in burst:  # spread over the rollout
+        created = create_through_webhook_outage(kube, namespace, gpu_pod(name, image, 1, 3000))
+        assert created["spec"]["schedulerName"] == "hami-scheduler"
+        assert_within_capacity(kube)
+        upgrade.join(1.0)
     while upgrade.is_alive():
         assert_within_capacity(kube)
         upgrade.join(0.5)
@@ -341,10 +345,24 @@ def test_helm_uninstall_leaves_nothing_and_plain_pods_still_run(installed: RealC
 UPGRADE_ERRORS: list[str] = []
 
 
+def create_through_webhook_outage(kube: KubeClient, namespace: str, pod: dict[str, Any]) -> dict[str, Any]:
+    """Create ``pod``, retrying while the webhook is unreachable (failurePolicy Fail refuses GPU pods for the moment
+    the rollout moves the leader, as the README says), as a controller would."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        try:
+            created: dict[str, Any] = kube.post(f"/api/v1/namespaces/{namespace}/pods", pod)
+            return created
+        except ApiError as err:
+            if "webhook" not in str(err) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def helm_upgrade(cluster: RealCluster, revision: str) -> None:
     """``helm upgrade`` with the same values plus a pod annotation, which rolls the scheduler's pods."""
     args = ["upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE, "--reuse-values", "--wait"]
-    args += ["--timeout", f"{WAIT_S:.0f}s", "--set", f"scheduler.podAnnotations.hami-e2e/revision={revision}"]
+    args += ["--timeout", f"{WAIT_S:.0f}s", "--set-string", f"scheduler.podAnnotations.hami-e2e/revision={revision}"]
     try:
         run_helm(cluster, *args)
     except AssertionError as err:
