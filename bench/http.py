@@ -179,7 +179,7 @@ def bench_http_filter(s: Scenario, iterations: int = 1000, warmup: int = 50) -> 
 
 
 async def _forget(extender: Extender, uid: str) -> None:
-    extender.pending.discard(uid)
-    from hami.scheduling.cycle import unreserve
+    extender.cycle.pending.discard(uid)
+    from hami.scheduling.decide import unreserve
 
     unreserve(extender.state, uid)

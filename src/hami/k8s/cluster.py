@@ -31,6 +31,7 @@ from hami.k8s.client import KubeClient, ListPage
 from hami.k8s.records import ObjectRef, make_event
 from hami.k8s.resources import EVENTS, NODES, PODS
 from hami.protocol.objects import Node, Pod
+from hami.scheduling.ports import PodWriter
 
 __all__ = ["LIVE_PODS", "ClusterClient", "KubeCluster", "WallClock", "pod_replaced", "utc_now"]
 
@@ -54,27 +55,13 @@ def pod_replaced(namespace: str, name: str, uid: str, detail: str, status: int) 
     )
 
 
-class ClusterClient(Protocol):
-    """The cluster as the scheduler's request handlers see it (see the module docstring for semantics)."""
+class ClusterClient(PodWriter, Protocol):
+    """The cluster as the scheduler's request handlers see it (see the module docstring for semantics); its pod
+    write, ``patch_pod_metadata``, is declared once in ``hami.scheduling.ports.PodWriter``."""
 
     async def get_pod(self, namespace: str, name: str) -> Pod: ...
 
     async def get_node(self, name: str) -> Node: ...
-
-    async def patch_pod_metadata(
-        self,
-        namespace: str,
-        name: str,
-        annotations: Mapping[str, str | None] | None = None,
-        labels: Mapping[str, str | None] | None = None,
-        *,
-        uid: str | None = None,
-        resource_version: str | None = None,
-    ) -> Pod:
-        """Merge-patch the pod's annotations and labels (``None`` deletes a key); returns the patched pod.
-
-        ``uid`` and ``resource_version`` are preconditions (see the module docstring)."""
-        ...
 
     async def patch_node_annotations(
         self, name: str, annotations: Mapping[str, str | None], resource_version: str | None = None

@@ -26,7 +26,7 @@ __all__ = ["NodeFit", "NodeRejection", "filter_node"]
 class NodeFit:
     """A node that can run the pod: per vendor, per container (init first), the placements chosen, and the
     vendors' contributions to the node score for this choice (``Fitted.score``, summed). (Its usage score is the
-    next stage's: ``hami.scheduling.cycle.score``.)"""
+    next stage's: ``hami.scheduling.decide.score``.)"""
 
     node: str
     placements: Mapping[str, tuple[tuple[Placement, ...], ...]]

@@ -421,7 +421,7 @@ class Runtime:
                 client, cluster, extender, locker, events, supervisor, synced
             )
             audit = LedgerAudit(
-                self.state, self.vendors, cluster, self.metrics, lambda: extender.pending, readiness.synced
+                self.state, self.vendors, cluster, self.metrics, lambda: extender.cycle.pending, readiness.synced
             )
             supervisor.start(self._self_check(audit), name="self-check")
             supervisor.start(self._lock_sweep(locker), name="lock-sweep")

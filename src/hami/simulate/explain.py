@@ -35,7 +35,7 @@ from hami.devices.table import DeviceTable
 from hami.errors import InvalidInput
 from hami.protocol import keys
 from hami.protocol.objects import Pod
-from hami.scheduling.cycle import Decision
+from hami.scheduling.decide import Decision
 from hami.scheduling.dra import HeldCard, held_by_card
 from hami.scheduling.filter import NodeRejection
 from hami.scheduling.request import PodRequest, prefilter

@@ -40,9 +40,10 @@ from hami.protocol.objects import Node, Pod
 from hami.protocol.podpatch import PatchOp
 from hami.protocol.reasons import Reason
 from hami.scheduling.admission import Admission, AdmissionSettings, admitters_for
-from hami.scheduling.cycle import Decision, Verdicts, decide, reserve
+from hami.scheduling.decide import Decision, decide, reserve
 from hami.scheduling.dra import DraLedger
 from hami.scheduling.filter import NodeRejection
+from hami.scheduling.memo import Verdicts
 from hami.scheduling.records import RecordReader, holds_devices
 from hami.scheduling.request import PodRequest, SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState

@@ -28,8 +28,9 @@ from hami.devices.table import DeviceTable
 from hami.protocol import keys
 from hami.protocol.inventory import DeviceInfo
 from hami.protocol.reasons import Reason, Rejection
-from hami.scheduling.cycle import Verdicts, decide, filter_nodes, reserve
+from hami.scheduling.decide import decide, filter_nodes, reserve
 from hami.scheduling.filter import filter_node
+from hami.scheduling.memo import Verdicts
 from hami.scheduling.request import PodRequest
 from hami.scheduling.screen import Screen, screened
 from hami.scheduling.state import ClusterState

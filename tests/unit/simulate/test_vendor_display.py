@@ -12,7 +12,7 @@ from collections.abc import Hashable, Sequence
 
 from hami.devices.base import SliceLabels, Vendor
 from hami.protocol.inventory import DeviceInfo
-from hami.scheduling.cycle import decide, reserve
+from hami.scheduling.decide import decide, reserve
 from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState
 from hami.scheduling.usage import Kind
