@@ -26,7 +26,7 @@ from typing import Protocol
 
 import msgspec
 
-from hami.errors import ApiError, Conflict
+from hami.errors import ApiError, PodReplaced
 from hami.k8s.client import KubeClient, ListPage
 from hami.k8s.records import ObjectRef, make_event
 from hami.k8s.resources import EVENTS, NODES, PODS
@@ -46,9 +46,9 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-def pod_replaced(namespace: str, name: str, uid: str, detail: str, status: int) -> Conflict:
+def pod_replaced(namespace: str, name: str, uid: str, detail: str, status: int) -> PodReplaced:
     """The error of a pod write whose UID precondition failed: the pod of that name is another one now."""
-    return Conflict(
+    return PodReplaced(
         f"pod {namespace}/{name} is no longer the pod with UID {uid} (deleted, or deleted and re-created); "
         f"nothing written: {detail}",
         status,

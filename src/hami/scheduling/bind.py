@@ -21,7 +21,7 @@ from hami.protocol import keys
 from hami.protocol.events import binding_succeed_text
 from hami.protocol.objects import ObjectMeta, Pod
 from hami.scheduling.cleanup import clear_later, release_allocation
-from hami.scheduling.outcomes import ApiFailure, BindOutcome, Bound
+from hami.scheduling.outcomes import ApiFailure, BindOutcome, BindRefusal, Bound, Refused
 from hami.scheduling.parts import CycleParts
 from hami.scheduling.records import holds_devices, pod_group
 from hami.scheduling.request import prefilter
@@ -33,7 +33,6 @@ BIND_VERSION_ATTEMPTS = 3
 """Tries of a Binding conditional on the pod's version, while others' writes to the pod keep moving it on."""
 NOT_PENDING = frozenset({"Running", "Succeeded", "Failed"})
 """Pod phases hami neither places nor binds."""
-_ALREADY_BOUND = "already bound to that node"
 
 
 async def bind(parts: CycleParts, ns: str, name: str, uid: str, node: str) -> BindOutcome:
@@ -78,11 +77,11 @@ async def _bind_target(parts: CycleParts, named: Pod, node: str, record: PodReco
 def _bind_check(parts: CycleParts, pod: Pod, uid: str, node: str, record: PodRecord | None) -> bool | BindOutcome:
     """Identity, then the allocation: an outcome that ends the bind here, or whether the pod wants devices."""
     refusal = bind_refusal(pod, uid, node)
-    if refusal == _ALREADY_BOUND:
+    if refusal is not None and refusal.why is Refused.BOUND_THERE:
         # kube-scheduler repeats a bind whose answer it did not get: nothing is locked, written or released.
         return BindOutcome(Bound.ALREADY_BOUND, pod, node)
     if refusal is not None:
-        return _refused(pod, node, refusal)
+        return _refused(pod, node, refusal.message)
     if record is None:
         return _allocation_check(parts, pod, node)
     if record.node != node:
@@ -321,20 +320,21 @@ def _refused(pod: Pod, node: str, reason: str) -> BindOutcome:
     return BindOutcome(Bound.REFUSED, pod, node, f"binding {pod.key} to {node} refused: {reason}")
 
 
-def bind_refusal(pod: Pod, uid: str, node: str) -> str | None:
-    """Why a /bind of ``pod`` under ``uid`` to ``node`` must not go ahead, or ``None``; ``_ALREADY_BOUND`` when
-    it is bound there already (then there is nothing to do)."""
+def bind_refusal(pod: Pod, uid: str, node: str) -> BindRefusal | None:
+    """Why a /bind of ``pod`` under ``uid`` to ``node`` must not go ahead, or ``None``; ``Refused.BOUND_THERE``
+    when it is bound there already (then there is nothing to do)."""
     if pod.metadata.uid != uid:
-        return (
+        return BindRefusal(
+            Refused.ANOTHER_POD,
             f"the request is for UID {uid}, but the pod of that name is UID {pod.metadata.uid} "
-            "(deleted and re-created, or a stale or forged request)"
+            "(deleted and re-created, or a stale or forged request)",
         )
     if pod.spec.node_name == node:
-        return _ALREADY_BOUND
+        return BindRefusal(Refused.BOUND_THERE, "already bound to that node")
     if pod.spec.node_name:
-        return f"the pod is already bound to node {pod.spec.node_name}"
+        return BindRefusal(Refused.BOUND_ELSEWHERE, f"the pod is already bound to node {pod.spec.node_name}")
     if pod.status.phase in NOT_PENDING:
-        return f"the pod is {pod.status.phase}"
+        return BindRefusal(Refused.NOT_PENDING, f"the pod is {pod.status.phase}")
     return None
 
 

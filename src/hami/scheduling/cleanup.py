@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Mapping
 
 from hami.devices.base import Vendor
-from hami.errors import ApiError, Conflict, NotFound
+from hami.errors import ApiError, NotFound, PodReplaced
 from hami.protocol import keys
 from hami.protocol.objects import Pod
 from hami.scheduling.outcomes import ApiFailure, Cleanup, Cleared
@@ -53,8 +53,8 @@ def clear_later(parts: CycleParts, ns: str, name: str, uid: str) -> None:
 
 
 def pod_gone(err: ApiError) -> bool:
-    """No pod with the UID written against exists: not found, or the UID precondition failed (422)."""
-    return isinstance(err, NotFound) or (isinstance(err, Conflict) and err.status == 422)
+    """No pod with the UID written against exists: not found, or the UID precondition failed."""
+    return isinstance(err, NotFound | PodReplaced)
 
 
 async def _clear(parts: CycleParts, ns: str, name: str, uid: str, guard: str | None) -> None:

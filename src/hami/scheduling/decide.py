@@ -14,7 +14,7 @@ vendor on the node, §11 item 15).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 from hami.devices.base import AnnotationContext, SliceAt
@@ -22,7 +22,7 @@ from hami.protocol import keys
 from hami.protocol.allocation import PodDevices
 from hami.protocol.events import filtering_succeed_text, no_available_node_text
 from hami.protocol.inventory import DeviceInfo
-from hami.scheduling.filter import NodeFit, NodeRejection, filter_node
+from hami.scheduling.filter import NodeFit, NodeRejection, filter_node, unregistered
 from hami.scheduling.memo import NodeMemo, Verdict, Verdicts, room_of
 from hami.scheduling.request import PodRequest
 from hami.scheduling.screen import NO_SHORTCUT, Screen, realize, screened_fit, screened_fits
@@ -73,7 +73,7 @@ def judge(state: ClusterState, node: NodeState, req: PodRequest) -> Verdict:
     if isinstance(verdict, NodeRejection) and not verdict.unresolvable:
         never = filter_node(state, node, req, empty=True)
         if isinstance(never, NodeRejection):
-            verdict = NodeRejection(verdict.node, verdict.counts, verdict.total, verdict.closest, True, verdict.detail)
+            verdict = replace(verdict, unresolvable=True)
     return verdict
 
 
@@ -113,7 +113,7 @@ def _judge_each(
     for name in names:
         node = nodes.get(name)
         if node is None:
-            rejected[name] = NodeRejection(name, {}, 0, unresolvable=True, detail="node unregistered")
+            rejected[name] = unregistered(name)
             continue
         entry = entries.get(name)  # memo.entry(node), inlined: this loop is the hot path
         if entry is None or entry.node is not node or entry.generation != node.generation:

@@ -9,7 +9,17 @@ from dataclasses import dataclass
 from hami.protocol.objects import Pod
 from hami.scheduling.decide import Decision
 
-__all__ = ["ApiFailure", "BindOutcome", "Bound", "Cleanup", "Cleared", "FilterOutcome", "Filtered"]
+__all__ = [
+    "ApiFailure",
+    "BindOutcome",
+    "BindRefusal",
+    "Bound",
+    "Cleanup",
+    "Cleared",
+    "FilterOutcome",
+    "Filtered",
+    "Refused",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +69,23 @@ class Bound(enum.StrEnum):
     NO_ALLOCATION = "no-allocation"
     FAILED = "failed"
     BOUND = "bound"
+
+
+class Refused(enum.StrEnum):
+    """Why the pod a /bind names may not be bound (``hami.scheduling.bind.bind_refusal``)."""
+
+    ANOTHER_POD = "another-pod"  # the pod of that name has another UID
+    BOUND_THERE = "bound-there"  # already bound to that very node: nothing to do (``Bound.ALREADY_BOUND``)
+    BOUND_ELSEWHERE = "bound-elsewhere"
+    NOT_PENDING = "not-pending"  # running or finished
+
+
+@dataclass(frozen=True, slots=True)
+class BindRefusal:
+    """A refusal as data: why, and the words for a person (part of the /bind answer)."""
+
+    why: Refused
+    message: str
 
 
 @dataclass(frozen=True, slots=True)

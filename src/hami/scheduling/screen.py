@@ -33,6 +33,7 @@ decision (``Screen.audit``) differs from Fit's; the ledger's self-check reports 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Final, Protocol, runtime_checkable
 
@@ -152,7 +153,7 @@ class Screen:
         """The node judged by Fit; for a rejection, ``unresolvable`` from the idle summaries where they can say."""
         verdict = filter_node(self.state, node, self.req)
         if isinstance(verdict, NodeRejection) and not verdict.unresolvable and self._never_fits(node):
-            return NodeRejection(verdict.node, verdict.counts, verdict.total, verdict.closest, True, verdict.detail)
+            return replace(verdict, unresolvable=True)
         return verdict
 
     def audit(self) -> bool:

@@ -172,9 +172,7 @@ class Extender:
         for node, rejection in decision.rejected.items():
             # Beyond HAMi: bare reasons (NodeInsufficientDevice, unregistered nodes) get their event too; a node
             # whose registration was refused (quarantined) did register, with something hami cannot decode.
-            state = self.state.nodes.get(node)
-            bare = Reason.NODE_QUARANTINED if state is not None and state.problems else Reason.NODE_UNREGISTERED
-            for reason in rejection.counts or (bare,):
+            for reason in rejection.counts or (rejection.node_reason or Reason.NODE_UNREGISTERED,):
                 by_reason.setdefault(reason, []).append(node)
         for text in filtering_failed_texts(by_reason):
             self._event(pod, FAILED, text)

@@ -45,7 +45,7 @@ from hami.scheduling.dra import DraLedger
 from hami.scheduling.filter import NodeRejection
 from hami.scheduling.memo import Verdicts
 from hami.scheduling.records import RecordReader, holds_devices
-from hami.scheduling.request import PodRequest, SchedulingDefaults, prefilter
+from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState
 from hami.scheduling.usage import Kind, container_kinds
 from hami.simulate.admit import Denied, admit_pod
@@ -319,18 +319,15 @@ class Simulator:
         message = decision.message
         if excluded:
             message += f" ({excluded} more excluded by nodeSelector or unschedulable)"
-        reasons = {node: self._reason_counts(req, rej) for node, rej in sorted(decision.rejected.items())}
+        reasons = {node: self._reason_counts(rej) for node, rej in sorted(decision.rejected.items())}
         return Outcome(pod.key, item.origin, message, decision, reasons, containers, req.wants_devices, admission=patch)
 
-    def _reason_counts(self, req: PodRequest, rejection: NodeRejection) -> dict[str, int]:
+    def _reason_counts(self, rejection: NodeRejection) -> dict[str, int]:
         """Reason code → devices, or one node-level code (count 1) when the node has no usable registration:
         ``NodeQuarantined`` if its registration was refused as malformed, else ``NodeUnregistered``."""
         if rejection.counts:
             return {reason.value: n for reason, n in sorted(rejection.counts.items())}
-        node = self.state.nodes.get(rejection.node)
-        if node is not None and any(v in node.problems and v not in node.tables for v in req.vendors):
-            return {Reason.NODE_QUARANTINED.value: NODE_LEVEL_COUNT}
-        return {Reason.NODE_UNREGISTERED.value: NODE_LEVEL_COUNT}
+        return {(rejection.node_reason or Reason.NODE_UNREGISTERED).value: NODE_LEVEL_COUNT}
 
     def unknown_resources(self, item: Sourced[Pod]) -> list[str]:
         """A warning for each resource under a vendor domain hami manages (``nvidia.com/``) that no vendor owns:
