@@ -204,6 +204,11 @@ class Metrics:
             ["version", "revision", "build_date", "go_version", "compiler", "platform"],
             registry=self.own,
         ).labels(__version__, "", "", "", "cpython", "linux").set(1)
+        self._request_metrics()
+        self._ledger_metrics()
+
+    def _request_metrics(self) -> None:
+        """What /filter, /bind and the webhook did, and how long it took."""
         self.latency = Histogram(
             "hami_request_duration_seconds",
             "Extender/webhook request latency by endpoint",
@@ -234,6 +239,9 @@ class Metrics:
         self.api_errors = Counter(
             "hami_kube_api_errors", "Kubernetes API calls that failed", ["operation"], registry=self.own
         )
+
+    def _ledger_metrics(self) -> None:
+        """The ledger's self-checks: against a recount and against the API's pods."""
         self.ledger_drift = Gauge(
             "hami_ledger_drift", "Differences between the usage ledger and a full recount", registry=self.own
         )
