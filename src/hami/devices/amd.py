@@ -38,8 +38,9 @@ from hami.devices.base import (
     parse_type_list,
     parse_uuid_list,
 )
-from hami.devices.common import SharedDeviceVendor, device_scores, policy_order
+from hami.devices.common import SharedDeviceVendor, policy_order
 from hami.devices.resources import lookup_resource, mib_hint, whole_quantity
+from hami.devices.scoring import device_scores
 from hami.devices.table import DeviceTable
 from hami.errors import InvalidInput, QuantityError
 from hami.protocol import keys

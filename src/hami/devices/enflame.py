@@ -65,8 +65,9 @@ from hami.devices.base import (
     Unfit,
     parse_uuid_list,
 )
-from hami.devices.common import SharedDeviceVendor, device_scores, fit_shared, policy_order
+from hami.devices.common import SharedDeviceVendor, fit_shared, policy_order
 from hami.devices.resources import lookup_resource, whole_quantity
+from hami.devices.scoring import device_scores
 from hami.devices.table import DeviceTable
 from hami.errors import AnnotationError, InvalidInput, QuantityError
 from hami.protocol import _gojson

@@ -50,8 +50,9 @@ from hami.devices.base import (
     parse_uuid_list,
 )
 from hami.devices.capacity import CapacityLayout, synthesized_index, unit_hint
-from hami.devices.common import Screener, SharedDeviceVendor, fit_shared, shared_screener
+from hami.devices.common import SharedDeviceVendor, fit_shared
 from hami.devices.resources import INT32_TOO_LARGE, lookup_resource, read_int32, whole_quantity
+from hami.devices.screening import Screener, shared_screener
 from hami.devices.table import DeviceTable
 from hami.errors import QuantityError
 from hami.protocol import keys

@@ -42,8 +42,9 @@ from hami.devices.base import (
     Unfit,
     parse_uuid_list,
 )
-from hami.devices.common import SharedDeviceVendor, device_scores, policy_order
+from hami.devices.common import SharedDeviceVendor, policy_order
 from hami.devices.countonly import CountOnlyResources, count_request
+from hami.devices.scoring import device_scores
 from hami.devices.table import DeviceTable
 from hami.errors import AnnotationError
 from hami.protocol import keys

@@ -22,8 +22,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from hami.devices.base import MEM_PERCENTAGE_UNSET, ContainerRequest, FitContext, NodeInventory, Selector, Unfit
-from hami.devices.common import SharedDeviceVendor, shared_screener
+from hami.devices.common import SharedDeviceVendor
 from hami.devices.policy import parse_gpu_policy
+from hami.devices.screening import shared_screener
 from hami.devices.table import DeviceTable
 from hami.protocol import keys
 from hami.protocol.inventory import DeviceInfo

@@ -33,8 +33,9 @@ from hami.devices.base import (
     Selector,
     Unfit,
 )
-from hami.devices.common import SharedDeviceVendor, device_scores, policy_order
+from hami.devices.common import SharedDeviceVendor, policy_order
 from hami.devices.resources import lookup_resource, whole_quantity
+from hami.devices.scoring import device_scores
 from hami.devices.table import DeviceTable
 from hami.errors import InvalidInput
 from hami.protocol import keys

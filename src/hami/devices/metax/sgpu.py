@@ -50,7 +50,7 @@ from hami.devices.base import (
     parse_bool,
     parse_uuid_list,
 )
-from hami.devices.common import SharedDeviceVendor, device_scores, policy_order
+from hami.devices.common import SharedDeviceVendor, policy_order
 from hami.devices.metax.admission import APP_CLASS, QOS_POLICY, SgpuAdmitter
 from hami.devices.metax.topology import link_score, prefer_link_zones
 from hami.devices.metax.wire import (
@@ -67,6 +67,7 @@ from hami.devices.metax.wire import (
     tags_on,
 )
 from hami.devices.resources import whole_quantity
+from hami.devices.scoring import device_scores
 from hami.devices.table import DeviceTable
 from hami.errors import InvalidInput, QuantityError
 from hami.protocol import keys
