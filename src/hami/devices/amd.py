@@ -35,8 +35,7 @@ from hami.devices.base import (
     Placement,
     Selector,
     Unfit,
-    parse_type_list,
-    parse_uuid_list,
+    too_few_devices,
 )
 from hami.devices.common import SharedDeviceVendor, policy_order
 from hami.devices.resources import lookup_resource, mib_hint, whole_quantity
@@ -178,12 +177,7 @@ class AmdVendor(SharedDeviceVendor):
             return False
 
     def selector(self, annotations: Mapping[str, str]) -> Selector:
-        return Selector(
-            use_types=parse_type_list(annotations.get(USE_TYPE)),
-            nouse_types=parse_type_list(annotations.get(NOUSE_TYPE)),
-            use_uuids=parse_uuid_list(annotations.get(USE_UUID)),
-            nouse_uuids=parse_uuid_list(annotations.get(NOUSE_UUID)),
-        )
+        return Selector.from_annotations(annotations, (USE_UUID, NOUSE_UUID), (USE_TYPE, NOUSE_TYPE))
 
     def admitter(self) -> Admitter:
         return AmdAdmitter(self.config)
@@ -191,8 +185,7 @@ class AmdVendor(SharedDeviceVendor):
     def fit(self, table: DeviceTable, request: ContainerRequest, ctx: FitContext, selector: Selector) -> Fitted | Unfit:
         n = len(table.infos)
         if request.nums > n:
-            rejection = Rejection(Reason.NODE_INSUFFICIENT_DEVICE, None, request.nums, n)
-            return Unfit({Reason.NODE_INSUFFICIENT_DEVICE: n}, n, (rejection,))
+            return too_few_devices(n, request.nums)
         return _AmdFit(table, request, ctx, selector).run()
 
 

@@ -50,7 +50,7 @@ from hami.devices.base import (
     Selector,
     Slice,
     Unfit,
-    parse_uuid_list,
+    too_few_devices,
 )
 from hami.devices.common import SharedDeviceVendor, policy_order
 from hami.devices.resources import lookup_resource, whole_quantity
@@ -263,10 +263,7 @@ class AwsNeuronVendor(SharedDeviceVendor):
         return NodeInventory(infos, node_info=info)
 
     def selector(self, annotations: Mapping[str, str]) -> Selector:
-        return Selector(
-            use_uuids=parse_uuid_list(annotations.get(USE_UUID)),
-            nouse_uuids=parse_uuid_list(annotations.get(NOUSE_UUID)),
-        )
+        return Selector.from_annotations(annotations, (USE_UUID, NOUSE_UUID))
 
     def fit(self, table: DeviceTable, request: ContainerRequest, ctx: FitContext, selector: Selector) -> Fitted | Unfit:
         geometry = _Geometry.of(ctx.node_info)
@@ -276,8 +273,7 @@ class AwsNeuronVendor(SharedDeviceVendor):
             return Unfit({Reason.MODE_NOT_FIT: n}, n)
         nums, cores = split
         if nums > n:
-            miss = Rejection(Reason.NODE_INSUFFICIENT_DEVICE, None, nums, n)
-            return Unfit({Reason.NODE_INSUFFICIENT_DEVICE: n}, n, (miss,))
+            return too_few_devices(n, nums)
         mark = self._marker(request, geometry)
         if nums > 1:
             return self._several(table, nums, ctx, selector, geometry, mark)

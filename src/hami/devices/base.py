@@ -60,6 +60,7 @@ __all__ = [
     "Unfit",
     "Vendor",
     "parse_bool",
+    "too_few_devices",
 ]
 
 MEM_PERCENTAGE_UNSET: Final = 101
@@ -143,6 +144,33 @@ class Selector:
     nouse_uuids: frozenset[str] = frozenset()
     modes: frozenset[str] | None = None
     options: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_annotations(
+        cls,
+        annotations: Mapping[str, str],
+        uuids: tuple[str, str],
+        types: tuple[str, str] | None = None,
+        *,
+        modes: frozenset[str] | None = None,
+        options: tuple[tuple[str, str], ...] = (),
+    ) -> Selector:
+        """The filters a pod's annotations set: its UUID lists under the keys ``uuids`` (use, nouse) and, with
+        ``types``, its card-type lists under those keys (use, nouse); ``modes`` and ``options`` as the vendor parsed
+        them."""
+        use_types, nouse_types = (
+            (parse_type_list(annotations.get(types[0])), parse_type_list(annotations.get(types[1])))
+            if types is not None
+            else ((), ())
+        )
+        return cls(
+            use_types=use_types,
+            nouse_types=nouse_types,
+            use_uuids=parse_uuid_list(annotations.get(uuids[0])),
+            nouse_uuids=parse_uuid_list(annotations.get(uuids[1])),
+            modes=modes,
+            options=options,
+        )
 
     def option(self, name: str, default: str = "") -> str:
         """The value of the vendor option ``name``, ``default`` when the pod did not give it."""
@@ -327,6 +355,13 @@ class Unfit:
     closest: tuple[Rejection, ...] = ()
 
 
+def too_few_devices(devices: int, nums: int) -> Unfit:
+    """The ``Unfit`` of a request for ``nums`` devices on a node with only ``devices`` of the vendor: every device
+    counts ``NodeInsufficientDevice``, and the closest miss says how many there are."""
+    miss = Rejection(Reason.NODE_INSUFFICIENT_DEVICE, None, nums, devices)
+    return Unfit({Reason.NODE_INSUFFICIENT_DEVICE: devices}, devices, (miss,))
+
+
 @dataclass(frozen=True, slots=True)
 class Carved:
     """One slice planned on a device: the slice, and the memory (MiB) and cores it holds — the template's, not
@@ -338,9 +373,10 @@ class Carved:
 
 
 class Partitions(Protocol):
-    """The partition hook of a vendor that carves a device into fixed slices (NVIDIA MIG profiles; Ascend vNPU
-    templates, Kunlun vXPU and Enflame DRS to come). The shared fit loop (``hami.devices.common``) asks it to
-    plan slices; the ledger asks it whether what a pod holds agrees with the device (fail closed if not)."""
+    """The partition hook of a vendor that carves a device into fixed slices (NVIDIA MIG profiles, Ascend vNPU
+    templates; Kunlun vXPU and Enflame DRS size their slices in their own fits). The shared fit loop
+    (``hami.devices.common``) asks it to plan slices; the ledger asks it whether what a pod holds agrees with the
+    device (fail closed if not)."""
 
     @property
     def infeasible(self) -> Reason:

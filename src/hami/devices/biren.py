@@ -22,7 +22,7 @@ from typing import Final
 import msgspec
 
 from hami.config import BirenConfig
-from hami.devices.base import ContainerRequest, NodeInventory, Selector, parse_uuid_list
+from hami.devices.base import ContainerRequest, NodeInventory, Selector
 from hami.devices.common import SharedDeviceVendor
 from hami.devices.countonly import CountOnlyResources, count_request
 from hami.protocol import keys
@@ -64,7 +64,4 @@ class BirenVendor(SharedDeviceVendor):
         return NodeInventory(tuple(msgspec.structs.replace(d, devcore=100) for d in devices))
 
     def selector(self, annotations: Mapping[str, str]) -> Selector:
-        return Selector(
-            use_uuids=parse_uuid_list(annotations.get(USE_UUID)),
-            nouse_uuids=parse_uuid_list(annotations.get(NOUSE_UUID)),
-        )
+        return Selector.from_annotations(annotations, (USE_UUID, NOUSE_UUID))

@@ -35,6 +35,7 @@ from hami.devices.base import (
     ResourceNames,
     Selector,
     Unfit,
+    too_few_devices,
 )
 from hami.devices.scoring import CLOSEST, device_scores
 from hami.devices.screening import Screener, shared_screener
@@ -153,9 +154,7 @@ def fit_shared(
     n = len(table.infos)
     several = partitions is not None and partitions.several_per_device(table.infos, selector)
     if req.nums > n and not several:
-        return Unfit(
-            {Reason.NODE_INSUFFICIENT_DEVICE: n}, n, (Rejection(Reason.NODE_INSUFFICIENT_DEVICE, None, req.nums, n),)
-        )
+        return too_few_devices(n, req.nums)
     return _SharedFit(table, req, ctx, selector, vendor, partitions, rule, gather).run(order)
 
 

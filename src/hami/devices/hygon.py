@@ -19,8 +19,6 @@ from hami.devices.base import (
     ContainerRequest,
     NodeInventory,
     Selector,
-    parse_type_list,
-    parse_uuid_list,
 )
 from hami.devices.common import SharedDeviceVendor
 from hami.devices.resources import lookup_resource, mib_hint, whole_quantity
@@ -94,9 +92,4 @@ class HygonVendor(SharedDeviceVendor):
         return NodeInventory(tuple(decode_inventory_legacy(raw, self.keys.register)))
 
     def selector(self, annotations: Mapping[str, str]) -> Selector:
-        return Selector(
-            use_types=parse_type_list(annotations.get(USE_TYPE)),
-            nouse_types=parse_type_list(annotations.get(NOUSE_TYPE)),
-            use_uuids=parse_uuid_list(annotations.get(USE_UUID)),
-            nouse_uuids=parse_uuid_list(annotations.get(NOUSE_UUID)),
-        )
+        return Selector.from_annotations(annotations, (USE_UUID, NOUSE_UUID), (USE_TYPE, NOUSE_TYPE))

@@ -10,7 +10,15 @@ from collections.abc import Callable, Sequence
 from itertools import groupby
 from typing import NamedTuple, Protocol, runtime_checkable
 
-from hami.devices.base import MEM_PERCENTAGE_UNSET, ContainerRequest, FitContext, Partitions, Selector, Unfit
+from hami.devices.base import (
+    MEM_PERCENTAGE_UNSET,
+    ContainerRequest,
+    FitContext,
+    Partitions,
+    Selector,
+    Unfit,
+    too_few_devices,
+)
 from hami.devices.policy import GpuPolicy
 from hami.devices.scoring import CLOSEST, device_score
 from hami.devices.table import Capacity, DeviceTable, MemoryMiss, OpenCard
@@ -136,11 +144,7 @@ class _SharedScreen:
             return None
         n = cap.devices
         if self.nums > n:
-            return Unfit(
-                {Reason.NODE_INSUFFICIENT_DEVICE: n},
-                n,
-                (Rejection(Reason.NODE_INSUFFICIENT_DEVICE, None, self.nums, n),),
-            )
+            return too_few_devices(n, self.nums)
         if self.memreq > 0 and self.memreq > cap.max_mem and self._allowed(cap) is None:  # no card has the memory
             told = self._memory_unfit(table, cap)
             if told is not None:

@@ -32,6 +32,7 @@ from hami.devices.base import (
     ResourceNames,
     Selector,
     Unfit,
+    too_few_devices,
 )
 from hami.devices.common import SharedDeviceVendor, policy_order
 from hami.devices.resources import lookup_resource, whole_quantity
@@ -139,11 +140,7 @@ class MetaxGpuVendor(SharedDeviceVendor):
     def fit(self, table: DeviceTable, request: ContainerRequest, ctx: FitContext, selector: Selector) -> Fitted | Unfit:
         n = len(table.infos)
         if request.nums > n:
-            return Unfit(
-                {Reason.NODE_INSUFFICIENT_DEVICE: n},
-                n,
-                (Rejection(Reason.NODE_INSUFFICIENT_DEVICE, None, request.nums, n),),
-            )
+            return too_few_devices(n, request.nums)
         same_card = frozenset(p.device.uuid for container in ctx.chosen for p in container)
         counts: dict[Reason, int] = {}
         misses: list[Rejection] = []
