@@ -12,7 +12,7 @@ import typer
 from hami import __version__
 from hami.deviceplugin.command import device_plugin
 from hami.monitor.command import monitor
-from hami.server.flags import scheduler
+from hami.scheduler_flags import scheduler
 
 if TYPE_CHECKING:
     from hami.protocol.objects import Pod
