@@ -14,7 +14,7 @@ vendor on the node, §11 item 15).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 
 from hami.devices.base import AnnotationContext, SliceAt
@@ -73,7 +73,9 @@ def judge(state: ClusterState, node: NodeState, req: PodRequest) -> Verdict:
     if isinstance(verdict, NodeRejection) and not verdict.unresolvable:
         never = filter_node(state, node, req, empty=True)
         if isinstance(never, NodeRejection):
-            verdict = replace(verdict, unresolvable=True)
+            verdict = NodeRejection(
+                verdict.node, verdict.counts, verdict.total, verdict.closest, True, verdict.detail, verdict.node_reason
+            )
     return verdict
 
 

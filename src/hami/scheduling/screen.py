@@ -34,7 +34,6 @@ decision (``Screen.audit``) differs from Fit's; the ledger's self-check reports 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from types import MappingProxyType
 from typing import Final
 
@@ -139,7 +138,9 @@ class Screen:
         """The node judged by Fit; for a rejection, ``unresolvable`` from the idle summaries where they can say."""
         verdict = filter_node(self.state, node, self.req)
         if isinstance(verdict, NodeRejection) and not verdict.unresolvable and self._never_fits(node):
-            return replace(verdict, unresolvable=True)
+            return NodeRejection(
+                verdict.node, verdict.counts, verdict.total, verdict.closest, True, verdict.detail, verdict.node_reason
+            )
         return verdict
 
     def audit(self) -> bool:
