@@ -495,3 +495,22 @@ def test_layers_keep_their_order_in_the_manifest_and_the_config(tmp_path: Path) 
     for name, data in zip(("base", "deps", "app"), uncompressed, strict=True):
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             assert tar.extractfile(f"opt/hami/{name}.txt").read() == name.encode()  # type: ignore[union-attr]
+
+
+def test_the_command_line_prints_archive_reference_and_digest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    binary = tmp_path / "kube-scheduler"
+    binary.write_text('#!/bin/sh\necho "Kubernetes v1.35.2"\n')
+    binary.chmod(0o755)
+    out = tmp_path / "images"
+    assert bi.main(["kube-scheduler", "--binary", str(binary), "--out", str(out)]) == 0
+    path, reference, digest = capsys.readouterr().out.strip().split("\t")
+    assert Path(path) == out / "kube-scheduler.oci.tar"
+    assert reference == "registry.k8s.io/kube-scheduler:v1.35.2"
+    index, _, _, _ = _image(Path(path))
+    assert index["manifests"][0]["digest"] == digest
+
+    assert bi.main(["pause", "--out", str(out), "--ref", "Not A Name"]) == 1
+    assert "image reference 'Not A Name'" in capsys.readouterr().err
+    assert not (out / "pause.oci.tar").exists()
