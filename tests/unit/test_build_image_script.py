@@ -42,6 +42,13 @@ def _load() -> ModuleType:
 bi = _load()
 
 
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cached layers go to the test's folder, not the user's ~/.cache/hami/images."""
+    monkeypatch.setenv("HAMI_TESTENV_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+
+
 # ----------------------------------------------------------------------------------------------------
 # helpers: read an OCI archive back
 
@@ -514,3 +521,16 @@ def test_the_command_line_prints_archive_reference_and_digest(
     assert bi.main(["pause", "--out", str(out), "--ref", "Not A Name"]) == 1
     assert "image reference 'Not A Name'" in capsys.readouterr().err
     assert not (out / "pause.oci.tar").exists()
+
+
+def test_test_images_keep_their_digest_from_commit_to_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    binary = tmp_path / "kube-scheduler"
+    binary.write_text('#!/bin/sh\necho "Kubernetes v1.36.3"\n')
+    binary.chmod(0o755)
+    first = bi.build_kube_scheduler(tmp_path / "one", binary, None)
+    monkeypatch.setattr(bi, "source_date_epoch", lambda: 2_000_000_000)  # a later commit
+    assert bi.build_kube_scheduler(tmp_path / "two", binary, None).digest == first.digest
+    _, _, config, _ = _image(first.path)
+    assert config["created"] == bi.iso_time(bi.BASE_EPOCH)
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")  # an explicit time stamp is honoured
+    assert bi.build_kube_scheduler(tmp_path / "three", binary, None).digest != first.digest
