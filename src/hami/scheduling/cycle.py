@@ -245,6 +245,9 @@ class Cycle(CycleParts):
         current = self.state.pods.get(uid)
         if current is not None and _same(current, record):
             self.pending.discard(uid)
+            if _standing(current) != _standing(record):  # priority, start, deletion: what preemption reads
+                self.state.apply(current, add=False)
+                self.state.apply(record, add=True)
             return problem
         if current is not None and uid in self.pending:
             # An older version of the pod (the watch lags behind our patch), on this node or another, with these
@@ -321,3 +324,7 @@ def with_bind_phase(decision: Decision) -> dict[str, str]:
 
 def _same(a: PodRecord, b: PodRecord) -> bool:
     return a.node == b.node and a.charges == b.charges and a.slices == b.slices
+
+
+def _standing(record: PodRecord) -> tuple[int, str | None, bool]:
+    return record.priority, record.started, record.terminating

@@ -267,6 +267,7 @@ def reserve(state: ClusterState, req: PodRequest, decision: Decision) -> PodReco
             for s in per
             if s.slice.position is not None
         ),
+        priority=req.priority,
     )
     state.apply(record, add=True)
     return state.pods.get(req.uid)

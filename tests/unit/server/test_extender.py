@@ -1456,3 +1456,21 @@ def test_deleted_node_forgets_its_devices_but_keeps_pod_records(world: World) ->
     world.add_node(gpu_node("n1"))  # the node comes back: its pods count again
 
     assert world.usage() == {"GPU-n1-0": (1, 3000, 30)}
+
+
+async def test_a_pods_priority_start_and_deletion_reach_its_record_without_recharging(world: World) -> None:
+    """What preemption reads of a placed pod follows the pod watch, also when its allocation did not change."""
+    cluster_of_three(world)
+    await world.filter(world.add_pod(gpu_pod("p1")), ["n1"])
+    placed = world.deliver(NS, "p1")
+    later = msgspec.structs.replace(
+        placed,
+        metadata=msgspec.structs.replace(placed.metadata, deletion_timestamp="2026-11-27T12:00:00Z"),
+        spec=msgspec.structs.replace(placed.spec, priority=7),
+        status=msgspec.structs.replace(placed.status, phase="Running", start_time="2026-11-27T10:00:00Z"),
+    )
+    world.extender.on_pod(later)
+    record = world.state.pods["uid-p1"]
+    assert (record.priority, record.started, record.terminating) == (7, "2026-11-27T10:00:00Z", True)
+    assert world.usage() == {"GPU-n1-0": (1, 3000, 30)}
+    assert world.state.verify() == []
