@@ -197,7 +197,8 @@ def test_hamis_defaults_device_config_is_hamis_and_hami_reads_it() -> None:
     assert config["hygon"]["resourceCountName"] == "hygon.com/hcunum"
     assert config["metax"]["sgpuTopologyAware"] is False
     assert config["mthreads"]["memoryPerCard"] == [96]
-    parsed = parse_device_config(one(docs, "ConfigMap", "hami-scheduler-device")["data"]["device-config.yaml"])
+    text = one(docs, "ConfigMap", "hami-scheduler-device")["data"]["device-config.yaml"]
+    parsed = parse_device_config(text, "device-config.yaml").config
     assert parsed.nvidia.device_split_count == 10
     assert parsed.nvidia.overwrite_env is False
 
@@ -325,7 +326,7 @@ def test_hamis_device_config_key_is_the_device_config() -> None:
     config = device_config(docs)
     assert config["nvidia"] == {"resourceCountName": "nvidia.com/gpu", "deviceSplitCount": 4, "defaultMemory": 1024}
     assert config["dra"]["enabled"] is True  # hami's dra: section is added, as for scheduler.deviceConfig.content
-    assert parse_device_config(yaml.safe_dump(config)).nvidia.device_split_count == 4
+    assert parse_device_config(yaml.safe_dump(config), "device-config.yaml").config.nvidia.device_split_count == 4
 
 
 def test_scheduler_policies_timeouts_replicas_and_pdb() -> None:
@@ -419,8 +420,8 @@ def test_extra_envs_as_a_map_or_a_list() -> None:
     for docs in (as_map, as_list):
         plugin_env = env(container(docs, "DaemonSet", "device-plugin"))
         assert (plugin_env["IMEX_CHANNEL_IDS"], plugin_env["B"]) == ("0", "2")
-    monitor = render({"devicePlugin": {"monitor": {"extraEnvs": {"X": "y"}}}})
-    assert env(container(monitor, "DaemonSet", "vgpu-monitor"))["X"] == "y"
+    monitor = render({"devicePlugin": {"monitor": {"extraEnvs": {"X": "z"}}}})
+    assert env(container(monitor, "DaemonSet", "vgpu-monitor"))["X"] == "z"
 
 
 def test_name_overrides() -> None:
@@ -572,3 +573,13 @@ def test_the_install_notes_name_what_has_no_effect() -> None:
     assert "global.imageTag: names HAMi's release; hami's image tag is image.tag" in notes
     assert 'devicePlugin.nvidiaDriverRoot: "auto" reads as "/"' in notes
     assert "scheduler.livenessProbe: false has no effect" in notes
+
+
+@pytest.mark.parametrize("files", [[HAMI_DEFAULTS], [HAMI_DEFAULTS, HAMI_STYLE]], ids=["HAMi's defaults", "a user's"])
+def test_helm_lint_strict_with_hamis_values(files: list[Path]) -> None:
+    args = [helm(), "lint", "--strict", str(CHART), "--kube-version", KUBE_VERSION]
+    for path in files:
+        args += ["-f", str(path)]
+    result = subprocess.run(args, capture_output=True, text=True, check=False, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 chart(s) failed" in result.stdout

@@ -21,7 +21,9 @@
 {{- end -}}
 {{- range $alias := include "hami.aliases" . | fromJsonArray -}}
 {{- $value := include "hami.setting" (merge (dict "root" $) $alias) | fromJson -}}
+{{- if not (kindIs "invalid" $value.v) -}}
 {{- include "hami.setPath" (list $values $alias.key $value.v) -}}
+{{- end -}}
 {{- end -}}
 {{- $w := $values.scheduler.admissionWebhook -}}
 {{- if kindIs "invalid" $w.whitelistNamespaces -}}{{- $_ := set $w "whitelistNamespaces" list -}}{{- end -}}
@@ -67,21 +69,23 @@
 {{- $keys | toJson -}}
 {{- end -}}
 
-{{/* HAMi's spelling -> hami's key. aliasDefault: HAMi's default, which names HAMi's own image or nothing and so
-     counts as not given; without it, the key counts as given whenever it is present. */}}
+{{/* HAMi's spelling -> hami's key. default: hami's key's default in values.yaml (a template cannot read the chart's
+     own values.yaml; tests/chart/test_hami_values.py renders HAMi's defaults, which give every one of these keys,
+     so a default changed in values.yaml alone fails there). aliasDefault: HAMi's default, which names HAMi's own
+     image or nothing and so counts as not given; without it, HAMi's key counts as given whenever it is present. */}}
 {{- define "hami.aliases" -}}
 {{- $s := .Values.scheduler -}}
 {{- list
-  (dict "key" "dcuResourceName" "alias" "hcuResourceName")
-  (dict "key" "dcuResourceMem" "alias" "hcuResourceMem")
-  (dict "key" "dcuResourceCores" "alias" "hcuResourceCores")
-  (dict "key" "scheduler.deviceConfig.content" "alias" "device-config.content" "aliasDefault" "")
-  (dict "key" "scheduler.kubeScheduler.extenderHTTPTimeout" "alias" "scheduler.extenderHTTPTimeout"
+  (dict "key" "dcuResourceName" "default" "hygon.com/dcunum" "alias" "hcuResourceName")
+  (dict "key" "dcuResourceMem" "default" "hygon.com/dcumem" "alias" "hcuResourceMem")
+  (dict "key" "dcuResourceCores" "default" "hygon.com/dcucores" "alias" "hcuResourceCores")
+  (dict "key" "scheduler.deviceConfig.content" "default" "" "alias" "device-config.content" "aliasDefault" "")
+  (dict "key" "scheduler.kubeScheduler.extenderHTTPTimeout" "default" "30s" "alias" "scheduler.extenderHTTPTimeout"
         "value" (include "hami.duration" (index $s "extenderHTTPTimeout")))
-  (dict "key" "scheduler.extender.port" "alias" "scheduler.service.httpTargetPort")
-  (dict "key" "scheduler.service.httpNodePort" "alias" "scheduler.service.schedulerPort")
-  (dict "key" "scheduler.service.metricsPort" "alias" "scheduler.service.monitorPort")
-  (dict "key" "devicePlugin.vgpuMonitor.resources" "alias" "devicePlugin.monitor.resources")
+  (dict "key" "scheduler.extender.port" "default" 8443 "alias" "scheduler.service.httpTargetPort")
+  (dict "key" "scheduler.service.httpNodePort" "default" "" "alias" "scheduler.service.schedulerPort")
+  (dict "key" "scheduler.service.metricsPort" "default" 9395 "alias" "scheduler.service.monitorPort")
+  (dict "key" "devicePlugin.vgpuMonitor.resources" "default" dict "alias" "devicePlugin.monitor.resources")
   | toJson -}}
 {{- end -}}
 
@@ -132,19 +136,20 @@
 {{- $_ := set $cur (last $parts) (index . 2) -}}
 {{- end -}}
 
-{{/* (dict "root" $ "key" hami's key "alias" HAMi's key ["aliasDefault" x] ["value" HAMi's value in hami's form])
-     -> {"v": the value to use}. hami's key counts as changed when it differs from the chart's values.yaml. */}}
+{{/* (dict "root" $ "key" hami's key "default" its default "alias" HAMi's key ["aliasDefault" x] ["value" HAMi's
+     value in hami's form]) -> {"v": the value to use}. hami's key counts as changed when it differs from its
+     default. */}}
 {{- define "hami.setting" -}}
 {{- $values := .root.Values -}}
 {{- $mine := (include "hami.lookup" (list $values .key) | fromJson).v -}}
-{{- $default := (include "hami.lookup" (list (.root.Files.Get "values.yaml" | fromYaml) .key) | fromJson).v -}}
+{{- $default := index . "default" -}}
 {{- $theirs := include "hami.lookup" (list $values .alias) | fromJson -}}
 {{- $given := and $theirs.found (not (kindIs "invalid" $theirs.v)) -}}
 {{- if and $given (hasKey . "aliasDefault") -}}
 {{- $given = ne (toJson $theirs.v) (toJson .aliasDefault) -}}
 {{- end -}}
 {{- if and $given (ne .key .alias) -}}
-{{- $value := ternary .value $theirs.v (hasKey . "value") -}}
+{{- $value := ternary (index . "value") $theirs.v (hasKey . "value") -}}
 {{- if and (ne (toJson $mine) (toJson $default)) (ne (toJson $mine) (toJson $value)) -}}
 {{- fail (printf "%s (HAMi's key) is %s but %s (hami's) is %s: they set the same thing; keep one of them" .alias (toJson $theirs.v) .key (toJson $mine)) -}}
 {{- end -}}
@@ -209,7 +214,7 @@
 
 {{/* (list $ component) -> pull policy: image.pullPolicy, or the component's image.pullPolicy (HAMi's key). */}}
 {{- define "hami.pullPolicyOf" -}}
-{{- $setting := dict "root" (index . 0) "key" "image.pullPolicy" "alias" (printf "%s.image.pullPolicy" (index . 1)) "aliasDefault" "IfNotPresent" -}}
+{{- $setting := dict "root" (index . 0) "key" "image.pullPolicy" "default" "IfNotPresent" "alias" (printf "%s.image.pullPolicy" (index . 1)) "aliasDefault" "IfNotPresent" -}}
 {{- (include "hami.setting" $setting | fromJson).v -}}
 {{- end -}}
 
@@ -224,7 +229,11 @@
 {{- end -}}
 {{- $names := list -}}
 {{- range $all -}}
-{{- $names = append $names (ternary .name . (kindIs "map" .)) -}}
+{{- if kindIs "map" . -}}
+{{- $names = append $names (index . "name") -}}
+{{- else -}}
+{{- $names = append $names . -}}
+{{- end -}}
 {{- end -}}
 {{- $secrets := list -}}
 {{- range $names | uniq -}}{{- $secrets = append $secrets (dict "name" .) -}}{{- end -}}
