@@ -46,6 +46,8 @@ NOUSE_UUID: Final = "birentech.com/nouse-gpuuuid"
 class BirenVendor(SharedDeviceVendor):
     """HAMi's Biren backend, configured by the ``biren:`` section of device-config.yaml."""
 
+    screens = True  # the shared fit: screened from the capacity summary
+
     name = BIREN
     keys = BIREN_KEYS
 

@@ -84,6 +84,8 @@ _read = read_int32
 class CambriconVendor(SharedDeviceVendor):
     """HAMi's Cambricon MLU backend, configured by the ``cambricon:`` section of device-config.yaml."""
 
+    screens = True  # the shared fit: screened from the capacity summary
+
     name = MLU
     keys = CAMBRICON_KEYS
 

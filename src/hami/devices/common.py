@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from itertools import combinations
 from math import comb
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from hami.devices.admission import Admitter, CountInLimits
 from hami.devices.base import (
@@ -399,6 +399,19 @@ class SharedDeviceVendor:
         )
 
     partitions: Partitions | None = None
+    screens: ClassVar[bool] = False
+    """Declared (True) by a vendor that keeps the shared ``fit``: its requests are then screened from a table's
+    capacity summary (``shared_screener``), which speaks for the shared fit only. A vendor with its own ``fit``
+    cannot declare it (``__init_subclass__`` refuses); one with its own screen overrides ``screener``."""
+    ordered_by_policy: ClassVar[bool] = True
+    """Whether devices are tried in ``policy_order``; a vendor that overrides ``order`` declares False."""
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.screens and "fit" in vars(cls):
+            raise TypeError(f"{cls.__name__} has its own fit and declares screens: a summary cannot speak for its fit")
+        if cls.ordered_by_policy and "order" in vars(cls):
+            raise TypeError(f"{cls.__name__} has its own order: declare ordered_by_policy = False")
 
     def fit(self, table: DeviceTable, request: ContainerRequest, ctx: FitContext, selector: Selector) -> Fitted | Unfit:
         return fit_shared(table, request, ctx, selector, self.name, self.partitions, self.order)
@@ -408,16 +421,11 @@ class SharedDeviceVendor:
         return policy_order(table, scores, ctx)
 
     def screener(self, request: ContainerRequest, ctx: FitContext, selector: Selector) -> Screener | None:
-        """A screen of ``fit`` for this container request (``shared_screener``); None for a subclass with its own
-        ``fit`` (or its own ``order`` under NUMA binding), which the summary cannot speak for."""
-        cls = type(self)
-        if cls.fit is not SharedDeviceVendor.fit or (ctx.policy.numa_bind and not self.policy_ordered()):
+        """A screen of ``fit`` for this container request (``shared_screener``), for a vendor that declares
+        ``screens``; None otherwise, and under NUMA binding for one whose devices are not tried in policy order."""
+        if not self.screens or (ctx.policy.numa_bind and not self.ordered_by_policy):
             return None
-        return shared_screener(request, ctx, selector, self.partitions, self.policy_ordered())
-
-    def policy_ordered(self) -> bool:
-        """Whether this vendor tries devices in ``policy_order`` (it does not override ``order``)."""
-        return type(self).order is SharedDeviceVendor.order
+        return shared_screener(request, ctx, selector, self.partitions, self.ordered_by_policy)
 
     def encode(self, devices: PodDevices) -> str:
         return encode_pod_devices(devices)

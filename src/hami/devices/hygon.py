@@ -55,6 +55,8 @@ def _read(container: Container, name: str, field: str) -> tuple[int | None, Quan
 class HygonVendor(SharedDeviceVendor):
     """HAMi's Hygon DCU backend, configured by the ``hygon:`` section of device-config.yaml."""
 
+    screens = True  # the shared fit: screened from the capacity summary
+
     name = "DCU"
     keys = HYGON_KEYS
 

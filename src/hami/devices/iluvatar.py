@@ -96,6 +96,8 @@ class IluvatarAdmitter:
 class IluvatarVendor(SharedDeviceVendor):
     """One Iluvatar chip, configured by one entry of ``iluvatars:`` in device-config.yaml."""
 
+    screens = True  # the shared fit: screened from the capacity summary
+
     def __init__(self, chip: IluvatarChipConfig) -> None:
         self.chip = chip
         self.name = chip.common_word

@@ -220,7 +220,7 @@ class MthreadsVendor(SharedDeviceVendor):
         speaks for; with them, the same-card rule needs Fit."""
         if _uuids(ctx.chosen):
             return None
-        return shared_screener(request, ctx, selector, self.partitions, self.policy_ordered())
+        return shared_screener(request, ctx, selector, self.partitions, self.ordered_by_policy)
 
     def extra_annotations(self, ctx: AnnotationContext) -> dict[str, str]:
         last = next((slot for slot in reversed(ctx.devices) if slot), None)

@@ -43,6 +43,8 @@ __all__ = ["NvidiaVendor"]
 class NvidiaVendor(SharedDeviceVendor):
     """HAMi's NVIDIA backend, configured by the ``nvidia:`` section of device-config.yaml."""
 
+    screens = True  # the shared fit: screened from the capacity summary
+
     name = "NVIDIA"
     keys = keys.NVIDIA_KEYS
 
