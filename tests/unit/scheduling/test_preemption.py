@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from hami.devices.base import NodeInventory
 from hami.protocol import keys
+from hami.protocol.inventory import MigPlacement
 from hami.scheduling.decide import decide, reserve
 from hami.scheduling.preemption import Budget, Candidate, Preemption, fits_without, preempt, victims_on
 from hami.scheduling.records import record_from_pod
@@ -104,6 +105,27 @@ def test_the_lowest_priority_is_taken_first() -> None:
     assert victim_names(outcome) == ["p1"]
     assert outcome.chosen is not None
     assert outcome.chosen.highest == 1
+
+
+def test_several_victims_when_one_is_not_enough_the_lowest_priorities() -> None:
+    s = state({"n1": [gpu("GPU-0", count=10, devmem=8192)]})
+    for name, priority in [("p4", 4), ("p2", 2), ("p9", 9), ("p1", 1)]:
+        place(s, name, "n1", 2048, priority=priority)
+    outcome = preempt(s, preemptor(6144), ["n1"])
+    assert victim_names(outcome) == ["p1", "p2", "p4"]
+    assert outcome.chosen is not None
+    assert (outcome.chosen.highest, outcome.chosen.priorities) == (4, 7 + 3 * 2**31)
+
+
+def test_the_vendors_slice_rules_decide_which_pod_goes_on_a_mig_card() -> None:
+    """A 3g slice needs slices 0-3 or 4-7 free: the lowest-priority pod (slice 3) freeing memory is not enough
+    with ``mid`` beside it; ``big`` (slices 4-7) alone frees a legal place. Memory alone would take small first."""
+    s = state({"n1": [mig_gpu("MIG-0")]})
+    big = place(s, "big", "n1", 19000, priority=2)
+    mid = place(s, "mid", "n1", 9000, priority=3)
+    small = place(s, "small", "n1", 4000, priority=1)
+    assert [r.slices[0][2] for r in (big, mid, small)] == [MigPlacement(4, 4), MigPlacement(0, 2), MigPlacement(3, 1)]
+    assert victim_names(preempt(s, preemptor(19000), ["n1"])) == ["big"]
 
 
 def test_one_big_victim_rather_than_two_small_ones_on_one_card() -> None:
@@ -382,6 +404,8 @@ def _check_candidate(s: ClusterState, pending: PodRequest, candidate: Candidate)
     victims = frozenset(r.uid for r in candidate.victims)
     assert all(r.priority < pending.priority and not r.terminating for r in candidate.victims)
     assert all(r.node == node for r in candidate.victims)
+    assert candidate.highest == max((r.priority for r in candidate.victims), default=0)
+    assert candidate.priorities == sum(r.priority + 2**31 for r in candidate.victims)
     after = _fits_by_decide(s, pending, node, leaving | victims)
     assert after is not None, f"{pending.key} does not fit on {node} without {sorted(victims)}"
     assert _within_capacity(after)
