@@ -458,7 +458,11 @@ def certs(
 
 
 def main() -> None:
-    app()
+    import sys
+
+    # Run as the kubectl plug-in (kubectl finds `kubectl-hami` on the PATH), help and errors say `kubectl hami`.
+    plugin = Path(sys.argv[0]).name == "kubectl-hami"
+    app(prog_name="kubectl hami" if plugin else "hami")
 
 
 def _default(setting: str, shown: str | None = None) -> str:
