@@ -89,14 +89,13 @@ def _command_lines() -> Iterator[str]:
     for block in re.findall(r"```console\n(.*?)```", README, re.S):
         lines = block.replace("\\\n", " ").splitlines()
         prompted = any(line.startswith("$ ") for line in lines)  # then the other lines are output
-        for line in lines:
-            if prompted and not line.startswith("$ "):
+        for raw in lines:
+            if prompted and not raw.startswith("$ "):
                 continue
-            line = line.removeprefix("$ ").strip()
+            line = raw.removeprefix("$ ").strip()
             if line.startswith(("hami ", "kubectl hami ")):
                 yield line.split(" #", 1)[0]
-    for span in re.findall(r"`((?:kubectl )?hami [^`]+)`", README):
-        yield span
+    yield from re.findall(r"`((?:kubectl )?hami [^`]+)`", README)
 
 
 def test_every_example_command_uses_its_own_flags() -> None:
@@ -149,7 +148,7 @@ def test_the_scheduler_flag_table_lists_real_flags_with_their_defaults() -> None
         for flag in flags:
             assert flag in options, f"README's scheduler table names {flag}, which hami scheduler does not have"
         shown = _spans(default_cell)
-        default = shown[0] if len(flags) == 1 and len(shown) == 1 else _WORDS.get(default_cell, None)
+        default = shown[0] if len(flags) == 1 and len(shown) == 1 else _WORDS.get(default_cell)
         if default is None:
             continue
         match = re.search(r"\[default: ([^\]]*)\]", options[flags[0]])
@@ -173,14 +172,15 @@ def _expand(cell: str) -> list[str]:
     names = _spans(head)
     out: list[str] = []
     parent = ""
-    for name in names:
-        if "<" in name:
-            out += [re.sub(r"<[^>]+>", member, name) for member in _spans(listed)]
+    for given in names:
+        if "<" in given:
+            out += [re.sub(r"<[^>]+>", member, given) for member in _spans(listed)]
             continue
-        if name.startswith(".") and out:
-            name = out[-1].rsplit(".", 1)[0] + name
-        elif "." not in name and parent:
-            name = f"{parent}.{name}"
+        name = given
+        if given.startswith(".") and out:
+            name = out[-1].rsplit(".", 1)[0] + given
+        elif "." not in given and parent:
+            name = f"{parent}.{given}"
         parent = name.rsplit(".", 1)[0] if "." in name else parent
         out.append(name)
     return out
