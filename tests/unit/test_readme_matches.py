@@ -222,3 +222,19 @@ def test_the_values_table_names_real_keys_with_their_defaults(row: list[str]) ->
         return  # described in words ("HAMi's seven Ascend chips"); the keys above are still checked
     for path, value, default in zip(paths, values, defaults, strict=True):
         assert _as_text(value) == default.strip("`"), f"{path}: README says {default}, values.yaml has {value!r}"
+
+
+def test_the_readme_cites_only_what_a_reader_has() -> None:
+    """No tracker issue or spec section numbers (documents outside the repository); every repository path it
+    names is in the repository, except what ``make bench`` writes (``bench/results/``, git-ignored, said so)."""
+    assert not re.findall(r"(?i)\bissue[ -]?#?\d+", README)
+    assert "§" not in README
+    top = ("src/", "tests/", "charts/", "bench/", "scripts/", "docs/", ".ci/")
+    missing = []
+    for path in set(re.findall(r"`([\w.-]+/[^`\s]*)`", README)):
+        if not path.startswith(top) or path.startswith("bench/results/"):
+            continue
+        pattern = re.sub(r"<[^>]*>|\{[^}]*\}", "*", path.split("::")[0]).rstrip("/")
+        if not any(ROOT.glob(pattern)):
+            missing.append(path)
+    assert not missing, f"the README names paths the repository lacks: {sorted(missing)}"
