@@ -128,8 +128,10 @@ class Selector:
     """A pod's device filters for one vendor, parsed once per decision from its annotations (spec §6.11).
 
     Type filters match **whole words** of the card type, case-insensitively (deliberate difference: HAMi
-    matches substrings, so ``A10`` would also select ``A100``). ``modes`` is the set of allowed device modes
-    (``nvidia.com/vgpu-mode``), ``None`` when unrestricted; matching is exact per mode.
+    matches substrings, so ``A10`` would also select ``A100``), unless ``type_substrings``: then each item is a
+    case-insensitive substring of the card type, as HAMi matches them (a vendor whose model names extend one
+    another, AMD's ``MI250``/``MI250X``, sets it; items come from :func:`parse_substring_list`). ``modes`` is the
+    set of allowed device modes (``nvidia.com/vgpu-mode``), ``None`` when unrestricted; matching is exact per mode.
 
     ``options`` are vendor-specific pod options the vendor's ``selector`` parsed from the annotations (Ascend's
     ``huawei.com/vnpu-mode``, MetaX's QoS policy and app class, …) as sorted ``(name, value)`` pairs, read in
@@ -143,6 +145,7 @@ class Selector:
     nouse_uuids: frozenset[str] = frozenset()
     modes: frozenset[str] | None = None
     options: tuple[tuple[str, str], ...] = ()
+    type_substrings: bool = False
 
     def option(self, name: str, default: str = "") -> str:
         """The value of the vendor option ``name``, ``default`` when the pod did not give it."""
@@ -155,12 +158,21 @@ class Selector:
         if not self.use_types and not self.nouse_types and self.modes is None:
             return True
         if self.use_types or self.nouse_types:
-            words = _words(info.type)
-            if self.use_types and not any(_contains_run(words, item) for item in self.use_types):
+            hit = self._type_hit(info.type)
+            if self.use_types and not any(hit(item) for item in self.use_types):
                 return False
-            if any(_contains_run(words, item) for item in self.nouse_types):
+            if any(hit(item) for item in self.nouse_types):
                 return False
         return self.modes is None or (info.mode or "hami-core") in self.modes
+
+    def _type_hit(self, card_type: str) -> Callable[[tuple[str, ...]], bool]:
+        """Whether one filter item matches ``card_type``: a run of its words, or (``type_substrings``) a part of
+        it. An empty item (a blank member of the list) matches nothing."""
+        if self.type_substrings:
+            folded = card_type.lower()
+            return lambda item: bool(item) and item[0] in folded
+        words = _words(card_type)
+        return lambda item: _contains_run(words, item)
 
     def uuid_ok(self, uuid: str) -> bool:
         if self.use_uuids and uuid not in self.use_uuids:
@@ -192,6 +204,15 @@ def parse_type_list(value: str | None) -> tuple[tuple[str, ...], ...]:
     if not value:
         return ()
     return tuple(w for w in (_words(item) for item in value.split(",")) if w)
+
+
+def parse_substring_list(value: str | None) -> tuple[tuple[str, ...], ...]:
+    """A comma list of card-type items as HAMi's AMD filter reads it: each member trimmed and lower-cased, one
+    substring to look for; a blank member is kept as ``()``, which matches nothing (so ``", "`` as a use list
+    admits no card, as in HAMi), and a blank value is no filter at all."""
+    if not value or not value.strip():
+        return ()
+    return tuple((m.strip().lower(),) if m.strip() else () for m in value.split(","))
 
 
 def parse_uuid_list(value: str | None) -> frozenset[str]:

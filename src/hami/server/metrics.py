@@ -45,6 +45,16 @@ class _StateCollector(Collector):
         yield from _fragmentation(state)
 
 
+def core_percent(total: int, used: int) -> tuple[int, int]:
+    """A device's core limit and allocation in the percent units of HAMi's ``*_core_*_ratio`` metrics: the limit is
+    100 (0 for a device that registers no cores), the allocation ``ceil(used / total × 100)``. A card that counts
+    its cores in percent (``devcore`` 100) is unchanged; one that counts them in units of its own (compute units)
+    reads as the share of them it gives, as HAMi's scheduler exports it."""
+    if total <= 0:
+        return 0, 0
+    return 100, -(-used * 100 // total)  # ceil, in integers
+
+
 def _device_metrics(state: ClusterState) -> Iterator[Metric]:
     dev_labels = ["node", "device_uuid", "device_index", "device_type", "zone"]
     mem_limit = GaugeMetricFamily("hami_gpu_memory_limit_bytes", "Device memory limit", labels=dev_labels)
@@ -77,13 +87,14 @@ def _device_metrics(state: ClusterState) -> Iterator[Metric]:
             for i, info in enumerate(table.infos):
                 base = [node.name, info.id, str(info.index), info.type]
                 mem_limit.add_metric([*base, _ZONE], info.devmem * _MIB)
-                core_limit.add_metric([*base, _ZONE], info.devcore)
+                limit, allocated = core_percent(info.devcore, table.usedcores[i])
+                core_limit.add_metric([*base, _ZONE], limit)
                 mem_alloc.add_metric(
                     [node.name, info.id, str(info.index), str(info.devcore), info.type, _ZONE],
                     table.usedmem[i] * _MIB,
                 )
                 shared.add_metric([*base, _ZONE], table.used[i])
-                core_alloc.add_metric([*base, _ZONE], table.usedcores[i])
+                core_alloc.add_metric([*base, _ZONE], allocated)
                 overview.add_metric(
                     [
                         node.name,
@@ -109,13 +120,16 @@ def _pod_metrics(state: ClusterState) -> Iterator[Metric]:
     vcore = GaugeMetricFamily(
         "hami_vgpu_core_allocated_ratio", "Cores allocated to a pod on a device", labels=pod_labels
     )
+    devcores = {
+        info.id: info.devcore for node in state.nodes.values() for table in node.tables.values() for info in table.infos
+    }
     for record in state.pods.values():
         for ch in record.charges:
             if not ch.uuid:
                 continue
             labels = [record.namespace, record.node, record.name, "0", ch.uuid, _ZONE]
             vmem.add_metric(labels, ch.mem * _MIB)
-            vcore.add_metric(labels, ch.cores)
+            vcore.add_metric(labels, core_percent(devcores.get(ch.uuid, 0), ch.cores)[1])
     yield from (vmem, vcore)
 
 

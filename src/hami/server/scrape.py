@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 
 from prometheus_client import generate_latest
 from prometheus_client.utils import floatToGoString
@@ -34,7 +34,7 @@ from hami.scheduling.fragmentation import (
     top_shapes,
 )
 from hami.scheduling.state import ClusterState, NodeState, PodRecord
-from hami.server.metrics import Metrics
+from hami.server.metrics import Metrics, core_percent
 
 __all__ = ["SLICE_S", "scrape", "scrape_chunks", "state_text"]
 
@@ -111,7 +111,7 @@ _DEVICE_FAMILIES: tuple[tuple[_Family, Labels, Value], ...] = (
     (
         _Family("hami_gpu_core_limit_ratio", "Device core limit (percent units)", _DEV),
         _base,
-        lambda info, used, mem, cores, i: info.devcore,
+        lambda info, used, mem, cores, i: core_percent(info.devcore, cores[i])[0],
     ),
     (
         _Family("hami_gpu_memory_allocated_bytes", "Device memory allocated", _DEV_CORES),
@@ -126,7 +126,7 @@ _DEVICE_FAMILIES: tuple[tuple[_Family, Labels, Value], ...] = (
     (
         _Family("hami_gpu_core_allocated_ratio", "Device cores allocated", _DEV),
         _base,
-        lambda info, used, mem, cores, i: cores[i],
+        lambda info, used, mem, cores, i: core_percent(info.devcore, cores[i])[1],
     ),
     (
         _Family("hami_node_gpu_overview", "GPU overview on a node (allocated memory)", _OVERVIEW),
@@ -153,12 +153,12 @@ def _devices(nodes: Sequence[NodeState]) -> Iterator[str]:
         yield "".join(out)
 
 
-def _pods(records: Sequence[PodRecord]) -> Iterator[str]:
+def _pods(records: Sequence[PodRecord], devcores: Mapping[str, int]) -> Iterator[str]:
     vmem = _Family("hami_vgpu_memory_allocated_bytes", "Memory allocated to a pod on a device", _POD)
     vcore = _Family("hami_vgpu_core_allocated_ratio", "Cores allocated to a pod on a device", _POD)
     amounts: tuple[tuple[_Family, Callable[[int, int], int]], ...] = (
         (vmem, lambda mem, cores: mem * _MIB),
-        (vcore, lambda mem, cores: cores),
+        (vcore, lambda mem, cores: cores),  # in percent of the device's cores: see the loop
     )
     for family, amount in amounts:
         out = [family.head]
@@ -166,7 +166,8 @@ def _pods(records: Sequence[PodRecord]) -> Iterator[str]:
             for ch in record.charges:
                 if ch.uuid:
                     labels = [record.namespace, record.node, record.name, "0", ch.uuid, _ZONE]
-                    out.append(family.sample(labels, amount(ch.mem, ch.cores)))
+                    cores = core_percent(devcores.get(ch.uuid, 0), ch.cores)[1]
+                    out.append(family.sample(labels, amount(ch.mem, cores)))
             if len(out) >= _BATCH:
                 yield "".join(out)
                 out = []
@@ -260,7 +261,8 @@ def state_text(state: ClusterState) -> Iterator[str]:
     nodes = list(state.nodes.values())
     records = list(state.pods.values())
     yield from _devices(nodes)
-    yield from _pods(records)
+    devcores = {info.id: info.devcore for node in nodes for table in node.tables.values() for info in table.infos}
+    yield from _pods(records, devcores)
     yield from _quotas(state)
     yield from _problems(nodes, records)
     yield from _fragmentation(state, records)
