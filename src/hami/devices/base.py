@@ -46,6 +46,7 @@ __all__ = [
     "AnnotationContext",
     "Carved",
     "ContainerRequest",
+    "CoreCount",
     "FitContext",
     "Fitted",
     "NodeInventory",
@@ -59,7 +60,11 @@ __all__ = [
     "SliceLabels",
     "Unfit",
     "Vendor",
+    "cores_shown",
     "parse_bool",
+    "parse_substring_list",
+    "parse_type_list",
+    "parse_uuid_list",
 ]
 
 MEM_PERCENTAGE_UNSET: Final = 101
@@ -382,6 +387,21 @@ class Partitions(Protocol):
         """Why the charge of pod ``owner`` (``namespace/name``) on this device, holding the slice positions
         ``held``, contradicts the device (the device is then taken out of service, ``DeviceTable.broken``);
         None when it agrees."""
+
+
+@runtime_checkable
+class CoreCount(Protocol):
+    """Optional for a vendor that keeps a device's cores as something other than a number of them (AWS Neuron: a
+    bitmask, ``0b11`` for two cores): how many cores a ``devcore``, a usage or a charge of its counts, for reports
+    and metrics. Without it a core value is shown as it is."""
+
+    def core_count(self, value: int) -> int:
+        """The number of cores ``value`` stands for."""
+
+
+def cores_shown(vendor: object, value: int) -> int:
+    """``value`` as a number of cores: the vendor's ``CoreCount`` when it has one, else ``value``."""
+    return vendor.core_count(value) if isinstance(vendor, CoreCount) else value
 
 
 @runtime_checkable
