@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 from datetime import datetime
 from pathlib import Path
 
@@ -67,7 +68,60 @@ __all__ = [
     "QuantityError",
     "RegionError",
     "TooManyRequests",
+    "readable_validation",
 ]
+
+_TYPE_WORDS = {
+    "int": "an integer",
+    "str": "a string",
+    "float": "a number",
+    "bool": "true or false",
+    "null": "null",
+    "array": "a list",
+    "object": "an object",
+    "bytes": "base64 text",
+}
+_EXPECTED = re.compile(r"^Expected `([^`]*)`(.*?)(?:, got `([^`]*)`)?$")
+
+
+def _type_words(spec: str) -> str:
+    return " or ".join(_TYPE_WORDS.get(part.strip(), part.strip()) for part in spec.split("|"))
+
+
+def readable_validation(message: str) -> tuple[str, str]:
+    """A msgspec validation message for a person: ``Expected `int`, got `str` - at `$[1].count``` becomes the
+    reason ``expected an integer, got a string`` and the path ``[1].count`` (``""`` for the whole value)."""
+    text, _, at = message.partition(" - at `")
+    path = at.removesuffix("`").removeprefix("$").removeprefix(".")
+    match = _EXPECTED.match(text)
+    if match is None:
+        reason = text.replace("`", "")
+        return reason[:1].lower() + reason[1:], path
+    bound = match[2].strip()
+    reason = f"expected {_type_words(match[1])}{' ' + bound if bound else ''}"
+    if match[3]:
+        reason += f", got {_type_words(match[3])}"
+    return reason, path
+
+
+_MAX_SHOWN_DEPTH = 100
+"""Values nested deeper are named by their type: the same message on every Python (3.11's JSON encoder gives up
+near 1,000 levels, 3.13's goes much further)."""
+
+
+def _nested_deeper_than(value: object, depth: int) -> bool:
+    """Whether lists, tuples and mappings nest more than ``depth`` levels in ``value`` (iterative, no recursion)."""
+    level: list[object] = [value]
+    for _ in range(depth + 1):
+        inner = [
+            item
+            for node in level
+            for item in (node.values() if isinstance(node, dict) else node if isinstance(node, list | tuple) else ())
+        ]
+        if not inner:
+            return False
+        level = inner
+    return True
 
 
 def _show(value: object, limit: int = 120) -> str:
@@ -75,10 +129,12 @@ def _show(value: object, limit: int = 120) -> str:
     never a Python repr), cut when very long."""
     if isinstance(value, str):
         text = value
+    elif _nested_deeper_than(value, _MAX_SHOWN_DEPTH):  # not written by a person: say what it is
+        text = type(value).__name__
     else:
         try:
             text = json.dumps(value, ensure_ascii=False, default=str)
-        except (ValueError, RecursionError):  # circular or nested past the encoder's depth: not written by a person
+        except (ValueError, RecursionError):  # circular, or past the encoder's depth on this Python
             text = type(value).__name__
     if len(text) > limit:
         text = text[:limit] + f"…(+{len(text) - limit} chars)"
@@ -119,15 +175,17 @@ class AnnotationError(InvalidInput):
     """A wire value that does not decode.
 
     ``position`` is the index in the value where the problem starts (a character offset for text
-    formats, or an item index for JSON arrays), or ``None`` when it concerns the whole value.
+    formats, or an item index for JSON arrays), or ``None`` when it concerns the whole value. ``path`` is where
+    in a JSON value (``[1].count``); the message then names the path rather than the position.
     """
 
-    def __init__(self, field: str, value: str, reason: str, position: int | None = None) -> None:
+    def __init__(self, field: str, value: str, reason: str, position: int | None = None, path: str = "") -> None:
         self.position = position
+        self.path = path
         super().__init__(field, value, reason)
 
     def _message(self) -> str:
-        where = "" if self.position is None else f" at position {self.position}"
+        where = "" if self.position is None or self.path else f" at position {self.position}"
         shown = f" (in {_show(self.value)})" if self.value not in (None, "") else ""
         return f"{self.field}: {self.reason}{where}{shown}"
 

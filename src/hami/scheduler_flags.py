@@ -234,6 +234,24 @@ _Kubeconfig = Annotated[
         help="Kubeconfig to use. [default: $KUBECONFIG, else in-cluster, else ~/.kube/config]",
     ),
 ]
+_Profiling = Annotated[
+    str | None,
+    typer.Option(
+        "--profiling",
+        metavar="BOOL",
+        help="HAMi's pprof switch, accepted as --profiling=false only: hami serves no pprof routes."
+        + _default("profiling"),
+    ),
+]
+_LegacyMetrics = Annotated[
+    str | None,
+    typer.Option(
+        "--legacy-metrics",
+        metavar="BOOL",
+        help="HAMi's old metric names, accepted as --legacy-metrics=false only: hami exports the current names."
+        + _default("legacy_metrics"),
+    ),
+]
 _Debug = Annotated[bool | None, typer.Option("--debug/--no-debug", help="Log at debug level." + _default("debug"))]
 _JsonLogs = Annotated[
     bool,
@@ -273,6 +291,8 @@ def scheduler(
     enable_iluvatar: _EnableIluvatar = None,
     disable_devices: _DisableDevices = None,
     kubeconfig: _Kubeconfig = None,
+    profiling: _Profiling = None,
+    legacy_metrics: _LegacyMetrics = None,
     debug: _Debug = None,
     json_logs: _JsonLogs = True,
 ) -> None:

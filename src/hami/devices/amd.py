@@ -7,7 +7,9 @@ percentage 1..100 of a GPU, limits then requests; absent = 100). A device's ``de
 units (CUs); the percentage becomes ``floor(devcore × pct / 100)`` CUs, at least 1 and at most ``devcore``, on
 each device it is tried on — that is what the allocation records and the ledger charges. The allocation slot's type
 is the registered product type (``AMD`` when the registration left it empty). Filters: ``amd.com/use-gputype`` /
-``nouse-gputype`` (whole words of the product type) and ``amd.com/use-gpu-uuid`` / ``nouse-gpu-uuid``. The
+``nouse-gputype`` (case-insensitive substrings of the product type, as HAMi's ``checkAMDType``: ``MI250`` selects
+an ``AMD-MI250X``; NVIDIA's and Hygon's filters match whole words instead) and ``amd.com/use-gpu-uuid`` /
+``nouse-gpu-uuid``. The
 webhook only validates ``amd.com/gpucores`` (no defaults are written: the whole-card defaults apply at scheduling).
 
 Where hami does better than the reference, each kept here:
@@ -177,7 +179,9 @@ class AmdVendor(SharedDeviceVendor):
             return False
 
     def selector(self, annotations: Mapping[str, str]) -> Selector:
-        return Selector.from_annotations(annotations, (USE_UUID, NOUSE_UUID), (USE_TYPE, NOUSE_TYPE))
+        return Selector.from_annotations(
+            annotations, (USE_UUID, NOUSE_UUID), (USE_TYPE, NOUSE_TYPE), type_substrings=True
+        )
 
     def admitter(self) -> Admitter:
         return AmdAdmitter(self.config)

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from hami.devices.base import cores_shown
 from hami.scheduling.dra import DraLedger, DraProblem, DraWarning, HeldCard, held_by_card
 from hami.scheduling.fragmentation import (
     CardFragment,
@@ -102,7 +103,8 @@ def _holders(state: ClusterState, namespace: str) -> dict[tuple[str, str], list[
         if namespace and record.namespace != namespace:
             continue
         for ch in record.charges:
-            out.setdefault((ch.vendor, ch.uuid), []).append(CardHolder(record.key, ch.mem, ch.cores))
+            cores = cores_shown(state.vendors.get(ch.vendor), ch.cores)
+            out.setdefault((ch.vendor, ch.uuid), []).append(CardHolder(record.key, ch.mem, cores))
     return out
 
 
@@ -169,6 +171,7 @@ def _card_rows(state: ClusterState, flt: TopFilter, fragments: Mapping[tuple[str
             if flt.vendor and vendor.casefold() != flt.vendor.casefold():
                 continue
             table = node.tables[vendor]
+            counter = state.vendors.get(vendor)  # how its core values count (AWS Neuron keeps a bitmask)
             for i, info in enumerate(table.infos):
                 if flt.model and not fnmatch.fnmatch(info.type.casefold(), flt.model.casefold()):
                     continue
@@ -184,7 +187,7 @@ def _card_rows(state: ClusterState, flt: TopFilter, fragments: Mapping[tuple[str
                     health=_health(state, name, vendor, i),
                     slots=(table.used[i], info.count),
                     memory=(table.usedmem[i], info.devmem),
-                    cores=(table.usedcores[i], info.devcore),
+                    cores=(cores_shown(counter, table.usedcores[i]), cores_shown(counter, info.devcore)),
                     pods=pods,
                     fragment=fragments[(name, vendor, info.id)],
                     dra=held.get((name, vendor, info.id)),
@@ -255,8 +258,9 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[tuple[str, str]]], col
     return lines
 
 
-def render_top(view: TopView, colour: bool = False) -> str:
-    """Per node a header line, then one line per card; then per model the fragmentation summary."""
+def render_top(view: TopView, colour: bool = False, wide: bool = False) -> str:
+    """Per node a header line, then one line per card; then per model the fragmentation summary. ``wide``
+    (``-o wide``) adds each card's vendor, free memory and largest slice left."""
     if not view.nodes:
         return "no node matches (or the cluster has none)"
     lines: list[str] = []
@@ -285,8 +289,15 @@ def render_top(view: TopView, colour: bool = False) -> str:
                     (_holders_cell(c), _DIM if not c.pods and c.dra is None else ""),
                 ]
             )
+            if wide:
+                extra = _wide_cells(c)
+                rows[-1][7:7] = extra[1:]  # after STRANDED MiB
+                rows[-1].insert(2, extra[0])
         if rows:
             header = ["  #", "DEVICE", "MODEL", "SLOTS", "MEMORY MiB", "CORES", "STRANDED MiB", "HEALTH", "PODS"]
+            if wide:
+                header[7:7] = _WIDE_HEADER[1:]
+                header.insert(2, _WIDE_HEADER[0])
             lines += _table(header, rows, colour)
         lines.append("")
     if view.models:
@@ -317,6 +328,15 @@ def render_top(view: TopView, colour: bool = False) -> str:
         lines += _table(header, rows, colour)
     lines += _dra_lines(view, colour)
     return "\n".join(lines).rstrip()
+
+
+_WIDE_HEADER: Final = ["VENDOR", "FREE MiB", "LARGEST SLICE"]
+
+
+def _wide_cells(c: CardRow) -> list[tuple[str, str]]:
+    """``-o wide``'s extra cells: the vendor, the free memory and the largest slice still placeable."""
+    f = c.fragment
+    return [(c.vendor, ""), (str(f.free_mem), ""), (f"{f.largest_mem} MiB, {f.largest_cores} cores", "")]
 
 
 def _dra_lines(view: TopView, colour: bool) -> list[str]:
