@@ -15,6 +15,7 @@ from hami.monitor.command import monitor
 
 if TYPE_CHECKING:
     from hami.protocol.objects import Pod
+    from hami.simulate.devconfig import Families
     from hami.simulate.simulator import Simulator
 
 app = typer.Typer(
@@ -88,10 +89,52 @@ _SIMULATE_HELP = "\n\n".join(
         "Candidate nodes are the snapshot's nodes whose labels match the pod's nodeSelector and that are not "
         "unschedulable. Other kube-scheduler predicates (taints and tolerations, affinity, CPU, memory and other "
         "non-device resources) are out of scope.",
-        "Exit status: 0 when every file was read (pending pods included), 1 when a file is unreadable or invalid, "
-        "2 for bad arguments. Warnings go to standard error.",
+        "Exit status: 0 when every file was read (pending pods included; warnings never change it), 1 when a file "
+        "is unreadable or invalid, 2 for bad arguments, 3 with --fail-on-pending when a pod is pending, denied or "
+        "invalid. Warnings go to standard error.",
     ]
 )
+
+_EnableAscendOpt = Annotated[
+    bool,
+    typer.Option(
+        "--enable-ascend/--no-enable-ascend",
+        help="Schedule Huawei Ascend NPUs, as `hami scheduler --enable-ascend` (the chart's devices.ascend.enabled). "
+        "[default: off, as a default install]",
+        show_default=False,
+    ),
+]
+_EnableIluvatarOpt = Annotated[
+    bool,
+    typer.Option(
+        "--enable-iluvatar/--no-enable-iluvatar",
+        help="Schedule Iluvatar GPUs, as `hami scheduler --enable-iluvatar`. [default: off, as a default install]",
+        show_default=False,
+    ),
+]
+_DisableDevicesOpt = Annotated[
+    str,
+    typer.Option(
+        "--disable-devices",
+        metavar="FAMILY,...",
+        help="Device families not to schedule, as `hami scheduler --disable-devices` (the chart's "
+        "devices.<family>.enabled: false). [default: none]",
+        show_default=False,
+    ),
+]
+
+
+def _families(enable_ascend: bool, enable_iluvatar: bool, disable_devices: str) -> Families:
+    """The ``Families`` of the switches; a bad ``--disable-devices`` is a usage error naming the flag."""
+    from hami.errors import InvalidInput
+    from hami.simulate.devconfig import Families
+
+    families = Families(enable_ascend, enable_iluvatar, disable_devices)
+    try:
+        families.enabled()
+    except InvalidInput as err:
+        raise typer.BadParameter(err.reason, param_hint=err.field) from None
+    return families
 
 
 @app.command(help=_SIMULATE_HELP)
@@ -161,20 +204,45 @@ def simulate(
         bool,
         typer.Option(
             "--defrag",
-            help="Dry run: plan the fewest pod moves that free whole cards on the snapshot (no PODS needed).",
+            help="Dry run: plan the fewest pod moves that free whole cards on the snapshot (no PODS needed), each "
+            "one the scheduler would make itself once the pod is deleted, printed as the kubectl commands to run.",
         ),
     ] = False,
+    fail_on_pending: Annotated[
+        bool,
+        typer.Option(
+            "--fail-on-pending",
+            help="For CI: exit with status 3 when any pod is pending, denied at admission or invalid.",
+        ),
+    ] = False,
+    enable_ascend: _EnableAscendOpt = False,
+    enable_iluvatar: _EnableIluvatarOpt = False,
+    disable_devices: _DisableDevicesOpt = "",
 ) -> None:
     """Place pods on a cluster snapshot offline (help text: ``_SIMULATE_HELP``)."""
     from hami.simulate import SimulateOptions, run_simulate
 
+    families = _families(enable_ascend, enable_iluvatar, disable_devices)
     if defrag:
-        from hami.simulate.defrag import run_defrag
+        from hami.simulate.defrag import DefragOptions, run_defrag
 
         if not snapshot:
             raise typer.BadParameter("--defrag needs --snapshot FILE", param_hint="--snapshot")
+        if pods:
+            raise typer.BadParameter(
+                "--defrag plans moves of the snapshot's own pods and places no PODS file: drop "
+                f"{' '.join(map(str, pods))}, or run without --defrag to place them",
+                param_hint="--defrag",
+            )
+        if report is not None:
+            raise typer.BadParameter(
+                "--defrag writes no HTML report; its plan is printed (-o json for scripts). Run without --defrag "
+                "for the report",
+                param_hint="--report",
+            )
         echo_err = lambda line: typer.echo(line, err=True)  # noqa: E731
-        raise typer.Exit(run_defrag(snapshot, config, output.value, typer.echo, echo_err))
+        defrag_opts = DefragOptions(snapshot, config, output.value, node_policy, gpu_policy, families)
+        raise typer.Exit(run_defrag(defrag_opts, typer.echo, echo_err))
     if not demo and (not snapshot or not pods):
         raise typer.BadParameter("give --snapshot FILE and at least one PODS file, or --demo", param_hint="arguments")
     opts = SimulateOptions(
@@ -188,6 +256,8 @@ def simulate(
         demo=demo,
         report=report,
         skip_admission=skip_admission,
+        families=families,
+        fail_on_pending=fail_on_pending,
     )
     code = run_simulate(opts, typer.echo, lambda line: typer.echo(line, err=True))
     raise typer.Exit(code)
@@ -207,16 +277,21 @@ class ColorMode(StrEnum):
 
 
 def _simulator_for(
-    snapshot: list[Path] | None, kubeconfig: str | None, context: str | None, config: Path | None
+    snapshot: list[Path] | None,
+    kubeconfig: str | None,
+    context: str | None,
+    config: Path | None,
+    families: Families | None = None,
 ) -> tuple[Simulator, list[str], list[Pod]]:
     """A ``Simulator`` over the snapshot files or the live cluster, its warnings, and the snapshot's pods."""
     import asyncio
 
     from hami.scheduling.request import SchedulingDefaults
-    from hami.simulate.devconfig import device_config_from_text
+    from hami.simulate.devconfig import Families, device_config_from_text
     from hami.simulate.loading import Snapshot, Sourced, load_snapshot, read_files
     from hami.simulate.simulator import Simulator
 
+    families = families or Families()
     config_text = read_files([config])[0][1] if config is not None else None
     device_config, warnings = device_config_from_text(config_text, str(config))
     if snapshot:
@@ -249,7 +324,8 @@ def _simulator_for(
                 for c in listing.claims
             ],
         )
-    sim = Simulator(device_config, SchedulingDefaults())
+    # admission on: `explain -f` admits a manifest as `simulate` does; a default install's device families
+    sim = Simulator(device_config, SchedulingDefaults(), admission=True, families=families.enabled())
     sim.add_snapshot(snap)
     return sim, [*warnings, *sim.warnings], [p.obj for p in snap.pods]
 
@@ -360,23 +436,30 @@ def explain(
     context: _ContextOpt = None,
     config: _ConfigOpt = None,
     output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table, or json.")] = OutputFormat.table,
+    enable_ascend: _EnableAscendOpt = False,
+    enable_iluvatar: _EnableIluvatarOpt = False,
+    disable_devices: _DisableDevicesOpt = "",
 ) -> None:
     import json
 
     from hami.errors import HamiError
     from hami.simulate.explain import explain as explain_pod
-    from hami.simulate.explain import explain_json, render_explain
-    from hami.simulate.loading import load_pods, read_files
+    from hami.simulate.explain import explain_json, explain_manifest, render_explain
+    from hami.simulate.loading import read_files, read_pods
 
     if (pod is None) == (file is None):
         raise typer.BadParameter("give a POD name or --file MANIFEST (one of them)", param_hint="POD")
     try:
-        sim, warnings, pods = _simulator_for(snapshot, kubeconfig, context, config)
-        if file is not None:
-            loaded = load_pods(read_files([file]))
-            if len(loaded) != 1:
-                raise _fail(ValueError(f"{file}: expected one Pod, found {len(loaded)}"))
-            target = loaded[0].obj
+        families = _families(enable_ascend, enable_iluvatar, disable_devices)
+        sim, warnings, pods = _simulator_for(snapshot, kubeconfig, context, config, families)
+        manifest = None
+        if file is not None:  # read as `hami simulate` reads it (a workload making one pod will do)
+            loaded = read_pods(read_files([file]), (), int(time.time()))
+            warnings += loaded.warnings
+            if len(loaded.pods) != 1:
+                raise _fail(ValueError(f"{file}: expected one Pod, found {len(loaded.pods)}"))
+            manifest = loaded.pods[0]
+            target = manifest.obj
         else:
             assert pod is not None
             ns, _, name = pod.rpartition("/")
@@ -389,7 +472,9 @@ def explain(
         raise _fail(err) from None
     for w in warnings:
         typer.echo(f"warning: {w}", err=True)
-    result = explain_pod(sim, target)
+    result = explain_manifest(sim, manifest) if manifest is not None else explain_pod(sim, target)
+    for w in result.warnings:
+        typer.echo(f"warning: {w}", err=True)
     if output is OutputFormat.json:
         typer.echo(json.dumps(explain_json(result), indent=2))
     else:
