@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from hami import __version__
+from hami.clusterflags import ClusterFlags, Output, cluster_flags, dump
 from hami.deviceplugin.command import device_plugin
 from hami.monitor.command import monitor
 
 if TYPE_CHECKING:
+    from hami.k8s.config import KubeConfig
     from hami.protocol.objects import Pod
     from hami.simulate.devconfig import Families
     from hami.simulate.simulator import Simulator
@@ -47,9 +49,23 @@ def _main(
 
 
 @app.command()
-def version() -> None:
-    """Print hami's version."""
-    typer.echo(__version__)
+def version(
+    output: Annotated[
+        Output, typer.Option("--output", "-o", metavar="FORMAT", help="table (the version alone), json or yaml.")
+    ] = Output.table,
+) -> None:
+    """Print hami's version (-o json: with the Python and platform it runs on)."""
+    import platform
+
+    if output in (Output.json, Output.yaml):
+        doc = {
+            "hamiVersion": __version__,
+            "pythonVersion": platform.python_version(),
+            "platform": f"{platform.system().lower()}/{platform.machine()}",
+        }
+        typer.echo(dump(doc, output))
+    else:
+        typer.echo(__version__)
 
 
 class OutputFormat(StrEnum):
@@ -264,9 +280,9 @@ def simulate(
 
 
 _VIEW_SOURCE_HELP = (
-    "Reads the cluster live (kubeconfig: --kubeconfig, else KUBECONFIG, else ~/.kube/config; only list on nodes, "
-    "pods and resourcequotas is needed) or, with --snapshot, what `kubectl get nodes,pods,resourcequotas -A "
-    "-o json` printed."
+    "Reads the cluster live, read-only (only list on nodes, pods and resourcequotas is needed; kubectl's "
+    "--kubeconfig, --context and --request-timeout) or, with --snapshot, what `kubectl get "
+    "nodes,pods,resourcequotas -A -o json` printed."
 )
 
 
@@ -278,56 +294,32 @@ class ColorMode(StrEnum):
 
 def _simulator_for(
     snapshot: list[Path] | None,
-    kubeconfig: str | None,
-    context: str | None,
+    cluster: ClusterFlags,
     config: Path | None,
     families: Families | None = None,
-) -> tuple[Simulator, list[str], list[Pod]]:
-    """A ``Simulator`` over the snapshot files or the live cluster, its warnings, and the snapshot's pods."""
-    import asyncio
-
+) -> tuple[Simulator, list[str], list[Pod], KubeConfig | None]:
+    """A ``Simulator`` over the snapshot files or the live cluster, its warnings, the snapshot's pods, and the
+    kubeconfig it was read through (``None`` for snapshot files). The simulator admits manifests as ``hami
+    simulate`` does (``explain -f``) and schedules ``families`` (None: a default install's)."""
+    from hami.clusterflags import read_cluster
     from hami.scheduling.request import SchedulingDefaults
     from hami.simulate.devconfig import Families, device_config_from_text
-    from hami.simulate.loading import Snapshot, Sourced, load_snapshot, read_files
+    from hami.simulate.loading import load_snapshot, read_files
     from hami.simulate.simulator import Simulator
 
     families = families or Families()
     config_text = read_files([config])[0][1] if config is not None else None
     device_config, warnings = device_config_from_text(config_text, str(config))
+    kube = None
     if snapshot:
         snap = load_snapshot(read_files(snapshot))
     else:
-        from hami.k8s.client import KubeClient
-        from hami.k8s.config import load_config
-        from hami.k8s.listing import ClusterListing, list_cluster
-
-        kube = load_config(kubeconfig, context=context)
-
-        async def fetch() -> ClusterListing:
-            async with KubeClient(kube) as client:
-                return await list_cluster(client)
-
-        listing = asyncio.run(fetch())
-        warnings += listing.notes
-        where = kube.server
-        snap = Snapshot(
-            nodes=[Sourced(n, where, f"{where}: Node {n.metadata.name}") for n in listing.nodes],
-            pods=[Sourced(p, where, f"{where}: Pod {p.key}") for p in listing.pods],
-            quotas=[
-                Sourced(q, where, f"{where}: ResourceQuota {q.metadata.namespace}/{q.metadata.name}")
-                for q in listing.quotas
-            ],
-            classes=[Sourced(c, where, f"{where}: DeviceClass {c.metadata.name}") for c in listing.classes],
-            slices=[Sourced(sl, where, f"{where}: ResourceSlice {sl.metadata.name}") for sl in listing.slices],
-            claims=[
-                Sourced(c, where, f"{where}: ResourceClaim {c.metadata.namespace}/{c.metadata.name}")
-                for c in listing.claims
-            ],
-        )
-    # admission on: `explain -f` admits a manifest as `simulate` does; a default install's device families
+        live = read_cluster(cluster)
+        snap, kube = live.snapshot, live.kube
+        warnings += live.notes
     sim = Simulator(device_config, SchedulingDefaults(), admission=True, families=families.enabled())
     sim.add_snapshot(snap)
-    return sim, [*warnings, *sim.warnings], [p.obj for p in snap.pods]
+    return sim, [*warnings, *sim.warnings], [p.obj for p in snap.pods], kube
 
 
 def _use_colour(mode: ColorMode) -> bool:
@@ -345,14 +337,12 @@ _SnapshotOpt = Annotated[
         "--snapshot", "-s", metavar="FILE", help="Read this snapshot file instead of the live cluster (repeatable)."
     ),
 ]
-_KubeconfigOpt = Annotated[
-    str | None, typer.Option("--kubeconfig", metavar="FILE", help="Kubeconfig file (live mode).")
-]
-_ContextOpt = Annotated[
-    str | None, typer.Option("--context", metavar="NAME", help="Kubeconfig context (default: current).")
-]
 _ConfigOpt = Annotated[
     Path | None, typer.Option("--config", metavar="FILE", help="HAMi device-config.yaml (resource names).")
+]
+_ViewOutputOpt = Annotated[
+    Output,
+    typer.Option("--output", "-o", metavar="FORMAT", help="table, wide (more columns), json or yaml."),
 ]
 
 
@@ -363,12 +353,13 @@ def _fail(err: Exception) -> typer.Exit:
 
 @app.command(
     help="Per node and per card: slots, memory and cores used/total, the pods on each card, health, "
-    "cordon and fragmentation. " + _VIEW_SOURCE_HELP
+    "cordon and fragmentation. Every namespace's pods are shown (a node view, as `kubectl top node`); -n shows "
+    "only the cards holding pods of one namespace. " + _VIEW_SOURCE_HELP
 )
+@cluster_flags(scope_help="Only cards holding pods of this namespace, and only those pods. [default: every namespace]")
 def top(
+    cluster: ClusterFlags,
     snapshot: _SnapshotOpt = None,
-    kubeconfig: _KubeconfigOpt = None,
-    context: _ContextOpt = None,
     config: _ConfigOpt = None,
     node: Annotated[
         str, typer.Option("--node", metavar="PATTERN", help="Only nodes matching this pattern (shell-style: gpu-*).")
@@ -379,69 +370,56 @@ def top(
     model: Annotated[
         str, typer.Option("--model", metavar="PATTERN", help="Only card models matching this pattern (*A100*).")
     ] = "",
-    namespace: Annotated[
-        str,
-        typer.Option(
-            "--namespace",
-            "-n",
-            metavar="NAMESPACE",
-            help="Only cards holding pods of this namespace, and only those pods.",
-        ),
-    ] = "",
     sort: Annotated[
         str, typer.Option("--sort", metavar="KEY", help="node, free-memory, used-memory, stranded or pods.")
     ] = "node",
-    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table, or json.")] = OutputFormat.table,
+    output: _ViewOutputOpt = Output.table,
     color: Annotated[
         ColorMode, typer.Option("--color", help="auto (on a terminal), always or never.")
     ] = ColorMode.auto,
 ) -> None:
-    import json
-
     from hami.errors import HamiError
     from hami.simulate.top import SORT_KEYS, TopFilter, build_top, render_top, top_json
 
     if sort not in SORT_KEYS:
         raise typer.BadParameter(f"{sort!r} is not one of {', '.join(SORT_KEYS)}", param_hint="--sort")
     try:
-        sim, warnings, _ = _simulator_for(snapshot, kubeconfig, context, config)
+        sim, warnings, _, _ = _simulator_for(snapshot, cluster, config)
     except (HamiError, OSError) as err:
         raise _fail(err) from None
     for w in warnings:
         typer.echo(f"warning: {w}", err=True)
+    namespace = "" if cluster.all_namespaces else cluster.namespace or ""
     view = build_top(sim.state, TopFilter(node, vendor, model, namespace, sort), sim.dra)
-    if output is OutputFormat.json:
-        typer.echo(json.dumps(top_json(view), indent=2))
+    if output in (Output.json, Output.yaml):
+        typer.echo(dump(top_json(view), output))
     else:
         colour = _use_colour(color)
-        typer.echo(render_top(view, colour=colour), color=colour)
+        typer.echo(render_top(view, colour=colour, wide=output is Output.wide), color=colour)
 
 
 @app.command(
     help="Why a pod is pending (or why it sits where it is): every node's verdict with the numbers, "
-    "per card what it needs and what is free, and what would make it fit. " + _VIEW_SOURCE_HELP + " Exit status: 0 "
+    "per card what it needs and what is free, and what would make it fit. POD is NAME (in -n, else the kubeconfig "
+    "context's namespace; with -A in any) or NAMESPACE/NAME. " + _VIEW_SOURCE_HELP + " Exit status: 0 "
     "when the pod was judged (whatever the verdict), 1 when it cannot be read, found or parsed."
 )
+@cluster_flags()
 def explain(
+    cluster: ClusterFlags,
     pod: Annotated[str | None, typer.Argument(metavar="POD", help="[NAMESPACE/]NAME of a pod in the cluster.")] = None,
-    namespace: Annotated[
-        str, typer.Option("--namespace", "-n", metavar="NAMESPACE", help="The pod's namespace.")
-    ] = "default",
     file: Annotated[
         Path | None,
         typer.Option("--file", "-f", metavar="FILE", help="Explain this pod manifest instead (a pod not created yet)."),
     ] = None,
     snapshot: _SnapshotOpt = None,
-    kubeconfig: _KubeconfigOpt = None,
-    context: _ContextOpt = None,
     config: _ConfigOpt = None,
-    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table, or json.")] = OutputFormat.table,
+    output: _ViewOutputOpt = Output.table,
     enable_ascend: _EnableAscendOpt = False,
     enable_iluvatar: _EnableIluvatarOpt = False,
     disable_devices: _DisableDevicesOpt = "",
 ) -> None:
-    import json
-
+    from hami.clusterflags import pick_pod
     from hami.errors import HamiError
     from hami.simulate.explain import explain as explain_pod
     from hami.simulate.explain import explain_json, explain_manifest, render_explain
@@ -451,7 +429,7 @@ def explain(
         raise typer.BadParameter("give a POD name or --file MANIFEST (one of them)", param_hint="POD")
     try:
         families = _families(enable_ascend, enable_iluvatar, disable_devices)
-        sim, warnings, pods = _simulator_for(snapshot, kubeconfig, context, config, families)
+        sim, warnings, pods, kube = _simulator_for(snapshot, cluster, config, families)
         manifest = None
         if file is not None:  # read as `hami simulate` reads it (a workload making one pod will do)
             loaded = read_pods(read_files([file]), (), int(time.time()))
@@ -462,12 +440,7 @@ def explain(
             target = manifest.obj
         else:
             assert pod is not None
-            ns, _, name = pod.rpartition("/")
-            ns = ns or namespace
-            found = [p for p in pods if p.metadata.name == name and (p.metadata.namespace or "default") == ns]
-            if not found:
-                raise _fail(ValueError(f"pod {ns}/{name} not found (finished pods are not listed)"))
-            target = found[0]
+            target = pick_pod(pods, pod, cluster, kube)
     except (HamiError, OSError) as err:
         raise _fail(err) from None
     for w in warnings:
@@ -475,10 +448,10 @@ def explain(
     result = explain_manifest(sim, manifest) if manifest is not None else explain_pod(sim, target)
     for w in result.warnings:
         typer.echo(f"warning: {w}", err=True)
-    if output is OutputFormat.json:
-        typer.echo(json.dumps(explain_json(result), indent=2))
+    if output in (Output.json, Output.yaml):
+        typer.echo(dump(explain_json(result), output))
     else:
-        typer.echo(render_explain(result))
+        typer.echo(render_explain(result, wide=output is Output.wide))
     raise typer.Exit(1 if result.status == "invalid" else 0)
 
 

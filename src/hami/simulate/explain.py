@@ -390,7 +390,9 @@ def _suggestions(sim: Simulator, pod: Pod, names: Sequence[str], verdicts: Seque
 # --- output ---------------------------------------------------------------------------------------------
 
 
-def render_explain(e: Explanation) -> str:
+def render_explain(e: Explanation, wide: bool = False) -> str:
+    """The explanation for a person; ``wide`` (``-o wide``) adds each card's vendor and each node's reasons
+    counted (HAMi's ``CardInsufficientMemory: 2`` and so on)."""
     lines = [f"{e.pod}: {e.status}", f"  {e.message}"]
     lines += [f"  needs {n}" for n in e.needs]
     for v in e.verdicts:
@@ -402,14 +404,28 @@ def render_explain(e: Explanation) -> str:
         else:
             head = f"{v.node}: does not fit: {v.summary}" + (" (even if empty)" if v.unresolvable else "")
         lines += ["", head]
+        if wide and v.counts:
+            lines.append("  reasons: " + ", ".join(f"{k} {n}" for k, n in sorted(v.counts.items())))
         if v.cards:
             rows = [
-                ["  #", "DEVICE", "MODEL", "NEED MiB", "FREE MiB", "NEED CORES", "FREE CORES", "FREE SLOTS", "VERDICT"]
+                [
+                    "  #",
+                    "DEVICE",
+                    *(["VENDOR"] if wide else []),
+                    "MODEL",
+                    "NEED MiB",
+                    "FREE MiB",
+                    "NEED CORES",
+                    "FREE CORES",
+                    "FREE SLOTS",
+                    "VERDICT",
+                ]
             ]
             rows += [
                 [
                     f"  {c.index}",
                     c.uuid,
+                    *([c.vendor] if wide else []),
                     c.model,
                     str(c.need_mem),
                     str(c.free_mem),

@@ -255,8 +255,9 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[tuple[str, str]]], col
     return lines
 
 
-def render_top(view: TopView, colour: bool = False) -> str:
-    """Per node a header line, then one line per card; then per model the fragmentation summary."""
+def render_top(view: TopView, colour: bool = False, wide: bool = False) -> str:
+    """Per node a header line, then one line per card; then per model the fragmentation summary. ``wide``
+    (``-o wide``) adds each card's vendor, free memory and largest slice left."""
     if not view.nodes:
         return "no node matches (or the cluster has none)"
     lines: list[str] = []
@@ -285,8 +286,15 @@ def render_top(view: TopView, colour: bool = False) -> str:
                     (_holders_cell(c), _DIM if not c.pods and c.dra is None else ""),
                 ]
             )
+            if wide:
+                extra = _wide_cells(c)
+                rows[-1][7:7] = extra[1:]  # after STRANDED MiB
+                rows[-1].insert(2, extra[0])
         if rows:
             header = ["  #", "DEVICE", "MODEL", "SLOTS", "MEMORY MiB", "CORES", "STRANDED MiB", "HEALTH", "PODS"]
+            if wide:
+                header[7:7] = _WIDE_HEADER[1:]
+                header.insert(2, _WIDE_HEADER[0])
             lines += _table(header, rows, colour)
         lines.append("")
     if view.models:
@@ -317,6 +325,15 @@ def render_top(view: TopView, colour: bool = False) -> str:
         lines += _table(header, rows, colour)
     lines += _dra_lines(view, colour)
     return "\n".join(lines).rstrip()
+
+
+_WIDE_HEADER: Final = ["VENDOR", "FREE MiB", "LARGEST SLICE"]
+
+
+def _wide_cells(c: CardRow) -> list[tuple[str, str]]:
+    """``-o wide``'s extra cells: the vendor, the free memory and the largest slice still placeable."""
+    f = c.fragment
+    return [(c.vendor, ""), (str(f.free_mem), ""), (f"{f.largest_mem} MiB, {f.largest_cores} cores", "")]
 
 
 def _dra_lines(view: TopView, colour: bool) -> list[str]:
