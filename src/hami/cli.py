@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from hami.k8s.config import KubeConfig
     from hami.protocol.objects import Pod
     from hami.simulate.devconfig import Families
+    from hami.simulate.loading import Snapshot
     from hami.simulate.simulator import Simulator
 
 app = typer.Typer(
@@ -101,7 +103,13 @@ _SIMULATE_HELP = "\n\n".join(
         "see earlier placements. Pods of the snapshot that carry hami.io/vgpu-node hold devices and are charged.",
         "Each pod first goes through the admission webhook's own code, as in the cluster: its defaults and "
         "rewrites are applied, and a pod the webhook would deny is reported as not placed, with the webhook's "
-        "message (--skip-admission places pods as written). Every vendor family is scheduled.",
+        "message (--skip-admission places pods as written). The device families scheduled are a default install's "
+        "(every family but Ascend and Iluvatar; --enable-ascend, --enable-iluvatar, --disable-devices switch them as "
+        "`hami scheduler` does; --demo schedules every family).",
+        "PODS files hold Pods and workloads: Deployments, StatefulSets, ReplicaSets, ReplicationControllers and "
+        "Jobs are expanded into the pods their controllers make (template x replicas, Job parallelism), a CronJob "
+        "into one run of its job, a DaemonSet into one pod per node its nodeSelector matches. Fields Kubernetes "
+        "does not define are warned about as kubectl does (unknown field \"spec.containers[0].resource\").",
         "Candidate nodes are the snapshot's nodes whose labels match the pod's nodeSelector and that are not "
         "unschedulable. Other kube-scheduler predicates (taints and tolerations, affinity, CPU, memory and other "
         "non-device resources) are out of scope.",
@@ -154,7 +162,9 @@ def _families(enable_ascend: bool, enable_iluvatar: bool, disable_devices: str) 
 
 
 @app.command(help=_SIMULATE_HELP)
+@cluster_flags(scope=False)
 def simulate(
+    cluster: ClusterFlags,
     pods: Annotated[
         list[Path] | None,
         typer.Argument(
@@ -234,6 +244,14 @@ def simulate(
     enable_ascend: _EnableAscendOpt = False,
     enable_iluvatar: _EnableIluvatarOpt = False,
     disable_devices: _DisableDevicesOpt = "",
+    live: Annotated[
+        bool,
+        typer.Option(
+            "--live",
+            help="Read the cluster instead of a snapshot (nodes, pods, quotas, DRA objects), read-only, through the "
+            "kubeconfig (--kubeconfig, --context, --request-timeout), as `hami top` does.",
+        ),
+    ] = False,
 ) -> None:
     """Place pods on a cluster snapshot offline (help text: ``_SIMULATE_HELP``)."""
     from hami.simulate import SimulateOptions, run_simulate
@@ -259,8 +277,12 @@ def simulate(
         echo_err = lambda line: typer.echo(line, err=True)  # noqa: E731
         defrag_opts = DefragOptions(snapshot, config, output.value, node_policy, gpu_policy, families)
         raise typer.Exit(run_defrag(defrag_opts, typer.echo, echo_err))
-    if not demo and (not snapshot or not pods):
-        raise typer.BadParameter("give --snapshot FILE and at least one PODS file, or --demo", param_hint="arguments")
+    if live and (snapshot or demo):
+        raise typer.BadParameter("--live reads the cluster: give it without --snapshot and --demo", param_hint="--live")
+    if not demo and ((not snapshot and not live) or not pods):
+        raise typer.BadParameter(
+            "give --snapshot FILE (or --live) and at least one PODS file, or --demo", param_hint="arguments"
+        )
     opts = SimulateOptions(
         snapshots=tuple(snapshot or ()),
         pods=tuple(pods or ()),
@@ -274,9 +296,21 @@ def simulate(
         skip_admission=skip_admission,
         families=families,
         fail_on_pending=fail_on_pending,
+        live=_live_reader(cluster) if live else None,
     )
     code = run_simulate(opts, typer.echo, lambda line: typer.echo(line, err=True))
     raise typer.Exit(code)
+
+
+def _live_reader(cluster: ClusterFlags) -> Callable[[], tuple[Snapshot, list[str]]]:
+    """``hami simulate --live``: the cluster's objects through the kubeconfig (the loader top and explain use)."""
+    from hami.clusterflags import read_cluster
+
+    def read() -> tuple[Snapshot, list[str]]:
+        live = read_cluster(cluster)
+        return live.snapshot, live.notes
+
+    return read
 
 
 _VIEW_SOURCE_HELP = (

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
-from hami.errors import InvalidInput
+from hami.errors import HamiError
 from hami.scheduling.request import SchedulingDefaults
 from hami.simulate.demo import demo_sources, render_demo
 from hami.simulate.devconfig import Families, device_config_from_text
@@ -66,7 +66,7 @@ def run_simulate(opts: SimulateOptions, out: Callable[[str], None], err: Callabl
         families = None if opts.demo else opts.families.enabled()
         snapshot, pod_sources = _inputs(opts, warnings)
         loaded = read_pods(pod_sources, [n.obj for n in snapshot.nodes], opts.now)
-    except (InvalidInput, OSError) as error:
+    except (HamiError, OSError) as error:  # a file, or the cluster with --live (a kubeconfig, the API server)
         err(f"error: {error}")
         return EXIT_INVALID_INPUT
     defaults = SchedulingDefaults(node_policy=opts.node_policy, gpu_policy=opts.gpu_policy)

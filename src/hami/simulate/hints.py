@@ -5,12 +5,14 @@ would otherwise be ignored silently (the pod would get no device, or a whole one
 suggestion is a name that is **close** (difflib ratio at least ``CLOSE``, or equal but for case), of the **same
 vendor** (the same domain) and of the **same role** (count, memory or cores: ``nvidia.com/gpu`` never suggests
 ``nvidia.com/gpumem``). A name that is another one with a model number cut short (``huawei.com/Ascend910`` beside
-``huawei.com/Ascend910C``) names another chip, not a typo: no suggestion then, but the vendor's names of that role.
+``huawei.com/Ascend910C``), or with another model number (``Ascend910`` beside ``Ascend310P``), names another chip,
+not a typo: no suggestion then, but the vendor's names of that role.
 """
 
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable, Mapping
 from typing import Final, Literal
 
@@ -53,11 +55,13 @@ def _cut_model(a: str, b: str) -> bool:
 
 
 def _close(name: str, known: str) -> float:
-    if name.casefold() == known.casefold():
+    """How alike two names of one domain are, by what follows the domain (the domain would make any two alike)."""
+    a, b = name.rpartition("/")[2], known.rpartition("/")[2]
+    if a.casefold() == b.casefold():
         return 1.0
-    if _cut_model(name, known):
-        return 0.0
-    return difflib.SequenceMatcher(None, name, known).ratio()
+    if _cut_model(a, b) or re.findall(r"\d+", a) != re.findall(r"\d+", b):
+        return 0.0  # another model number is another chip, not a typo
+    return difflib.SequenceMatcher(None, a, b).ratio()
 
 
 def resource_hint(name: str, roles: Mapping[str, Role]) -> str:

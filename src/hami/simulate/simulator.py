@@ -207,6 +207,8 @@ class Simulator:
         """The resource names the scheduled vendors own (those of the device config, less the switched-off ones)."""
         self.managed_domains = frozenset(n.partition("/")[0] for n in owned if n and "/" in n)
         self.roles = resource_roles(self.vendors.values(), self.owned)
+        self.switched_off_domains = {n.partition("/")[0]: f for n, f in self.switched_off.items() if "/" in n}
+        """Domain → family, for the resource domains of the families this run does not schedule."""
         self.existing: dict[str, Pod] = {}
         """The snapshot's pods that hold devices, by the UID their ledger record has."""
         self.dra = DraLedger(self.state, config.dra)
@@ -420,7 +422,9 @@ class Simulator:
         domain, slash, _ = name.partition("/")
         if not slash or name in self.owned:
             return None
-        family = self.switched_off.get(name)
+        family = self.switched_off.get(name) or (
+            self.switched_off_domains.get(domain) if domain not in self.managed_domains else None
+        )
         if family is not None:
             return (
                 f"the {family} devices are not scheduled in this run, so hami ignores it (a default install does not "
