@@ -92,7 +92,8 @@ def test_disable_devices_names_the_flag(tmp_path: Path) -> None:
     snap, pods = _pods(tmp_path, "{nvidia.com/gpu: 1}")
     bad = run_cli("-s", snap, pods, "--disable-devices", "nvidai")
     assert bad.code == 2
-    assert "--disable-devices" in bad.stderr and "nvidai" in bad.stderr
+    assert "--disable-devices" in bad.stderr
+    assert "nvidai" in bad.stderr
     both = run_cli("-s", snap, pods, "--disable-devices", "ascend", "--enable-ascend")
     assert both.code == 2
     off = run_cli("-s", snap, pods, "--disable-devices", "nvidia", "-o", "json")

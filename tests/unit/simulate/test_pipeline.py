@@ -93,7 +93,8 @@ def test_explain_f_cli_shows_admission_and_typo_warnings(tmp_path: Path) -> None
         assert doc["status"] == "would-place"
         if raw is MANIFESTS[8]:
             assert "did you mean nvidia.com/gpumem?" in result.stderr
-            assert doc["warnings"] and "gpumemory" in doc["warnings"][0]
+            assert doc["warnings"]
+            assert "gpumemory" in doc["warnings"][0]
     denied = tmp_path / "denied.yaml"
     denied.write_text(yaml.safe_dump(MANIFESTS[4]))
     result = CliRunner().invoke(app, ["explain", "-f", str(denied), "-s", str(snap)])

@@ -39,11 +39,13 @@ def test_deployment_makes_replicas_named_like_its_replicaset_s_pods() -> None:
     first = pods[0].raw
     _, pod_hash, suffix = first["metadata"]["name"].rsplit("-", 2)
     assert first["metadata"]["name"].startswith("w-")
-    assert len(suffix) == 5 and set(suffix) <= set("bcdfghjklmnpqrstvwxz2456789")
+    assert len(suffix) == 5
+    assert set(suffix) <= set("bcdfghjklmnpqrstvwxz2456789")
     assert first["metadata"]["labels"] == {"app": "x", "pod-template-hash": pod_hash}
     assert first["metadata"]["namespace"] == "ml"
     assert first["metadata"]["annotations"] == {"nvidia.com/use-gputype": "T4"}
-    assert first["spec"] == TEMPLATE["spec"] and first["spec"] is not TEMPLATE["spec"]
+    assert first["spec"] == TEMPLATE["spec"]
+    assert first["spec"] is not TEMPLATE["spec"]
     assert len({p.raw["metadata"]["name"] for p in pods}) == 3  # distinct
     assert names(workload("Deployment", {"replicas": 3, "template": TEMPLATE})) == [
         p.raw["metadata"]["name"] for p in pods
@@ -69,7 +71,8 @@ def test_deployment_makes_replicas_named_like_its_replicaset_s_pods() -> None:
 def test_replicas_parallelism_and_suspension(kind: str, spec: dict[str, Any], expected: list[str] | int) -> None:
     got = names(workload(kind, spec))
     if isinstance(expected, int):
-        assert len(got) == expected and all(n.startswith("w-") for n in got)
+        assert len(got) == expected
+        assert all(n.startswith("w-") for n in got)
     else:
         assert got == expected
 
@@ -85,7 +88,8 @@ def test_indexed_job_and_cronjob_names() -> None:
         "CronJob", {"schedule": "0 * * * *", "jobTemplate": {"spec": {"parallelism": 2, "template": TEMPLATE}}}
     )
     got = names(cron, now=1_700_000_000)
-    assert len(got) == 2 and all(n.startswith(f"w-{1_700_000_000 // 60}-") for n in got)
+    assert len(got) == 2
+    assert all(n.startswith(f"w-{1_700_000_000 // 60}-") for n in got)
 
 
 def test_daemonset_makes_one_pod_per_matching_node_bound_to_it() -> None:
@@ -160,7 +164,8 @@ def test_read_pods_expands_lists_of_workloads_and_warns(tmp_path: Path) -> None:
     ]
     loaded = read_pods([("w.yaml", yaml.safe_dump_all(docs))])
     keys = [p.obj.key for p in loaded.pods]
-    assert keys[0].startswith("ml/web-") and keys[1].startswith("ml/web-")
+    assert keys[0].startswith("ml/web-")
+    assert keys[1].startswith("ml/web-")
     assert keys[2:] == ["ml/db-0", "/typo"]
     assert loaded.pods[2].origin == "w.yaml: document 2 items[0] (StatefulSet ml/db) pod 1 of 1 (Pod ml/db-0)"
     assert loaded.warnings == [
