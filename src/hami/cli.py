@@ -109,7 +109,7 @@ _SIMULATE_HELP = "\n\n".join(
         "PODS files hold Pods and workloads: Deployments, StatefulSets, ReplicaSets, ReplicationControllers and "
         "Jobs are expanded into the pods their controllers make (template x replicas, Job parallelism), a CronJob "
         "into one run of its job, a DaemonSet into one pod per node its nodeSelector matches. Fields Kubernetes "
-        "does not define are warned about as kubectl does (unknown field \"spec.containers[0].resource\").",
+        'does not define are warned about as kubectl does (unknown field "spec.containers[0].resource").',
         "Candidate nodes are the snapshot's nodes whose labels match the pod's nodeSelector and that are not "
         "unschedulable. Other kube-scheduler predicates (taints and tolerations, affinity, CPU, memory and other "
         "non-device resources) are out of scope.",

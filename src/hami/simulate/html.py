@@ -20,7 +20,14 @@ from typing import Final
 
 from hami.scheduling.dra import DraLedger
 from hami.scheduling.state import ClusterState
-from hami.simulate.report import core_unit, dra_document, fragmentation_document, summary_line, utilization_document
+from hami.simulate.report import (
+    core_unit,
+    cores_text,
+    dra_document,
+    fragmentation_document,
+    summary_line,
+    utilization_document,
+)
 from hami.simulate.simulator import Outcome, container_devices
 
 __all__ = ["BAR_COLOUR", "HEAT_COLOURS", "PLACED_COLOUR", "render_html"]
@@ -70,7 +77,7 @@ def _heat_map(rows: list[dict[str, object]], metric: str, unit: str) -> str:
             used, total = int(values["used"]), int(values["total"])
             x = _LABEL_W + c * _CELL
             share = f"{round(100 * used / total)}%" if total > 0 else "-"
-            tip = f"{card['device']} ({card['type']}): {metric} {used}/{total} {unit}".strip()
+            tip = f"{card['uuid']} ({card['model']}): {metric.removesuffix('MiB')} {used}/{total} {unit}".strip()
             held = card.get("dra")
             if isinstance(held, dict):
                 tip += f", of which DRA claims hold {held[metric]}"
@@ -142,7 +149,7 @@ def _pending_section(outcomes: Sequence[Outcome]) -> str:
 def _devices_text(o: Outcome, state: ClusterState) -> str:
     node = o.node or ""
     per_container = [
-        ", ".join(f"{d.uuid} ({d.usedmem} MiB, {d.usedcores}{core_unit(state, node, d.uuid)})" for d in c)
+        ", ".join(f"{d.uuid} ({d.usedmem} MiB, {cores_text(d.usedcores, core_unit(state, node, d.uuid))})" for d in c)
         for c in container_devices(o.decision)
     ]
     return " | ".join(text for text in per_container if text) or o.message
@@ -190,16 +197,16 @@ def _dra_section(rows: list[dict[str, object]], dra: DraLedger | None) -> str:
         return ""
     cards = []
     for row in rows:
-        held, memory, cores = row.get("dra"), row["memory"], row["cores"]
+        held, memory, cores = row.get("dra"), row["memoryMiB"], row["cores"]
         if not isinstance(held, dict) or not isinstance(memory, dict) or not isinstance(cores, dict):
             continue
         cards.append(
             [
                 str(row["node"]),
-                str(row["device"]),
+                str(row["uuid"]),
                 str(held["claims"]),
-                f"{held['memory']} MiB, {held['cores']} cores",
-                f"{memory['used'] - held['memory']} MiB, {cores['used'] - _cores_of(held)} cores",
+                f"{held['memoryMiB']} MiB, {held['cores']} cores",
+                f"{memory['used'] - held['memoryMiB']} MiB, {cores['used'] - _cores_of(held)} cores",
                 f"{memory['total'] - memory['used']} MiB",
             ]
         )
@@ -229,7 +236,7 @@ def render_html(title: str, state: ClusterState, outcomes: Sequence[Outcome], dr
     summary = summary_line(title, state, outcomes)
     sections = [
         f"<h1>{escape(title)}</h1><p>{escape(summary)}</p>",
-        "<h2>Memory used per card</h2>" + _legend() + _heat_map(rows, "memory", "MiB"),
+        "<h2>Memory used per card</h2>" + _legend() + _heat_map(rows, "memoryMiB", "MiB"),
         "<h2>Cores used per card</h2>" + _heat_map(rows, "cores", "%"),
         _pending_section(outcomes),
         _placements_section(outcomes, state),

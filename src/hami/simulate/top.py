@@ -25,6 +25,7 @@ from hami.scheduling.fragmentation import (
     model_fragments,
 )
 from hami.scheduling.state import ClusterState
+from hami.simulate.report import card_health, cores_text
 
 __all__ = [
     "SORT_KEYS",
@@ -110,13 +111,7 @@ def _health(state: ClusterState, node: str, vendor: str, i: int) -> str:
     n = state.nodes[node]
     table = n.tables[vendor]
     info = table.infos[i]
-    if not info.health:
-        return "unhealthy"
-    if table.broken[i] is not None:
-        return f"blocked: {table.broken[i]}"
-    if info.id in n.cordoned:
-        return "cordoned"
-    return "healthy"
+    return card_health(info.health, table.broken[i], info.id in n.cordoned)
 
 
 def _sort_key(sort: str) -> Any:
@@ -216,7 +211,7 @@ def _pods_cell(pods: Sequence[CardHolder], devcore: int = 100) -> str:
     """Each pod's share: cores as a percentage where a card has 100 core units, else as ``<n>/<total> cores``
     (AMD counts compute units)."""
     unit = "%" if devcore in (0, 100) else f"/{devcore} cores"
-    return ", ".join(f"{p.pod} ({p.mem} MiB, {p.cores}{unit})" for p in pods) or "-"
+    return ", ".join(f"{p.pod} ({p.mem} MiB, {cores_text(p.cores, unit)})" for p in pods) or "-"
 
 
 def _holders_cell(card: CardRow) -> str:
