@@ -411,6 +411,9 @@ def top(
     color: Annotated[
         ColorMode, typer.Option("--color", help="auto (on a terminal), always or never.")
     ] = ColorMode.auto,
+    cpu_nodes: Annotated[
+        bool, typer.Option("--cpu-nodes", help="Also show the nodes without accelerators (hidden by default).")
+    ] = False,
 ) -> None:
     from hami.errors import HamiError
     from hami.simulate.top import SORT_KEYS, TopFilter, build_top, render_top, top_json
@@ -424,7 +427,7 @@ def top(
     for w in warnings:
         typer.echo(f"warning: {w}", err=True)
     namespace = "" if cluster.all_namespaces else cluster.namespace or ""
-    view = build_top(sim.state, TopFilter(node, vendor, model, namespace, sort), sim.dra)
+    view = build_top(sim.state, TopFilter(node, vendor, model, namespace, sort, cpu_nodes), sim.dra)
     if output in (Output.json, Output.yaml):
         typer.echo(dump(top_json(view), output))
     else:

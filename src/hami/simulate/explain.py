@@ -43,6 +43,7 @@ from hami.scheduling.filter import NodeRejection
 from hami.scheduling.request import PodRequest, prefilter
 from hami.scheduling.state import ClusterState, NodeState, PodRecord
 from hami.simulate.loading import Sourced
+from hami.simulate.report import cores_text
 from hami.simulate.simulator import DEFAULT_NAMESPACE, Outcome, Simulator
 from hami.simulate.whatif import judge, put_back, take_out
 
@@ -138,9 +139,8 @@ def _describe_need(req: PodRequest) -> tuple[str, ...]:
                 if c.memreq
                 else (f"{c.mem_percentage}% of memory" if c.mem_percentage <= 100 else "all memory")
             )
-            out.append(
-                f"container {pos} ({req.kinds[pos].value}): {c.nums} x {vendor} device, {mem}, {c.coresreq}% cores each"
-            )
+            cores = cores_text(c.coresreq, "% cores")
+            out.append(f"container {pos} ({req.kinds[pos].value}): {c.nums} x {vendor} device, {mem}, {cores} each")
     return tuple(out)
 
 
@@ -429,7 +429,7 @@ def render_explain(e: Explanation, wide: bool = False) -> str:
                     c.model,
                     str(c.need_mem),
                     str(c.free_mem),
-                    str(c.need_cores),
+                    str(c.need_cores) if c.need_cores else "unlimited",
                     str(c.free_cores),
                     str(c.free_slots),
                     c.verdict

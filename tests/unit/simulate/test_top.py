@@ -114,7 +114,7 @@ def test_cli_top_from_a_snapshot(tmp_path) -> None:
 
 def test_nothing_to_show_says_so() -> None:
     assert (
-        render_top(build_top(cluster().state, TopFilter(node="none-*"))) == "no node matches (or the cluster has none)"
+        render_top(build_top(cluster().state, TopFilter(node="none-*"))) == "no node with accelerators matches (or the cluster has none)"
     )
 
 
