@@ -206,6 +206,43 @@ def test_top_and_explain_live_as_a_read_only_exec_plugin_user(
         assert refused.value.status == 403
 
 
+def test_simulate_live_places_a_deployment_on_the_cluster_read_only(
+    viewer: Viewer, kube: KubeClient, namespace: str, make_node: Callable[..., dict[str, Any]], tmp_path: Path
+) -> None:
+    """``hami simulate --live``: the cluster through the same read-only loader as top and explain; a Deployment
+    expanded into its pods; the held pods charged; ``--fail-on-pending`` for the one that does not fit."""
+    a, _ = cluster(kube, namespace, make_node)
+    wait_until_allowed(viewer)
+    config, _ = viewer.kubeconfig()
+    template = {
+        "metadata": {"labels": {"app": "web"}},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": a},
+            "containers": [{"name": "web", "image": "x", "resources": {"limits": {GPU: 1, "nvidia.com/gpumem": 2000}}}],
+        },
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": namespace},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}, "template": template},
+    }
+    pods = tmp_path / "web.yaml"
+    pods.write_text(yaml.safe_dump(deployment))
+    args = ("hami", "simulate", "--live", "--kubeconfig", config, "--request-timeout", "20s", pods, "-o", "json")
+    result = run(*args)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    first, second = doc["decisions"]
+    # card a holds 13000 of 16000 MiB: one 2000-MiB replica fits, the second does not
+    assert (first["status"], first["node"]) == ("placed", a)
+    assert first["pod"].startswith(f"{namespace}/web-")
+    assert first["devices"] == [[{"uuid": f"GPU-{a}-0", "vendor": "NVIDIA", "memoryMiB": 2000, "cores": 0}]]
+    assert second["status"] == "pending"
+    assert run(*args, "--fail-on-pending").returncode == 3
+    assert run("hami", "simulate", "--live", "--snapshot", pods, pods).returncode == 2  # one source only
+
+
 def test_exec_plugin_is_run_again_after_a_401(viewer: Viewer, make_node: Callable[..., dict[str, Any]]) -> None:
     wait_until_allowed(viewer)
     config, calls = viewer.kubeconfig(tokens=["stale-token", viewer.token], name="rotating")

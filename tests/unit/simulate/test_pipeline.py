@@ -113,3 +113,24 @@ def test_fail_on_pending(tmp_path: Path) -> None:
     assert failed.code == EXIT_NOT_PLACED == 3
     assert "--fail-on-pending: 2 of 3 pods not placed (1 denied, 1 pending); exit status 3" in failed.stderr
     assert json.loads(failed.stdout)["summary"]["pending"] == 1  # the document is still printed
+
+
+def test_topology_aware_on_a_node_without_scores_is_placed_with_a_warning() -> None:
+    from hami.protocol.scores import PairScore, encode_pair_scores
+
+    scored = node("scored", [(16000, 10), (16000, 10)])
+    scores = [PairScore("GPU-scored-0", {"GPU-scored-1": 100}), PairScore("GPU-scored-1", {"GPU-scored-0": 100})]
+    scored["metadata"]["annotations"]["hami.io/node-nvidia-score"] = encode_pair_scores(scores)
+    for cluster, warned in (([node("bare", [(16000, 10), (16000, 10)])], True), ([scored], False)):
+        sim = Simulator(default_device_config(), SchedulingDefaults(), admission=True, families={"nvidia"})
+        sim.add_snapshot(load_snapshot([("snap.json", snapshot_text(*cluster))]))
+        raw = manifest("pair", {"nvidia.com/gpu": 2, "nvidia.com/gpumem": 1000})
+        raw["metadata"]["annotations"] = {"hami.io/gpu-scheduler-policy": "topology-aware"}
+        outcome = sim.place(_item(raw), NOW)
+        assert outcome.status == "placed"
+        topology = [w for w in outcome.warnings if "topology-aware" in w]
+        assert bool(topology) == warned
+        if warned:
+            assert "node bare publishes no topology for NVIDIA" in topology[0]
+            assert "hami.io/node-nvidia-score" in topology[0]
+            assert topology[0] in sim.warnings
