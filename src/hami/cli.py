@@ -96,6 +96,20 @@ def _gpu_policy(value: str) -> str:
     return value
 
 
+def _unix_time(value: str) -> int:
+    """``--now``: whole seconds since 1970, in words a person reads when it is something else."""
+    try:
+        seconds = int(value.strip())
+    except ValueError:
+        raise typer.BadParameter(
+            f"{value!r} is not a Unix time: give whole seconds since 1970 (such as 1767225600), "
+            "or leave --now out for the current time"
+        ) from None
+    if seconds < 0:
+        raise typer.BadParameter(f"{value!r} is before 1970: give whole seconds since 1970 (such as 1767225600)")
+    return seconds
+
+
 _SIMULATE_HELP = "\n\n".join(
     [
         "Place pods on a cluster snapshot offline, with the scheduler's own decision code.",
@@ -207,7 +221,10 @@ def simulate(
     now: Annotated[
         int | None,
         typer.Option(
-            "--now", metavar="SECONDS", help="Unix time written into hami.io/vgpu-time. [default: the current time]"
+            "--now",
+            metavar="SECONDS",
+            parser=_unix_time,
+            help="Unix time written into hami.io/vgpu-time. [default: the current time]",
         ),
     ] = None,
     demo: Annotated[bool, typer.Option("--demo", help="Run the built-in example cluster and workload.")] = False,
@@ -562,7 +579,11 @@ def certs(
 
 
 def main() -> None:
-    app()
+    import sys
+
+    # Run as the kubectl plug-in (kubectl finds `kubectl-hami` on the PATH), help and errors say `kubectl hami`.
+    plugin = Path(sys.argv[0]).name == "kubectl-hami"
+    app(prog_name="kubectl hami" if plugin else "hami")
 
 
 def _default(setting: str, shown: str | None = None) -> str:
@@ -738,6 +759,20 @@ def scheduler(
         metavar="FILE",
         help="Kubeconfig to use. [default: $KUBECONFIG, else in-cluster, else ~/.kube/config]",
     ),
+    profiling: str | None = typer.Option(
+        None,
+        "--profiling",
+        metavar="BOOL",
+        help="HAMi's pprof switch, accepted as --profiling=false only: hami serves no pprof routes."
+        + _default("profiling"),
+    ),
+    legacy_metrics: str | None = typer.Option(
+        None,
+        "--legacy-metrics",
+        metavar="BOOL",
+        help="HAMi's old metric names, accepted as --legacy-metrics=false only: hami exports the current names."
+        + _default("legacy_metrics"),
+    ),
     debug: bool | None = typer.Option(None, "--debug/--no-debug", help="Log at debug level." + _default("debug")),
     json_logs: bool = typer.Option(
         True,
@@ -776,6 +811,8 @@ def scheduler(
         "enable_ascend": enable_ascend,
         "enable_iluvatar": enable_iluvatar,
         "disable_devices": disable_devices,
+        "profiling": profiling,
+        "legacy_metrics": legacy_metrics,
         "debug": debug,
     }
     raise typer.Exit(scheduler_main({k: v for k, v in given.items() if v is not None}, kubeconfig, json_logs))

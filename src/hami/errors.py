@@ -22,6 +22,7 @@ not fit is *not* an exception: it is data (see ``hami.protocol.reasons``).
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 
 __all__ = [
@@ -37,7 +38,40 @@ __all__ = [
     "NotFound",
     "QuantityError",
     "TooManyRequests",
+    "readable_validation",
 ]
+
+_TYPE_WORDS = {
+    "int": "an integer",
+    "str": "a string",
+    "float": "a number",
+    "bool": "true or false",
+    "null": "null",
+    "array": "a list",
+    "object": "an object",
+    "bytes": "base64 text",
+}
+_EXPECTED = re.compile(r"^Expected `([^`]*)`(.*?)(?:, got `([^`]*)`)?$")
+
+
+def _type_words(spec: str) -> str:
+    return " or ".join(_TYPE_WORDS.get(part.strip(), part.strip()) for part in spec.split("|"))
+
+
+def readable_validation(message: str) -> tuple[str, str]:
+    """A msgspec validation message for a person: ``Expected `int`, got `str` - at `$[1].count``` becomes the
+    reason ``expected an integer, got a string`` and the path ``[1].count`` (``""`` for the whole value)."""
+    text, _, at = message.partition(" - at `")
+    path = at.removesuffix("`").removeprefix("$").removeprefix(".")
+    match = _EXPECTED.match(text)
+    if match is None:
+        reason = text.replace("`", "")
+        return reason[:1].lower() + reason[1:], path
+    bound = match[2].strip()
+    reason = f"expected {_type_words(match[1])}{' ' + bound if bound else ''}"
+    if match[3]:
+        reason += f", got {_type_words(match[3])}"
+    return reason, path
 
 
 def _show(value: object, limit: int = 120) -> str:
@@ -89,15 +123,17 @@ class AnnotationError(InvalidInput):
     """A wire value that does not decode.
 
     ``position`` is the index in the value where the problem starts (a character offset for text
-    formats, or an item index for JSON arrays), or ``None`` when it concerns the whole value.
+    formats, or an item index for JSON arrays), or ``None`` when it concerns the whole value. ``path`` is where
+    in a JSON value (``[1].count``); the message then names the path rather than the position.
     """
 
-    def __init__(self, field: str, value: str, reason: str, position: int | None = None) -> None:
+    def __init__(self, field: str, value: str, reason: str, position: int | None = None, path: str = "") -> None:
         self.position = position
+        self.path = path
         super().__init__(field, value, reason)
 
     def _message(self) -> str:
-        where = "" if self.position is None else f" at position {self.position}"
+        where = "" if self.position is None or self.path else f" at position {self.position}"
         shown = f" (in {_show(self.value)})" if self.value not in (None, "") else ""
         return f"{self.field}: {self.reason}{where}{shown}"
 

@@ -44,8 +44,11 @@ class Viewer:
     token: str
     folder: Path
 
-    def kubeconfig(self, tokens: list[str] | None = None, name: str = "viewer") -> tuple[Path, Path]:
-        """A kubeconfig whose exec plugin prints ``tokens`` one per call (the last one from then on)."""
+    def kubeconfig(
+        self, tokens: list[str] | None = None, name: str = "viewer", namespace: str = ""
+    ) -> tuple[Path, Path]:
+        """A kubeconfig whose exec plugin prints ``tokens`` one per call (the last one from then on); its current
+        context ``e2e`` names ``namespace`` (when given), its context ``elsewhere`` the namespace ``elsewhere``."""
         calls = self.folder / f"{name}.calls"
         plugin = self.folder / f"{name}-plugin"
         plugin.write_text(PLUGIN.format(python=sys.executable, calls=str(calls), tokens=tokens or [self.token]))
@@ -72,7 +75,13 @@ class Viewer:
                     },
                 }
             ],
-            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "viewer"}}],
+            "contexts": [
+                {
+                    "name": "e2e",
+                    "context": {"cluster": "e2e", "user": "viewer", **({"namespace": namespace} if namespace else {})},
+                },
+                {"name": "elsewhere", "context": {"cluster": "e2e", "user": "viewer", "namespace": "elsewhere"}},
+            ],
             "current-context": "e2e",
         }
         path = self.folder / f"{name}.kubeconfig"
@@ -241,6 +250,33 @@ def test_simulate_live_places_a_deployment_on_the_cluster_read_only(
     assert second["status"] == "pending"
     assert run(*args, "--fail-on-pending").returncode == 3
     assert run("hami", "simulate", "--live", "--snapshot", pods, pods).returncode == 2  # one source only
+
+
+def test_explain_finds_a_pod_as_kubectl_would(
+    viewer: Viewer, kube: KubeClient, namespace: str, make_node: Callable[..., dict[str, Any]]
+) -> None:
+    """A bare name is looked up in the kubeconfig context's namespace, -A looks everywhere, a name not found in
+    the namespace looked in says where a pod of that name is; -o yaml is the JSON document."""
+    cluster(kube, namespace, make_node)
+    wait_until_allowed(viewer)
+    config, _ = viewer.kubeconfig(name="scoped", namespace=namespace)
+
+    result = run("hami", "explain", "want", "--kubeconfig", config, "-o", "yaml")
+    assert result.returncode == 0, result.stderr
+    assert yaml.safe_load(result.stdout)["pod"] == f"{namespace}/want"
+
+    result = run("hami", "explain", "want", "--kubeconfig", config, "--context", "elsewhere")
+    assert result.returncode == 1
+    assert "pod elsewhere/want not found" in result.stderr
+    assert f"a pod of that name is in namespace {namespace}" in result.stderr
+
+    result = run("hami", "explain", "want", "--kubeconfig", config, "--context", "elsewhere", "-A", "-o", "json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["pod"] == f"{namespace}/want"
+
+    result = run("hami", "explain", f"{namespace}/want", "--kubeconfig", config, "-n", "elsewhere")
+    assert result.returncode == 1
+    assert f"names namespace '{namespace}' but --namespace is 'elsewhere'" in result.stderr
 
 
 def test_exec_plugin_is_run_again_after_a_401(viewer: Viewer, make_node: Callable[..., dict[str, Any]]) -> None:

@@ -253,3 +253,15 @@ def test_every_command_that_reads_the_cluster_has_kubectl_s_flags() -> None:
             assert flag in out, (command, flag)
         assert "wide" in out
         assert "yaml" in out
+
+
+def test_run_as_the_kubectl_plugin_it_calls_itself_kubectl_hami(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hami.cli import main
+
+    monkeypatch.setattr("sys.argv", ["/usr/local/bin/kubectl-hami", "top", "-h"])
+    with pytest.raises(SystemExit) as done:
+        main()
+    assert done.value.code == 0
+    assert capsys.readouterr().out.startswith("Usage: kubectl hami top ")

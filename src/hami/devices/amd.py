@@ -7,7 +7,9 @@ percentage 1..100 of a GPU, limits then requests; absent = 100). A device's ``de
 units (CUs); the percentage becomes ``floor(devcore × pct / 100)`` CUs, at least 1 and at most ``devcore``, on
 each device it is tried on — that is what the allocation records and the ledger charges. The allocation slot's type
 is the registered product type (``AMD`` when the registration left it empty). Filters: ``amd.com/use-gputype`` /
-``nouse-gputype`` (whole words of the product type) and ``amd.com/use-gpu-uuid`` / ``nouse-gpu-uuid``. The
+``nouse-gputype`` (case-insensitive substrings of the product type, as HAMi's ``checkAMDType``: ``MI250`` selects
+an ``AMD-MI250X``; NVIDIA's and Hygon's filters match whole words instead) and ``amd.com/use-gpu-uuid`` /
+``nouse-gpu-uuid``. The
 webhook only validates ``amd.com/gpucores`` (no defaults are written: the whole-card defaults apply at scheduling).
 
 Where hami does better than the reference, each kept here:
@@ -35,7 +37,7 @@ from hami.devices.base import (
     Placement,
     Selector,
     Unfit,
-    parse_type_list,
+    parse_substring_list,
     parse_uuid_list,
 )
 from hami.devices.common import SharedDeviceVendor, device_scores, policy_order
@@ -178,10 +180,11 @@ class AmdVendor(SharedDeviceVendor):
 
     def selector(self, annotations: Mapping[str, str]) -> Selector:
         return Selector(
-            use_types=parse_type_list(annotations.get(USE_TYPE)),
-            nouse_types=parse_type_list(annotations.get(NOUSE_TYPE)),
+            use_types=parse_substring_list(annotations.get(USE_TYPE)),
+            nouse_types=parse_substring_list(annotations.get(NOUSE_TYPE)),
             use_uuids=parse_uuid_list(annotations.get(USE_UUID)),
             nouse_uuids=parse_uuid_list(annotations.get(NOUSE_UUID)),
+            type_substrings=True,
         )
 
     def admitter(self) -> Admitter:

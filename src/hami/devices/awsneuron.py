@@ -224,6 +224,11 @@ class AwsNeuronVendor(SharedDeviceVendor):
         # No core resource for quota: the ledger holds core *masks* for Neuron, which do not add up as counts.
         self.resources = ResourceNames(count=config.resource_count_name, memory=None, core=None)
 
+    def core_count(self, value: int) -> int:
+        """A core mask (a device's addressable cores, a usage, a charge) as the number of cores it holds: reports
+        and metrics show ``1/2 cores``, not the mask's ``1/3`` (``CoreCount``)."""
+        return _popcount(value)
+
     def admitter(self) -> Admitter:
         return NeuronAdmitter(self.config.resource_count_name, self.config.resource_core_name)
 

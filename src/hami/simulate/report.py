@@ -10,7 +10,7 @@ import json
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Final
 
-from hami.devices.base import SliceLabels
+from hami.devices.base import SliceLabels, cores_shown
 from hami.devices.table import DeviceTable
 from hami.protocol.allocation import ContainerDevice
 from hami.protocol.inventory import DeviceInfo
@@ -128,7 +128,10 @@ def utilization_document(state: ClusterState) -> list[dict[str, object]]:
                         "model": info.type,
                         "slots": {"used": table.used[i], "total": info.count},
                         "memoryMiB": {"used": table.usedmem[i], "total": info.devmem},
-                        "cores": {"used": table.usedcores[i], "total": info.devcore},
+                        "cores": {
+                            "used": cores_shown(state.vendors.get(vendor), table.usedcores[i]),
+                            "total": cores_shown(state.vendors.get(vendor), info.devcore),
+                        },
                         "health": card_health(info.health, table.broken[i], info.id in node.cordoned),
                         "cordoned": info.id in node.cordoned,
                         "unschedulable": node.unschedulable,
@@ -285,10 +288,16 @@ def core_unit(state: ClusterState | None, node: str, uuid: str, vendor: str | No
     for name, table in tables.items():
         i = table.index_of.get(uuid) if vendor in (None, name) else None
         if i is not None and table.infos[i].devcore not in (0, 100):
-            return f"/{table.infos[i].devcore} cores"
+            assert state is not None
+            return f"/{cores_shown(state.vendors.get(name), table.infos[i].devcore)} cores"
         if i is not None:
             return "%"
     return "%"
+
+
+def _count(state: ClusterState | None, vendor: str, cores: int) -> int:
+    """A charge's cores as a number of cores (``CoreCount``: AWS Neuron's core mask)."""
+    return cores if state is None else cores_shown(state.vendors.get(vendor), cores)
 
 
 def _devices_cell(o: Outcome, state: ClusterState | None = None) -> str:
@@ -311,12 +320,14 @@ def _devices_cell(o: Outcome, state: ClusterState | None = None) -> str:
             if len(devs) > 1 and not any(labels) and len({(x.usedmem, x.usedcores) for x in devs}) == 1:
                 uuids = ", ".join(x.uuid for x in devs)
                 unit = core_unit(state, node, devs[0].uuid, vendor)
-                items.append(f"{uuids} ({devs[0].usedmem} MiB, {cores_text(devs[0].usedcores, unit)} each)")
+                shared = cores_text(_count(state, vendor, devs[0].usedcores), unit)
+                items.append(f"{uuids} ({devs[0].usedmem} MiB, {shared} each)")
                 continue
             for dev, label in zip(devs, labels, strict=True):
                 unit = core_unit(state, node, dev.uuid, vendor)
                 # a fixed slice's compute is its template's: its name says more than "unlimited cores"
-                cores = "" if label and dev.usedcores == 0 else f", {cores_text(dev.usedcores, unit)}"
+                count = _count(state, vendor, dev.usedcores)
+                cores = "" if label and count == 0 else f", {cores_text(count, unit)}"
                 items.append(f"{dev.uuid} ({dev.usedmem} MiB{cores}{f', {label}' if label else ''})")
         per_container.append(", ".join(items))
     with_devices = [i for i, text in enumerate(per_container) if text]
@@ -402,6 +413,12 @@ def held_text(held: HeldCard | None, devcore: int) -> str:
     return f"{held.claims} claim{'s' if held.claims != 1 else ''}: {held.mem} MiB, {held.cores}{unit}"
 
 
+def _cores_cell(state: ClusterState, vendor: str, used: int, total: int) -> str:
+    """``used/total`` cores as the vendor counts them (a core mask reads as the cores it holds)."""
+    counter = state.vendors.get(vendor)
+    return f"{cores_shown(counter, used)}/{cores_shown(counter, total)}"
+
+
 def render_utilization(state: ClusterState) -> list[str]:
     """One row per device of every node: slots, memory (MiB) and cores used out of the total — device-plugin pods
     and DRA claims together; when claims hold anything, a ``DRA-HELD`` column gives their part."""
@@ -417,7 +434,7 @@ def render_utilization(state: ClusterState) -> list[str]:
                     info.type,
                     f"{table.used[i]}/{info.count}",
                     f"{table.usedmem[i]}/{info.devmem}",
-                    f"{table.usedcores[i]}/{info.devcore}",
+                    _cores_cell(state, vendor, table.usedcores[i], info.devcore),
                 ]
                 if held:
                     row.append(held_text(held.get((name, vendor, info.id)), info.devcore))

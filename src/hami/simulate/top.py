@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from hami.devices.base import cores_shown
 from hami.scheduling.dra import DraLedger, DraProblem, DraWarning, HeldCard, held_by_card
 from hami.scheduling.fragmentation import (
     CardFragment,
@@ -110,7 +111,8 @@ def _holders(state: ClusterState, namespace: str) -> dict[tuple[str, str], list[
         if namespace and record.namespace != namespace:
             continue
         for ch in record.charges:
-            out.setdefault((ch.vendor, ch.uuid), []).append(CardHolder(record.key, ch.mem, ch.cores))
+            cores = cores_shown(state.vendors.get(ch.vendor), ch.cores)
+            out.setdefault((ch.vendor, ch.uuid), []).append(CardHolder(record.key, ch.mem, cores))
     return out
 
 
@@ -185,6 +187,7 @@ def _card_rows(state: ClusterState, flt: TopFilter, fragments: Mapping[tuple[str
             if flt.vendor and vendor.casefold() != flt.vendor.casefold():
                 continue
             table = node.tables[vendor]
+            counter = state.vendors.get(vendor)  # how its core values count (AWS Neuron keeps a bitmask)
             for i, info in enumerate(table.infos):
                 if flt.model and not fnmatch.fnmatch(info.type.casefold(), flt.model.casefold()):
                     continue
@@ -200,7 +203,7 @@ def _card_rows(state: ClusterState, flt: TopFilter, fragments: Mapping[tuple[str
                     health=_health(state, name, vendor, i),
                     slots=(table.used[i], info.count),
                     memory=(table.usedmem[i], info.devmem),
-                    cores=(table.usedcores[i], info.devcore),
+                    cores=(cores_shown(counter, table.usedcores[i]), cores_shown(counter, info.devcore)),
                     pods=pods,
                     fragment=fragments[(name, vendor, info.id)],
                     dra=held.get((name, vendor, info.id)),

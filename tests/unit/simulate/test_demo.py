@@ -240,3 +240,35 @@ def test_demo_amd_biren_and_vastai_pods_write_hamis_annotations() -> None:
         if key is not None:
             value = node.obj.metadata.annotations[key]
             assert encode_inventory_json(decode_inventory_json(value, key)) == value
+
+
+def test_neuron_core_masks_show_as_the_cores_they_hold() -> None:
+    """AWS Neuron keeps a device's cores as a bitmask (0b11 for two); reports, hami top and /metrics show cores."""
+    from hami.server.metrics import Metrics
+    from hami.simulate.report import utilization_document
+    from hami.simulate.top import build_top, render_top
+
+    sim, _ = _run()
+    neuron = [d for d in utilization_document(sim.state) if d["vendor"] == "AWSNeuron"]
+    assert neuron
+    assert {(d["uuid"], str(d["cores"])) for d in neuron if d["uuid"].endswith(("-0", "-2"))} == {
+        ("inf2-24xl-AWSNeuron-0", "{'used': 2, 'total': 2}"),
+        ("inf2-24xl-AWSNeuron-2", "{'used': 0, 'total': 2}"),
+    }
+    view = build_top(sim.state)
+    cards = [c for n in view.nodes for c in n.cards if c.vendor == "AWSNeuron"]
+    assert {c.cores for c in cards} == {(2, 2), (0, 2)}
+    assert all(p.cores == 2 for c in cards for p in c.pods)
+    assert "3/3" not in render_top(view)
+    metrics = Metrics(lambda: sim.state)
+    limit = metrics.registry.get_sample_value(
+        "hami_gpu_core_allocated_ratio",
+        {
+            "node": "inf2-24xl",
+            "device_uuid": "inf2-24xl-AWSNeuron-0",
+            "device_index": "0",
+            "device_type": "AWSNeuron",
+            "zone": "vGPU",
+        },
+    )
+    assert limit == 100  # both cores held: 100 %, not HAMi's ceil(3 / 3 × 100) by accident of the mask
