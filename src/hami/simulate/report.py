@@ -213,7 +213,7 @@ def render_summary(title: str, state: ClusterState, outcomes: Sequence[Outcome],
         *render_placements(outcomes, state),
         "",
         "Per-device utilization after placement",
-        *render_utilization(state),
+        *(render_utilization(state) if any(n.tables for n in state.nodes.values()) else ["no node registers a device"]),
     ]
     doc = dra_document(dra)
     if doc is not None:
