@@ -489,7 +489,13 @@ def explain(
             loaded = read_pods(read_files([file]), (), int(time.time()))
             warnings += loaded.warnings
             if len(loaded.pods) != 1:
-                raise _fail(ValueError(f"{file}: expected one Pod, found {len(loaded.pods)}"))
+                made = len(loaded.pods)
+                raise _fail(
+                    ValueError(
+                        f"{file}: explain judges one pod, and this file makes {made}: give one Pod, or a workload "
+                        "making one (replicas: 1), or place them all with `hami simulate`"
+                    )
+                )
             manifest = loaded.pods[0]
             target = manifest.obj
         else:
