@@ -351,14 +351,14 @@ def _simulator_for(
 ) -> tuple[Simulator, list[str], list[Pod], KubeConfig | None]:
     """A ``Simulator`` over the snapshot files or the live cluster, its warnings, the snapshot's pods, and the
     kubeconfig it was read through (``None`` for snapshot files). The simulator admits manifests as ``hami
-    simulate`` does (``explain -f``) and schedules ``families`` (None: a default install's)."""
+    simulate`` does (``explain -f``) and schedules ``families`` (None: every family, for ``top``'s view of the
+    registered cards)."""
     from hami.clusterflags import read_cluster
     from hami.scheduling.request import SchedulingDefaults
-    from hami.simulate.devconfig import Families, device_config_from_text
+    from hami.simulate.devconfig import device_config_from_text
     from hami.simulate.loading import load_snapshot, read_files
     from hami.simulate.simulator import Simulator
 
-    families = families or Families()
     config_text = read_files([config])[0][1] if config is not None else None
     device_config, warnings = device_config_from_text(config_text, str(config))
     kube = None
@@ -368,7 +368,8 @@ def _simulator_for(
         live = read_cluster(cluster)
         snap, kube = live.snapshot, live.kube
         warnings += live.notes
-    sim = Simulator(device_config, SchedulingDefaults(), admission=True, families=families.enabled())
+    enabled = families.enabled() if families is not None else None  # top: every family's registered cards
+    sim = Simulator(device_config, SchedulingDefaults(), admission=True, families=enabled)
     sim.add_snapshot(snap)
     return sim, [*warnings, *sim.warnings], [p.obj for p in snap.pods], kube
 
@@ -482,7 +483,10 @@ def explain(
     if (pod is None) == (file is None):
         raise typer.BadParameter("give a POD name or --file MANIFEST (one of them)", param_hint="POD")
     try:
-        families = _families(enable_ascend, enable_iluvatar, disable_devices)
+        switched = file is not None or enable_ascend or enable_iluvatar or bool(disable_devices)
+        # a manifest is judged as `simulate` places it (a default install's families unless switched); a pod of
+        # the cluster with every family the cluster registers, unless a switch is given
+        families = _families(enable_ascend, enable_iluvatar, disable_devices) if switched else None
         sim, warnings, pods, kube = _simulator_for(snapshot, cluster, config, families)
         manifest = None
         if file is not None:  # read as `hami simulate` reads it (a workload making one pod will do)
