@@ -10,8 +10,15 @@ With ``admission`` on (``hami simulate`` without ``--skip-admission``), each pod
 own decision (``hami.simulate.admit``): its defaults and rewrites are applied before the pod is placed, and a pod
 the webhook would deny (or that names another scheduler) is not placed; its outcome carries the webhook's message.
 
+``admit`` is the first half of the one pipeline ``place`` and ``hami explain -f`` share (admission, then the
+decision), so the two commands never disagree on a manifest; ``pod_warnings`` are what both print about a pod (a
+resource no vendor owns, with a close name of the same vendor and role; a family this run does not schedule; a
+zero count beside memory), and ``topology_warning`` one for a ``topology-aware`` pod placed on a node without
+topology. ``families`` are the device families scheduled (``hami.simulate.devconfig.Families``).
+
 Candidates are the snapshot's nodes whose labels match the pod's ``nodeSelector`` exactly and that are not
-``spec.unschedulable``; kube-scheduler's other predicates (taints, affinity, CPU/memory) are out of scope.
+``spec.unschedulable`` (a DaemonSet's pod has its own node alone); kube-scheduler's other predicates (taints,
+affinity, CPU/memory) are out of scope.
 
 DRA (issue 18): the snapshot's DeviceClasses, ResourceSlices and ResourceClaims go through the extender's own
 ``DraLedger``: capacity that DRA claims hold is charged to the cards of the same UUID, so placements see it;
@@ -434,7 +441,3 @@ class Simulator:
             return None
         hint = resource_hint(name, self.roles)
         return f"no vendor hami schedules owns this resource, so hami ignores it{hint}"
-
-    def unknown_resources(self, item: Sourced[Pod]) -> list[str]:
-        """``pod_warnings`` (the name this check had before zero counts joined it)."""
-        return self.pod_warnings(item)
