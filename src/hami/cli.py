@@ -112,7 +112,8 @@ def _unix_time(value: str) -> int:
 
 _SIMULATE_HELP = "\n\n".join(
     [
-        "Place pods on a cluster snapshot offline, with the scheduler's own decision code.",
+        "Place pods on a cluster snapshot offline (or on the live cluster with --live, read-only), with the "
+        "scheduler's own decision code.",
         "Each pod is placed in the order given and its devices are reserved before the next one, so later pods "
         "see earlier placements. Pods of the snapshot that carry hami.io/vgpu-node hold devices and are charged.",
         "Each pod first goes through the admission webhook's own code, as in the cluster: its defaults and "
@@ -182,7 +183,8 @@ def simulate(
     pods: Annotated[
         list[Path] | None,
         typer.Argument(
-            metavar="PODS", help="Pod files (YAML or JSON; multi-document or a List), placed in the order given."
+            metavar="PODS",
+            help="Pod and workload files (YAML or JSON; multi-document or a List), placed in the order given.",
         ),
     ] = None,
     snapshot: Annotated[
