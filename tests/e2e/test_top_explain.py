@@ -181,7 +181,7 @@ def test_top_and_explain_live_as_a_read_only_exec_plugin_user(
     result = run("hami", "top", "--kubeconfig", config, "--node", f"{namespace}-*", "-o", "json")
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
-    cards = {n["name"]: n["cards"][0] for n in doc["nodes"]}
+    cards = {n["node"]: n["cards"][0] for n in doc["nodes"]}
     assert cards[a]["memoryMiB"] == {"used": 13000, "total": 16000}
     assert cards[a]["slots"] == {"used": 3, "total": 10}
     assert [p["pod"] for p in cards[a]["pods"]] == [f"{namespace}/p1", f"{namespace}/p2", f"{namespace}/p3"]

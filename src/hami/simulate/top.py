@@ -411,7 +411,7 @@ def top_json(view: TopView) -> dict[str, Any]:
     return {
         "nodes": [
             {
-                "name": n.name,
+                "node": n.name,
                 "schedulable": n.schedulable,
                 "cordoned": n.cordoned,
                 "problems": dict(n.problems),

@@ -83,6 +83,7 @@ def test_text_is_plain_unless_colour_is_asked_for() -> None:
 def test_json_document() -> None:
     doc = top_json(build_top(cluster().state, TopFilter(node="gpu-a")))
     (a,) = doc["nodes"]
+    assert (a["node"], a["schedulable"], a["cordoned"]) == ("gpu-a", True, False)  # simulate's and explain's word
     assert a["cards"][0]["memoryMiB"] == {"used": 6000, "total": 16000}
     assert a["cards"][0]["pods"] == [{"pod": "ml/train", "memoryMiB": 6000, "cores": 30}]
     assert a["cards"][0]["strandedMemoryMiB"] == 4000
