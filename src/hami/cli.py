@@ -492,8 +492,7 @@ def explain(
         sim, warnings, pods, kube = _simulator_for(snapshot, cluster, config, families)
         manifest = None
         if file is not None:  # read as `hami simulate` reads it (a workload making one pod will do)
-            loaded = read_pods(read_files([file]), (), int(time.time()))
-            warnings += loaded.warnings
+            loaded = read_pods(read_files([file]), (), int(time.time()))  # its warnings: the pod's, below
             if len(loaded.pods) != 1:
                 made = len(loaded.pods)
                 raise _fail(

@@ -253,7 +253,7 @@ def explain_manifest(sim: Simulator, item: Sourced[Pod], suggest: bool = True) -
     (``Simulator.admit``, then the decision): the admission webhook's defaults and rewrites are applied first (a
     pod asking for ``nvidia.com/gpumem`` alone gets ``nvidia.com/gpu: 1``), a pod it denies is ``denied``, and the
     pod's warnings are ``Simulator.pod_warnings``. So explain and simulate never disagree on a manifest."""
-    warnings = sim.pod_warnings(item)
+    warnings = [*item.warnings, *sim.pod_warnings(item)]
     admitted = sim.admit(item)
     if isinstance(admitted, Outcome):
         return Explanation(admitted.pod, admitted.status, admitted.message, warnings=tuple(warnings))

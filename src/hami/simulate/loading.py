@@ -76,6 +76,8 @@ class Sourced(Generic[T]):
     """The object as written (what the API server would send the admission webhook); None when not kept."""
     node: str | None = None
     """The node the pod's controller binds it to (a DaemonSet's pod); None: any candidate node."""
+    warnings: tuple[str, ...] = ()
+    """What reading the pod's object found wrong (``unknown field`` of the Pod, or of the workload that makes it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,16 +294,18 @@ def read_pods(sources: Sequence[tuple[str, str]], nodes: Sequence[Node] = (), no
                 workloads = ", ".join(sorted(WORKLOAD_KINDS))
                 reason = f"unknown kind in a pods file; expected Pod, a workload ({workloads}) or a List"
                 raise InvalidInput(origin, kind, reason)
-            warnings += [f"{origin}: {problem}" for problem in unknown_fields(raw)]
+            unknown = tuple(f"{origin}: {problem}" for problem in unknown_fields(raw))
+            warnings += unknown
             if kind == "Pod":
-                pods.append(_decode(raw, Pod, where, label, keep=True))
+                item = _decode(raw, Pod, where, label, keep=True)
+                pods.append(Sourced(item.obj, label, item.origin, item.raw, None, unknown))
                 continue
             made = expand_workload(raw, origin, nodes, now)
             if not made:
                 warnings.append(f"{origin}: makes no pod now (replicas 0, suspended, or no node matches)")
             for i, pod in enumerate(made):
                 item = _decode(pod.raw, Pod, f"{where} ({_describe(raw)}) pod {i + 1} of {len(made)}", label, True)
-                pods.append(Sourced(item.obj, label, item.origin, item.raw, pod.node))
+                pods.append(Sourced(item.obj, label, item.origin, item.raw, pod.node, unknown))
     return LoadedPods(pods, warnings)
 
 

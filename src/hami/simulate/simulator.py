@@ -345,8 +345,9 @@ class Simulator:
 
     def place(self, item: Sourced[Pod], now: int) -> Outcome:
         """Admit one pod (when admission is on), decide for it and reserve the decision, so the next pod sees it."""
-        notes = self.pod_warnings(item)
-        self.warnings += notes
+        own = self.pod_warnings(item)
+        self.warnings += own
+        notes = [*item.warnings, *own]  # the file's (printed by the reader) and the pod's
         containers = _containers(item.obj)
         admitted = self.admit(item)
         if isinstance(admitted, Outcome):

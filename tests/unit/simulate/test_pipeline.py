@@ -48,6 +48,12 @@ MANIFESTS = [
     manifest("cpu-only", {"cpu": "1"}),
     manifest("typo", {"nvidia.com/gpumemory": 3000, "nvidia.com/gpu": 1}),
     manifest("zero", {"nvidia.com/gpu": 0, "nvidia.com/gpumem": 3000}),
+    {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "field-typo", "namespace": "ml"},
+        "spec": {"containers": [{"name": "c", "image": "x", "resource": {"limits": {"nvidia.com/gpumem": 3000}}}]},
+    },
 ]
 
 
@@ -71,6 +77,23 @@ def test_explain_and_simulate_agree(raw: dict[str, Any]) -> None:
     assert explained.node == placed.node
     assert explained.admission == placed.admission
     assert list(explained.warnings) == list(placed.warnings)
+    if raw["metadata"]["name"] in ("typo", "zero", "field-typo"):
+        assert explained.warnings  # each of these is warned about, by both
+
+
+def test_unknown_fields_reach_the_json_of_both_commands(tmp_path: Path) -> None:
+    snap = tmp_path / "snap.json"
+    snap.write_text(snapshot_text(*CLUSTER))
+    path = tmp_path / "typo.yaml"
+    path.write_text(yaml.safe_dump(MANIFESTS[-1]))
+    simulated = run_cli("-s", snap, path, "-o", "json")
+    (decision,) = json.loads(simulated.stdout)["decisions"]
+    assert decision["status"] == "no-devices"
+    assert 'unknown field "spec.containers[0].resource"' in decision["warnings"][0]
+    assert simulated.stderr.count('unknown field "spec.containers[0].resource"') == 1
+    explained = CliRunner().invoke(app, ["explain", "-f", str(path), "-s", str(snap), "-o", "json"])
+    assert json.loads(explained.stdout)["warnings"] == decision["warnings"]
+    assert explained.stderr.count('unknown field "spec.containers[0].resource"') == 1
 
 
 def test_a_memory_only_pod_is_admitted_and_placed_by_explain_too() -> None:
