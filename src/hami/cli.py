@@ -321,13 +321,14 @@ def simulate(
     raise typer.Exit(code)
 
 
-def _live_reader(cluster: ClusterFlags) -> Callable[[], tuple[Snapshot, list[str]]]:
-    """``hami simulate --live``: the cluster's objects through the kubeconfig (the loader top and explain use)."""
+def _live_reader(cluster: ClusterFlags) -> Callable[[], tuple[Snapshot, list[str], str]]:
+    """``hami simulate --live``: the cluster's objects through the kubeconfig (the loader top and explain use),
+    and the context's namespace for pods that name none."""
     from hami.clusterflags import read_cluster
 
-    def read() -> tuple[Snapshot, list[str]]:
+    def read() -> tuple[Snapshot, list[str], str]:
         live = read_cluster(cluster)
-        return live.snapshot, live.notes
+        return live.snapshot, live.notes, cluster.default_namespace(live.kube)
 
     return read
 

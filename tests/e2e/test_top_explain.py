@@ -220,14 +220,15 @@ def test_simulate_live_places_a_deployment_on_the_cluster_read_only(
 ) -> None:
     """``hami simulate --live``: the cluster through the same read-only loader as top and explain; a Deployment
     expanded into its pods; the held pods charged; ``--fail-on-pending`` for the one that does not fit."""
+    mem = "nvidia.com/gpumem"
     a, _ = cluster(kube, namespace, make_node)
     wait_until_allowed(viewer)
-    config, _ = viewer.kubeconfig()
+    config, _ = viewer.kubeconfig(name="live", namespace=namespace)  # its context names the namespace
     template = {
         "metadata": {"labels": {"app": "web"}},
         "spec": {
             "nodeSelector": {"kubernetes.io/hostname": a},
-            "containers": [{"name": "web", "image": "x", "resources": {"limits": {GPU: 1, "nvidia.com/gpumem": 2000}}}],
+            "containers": [{"name": "web", "image": "x", "resources": {"limits": {GPU: 1, mem: 2000}}}],
         },
     }
     deployment = {
@@ -236,18 +237,25 @@ def test_simulate_live_places_a_deployment_on_the_cluster_read_only(
         "metadata": {"name": "web", "namespace": namespace},
         "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}, "template": template},
     }
+    solo = {  # names no namespace: it goes to the context's, as `kubectl apply -f` would put it
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "solo"},
+        "spec": {**template["spec"], "containers": [{"name": "c", "resources": {"limits": {GPU: 1, mem: 1000}}}]},
+    }
     pods = tmp_path / "web.yaml"
-    pods.write_text(yaml.safe_dump(deployment))
+    pods.write_text(yaml.safe_dump_all([deployment, solo]))
     args = ("hami", "simulate", "--live", "--kubeconfig", config, "--request-timeout", "20s", pods, "-o", "json")
     result = run(*args)
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
-    first, second = doc["decisions"]
+    first, second, third = doc["decisions"]
     # card a holds 13000 of 16000 MiB: one 2000-MiB replica fits, the second does not
     assert (first["status"], first["node"]) == ("placed", a)
     assert first["pod"].startswith(f"{namespace}/web-")
     assert first["devices"] == [[{"uuid": f"GPU-{a}-0", "vendor": "NVIDIA", "memoryMiB": 2000, "cores": 0}]]
     assert second["status"] == "pending"
+    assert (third["pod"], third["status"], third["node"]) == (f"{namespace}/solo", "placed", a)  # 16000 of 16000
     assert run(*args, "--fail-on-pending").returncode == 3
     assert run("hami", "simulate", "--live", "--snapshot", pods, pods).returncode == 2  # one source only
 

@@ -53,8 +53,9 @@ class SimulateOptions:
     """The device families scheduled (a default install's unless switched)."""
     fail_on_pending: bool = False
     """Exit ``EXIT_NOT_PLACED`` when a pod is pending, denied or invalid (for CI)."""
-    live: Callable[[], tuple[Snapshot, list[str]]] | None = None
-    """Read the cluster instead of snapshot files: returns its objects and notes (the shell's kubeconfig reader)."""
+    live: Callable[[], tuple[Snapshot, list[str], str]] | None = None
+    """Read the cluster instead of snapshot files: returns its objects, notes, and the kubeconfig context's
+    namespace, where pods that name none go (as ``kubectl apply -f`` puts them); the shell's kubeconfig reader."""
 
 
 def run_simulate(opts: SimulateOptions, out: Callable[[str], None], err: Callable[[str], None]) -> int:
@@ -64,8 +65,8 @@ def run_simulate(opts: SimulateOptions, out: Callable[[str], None], err: Callabl
         config, warnings = device_config_from_text(config_text, str(opts.config))
         # the demo's cluster has a node of every family, Ascend and Iluvatar included: it schedules them all
         families = None if opts.demo else opts.families.enabled()
-        snapshot, pod_sources = _inputs(opts, warnings)
-        loaded = read_pods(pod_sources, [n.obj for n in snapshot.nodes], opts.now)
+        snapshot, pod_sources, namespace = _inputs(opts, warnings)
+        loaded = read_pods(pod_sources, [n.obj for n in snapshot.nodes], opts.now, namespace)
     except (HamiError, OSError) as error:  # a file, or the cluster with --live (a kubeconfig, the API server)
         err(f"error: {error}")
         return EXIT_INVALID_INPUT
@@ -92,20 +93,21 @@ def run_simulate(opts: SimulateOptions, out: Callable[[str], None], err: Callabl
     return _exit_status(opts, outcomes, err)
 
 
-def _inputs(opts: SimulateOptions, warnings: list[str]) -> tuple[Snapshot, list[tuple[str, str]]]:
-    """The cluster (demo, snapshot files or live) and the pod files' texts. Raises ``InvalidInput``."""
+def _inputs(opts: SimulateOptions, warnings: list[str]) -> tuple[Snapshot, list[tuple[str, str]], str]:
+    """The cluster (demo, snapshot files or live), the pod files' texts, and the namespace of pods that name none
+    ("": ``default``). Raises ``InvalidInput``."""
     if opts.demo:
         snapshot_sources, pod_sources = demo_sources()
     elif opts.live is not None:
-        snapshot, notes = opts.live()
+        snapshot, notes, namespace = opts.live()
         warnings += notes
         require_nodes(snapshot, ["the cluster"])
-        return snapshot, read_files(opts.pods)
+        return snapshot, read_files(opts.pods), namespace
     else:
         snapshot_sources, pod_sources = read_files(opts.snapshots), read_files(opts.pods)
     snapshot = load_snapshot(snapshot_sources)
     require_nodes(snapshot, [label for label, _ in snapshot_sources])
-    return snapshot, pod_sources
+    return snapshot, pod_sources, ""
 
 
 def _exit_status(opts: SimulateOptions, outcomes: Sequence[Outcome], err: Callable[[str], None]) -> int:

@@ -279,15 +279,19 @@ def load_pods(sources: Sequence[tuple[str, str]], nodes: Sequence[Node] = (), no
 _POD_KINDS: Final = frozenset({"Pod", *WORKLOAD_KINDS})
 
 
-def read_pods(sources: Sequence[tuple[str, str]], nodes: Sequence[Node] = (), now: int = 0) -> LoadedPods:
+def read_pods(
+    sources: Sequence[tuple[str, str]], nodes: Sequence[Node] = (), now: int = 0, namespace: str = ""
+) -> LoadedPods:
     """Decode the pods to place, given as ``(label, text)``: Pods, and workloads (``WORKLOAD_KINDS``) expanded
     into the pods their controllers make (``hami.simulate.workloads``; ``nodes`` for DaemonSets, ``now`` names a
-    CronJob's run). Each keeps its raw object for admission. Fields Kubernetes does not define are warnings, as
+    CronJob's run). An object that names no namespace goes to ``namespace`` when given (``kubectl apply -f``'s
+    habit: the context's). Each keeps its raw object for admission. Fields Kubernetes does not define are warnings, as
     ``kubectl --validate=warn`` gives them. Raises ``InvalidInput`` naming the file and the object."""
     pods: list[Sourced[Pod]] = []
     warnings: list[str] = []
     for label, text in sources:
-        for where, raw in _objects(read_documents(text, label), label):
+        for where, written in _objects(read_documents(text, label), label):
+            raw = _in_namespace(written, namespace)
             kind = raw.get("kind")
             origin = f"{label}: {where} ({_describe(raw)})"
             if kind not in _POD_KINDS:
@@ -307,6 +311,14 @@ def read_pods(sources: Sequence[tuple[str, str]], nodes: Sequence[Node] = (), no
                 item = _decode(pod.raw, Pod, f"{where} ({_describe(raw)}) pod {i + 1} of {len(made)}", label, True)
                 pods.append(Sourced(item.obj, label, item.origin, item.raw, pod.node, unknown))
     return LoadedPods(pods, warnings)
+
+
+def _in_namespace(raw: dict[str, Any], namespace: str) -> dict[str, Any]:
+    """``raw`` with ``metadata.namespace`` set to ``namespace`` when it names none (a copy; ``raw`` is left alone)."""
+    meta = raw.get("metadata")
+    if not namespace or (isinstance(meta, dict) and meta.get("namespace")) or not isinstance(meta, dict | None):
+        return raw
+    return {**raw, "metadata": {**(meta or {}), "namespace": namespace}}
 
 
 _SNAPSHOT_HINT: Final = "a snapshot is what `kubectl get nodes,pods,resourcequotas -A -o json` prints"

@@ -206,3 +206,18 @@ def test_typos_are_warned_and_the_exit_status_is_unchanged(tmp_path: Path) -> No
     result = run_cli("--snapshot", snap, pods)
     assert result.code == 0
     assert 'unknown field "spec.containers[0].resource" (did you mean "resources"?)' in result.stderr
+
+
+def test_objects_without_a_namespace_go_to_the_one_given() -> None:
+    docs = [
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare"}, "spec": {"containers": [{"name": "c"}]}},
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "own", "namespace": "ml"}, "spec": {}},
+        {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"}, "spec": {"template": TEMPLATE}},
+    ]
+    text = yaml.safe_dump_all(docs)
+    keys = [p.obj.key for p in read_pods([("p.yaml", text)], namespace="lab").pods]
+    assert keys == ["lab/bare", "ml/own", "lab/db-0"]
+    loaded = read_pods([("p.yaml", text)], namespace="lab").pods[0]
+    assert loaded.raw is not None
+    assert loaded.raw["metadata"]["namespace"] == "lab"  # what admission sees
+    assert [p.obj.key for p in read_pods([("p.yaml", text)]).pods] == ["/bare", "ml/own", "/db-0"]
