@@ -63,8 +63,9 @@ def run_simulate(opts: SimulateOptions, out: Callable[[str], None], err: Callabl
     try:
         config_text = read_files([opts.config])[0][1] if opts.config is not None else None
         config, warnings = device_config_from_text(config_text, str(opts.config))
-        # the demo's cluster has a node of every family, Ascend and Iluvatar included: it schedules them all
-        families = None if opts.demo else opts.families.enabled()
+        # the demo's cluster has a node of every family, Ascend and Iluvatar included: it schedules them all, unless
+        # switched
+        families = None if opts.demo and opts.families == Families() else opts.families.enabled()
         snapshot, pod_sources, namespace = _inputs(opts, warnings)
         loaded = read_pods(pod_sources, [n.obj for n in snapshot.nodes], opts.now, namespace)
     except (HamiError, OSError) as error:  # a file, or the cluster with --live (a kubeconfig, the API server)
