@@ -120,7 +120,7 @@ _SIMULATE_HELP = "\n\n".join(
         "rewrites are applied, and a pod the webhook would deny is reported as not placed, with the webhook's "
         "message (--skip-admission places pods as written). The device families scheduled are a default install's "
         "(every family but Ascend and Iluvatar; --enable-ascend, --enable-iluvatar, --disable-devices switch them as "
-        "`hami scheduler` does; --demo schedules every family).",
+        "`hami scheduler` does; --demo schedules every family unless switched).",
         "PODS files hold Pods and workloads: Deployments, StatefulSets, ReplicaSets, ReplicationControllers and "
         "Jobs are expanded into the pods their controllers make (template x replicas, Job parallelism), a CronJob "
         "into one run of its job, a DaemonSet into one pod per node its nodeSelector matches. Fields Kubernetes "
