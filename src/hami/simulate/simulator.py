@@ -41,6 +41,7 @@ from typing import Final
 import msgspec
 
 from hami.config import DeviceConfig
+from hami.config.settings import GATED_FAMILIES
 from hami.devices import FAMILIES, vendors_from_config
 from hami.errors import InvalidInput
 from hami.protocol.allocation import ContainerDevice
@@ -140,9 +141,9 @@ def known_resource_names(config: DeviceConfig) -> frozenset[str]:
     return frozenset(walk(config.model_dump()))
 
 
-FAMILY_SWITCHES: Final = {"ascend": "--enable-ascend", "iluvatar": "--enable-iluvatar"}
+FAMILY_SWITCHES: Final = {family: f"--{switch.replace('_', '-')}" for family, switch in GATED_FAMILIES.items()}
 """The families a default install leaves off, and the switch that turns each on (``hami scheduler``'s, and
-``hami simulate``'s)."""
+``hami simulate``'s: ``--enable-ascend``)."""
 
 
 def _switched_off(config: DeviceConfig, families: Collection[str] | None) -> dict[str, str]:
