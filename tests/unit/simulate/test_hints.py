@@ -99,3 +99,17 @@ def test_disable_devices_names_the_flag(tmp_path: Path) -> None:
     off = run_cli("-s", snap, pods, "--disable-devices", "nvidia", "-o", "json")
     assert off.code == 0
     assert '"noDevices": 1' in off.stdout
+
+
+def test_the_default_families_are_the_chart_s() -> None:
+    """simulate's default (a default install) is what the chart's values enable, family by family."""
+    import yaml
+
+    from hami.config.settings import DEVICE_FAMILIES
+    from hami.simulate.devconfig import Families
+
+    values = yaml.safe_load((Path(__file__).parents[3] / "charts/hami/values.yaml").read_text(encoding="utf-8"))
+    chart = {family for family in DEVICE_FAMILIES if values["devices"][family]["enabled"]}
+    assert Families().enabled() == chart
+    assert {"ascend", "iluvatar"}.isdisjoint(chart)
+    assert Families(enable_ascend=True, disable_devices="nvidia").enabled() == (chart | {"ascend"}) - {"nvidia"}
