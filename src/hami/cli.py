@@ -287,14 +287,8 @@ def simulate(
                 f"{' '.join(map(str, pods))}, or run without --defrag to place them",
                 param_hint="--defrag",
             )
-        if report is not None:
-            raise typer.BadParameter(
-                "--defrag writes no HTML report; its plan is printed (-o json for scripts). Run without --defrag "
-                "for the report",
-                param_hint="--report",
-            )
         echo_err = lambda line: typer.echo(line, err=True)  # noqa: E731
-        defrag_opts = DefragOptions(snapshot, config, output.value, node_policy, gpu_policy, families)
+        defrag_opts = DefragOptions(snapshot, config, output.value, node_policy, gpu_policy, families, report)
         raise typer.Exit(run_defrag(defrag_opts, typer.echo, echo_err))
     if live and (snapshot or demo):
         raise typer.BadParameter("--live reads the cluster: give it without --snapshot and --demo", param_hint="--live")

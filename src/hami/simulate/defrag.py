@@ -29,7 +29,9 @@ from hami.scheduling.cycle import Decision
 from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState, PodRecord
 from hami.simulate.devconfig import Families, device_config_from_text
+from hami.simulate.html import render_defrag_html
 from hami.simulate.loading import load_snapshot, read_files
+from hami.simulate.report import utilization_document
 from hami.simulate.simulator import Simulator
 from hami.simulate.whatif import place, put_back, take_out
 
@@ -231,6 +233,8 @@ class DefragOptions:
     node_policy: str = "binpack"
     gpu_policy: str = "spread"
     families: Families = field(default_factory=Families)
+    report: Path | None = None
+    """Also write the plan as an HTML page: memory heat maps before and after, the moves and their commands."""
 
 
 def run_defrag(opts: DefragOptions, out: Callable[[str], None], err: Callable[[str], None]) -> int:
@@ -247,7 +251,37 @@ def run_defrag(opts: DefragOptions, out: Callable[[str], None], err: Callable[[s
     sim.add_snapshot(snapshot)
     for warning in [*warnings, *sim.warnings]:
         err(f"warning: {warning}")
+    before = utilization_document(sim.state)
     plan = plan_defrag(sim)
     policies = f"node policy {opts.node_policy}, GPU policy {opts.gpu_policy}"
-    out(json.dumps(defrag_json(plan), indent=2) if opts.output == "json" else render_defrag(plan, policies))
+    text = render_defrag(plan, policies)
+    if opts.report is not None:
+        page = render_defrag_html(
+            "hami simulate --defrag",
+            text.splitlines()[0],
+            before,
+            utilization_document(sim.state),
+            _move_rows(plan),
+            CARRY_OUT,
+        )
+        try:
+            opts.report.write_text(page, encoding="utf-8")
+        except OSError as error:
+            err(f"error: {opts.report}: cannot write the report: {error.strerror or error}")
+            return 1
+        err(f"report written to {opts.report}")
+    out(json.dumps(defrag_json(plan), indent=2) if opts.output == "json" else text)
     return 0
+
+
+def _move_rows(plan: DefragPlan) -> list[list[str]]:
+    return [
+        [
+            str(i),
+            m.pod,
+            f"{m.from_node} ({', '.join(m.from_devices)})",
+            f"{m.to_node} ({', '.join(m.to_devices)})",
+            delete_command(m.pod),
+        ]
+        for i, m in enumerate(plan.moves, start=1)
+    ]

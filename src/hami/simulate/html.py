@@ -32,7 +32,7 @@ from hami.simulate.report import (
 )
 from hami.simulate.simulator import Outcome, container_devices
 
-__all__ = ["BAR_COLOUR", "HEAT_COLOURS", "NODE_BAR_COLOUR", "PLACED_COLOUR", "render_html"]
+__all__ = ["BAR_COLOUR", "HEAT_COLOURS", "NODE_BAR_COLOUR", "PLACED_COLOUR", "render_defrag_html", "render_html"]
 
 HEAT_COLOURS: Final = ("#e8f1fa", "#a6cbe8", "#5fa3d6", "#f2a04b", "#d7301f")
 """Fill of a heat-map cell: used/total in [0, .2), [.2, .4), [.4, .6), [.6, .8), [.8, 1]."""
@@ -289,7 +289,31 @@ def render_html(title: str, state: ClusterState, outcomes: Sequence[Outcome], dr
     ]
     sections.append(_fragmentation_section(fragmentation_document(state)))
     sections.append(_dra_section(rows, dra))
+    return _page(title, sections)
+
+
+def _page(title: str, sections: Sequence[str]) -> str:
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f"<title>{escape(title)}</title><style>{_STYLE}</style></head><body>" + "".join(sections) + "</body></html>\n"
     )
+
+
+def render_defrag_html(
+    title: str,
+    headline: str,
+    before: list[dict[str, object]],
+    after: list[dict[str, object]],
+    moves: Sequence[Sequence[str]],
+    note: str,
+) -> str:
+    """``hami simulate --defrag --report``: the plan's headline, the memory heat maps before and after the moves
+    (``utilization_document`` rows), the moves with the command that carries each out, and how to carry them out."""
+    table = _table(["#", "POD", "FROM", "TO", "COMMAND"], moves) if moves else "<p>No move is planned.</p>"
+    sections = [
+        f"<h1>{escape(title)}</h1><p>{escape(headline)}</p>",
+        "<h2>Memory used per card, before</h2>" + _legend() + _heat_map(before, "memoryMiB", "MiB"),
+        "<h2>Memory used per card, after the moves</h2>" + _HEAT_CAPTION + _heat_map(after, "memoryMiB", "MiB"),
+        f"<h2>Moves</h2>{table}" + (f'<p class="muted">{escape(note)}</p>' if moves else ""),
+    ]
+    return _page(title, sections)

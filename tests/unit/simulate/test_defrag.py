@@ -135,16 +135,39 @@ def test_under_spread_no_move_the_scheduler_would_not_make(tmp_path: Path) -> No
     assert result.stdout.startswith("Defragmentation plan (dry run, node policy binpack, GPU policy spread): 0 move")
 
 
-def test_defrag_refuses_pods_files_and_report(tmp_path: Path) -> None:
+def test_defrag_refuses_pods_files(tmp_path: Path) -> None:
     snap = tmp_path / "snap.json"
     snap.write_text(snapshot_text(node("a", [(16000, 4)])))
     pods = CliRunner().invoke(app, ["simulate", "--snapshot", str(snap), "--defrag", str(snap)])
     assert pods.exit_code == 2
     assert "places no PODS file" in pods.stderr
-    report = CliRunner().invoke(app, ["simulate", "-s", str(snap), "--defrag", "--report", str(tmp_path / "d.html")])
-    assert report.exit_code == 2
-    assert "--defrag writes no HTML report" in report.stderr
-    assert not (tmp_path / "d.html").exists()
+
+
+def test_defrag_report_shows_before_after_and_the_commands(tmp_path: Path) -> None:
+    objects = [
+        node("a", [(16000, 4)] * 2),
+        pod("x1", 4000, on="a", cards=(0,)),
+        pod("y1", 4000, on="a", cards=(1,)),
+        pod("y2", 4000, on="a", cards=(1,)),
+    ]
+    snap = tmp_path / "snap.json"
+    snap.write_text(snapshot_text(*objects))
+    page = tmp_path / "d.html"
+    args = ["simulate", "-s", str(snap), "--defrag", "--gpu-policy", "binpack", "--report", str(page)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert f"report written to {page}" in result.stderr
+    html = page.read_text(encoding="utf-8")
+    assert html.count('class="plot heat"') == 2  # before and after
+    assert "<h2>Memory used per card, before</h2>" in html
+    assert "<td>kubectl delete pod -n team x1</td>" in html
+    assert "run the commands in order, one at a time" in html
+    assert result.stdout.startswith("Defragmentation plan (dry run, node policy binpack, GPU policy binpack): 1 move")
+    # before: card 0 at 25% (4000 of 16000), after: empty; card 1 from 50% to 75%
+    before, after = html.split("Memory used per card, after the moves")
+    assert ">25%</text>" in before
+    assert ">75%</text>" in after
+    assert ">25%</text>" not in after
 
 
 @settings(max_examples=40, deadline=None)

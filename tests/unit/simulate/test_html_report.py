@@ -120,3 +120,16 @@ def test_heat_maps_label_cards_and_pending_bars_separate_nodes_and_cards(tmp_pat
     pixels = _screenshot(page, tmp_path / "shot.png")
     assert pixels[_rgb(NODE_BAR_COLOUR)] > 1000
     assert pixels[_rgb(BAR_COLOUR)] > 1000
+
+
+def test_chromium_draws_the_defrag_report(tmp_path: Path) -> None:
+    page = tmp_path / "defrag.html"
+    snapshot = DATA / "fragmented.yaml"
+    result = run_cli("-s", snapshot, "--defrag", "--gpu-policy", "binpack", "--report", page)
+    assert result.code == 0, result.stderr
+    html = page.read_text(encoding="utf-8")
+    assert "kubectl delete pod -n lab notebook" in html
+    pixels = _screenshot(page, tmp_path / "shot.png")
+    cards = 5  # fragmented.yaml: two nodes of two cards, one of one
+    heat = sum(pixels[_rgb(c)] for c in HEAT_COLOURS)
+    assert heat >= 2 * cards * CELL_AREA * 0.7, heat  # the maps before and after drew every card
