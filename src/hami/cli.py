@@ -235,7 +235,8 @@ def simulate(
         typer.Option(
             "--report",
             metavar="FILE",
-            help="Also write a self-contained HTML page (heat maps, pending reasons, placements) to FILE.",
+            help="Also write a self-contained HTML page (heat maps, pending reasons, placements; with --defrag the "
+            "plan: heat maps before and after, the moves) to FILE.",
         ),
     ] = None,
     skip_admission: Annotated[
