@@ -21,7 +21,7 @@ PROTO  := src/hami/deviceplugin/api.proto
 GENDIR := src/hami/deviceplugin/_generated
 GEN    := $(GENDIR)/api_pb2.py
 
-.PHONY: help setup test-deps demo test test-fast test-e2e test-newest-python lint fmt typecheck imports testenv helm bench bench-quick bench-profile clean
+.PHONY: help setup test-deps demo test test-fast test-e2e test-newest-python lint fmt typecheck imports testenv helm image bench bench-quick bench-profile clean
 
 help:
 	@echo "make demo          run hami's main job on a built-in example cluster (no cluster needed)"
@@ -34,6 +34,8 @@ help:
 	@echo "make test-deps     install the Debian packages tests run (chromium, prometheus) when missing"
 	@echo "make testenv       build the local Kubernetes control plane used by end-to-end tests"
 	@echo "make helm          build helm into the same cache (make test and make test-e2e run it)"
+	@echo "make image         build hami's container image without Docker: build/images/hami.oci.tar"
+	@echo "                   (import with: ctr -n k8s.io images import build/images/hami.oci.tar)"
 	@echo "make lint          ruff lint and format check"
 	@echo "make fmt           format the code and apply ruff's safe fixes"
 	@echo "make typecheck     mypy --strict"
@@ -89,6 +91,12 @@ testenv:
 
 helm:
 	$(PYTHON) scripts/k8s-testenv helm
+
+# The chart's default image (hami:0.1.0) as an OCI archive, from Debian packages and the pinned wheels; needs
+# no Docker (mmdebstrap is installed with apt when missing). The Dockerfile builds the same image with Docker.
+image:
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; hami needs Python 3.11" >&2; exit 1; }
+	nice -n 10 $(PYTHON) scripts/build-image hami
 
 test: setup test-deps testenv helm lint typecheck imports
 	$(BIN)/pytest
