@@ -74,15 +74,37 @@ def readable_validation(message: str) -> tuple[str, str]:
     return reason, path
 
 
+_MAX_SHOWN_DEPTH = 100
+"""Values nested deeper are named by their type: the same message on every Python (3.11's JSON encoder gives up
+near 1,000 levels, 3.13's goes much further)."""
+
+
+def _nested_deeper_than(value: object, depth: int) -> bool:
+    """Whether lists, tuples and mappings nest more than ``depth`` levels in ``value`` (iterative, no recursion)."""
+    level: list[object] = [value]
+    for _ in range(depth + 1):
+        inner = [
+            item
+            for node in level
+            for item in (node.values() if isinstance(node, dict) else node if isinstance(node, list | tuple) else ())
+        ]
+        if not inner:
+            return False
+        level = inner
+    return True
+
+
 def _show(value: object, limit: int = 120) -> str:
     """Render an offending value for a message: strings quoted, anything else as JSON (``true``, ``[1, 2]``,
     never a Python repr), cut when very long."""
     if isinstance(value, str):
         text = value
+    elif _nested_deeper_than(value, _MAX_SHOWN_DEPTH):  # not written by a person: say what it is
+        text = type(value).__name__
     else:
         try:
             text = json.dumps(value, ensure_ascii=False, default=str)
-        except (ValueError, RecursionError):  # circular or nested past the encoder's depth: not written by a person
+        except (ValueError, RecursionError):  # circular, or past the encoder's depth on this Python
             text = type(value).__name__
     if len(text) > limit:
         text = text[:limit] + f"…(+{len(text) - limit} chars)"

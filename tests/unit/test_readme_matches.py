@@ -71,7 +71,7 @@ EVERY_FLAG = {flag for options in COMMANDS.values() for flag in options} | {"--v
 def _script_flags() -> set[str]:
     """Flags of the repository's own scripts (argparse ``add_argument("--x"``)."""
     found: set[str] = set()
-    for path in [ROOT / "scripts/k8s-testenv", *ROOT.glob("bench/*.py")]:
+    for path in [*ROOT.glob("scripts/*"), *ROOT.glob("bench/*.py")]:
         found |= set(re.findall(r"""add_argument\(\s*["'](--[a-z][a-z0-9-]*)""", path.read_text()))
     return found
 
