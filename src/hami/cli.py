@@ -9,9 +9,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from typer import _click  # typer's own Click, whose Context parse_args takes
+from typer.core import TyperCommand
 
 from hami import __version__
 from hami.clusterflags import ClusterFlags, Output, cluster_flags, dump
+from hami.config.klog import DEBUG_VERBOSITY, KlogFlagError, translate
 from hami.deviceplugin.command import device_plugin
 from hami.monitor.command import monitor
 
@@ -28,6 +31,51 @@ app = typer.Typer(
     rich_markup_mode=None,  # plain help that wraps at the terminal width, flag names never cut
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
+
+
+class KlogCommand(TyperCommand):
+    """A long-running command that also takes the klog flags HAMi's Go binaries take (``-v=4``, ``--logtostderr``,
+    ``--log_dir`` ...; README "Coming from HAMi"), and its own boolean flags Go's way (``--leader-elect=false``).
+
+    ``-v`` of 4 or more turns debug logging on (``--debug``, or ``--log-level=debug``), unless the command line sets
+    hami's own level too, which then wins. Flags that have no effect in hami are named on stderr.
+    """
+
+    def parse_args(self, ctx: _click.Context, args: list[str]) -> list[str]:
+        try:
+            klog = translate(args)
+        except KlogFlagError as err:
+            raise typer.BadParameter(str(err), ctx, param_hint="klog flag") from None
+        for notice in klog.notices:
+            typer.echo(f"hami {self.name}: {notice}", err=True)
+        rewritten = [self._go_bool(arg) for arg in klog.args]
+        kept = [arg for arg in rewritten if arg is not None]
+        return super().parse_args(ctx, kept + self._level_args(kept, klog.verbosity))
+
+    def _go_bool(self, arg: str) -> str | None:
+        """``--flag=true`` -> ``--flag``; ``--flag=false`` -> ``--no-flag`` (or nothing for a plain switch)."""
+        name, sep, value = arg.partition("=")
+        if not sep or not name.startswith("--") or value.lower() not in {"true", "false", "1", "0"}:
+            return arg
+        for param in self.params:
+            if getattr(param, "is_flag", False) and name in param.opts:
+                if value.lower() in {"true", "1"}:
+                    return name
+                secondary: list[str] = getattr(param, "secondary_opts", [])
+                return secondary[0] if secondary else None
+        return arg
+
+    def _level_args(self, args: list[str], verbosity: int | None) -> list[str]:
+        if verbosity is None:
+            return []
+        names = {param.name for param in self.params}
+        given = {arg.partition("=")[0] for arg in args}
+        debug = verbosity >= DEBUG_VERBOSITY
+        if "log_level" in names and "--log-level" not in given:
+            return ["--log-level=debug" if debug else "--log-level=info"]
+        if "debug" in names and debug and not given & {"--debug", "--no-debug"}:
+            return ["--debug"]
+        return []
 
 
 def _print_version(value: bool) -> None:
@@ -516,8 +564,8 @@ def explain(
     raise typer.Exit(1 if result.status == "invalid" else 0)
 
 
-app.command("device-plugin")(device_plugin)
-app.command("monitor")(monitor)
+app.command("device-plugin", cls=KlogCommand)(device_plugin)
+app.command("monitor", cls=KlogCommand)(monitor)
 
 
 @app.command()
@@ -609,7 +657,7 @@ def _default(setting: str, shown: str | None = None) -> str:
     return f" [default: {shown}]"
 
 
-@app.command()
+@app.command(cls=KlogCommand)
 def scheduler(
     scheduler_name: str | None = typer.Option(
         None,
