@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-import re
 import ssl
 import tempfile
 from collections.abc import Mapping
@@ -27,7 +26,7 @@ from typing import Any, Final
 import msgspec
 import yaml
 
-from hami.errors import ConfigError
+from hami.errors import ConfigError, readable_validation
 from hami.k8s.credentials import CredentialSource, exec_plugin, oidc_token
 
 __all__ = [
@@ -140,9 +139,6 @@ class _File(msgspec.Struct, rename="kebab"):
     current_context: str = ""
 
 
-_WHERE = re.compile(r" - at `\$(.*)`$")
-
-
 def _read_file(path: Path) -> _File:
     try:
         text = path.read_text()
@@ -155,10 +151,8 @@ def _read_file(path: Path) -> _File:
     try:
         return msgspec.convert(data, type=_File)
     except msgspec.ValidationError as exc:
-        message = str(exc)
-        where = _WHERE.search(message)
-        field = f"{path}: {where.group(1).lstrip('.')}" if where else str(path)
-        raise ConfigError(field, None, _WHERE.sub("", message)) from None
+        reason, where = readable_validation(str(exc))
+        raise ConfigError(f"{path}: {where}" if where else str(path), None, reason) from None
 
 
 class _Merged:
