@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -21,6 +22,8 @@ from hami.scheduler_flags import scheduler
 if TYPE_CHECKING:
     from hami.k8s.config import KubeConfig
     from hami.protocol.objects import Pod
+    from hami.simulate.devconfig import Families
+    from hami.simulate.loading import Snapshot
     from hami.simulate.simulator import Simulator
 
 app = typer.Typer(
@@ -158,27 +161,79 @@ def _unix_time(value: str) -> int:
 
 _SIMULATE_HELP = "\n\n".join(
     [
-        "Place pods on a cluster snapshot offline, with the scheduler's own decision code.",
+        "Place pods on a cluster snapshot offline (or on the live cluster with --live, read-only), with the "
+        "scheduler's own decision code.",
         "Each pod is placed in the order given and its devices are reserved before the next one, so later pods "
         "see earlier placements. Pods of the snapshot that carry hami.io/vgpu-node hold devices and are charged.",
         "Each pod first goes through the admission webhook's own code, as in the cluster: its defaults and "
         "rewrites are applied, and a pod the webhook would deny is reported as not placed, with the webhook's "
-        "message (--skip-admission places pods as written). Every vendor family is scheduled.",
+        "message (--skip-admission places pods as written). The device families scheduled are a default install's "
+        "(every family but Ascend and Iluvatar; --enable-ascend, --enable-iluvatar, --disable-devices switch them as "
+        "`hami scheduler` does; --demo schedules every family unless switched).",
+        "PODS files hold Pods and workloads: Deployments, StatefulSets, ReplicaSets, ReplicationControllers and "
+        "Jobs are expanded into the pods their controllers make (template x replicas, Job parallelism), a CronJob "
+        "into one run of its job, a DaemonSet into one pod per node its nodeSelector matches. Fields Kubernetes "
+        'does not define are warned about as kubectl does (unknown field "spec.containers[0].resource").',
         "Candidate nodes are the snapshot's nodes whose labels match the pod's nodeSelector and that are not "
         "unschedulable. Other kube-scheduler predicates (taints and tolerations, affinity, CPU, memory and other "
         "non-device resources) are out of scope.",
-        "Exit status: 0 when every file was read (pending pods included), 1 when a file is unreadable or invalid, "
-        "2 for bad arguments. Warnings go to standard error.",
+        "Exit status: 0 when every file was read (pending pods included; warnings never change it), 1 when a file "
+        "is unreadable or invalid, 2 for bad arguments, 3 with --fail-on-pending when a pod is pending, denied or "
+        "invalid. Warnings go to standard error.",
     ]
 )
 
+_EnableAscendOpt = Annotated[
+    bool,
+    typer.Option(
+        "--enable-ascend/--no-enable-ascend",
+        help="Schedule Huawei Ascend NPUs, as `hami scheduler --enable-ascend` (the chart's devices.ascend.enabled). "
+        "[default: off, as a default install]",
+        show_default=False,
+    ),
+]
+_EnableIluvatarOpt = Annotated[
+    bool,
+    typer.Option(
+        "--enable-iluvatar/--no-enable-iluvatar",
+        help="Schedule Iluvatar GPUs, as `hami scheduler --enable-iluvatar`. [default: off, as a default install]",
+        show_default=False,
+    ),
+]
+_DisableDevicesOpt = Annotated[
+    str,
+    typer.Option(
+        "--disable-devices",
+        metavar="FAMILY,...",
+        help="Device families not to schedule, as `hami scheduler --disable-devices` (the chart's "
+        "devices.<family>.enabled: false). [default: none]",
+        show_default=False,
+    ),
+]
+
+
+def _families(enable_ascend: bool, enable_iluvatar: bool, disable_devices: str) -> Families:
+    """The ``Families`` of the switches; a bad ``--disable-devices`` is a usage error naming the flag."""
+    from hami.errors import InvalidInput
+    from hami.simulate.devconfig import Families
+
+    families = Families(enable_ascend, enable_iluvatar, disable_devices)
+    try:
+        families.enabled()
+    except InvalidInput as err:
+        raise typer.BadParameter(err.reason, param_hint=err.field) from None
+    return families
+
 
 @app.command(help=_SIMULATE_HELP)
+@cluster_flags(scope=False)
 def simulate(
+    cluster: ClusterFlags,
     pods: Annotated[
         list[Path] | None,
         typer.Argument(
-            metavar="PODS", help="Pod files (YAML or JSON; multi-document or a List), placed in the order given."
+            metavar="PODS",
+            help="Pod and workload files (YAML or JSON; multi-document or a List), placed in the order given.",
         ),
     ] = None,
     snapshot: Annotated[
@@ -229,7 +284,8 @@ def simulate(
         typer.Option(
             "--report",
             metavar="FILE",
-            help="Also write a self-contained HTML page (heat maps, pending reasons, placements) to FILE.",
+            help="Also write a self-contained HTML page (heat maps, pending reasons, placements; with --defrag the "
+            "plan: heat maps before and after, the moves) to FILE.",
         ),
     ] = None,
     skip_admission: Annotated[
@@ -243,22 +299,53 @@ def simulate(
         bool,
         typer.Option(
             "--defrag",
-            help="Dry run: plan the fewest pod moves that free whole cards on the snapshot (no PODS needed).",
+            help="Dry run: plan the fewest pod moves that free whole cards on the snapshot (no PODS needed), each "
+            "one the scheduler would make itself once the pod is deleted, printed as the kubectl commands to run.",
+        ),
+    ] = False,
+    fail_on_pending: Annotated[
+        bool,
+        typer.Option(
+            "--fail-on-pending",
+            help="For CI: exit with status 3 when any pod is pending, denied at admission or invalid.",
+        ),
+    ] = False,
+    enable_ascend: _EnableAscendOpt = False,
+    enable_iluvatar: _EnableIluvatarOpt = False,
+    disable_devices: _DisableDevicesOpt = "",
+    live: Annotated[
+        bool,
+        typer.Option(
+            "--live",
+            help="Read the cluster instead of a snapshot (nodes, pods, quotas, DRA objects), read-only, through the "
+            "kubeconfig (--kubeconfig, --context, --request-timeout), as `hami top` does.",
         ),
     ] = False,
 ) -> None:
     """Place pods on a cluster snapshot offline (help text: ``_SIMULATE_HELP``)."""
     from hami.simulate import SimulateOptions, run_simulate
 
+    families = _families(enable_ascend, enable_iluvatar, disable_devices)
     if defrag:
-        from hami.simulate.defrag import run_defrag
+        from hami.simulate.defrag import DefragOptions, run_defrag
 
         if not snapshot:
             raise typer.BadParameter("--defrag needs --snapshot FILE", param_hint="--snapshot")
+        if pods:
+            raise typer.BadParameter(
+                "--defrag plans moves of the snapshot's own pods and places no PODS file: drop "
+                f"{' '.join(map(str, pods))}, or run without --defrag to place them",
+                param_hint="--defrag",
+            )
         echo_err = lambda line: typer.echo(line, err=True)  # noqa: E731
-        raise typer.Exit(run_defrag(snapshot, config, output.value, typer.echo, echo_err))
-    if not demo and (not snapshot or not pods):
-        raise typer.BadParameter("give --snapshot FILE and at least one PODS file, or --demo", param_hint="arguments")
+        defrag_opts = DefragOptions(snapshot, config, output.value, node_policy, gpu_policy, families, report)
+        raise typer.Exit(run_defrag(defrag_opts, typer.echo, echo_err))
+    if live and (snapshot or demo):
+        raise typer.BadParameter("--live reads the cluster: give it without --snapshot and --demo", param_hint="--live")
+    if not demo and ((not snapshot and not live) or not pods):
+        raise typer.BadParameter(
+            "give --snapshot FILE (or --live) and at least one PODS file, or --demo", param_hint="arguments"
+        )
     opts = SimulateOptions(
         snapshots=tuple(snapshot or ()),
         pods=tuple(pods or ()),
@@ -270,9 +357,24 @@ def simulate(
         demo=demo,
         report=report,
         skip_admission=skip_admission,
+        families=families,
+        fail_on_pending=fail_on_pending,
+        live=_live_reader(cluster) if live else None,
     )
     code = run_simulate(opts, typer.echo, lambda line: typer.echo(line, err=True))
     raise typer.Exit(code)
+
+
+def _live_reader(cluster: ClusterFlags) -> Callable[[], tuple[Snapshot, list[str], str]]:
+    """``hami simulate --live``: the cluster's objects through the kubeconfig (the loader top and explain use),
+    and the context's namespace for pods that name none."""
+    from hami.clusterflags import read_cluster
+
+    def read() -> tuple[Snapshot, list[str], str]:
+        live = read_cluster(cluster)
+        return live.snapshot, live.notes, cluster.default_namespace(live.kube)
+
+    return read
 
 
 _VIEW_SOURCE_HELP = (
@@ -289,10 +391,15 @@ class ColorMode(StrEnum):
 
 
 def _simulator_for(
-    snapshot: list[Path] | None, cluster: ClusterFlags, config: Path | None
+    snapshot: list[Path] | None,
+    cluster: ClusterFlags,
+    config: Path | None,
+    families: Families | None = None,
 ) -> tuple[Simulator, list[str], list[Pod], KubeConfig | None]:
     """A ``Simulator`` over the snapshot files or the live cluster, its warnings, the snapshot's pods, and the
-    kubeconfig it was read through (``None`` for snapshot files)."""
+    kubeconfig it was read through (``None`` for snapshot files). The simulator admits manifests as ``hami
+    simulate`` does (``explain -f``) and schedules ``families`` (None: every family, for ``top``'s view of the
+    registered cards)."""
     from hami.clusterflags import read_cluster
     from hami.scheduling.request import SchedulingDefaults
     from hami.simulate.devconfig import device_config_from_text
@@ -308,7 +415,8 @@ def _simulator_for(
         live = read_cluster(cluster)
         snap, kube = live.snapshot, live.kube
         warnings += live.notes
-    sim = Simulator(device_config, SchedulingDefaults())
+    enabled = families.enabled() if families is not None else None  # top: every family's registered cards
+    sim = Simulator(device_config, SchedulingDefaults(), admission=True, families=enabled)
     sim.add_snapshot(snap)
     return sim, [*warnings, *sim.warnings], [p.obj for p in snap.pods], kube
 
@@ -368,6 +476,9 @@ def top(
     color: Annotated[
         ColorMode, typer.Option("--color", help="auto (on a terminal), always or never.")
     ] = ColorMode.auto,
+    cpu_nodes: Annotated[
+        bool, typer.Option("--cpu-nodes", help="Also show the nodes without accelerators (hidden by default).")
+    ] = False,
 ) -> None:
     from hami.errors import HamiError
     from hami.simulate.top import SORT_KEYS, TopFilter, build_top, render_top, top_json
@@ -381,7 +492,7 @@ def top(
     for w in warnings:
         typer.echo(f"warning: {w}", err=True)
     namespace = "" if cluster.all_namespaces else cluster.namespace or ""
-    view = build_top(sim.state, TopFilter(node, vendor, model, namespace, sort), sim.dra)
+    view = build_top(sim.state, TopFilter(node, vendor, model, namespace, sort, cpu_nodes), sim.dra)
     if output in (Output.json, Output.yaml):
         typer.echo(dump(top_json(view), output))
     else:
@@ -406,22 +517,37 @@ def explain(
     snapshot: _SnapshotOpt = None,
     config: _ConfigOpt = None,
     output: _ViewOutputOpt = Output.table,
+    enable_ascend: _EnableAscendOpt = False,
+    enable_iluvatar: _EnableIluvatarOpt = False,
+    disable_devices: _DisableDevicesOpt = "",
 ) -> None:
     from hami.clusterflags import pick_pod
     from hami.errors import HamiError
     from hami.simulate.explain import explain as explain_pod
-    from hami.simulate.explain import explain_json, render_explain
-    from hami.simulate.loading import load_pods, read_files
+    from hami.simulate.explain import explain_json, explain_manifest, render_explain
+    from hami.simulate.loading import read_files, read_pods
 
     if (pod is None) == (file is None):
         raise typer.BadParameter("give a POD name or --file MANIFEST (one of them)", param_hint="POD")
     try:
-        sim, warnings, pods, kube = _simulator_for(snapshot, cluster, config)
-        if file is not None:
-            loaded = load_pods(read_files([file]))
-            if len(loaded) != 1:
-                raise _fail(ValueError(f"{file}: expected one Pod, found {len(loaded)}"))
-            target = loaded[0].obj
+        switched = file is not None or enable_ascend or enable_iluvatar or bool(disable_devices)
+        # a manifest is judged as `simulate` places it (a default install's families unless switched); a pod of
+        # the cluster with every family the cluster registers, unless a switch is given
+        families = _families(enable_ascend, enable_iluvatar, disable_devices) if switched else None
+        sim, warnings, pods, kube = _simulator_for(snapshot, cluster, config, families)
+        manifest = None
+        if file is not None:  # read as `hami simulate` reads it (a workload making one pod will do)
+            loaded = read_pods(read_files([file]), (), int(time.time()))  # its warnings: the pod's, below
+            if len(loaded.pods) != 1:
+                made = len(loaded.pods)
+                raise _fail(
+                    ValueError(
+                        f"{file}: explain judges one pod, and this file makes {made}: give one Pod, or a workload "
+                        "making one (replicas: 1), or place them all with `hami simulate`"
+                    )
+                )
+            manifest = loaded.pods[0]
+            target = manifest.obj
         else:
             assert pod is not None
             target = pick_pod(pods, pod, cluster, kube)
@@ -429,7 +555,9 @@ def explain(
         raise _fail(err) from None
     for w in warnings:
         typer.echo(f"warning: {w}", err=True)
-    result = explain_pod(sim, target)
+    result = explain_manifest(sim, manifest) if manifest is not None else explain_pod(sim, target)
+    for w in result.warnings:
+        typer.echo(f"warning: {w}", err=True)
     if output in (Output.json, Output.yaml):
         typer.echo(dump(explain_json(result), output))
     else:

@@ -30,6 +30,7 @@ FOREIGN_FLAGS = {
     # kubectl create clusterrolebinding / kubectl in general
     "--clusterrole": "kubectl",
     "--serviceaccount": "kubectl",
+    "--validate": "kubectl",  # kubectl apply --validate=warn|strict (hami simulate's unknown-field warnings)
     # kube-apiserver, as the test control plane runs it
     "--runtime-config": "kube-apiserver",
     "--max-requests-inflight": "kube-apiserver",
