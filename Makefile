@@ -4,6 +4,13 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 PYTHON ?= python3.11
+# The newest Python hami supports (pyproject's requires-python: 3.11 to 3.13): `make test` also runs the unit
+# tests under it, in a virtualenv of its own. The first interpreter that runs wins: python3.13 on PATH, then
+# pyenv's. NEWEST_PYTHON=skip leaves that run out (say so when you report a result).
+NEWEST_PYTHON ?= $(shell for p in python3.13 $(HOME)/.pyenv/versions/3.13*/bin/python3.13 \
+	/usr/local/bin/python3.13 /usr/bin/python3.13; do $$p -c 'import ssl' >/dev/null 2>&1 && { echo $$p; break; }; \
+	done)
+VENV313 := .venv-py313
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
@@ -14,7 +21,7 @@ PROTO  := src/hami/deviceplugin/api.proto
 GENDIR := src/hami/deviceplugin/_generated
 GEN    := $(GENDIR)/api_pb2.py
 
-.PHONY: help setup test-deps demo test test-fast test-e2e lint fmt typecheck imports testenv helm image bench bench-quick bench-profile clean
+.PHONY: help setup test-deps demo test test-fast test-e2e test-newest-python lint fmt typecheck imports testenv helm image bench bench-quick bench-profile clean
 
 help:
 	@echo "make demo          run hami's main job on a built-in example cluster (no cluster needed)"
@@ -22,6 +29,7 @@ help:
 	@echo "                   lint, type checks, import contracts and all tests"
 	@echo "make test-fast     lint, type checks and the tests that need no control plane and no helm"
 	@echo "make test-e2e      only the end-to-end tests (builds the control plane and helm first if needed)"
+	@echo "make test-newest-python  the unit tests under Python 3.13 (make test runs them too)"
 	@echo "make setup         create $(VENV) and install hami with its dev tools"
 	@echo "make test-deps     install the Debian packages tests run (chromium, prometheus, containerd, runc,"
 	@echo "                   CNI plugins, iptables, conntrack) when missing"
@@ -95,6 +103,21 @@ image:
 
 test: setup test-deps testenv helm lint typecheck imports
 	$(BIN)/pytest
+	$(MAKE) --no-print-directory test-newest-python
+
+# The tests that need no control plane and no helm, under the newest supported Python (the oldest, 3.11, runs
+# everything above), in a virtualenv of its own set up from the same pins (again when they change).
+test-newest-python: $(GEN)
+	@py="$(NEWEST_PYTHON)"; stamp=$(VENV313)/.installed-stamp; \
+	if [ "$$py" = skip ]; then echo "NEWEST_PYTHON=skip: the unit tests did not run under Python 3.13"; exit 0; fi; \
+	if [ -z "$$py" ]; then echo "error: python3.13 not found; hami supports Python 3.11 to 3.13 and make test" \
+		"checks both ends: install it (pyenv install 3.13) or run with NEWEST_PYTHON=skip" >&2; exit 1; fi; \
+	if [ ! "$$stamp" -nt pyproject.toml ] || [ ! "$$stamp" -nt constraints.txt ]; then \
+		echo "setting up $(VENV313) with $$py"; "$$py" -m venv $(VENV313); \
+		$(VENV313)/bin/pip install -q --upgrade pip; \
+		$(VENV313)/bin/pip install -q -c constraints.txt -e '.[dev]'; touch "$$stamp"; fi; \
+	$(VENV313)/bin/python --version; \
+	$(VENV313)/bin/pytest -q -p no:cacheprovider -m "not e2e and not helm"
 
 test-fast: setup test-deps lint typecheck imports
 	$(BIN)/pytest -m "not e2e and not helm"
@@ -112,4 +135,4 @@ bench-profile: setup
 	PYTHONPATH=. $(BIN)/python -m bench.run profile
 
 clean:
-	rm -rf $(VENV) $(GENDIR) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VENV313) $(GENDIR) .mypy_cache .ruff_cache .pytest_cache .hypothesis

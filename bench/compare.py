@@ -36,7 +36,8 @@ def measure(name: str, iterations: int, variants: list[str]) -> dict[str, Any]:
     import hami
     from bench.core import percentiles
     from bench.scenarios import SCENARIOS, build_state, candidates, make_request, vendors
-    from hami.scheduling.cycle import Verdicts, decide
+    from hami.scheduling.decide import decide
+    from hami.scheduling.memo import Verdicts
 
     s = SCENARIOS[name]
     state = build_state(s)

@@ -7,7 +7,8 @@ import time
 from collections.abc import Callable, Mapping
 
 from bench.scenarios import SCENARIOS, Scenario, build_state, candidates, make_request, vendors
-from hami.scheduling.cycle import Verdicts, decide, reserve, unreserve
+from hami.scheduling.decide import decide, reserve, unreserve
+from hami.scheduling.memo import Verdicts
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:

@@ -21,7 +21,7 @@ import uvicorn
 
 from bench.scenarios import Scenario, build_state, candidates, vendors
 from hami.protocol.events import EventReason, EventType
-from hami.protocol.objects import Pod
+from hami.protocol.objects import ObjectMeta, Pod
 from hami.scheduling.request import SchedulingDefaults
 from hami.server.app import build_app
 from hami.server.extender import Extender
@@ -38,14 +38,14 @@ class StubCluster:
         self,
         namespace: str,
         name: str,
-        annotations: Mapping[str, str | None],
+        annotations: Mapping[str, str | None] | None = None,
         labels: Mapping[str, str | None] | None = None,
         *,
-        uid: str,
+        uid: str | None = None,
         resource_version: str | None = None,
-    ) -> str | None:
+    ) -> Pod:
         self.patches += 1
-        return None
+        return Pod(metadata=ObjectMeta(name=name, namespace=namespace, uid=uid or ""))
 
     async def get_pod(self, namespace: str, name: str) -> Pod:
         raise NotImplementedError
@@ -179,7 +179,7 @@ def bench_http_filter(s: Scenario, iterations: int = 1000, warmup: int = 50) -> 
 
 
 async def _forget(extender: Extender, uid: str) -> None:
-    extender.pending.discard(uid)
-    from hami.scheduling.cycle import unreserve
+    extender.cycle.pending.discard(uid)
+    from hami.scheduling.decide import unreserve
 
     unreserve(extender.state, uid)

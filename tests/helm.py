@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -51,11 +52,20 @@ def helm() -> str:
     return str(max(builds)[1])
 
 
-def template(namespace: str, kube_version: str, *sets: str) -> list[dict[str, Any]]:
-    """``helm template`` of the chart as release ``hami``, parsed into objects."""
-    args = [helm(), "template", "hami", str(CHART), "--namespace", namespace, "--kube-version", kube_version]
-    for s in sets:
-        args += ["--set", s]
-    result = subprocess.run(args, capture_output=True, text=True, check=False, timeout=120)
+def template(namespace: str, kube_version: str, *sets: str, values: Sequence[Path] = ()) -> list[dict[str, Any]]:
+    """``helm template`` of the chart as release ``hami`` (values files, then ``--set``s), parsed into objects."""
+    result = run_template(namespace, kube_version, *sets, values=values)
     assert result.returncode == 0, result.stderr
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def run_template(
+    namespace: str, kube_version: str, *sets: str, values: Sequence[Path] = (), release: str = "hami"
+) -> subprocess.CompletedProcess[str]:
+    """``helm template`` as it ran (a refused value: its return code and message)."""
+    args = [helm(), "template", release, str(CHART), "--namespace", namespace, "--kube-version", kube_version]
+    for path in values:
+        args += ["-f", str(path)]
+    for s in sets:
+        args += ["--set", s]
+    return subprocess.run(args, capture_output=True, text=True, check=False, timeout=120)

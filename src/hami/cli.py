@@ -3,18 +3,27 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from typer import _click  # typer's own Click, whose Context parse_args takes
+from typer.core import TyperCommand
 
 from hami import __version__
+from hami.clusterflags import ClusterFlags, Output, cluster_flags, dump
+from hami.config.klog import DEBUG_VERBOSITY, KlogFlagError, translate
 from hami.deviceplugin.command import device_plugin
 from hami.monitor.command import monitor
+from hami.scheduler_flags import scheduler
 
 if TYPE_CHECKING:
+    from hami.k8s.config import KubeConfig
     from hami.protocol.objects import Pod
+    from hami.simulate.devconfig import Families
+    from hami.simulate.loading import Snapshot
     from hami.simulate.simulator import Simulator
 
 app = typer.Typer(
@@ -23,6 +32,51 @@ app = typer.Typer(
     rich_markup_mode=None,  # plain help that wraps at the terminal width, flag names never cut
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
+
+
+class KlogCommand(TyperCommand):
+    """A long-running command that also takes the klog flags HAMi's Go binaries take (``-v=4``, ``--logtostderr``,
+    ``--log_dir`` ...; README "Coming from HAMi"), and its own boolean flags Go's way (``--leader-elect=false``).
+
+    ``-v`` of 4 or more turns debug logging on (``--debug``, or ``--log-level=debug``), unless the command line sets
+    hami's own level too, which then wins. Flags that have no effect in hami are named on stderr.
+    """
+
+    def parse_args(self, ctx: _click.Context, args: list[str]) -> list[str]:
+        try:
+            klog = translate(args)
+        except KlogFlagError as err:
+            raise typer.BadParameter(str(err), ctx, param_hint="klog flag") from None
+        for notice in klog.notices:
+            typer.echo(f"hami {self.name}: {notice}", err=True)
+        rewritten = [self._go_bool(arg) for arg in klog.args]
+        kept = [arg for arg in rewritten if arg is not None]
+        return super().parse_args(ctx, kept + self._level_args(kept, klog.verbosity))
+
+    def _go_bool(self, arg: str) -> str | None:
+        """``--flag=true`` -> ``--flag``; ``--flag=false`` -> ``--no-flag`` (or nothing for a plain switch)."""
+        name, sep, value = arg.partition("=")
+        if not sep or not name.startswith("--") or value.lower() not in {"true", "false", "1", "0"}:
+            return arg
+        for param in self.params:
+            if getattr(param, "is_flag", False) and name in param.opts:
+                if value.lower() in {"true", "1"}:
+                    return name
+                secondary: list[str] = getattr(param, "secondary_opts", [])
+                return secondary[0] if secondary else None
+        return arg
+
+    def _level_args(self, args: list[str], verbosity: int | None) -> list[str]:
+        if verbosity is None:
+            return []
+        names = {param.name for param in self.params}
+        given = {arg.partition("=")[0] for arg in args}
+        debug = verbosity >= DEBUG_VERBOSITY
+        if "log_level" in names and "--log-level" not in given:
+            return ["--log-level=debug" if debug else "--log-level=info"]
+        if "debug" in names and debug and not given & {"--debug", "--no-debug"}:
+            return ["--debug"]
+        return []
 
 
 def _print_version(value: bool) -> None:
@@ -46,9 +100,23 @@ def _main(
 
 
 @app.command()
-def version() -> None:
-    """Print hami's version."""
-    typer.echo(__version__)
+def version(
+    output: Annotated[
+        Output, typer.Option("--output", "-o", metavar="FORMAT", help="table (the version alone), json or yaml.")
+    ] = Output.table,
+) -> None:
+    """Print hami's version (-o json: with the Python and platform it runs on)."""
+    import platform
+
+    if output in (Output.json, Output.yaml):
+        doc = {
+            "hamiVersion": __version__,
+            "pythonVersion": platform.python_version(),
+            "platform": f"{platform.system().lower()}/{platform.machine()}",
+        }
+        typer.echo(dump(doc, output))
+    else:
+        typer.echo(__version__)
 
 
 class OutputFormat(StrEnum):
@@ -77,29 +145,95 @@ def _gpu_policy(value: str) -> str:
     return value
 
 
+def _unix_time(value: str) -> int:
+    """``--now``: whole seconds since 1970, in words a person reads when it is something else."""
+    try:
+        seconds = int(value.strip())
+    except ValueError:
+        raise typer.BadParameter(
+            f"{value!r} is not a Unix time: give whole seconds since 1970 (such as 1767225600), "
+            "or leave --now out for the current time"
+        ) from None
+    if seconds < 0:
+        raise typer.BadParameter(f"{value!r} is before 1970: give whole seconds since 1970 (such as 1767225600)")
+    return seconds
+
+
 _SIMULATE_HELP = "\n\n".join(
     [
-        "Place pods on a cluster snapshot offline, with the scheduler's own decision code.",
+        "Place pods on a cluster snapshot offline (or on the live cluster with --live, read-only), with the "
+        "scheduler's own decision code.",
         "Each pod is placed in the order given and its devices are reserved before the next one, so later pods "
         "see earlier placements. Pods of the snapshot that carry hami.io/vgpu-node hold devices and are charged.",
         "Each pod first goes through the admission webhook's own code, as in the cluster: its defaults and "
         "rewrites are applied, and a pod the webhook would deny is reported as not placed, with the webhook's "
-        "message (--skip-admission places pods as written). Every vendor family is scheduled.",
+        "message (--skip-admission places pods as written). The device families scheduled are a default install's "
+        "(every family but Ascend and Iluvatar; --enable-ascend, --enable-iluvatar, --disable-devices switch them as "
+        "`hami scheduler` does; --demo schedules every family unless switched).",
+        "PODS files hold Pods and workloads: Deployments, StatefulSets, ReplicaSets, ReplicationControllers and "
+        "Jobs are expanded into the pods their controllers make (template x replicas, Job parallelism), a CronJob "
+        "into one run of its job, a DaemonSet into one pod per node its nodeSelector matches. Fields Kubernetes "
+        'does not define are warned about as kubectl does (unknown field "spec.containers[0].resource").',
         "Candidate nodes are the snapshot's nodes whose labels match the pod's nodeSelector and that are not "
         "unschedulable. Other kube-scheduler predicates (taints and tolerations, affinity, CPU, memory and other "
         "non-device resources) are out of scope.",
-        "Exit status: 0 when every file was read (pending pods included), 1 when a file is unreadable or invalid, "
-        "2 for bad arguments. Warnings go to standard error.",
+        "Exit status: 0 when every file was read (pending pods included; warnings never change it), 1 when a file "
+        "is unreadable or invalid, 2 for bad arguments, 3 with --fail-on-pending when a pod is pending, denied or "
+        "invalid. Warnings go to standard error.",
     ]
 )
 
+_EnableAscendOpt = Annotated[
+    bool,
+    typer.Option(
+        "--enable-ascend/--no-enable-ascend",
+        help="Schedule Huawei Ascend NPUs, as `hami scheduler --enable-ascend` (the chart's devices.ascend.enabled). "
+        "[default: off, as a default install]",
+        show_default=False,
+    ),
+]
+_EnableIluvatarOpt = Annotated[
+    bool,
+    typer.Option(
+        "--enable-iluvatar/--no-enable-iluvatar",
+        help="Schedule Iluvatar GPUs, as `hami scheduler --enable-iluvatar`. [default: off, as a default install]",
+        show_default=False,
+    ),
+]
+_DisableDevicesOpt = Annotated[
+    str,
+    typer.Option(
+        "--disable-devices",
+        metavar="FAMILY,...",
+        help="Device families not to schedule, as `hami scheduler --disable-devices` (the chart's "
+        "devices.<family>.enabled: false). [default: none]",
+        show_default=False,
+    ),
+]
+
+
+def _families(enable_ascend: bool, enable_iluvatar: bool, disable_devices: str) -> Families:
+    """The ``Families`` of the switches; a bad ``--disable-devices`` is a usage error naming the flag."""
+    from hami.errors import InvalidInput
+    from hami.simulate.devconfig import Families
+
+    families = Families(enable_ascend, enable_iluvatar, disable_devices)
+    try:
+        families.enabled()
+    except InvalidInput as err:
+        raise typer.BadParameter(err.reason, param_hint=err.field) from None
+    return families
+
 
 @app.command(help=_SIMULATE_HELP)
+@cluster_flags(scope=False)
 def simulate(
+    cluster: ClusterFlags,
     pods: Annotated[
         list[Path] | None,
         typer.Argument(
-            metavar="PODS", help="Pod files (YAML or JSON; multi-document or a List), placed in the order given."
+            metavar="PODS",
+            help="Pod and workload files (YAML or JSON; multi-document or a List), placed in the order given.",
         ),
     ] = None,
     snapshot: Annotated[
@@ -138,7 +272,10 @@ def simulate(
     now: Annotated[
         int | None,
         typer.Option(
-            "--now", metavar="SECONDS", help="Unix time written into hami.io/vgpu-time. [default: the current time]"
+            "--now",
+            metavar="SECONDS",
+            parser=_unix_time,
+            help="Unix time written into hami.io/vgpu-time. [default: the current time]",
         ),
     ] = None,
     demo: Annotated[bool, typer.Option("--demo", help="Run the built-in example cluster and workload.")] = False,
@@ -147,7 +284,8 @@ def simulate(
         typer.Option(
             "--report",
             metavar="FILE",
-            help="Also write a self-contained HTML page (heat maps, pending reasons, placements) to FILE.",
+            help="Also write a self-contained HTML page (heat maps, pending reasons, placements; with --defrag the "
+            "plan: heat maps before and after, the moves) to FILE.",
         ),
     ] = None,
     skip_admission: Annotated[
@@ -161,22 +299,53 @@ def simulate(
         bool,
         typer.Option(
             "--defrag",
-            help="Dry run: plan the fewest pod moves that free whole cards on the snapshot (no PODS needed).",
+            help="Dry run: plan the fewest pod moves that free whole cards on the snapshot (no PODS needed), each "
+            "one the scheduler would make itself once the pod is deleted, printed as the kubectl commands to run.",
+        ),
+    ] = False,
+    fail_on_pending: Annotated[
+        bool,
+        typer.Option(
+            "--fail-on-pending",
+            help="For CI: exit with status 3 when any pod is pending, denied at admission or invalid.",
+        ),
+    ] = False,
+    enable_ascend: _EnableAscendOpt = False,
+    enable_iluvatar: _EnableIluvatarOpt = False,
+    disable_devices: _DisableDevicesOpt = "",
+    live: Annotated[
+        bool,
+        typer.Option(
+            "--live",
+            help="Read the cluster instead of a snapshot (nodes, pods, quotas, DRA objects), read-only, through the "
+            "kubeconfig (--kubeconfig, --context, --request-timeout), as `hami top` does.",
         ),
     ] = False,
 ) -> None:
     """Place pods on a cluster snapshot offline (help text: ``_SIMULATE_HELP``)."""
     from hami.simulate import SimulateOptions, run_simulate
 
+    families = _families(enable_ascend, enable_iluvatar, disable_devices)
     if defrag:
-        from hami.simulate.defrag import run_defrag
+        from hami.simulate.defrag import DefragOptions, run_defrag
 
         if not snapshot:
             raise typer.BadParameter("--defrag needs --snapshot FILE", param_hint="--snapshot")
+        if pods:
+            raise typer.BadParameter(
+                "--defrag plans moves of the snapshot's own pods and places no PODS file: drop "
+                f"{' '.join(map(str, pods))}, or run without --defrag to place them",
+                param_hint="--defrag",
+            )
         echo_err = lambda line: typer.echo(line, err=True)  # noqa: E731
-        raise typer.Exit(run_defrag(snapshot, config, output.value, typer.echo, echo_err))
-    if not demo and (not snapshot or not pods):
-        raise typer.BadParameter("give --snapshot FILE and at least one PODS file, or --demo", param_hint="arguments")
+        defrag_opts = DefragOptions(snapshot, config, output.value, node_policy, gpu_policy, families, report)
+        raise typer.Exit(run_defrag(defrag_opts, typer.echo, echo_err))
+    if live and (snapshot or demo):
+        raise typer.BadParameter("--live reads the cluster: give it without --snapshot and --demo", param_hint="--live")
+    if not demo and ((not snapshot and not live) or not pods):
+        raise typer.BadParameter(
+            "give --snapshot FILE (or --live) and at least one PODS file, or --demo", param_hint="arguments"
+        )
     opts = SimulateOptions(
         snapshots=tuple(snapshot or ()),
         pods=tuple(pods or ()),
@@ -188,15 +357,30 @@ def simulate(
         demo=demo,
         report=report,
         skip_admission=skip_admission,
+        families=families,
+        fail_on_pending=fail_on_pending,
+        live=_live_reader(cluster) if live else None,
     )
     code = run_simulate(opts, typer.echo, lambda line: typer.echo(line, err=True))
     raise typer.Exit(code)
 
 
+def _live_reader(cluster: ClusterFlags) -> Callable[[], tuple[Snapshot, list[str], str]]:
+    """``hami simulate --live``: the cluster's objects through the kubeconfig (the loader top and explain use),
+    and the context's namespace for pods that name none."""
+    from hami.clusterflags import read_cluster
+
+    def read() -> tuple[Snapshot, list[str], str]:
+        live = read_cluster(cluster)
+        return live.snapshot, live.notes, cluster.default_namespace(live.kube)
+
+    return read
+
+
 _VIEW_SOURCE_HELP = (
-    "Reads the cluster live (kubeconfig: --kubeconfig, else KUBECONFIG, else ~/.kube/config; only list on nodes, "
-    "pods and resourcequotas is needed) or, with --snapshot, what `kubectl get nodes,pods,resourcequotas -A "
-    "-o json` printed."
+    "Reads the cluster live, read-only (only list on nodes, pods and resourcequotas is needed; kubectl's "
+    "--kubeconfig, --context and --request-timeout) or, with --snapshot, what `kubectl get "
+    "nodes,pods,resourcequotas -A -o json` printed."
 )
 
 
@@ -207,51 +391,34 @@ class ColorMode(StrEnum):
 
 
 def _simulator_for(
-    snapshot: list[Path] | None, kubeconfig: str | None, context: str | None, config: Path | None
-) -> tuple[Simulator, list[str], list[Pod]]:
-    """A ``Simulator`` over the snapshot files or the live cluster, its warnings, and the snapshot's pods."""
-    import asyncio
-
+    snapshot: list[Path] | None,
+    cluster: ClusterFlags,
+    config: Path | None,
+    families: Families | None = None,
+) -> tuple[Simulator, list[str], list[Pod], KubeConfig | None]:
+    """A ``Simulator`` over the snapshot files or the live cluster, its warnings, the snapshot's pods, and the
+    kubeconfig it was read through (``None`` for snapshot files). The simulator admits manifests as ``hami
+    simulate`` does (``explain -f``) and schedules ``families`` (None: every family, for ``top``'s view of the
+    registered cards)."""
+    from hami.clusterflags import read_cluster
     from hami.scheduling.request import SchedulingDefaults
     from hami.simulate.devconfig import device_config_from_text
-    from hami.simulate.loading import Snapshot, Sourced, load_snapshot, read_files
+    from hami.simulate.loading import load_snapshot, read_files
     from hami.simulate.simulator import Simulator
 
     config_text = read_files([config])[0][1] if config is not None else None
     device_config, warnings = device_config_from_text(config_text, str(config))
+    kube = None
     if snapshot:
         snap = load_snapshot(read_files(snapshot))
     else:
-        from hami.k8s.client import KubeClient
-        from hami.k8s.config import load_config
-        from hami.k8s.listing import ClusterListing, list_cluster
-
-        kube = load_config(kubeconfig, context=context)
-
-        async def fetch() -> ClusterListing:
-            async with KubeClient(kube) as client:
-                return await list_cluster(client)
-
-        listing = asyncio.run(fetch())
-        warnings += listing.notes
-        where = kube.server
-        snap = Snapshot(
-            nodes=[Sourced(n, where, f"{where}: Node {n.metadata.name}") for n in listing.nodes],
-            pods=[Sourced(p, where, f"{where}: Pod {p.key}") for p in listing.pods],
-            quotas=[
-                Sourced(q, where, f"{where}: ResourceQuota {q.metadata.namespace}/{q.metadata.name}")
-                for q in listing.quotas
-            ],
-            classes=[Sourced(c, where, f"{where}: DeviceClass {c.metadata.name}") for c in listing.classes],
-            slices=[Sourced(sl, where, f"{where}: ResourceSlice {sl.metadata.name}") for sl in listing.slices],
-            claims=[
-                Sourced(c, where, f"{where}: ResourceClaim {c.metadata.namespace}/{c.metadata.name}")
-                for c in listing.claims
-            ],
-        )
-    sim = Simulator(device_config, SchedulingDefaults())
+        live = read_cluster(cluster)
+        snap, kube = live.snapshot, live.kube
+        warnings += live.notes
+    enabled = families.enabled() if families is not None else None  # top: every family's registered cards
+    sim = Simulator(device_config, SchedulingDefaults(), admission=True, families=enabled)
     sim.add_snapshot(snap)
-    return sim, [*warnings, *sim.warnings], [p.obj for p in snap.pods]
+    return sim, [*warnings, *sim.warnings], [p.obj for p in snap.pods], kube
 
 
 def _use_colour(mode: ColorMode) -> bool:
@@ -269,14 +436,12 @@ _SnapshotOpt = Annotated[
         "--snapshot", "-s", metavar="FILE", help="Read this snapshot file instead of the live cluster (repeatable)."
     ),
 ]
-_KubeconfigOpt = Annotated[
-    str | None, typer.Option("--kubeconfig", metavar="FILE", help="Kubeconfig file (live mode).")
-]
-_ContextOpt = Annotated[
-    str | None, typer.Option("--context", metavar="NAME", help="Kubeconfig context (default: current).")
-]
 _ConfigOpt = Annotated[
     Path | None, typer.Option("--config", metavar="FILE", help="HAMi device-config.yaml (resource names).")
+]
+_ViewOutputOpt = Annotated[
+    Output,
+    typer.Option("--output", "-o", metavar="FORMAT", help="table, wide (more columns), json or yaml."),
 ]
 
 
@@ -287,12 +452,13 @@ def _fail(err: Exception) -> typer.Exit:
 
 @app.command(
     help="Per node and per card: slots, memory and cores used/total, the pods on each card, health, "
-    "cordon and fragmentation. " + _VIEW_SOURCE_HELP
+    "cordon and fragmentation. Every namespace's pods are shown (a node view, as `kubectl top node`); -n shows "
+    "only the cards holding pods of one namespace. " + _VIEW_SOURCE_HELP
 )
+@cluster_flags(scope_help="Only cards holding pods of this namespace, and only those pods. [default: every namespace]")
 def top(
+    cluster: ClusterFlags,
     snapshot: _SnapshotOpt = None,
-    kubeconfig: _KubeconfigOpt = None,
-    context: _ContextOpt = None,
     config: _ConfigOpt = None,
     node: Annotated[
         str, typer.Option("--node", metavar="PATTERN", help="Only nodes matching this pattern (shell-style: gpu-*).")
@@ -303,102 +469,104 @@ def top(
     model: Annotated[
         str, typer.Option("--model", metavar="PATTERN", help="Only card models matching this pattern (*A100*).")
     ] = "",
-    namespace: Annotated[
-        str,
-        typer.Option(
-            "--namespace",
-            "-n",
-            metavar="NAMESPACE",
-            help="Only cards holding pods of this namespace, and only those pods.",
-        ),
-    ] = "",
     sort: Annotated[
         str, typer.Option("--sort", metavar="KEY", help="node, free-memory, used-memory, stranded or pods.")
     ] = "node",
-    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table, or json.")] = OutputFormat.table,
+    output: _ViewOutputOpt = Output.table,
     color: Annotated[
         ColorMode, typer.Option("--color", help="auto (on a terminal), always or never.")
     ] = ColorMode.auto,
+    cpu_nodes: Annotated[
+        bool, typer.Option("--cpu-nodes", help="Also show the nodes without accelerators (hidden by default).")
+    ] = False,
 ) -> None:
-    import json
-
     from hami.errors import HamiError
     from hami.simulate.top import SORT_KEYS, TopFilter, build_top, render_top, top_json
 
     if sort not in SORT_KEYS:
         raise typer.BadParameter(f"{sort!r} is not one of {', '.join(SORT_KEYS)}", param_hint="--sort")
     try:
-        sim, warnings, _ = _simulator_for(snapshot, kubeconfig, context, config)
+        sim, warnings, _, _ = _simulator_for(snapshot, cluster, config)
     except (HamiError, OSError) as err:
         raise _fail(err) from None
     for w in warnings:
         typer.echo(f"warning: {w}", err=True)
-    view = build_top(sim.state, TopFilter(node, vendor, model, namespace, sort), sim.dra)
-    if output is OutputFormat.json:
-        typer.echo(json.dumps(top_json(view), indent=2))
+    namespace = "" if cluster.all_namespaces else cluster.namespace or ""
+    view = build_top(sim.state, TopFilter(node, vendor, model, namespace, sort, cpu_nodes), sim.dra)
+    if output in (Output.json, Output.yaml):
+        typer.echo(dump(top_json(view), output))
     else:
         colour = _use_colour(color)
-        typer.echo(render_top(view, colour=colour), color=colour)
+        typer.echo(render_top(view, colour=colour, wide=output is Output.wide), color=colour)
 
 
 @app.command(
     help="Why a pod is pending (or why it sits where it is): every node's verdict with the numbers, "
-    "per card what it needs and what is free, and what would make it fit. " + _VIEW_SOURCE_HELP + " Exit status: 0 "
+    "per card what it needs and what is free, and what would make it fit. POD is NAME (in -n, else the kubeconfig "
+    "context's namespace; with -A in any) or NAMESPACE/NAME. " + _VIEW_SOURCE_HELP + " Exit status: 0 "
     "when the pod was judged (whatever the verdict), 1 when it cannot be read, found or parsed."
 )
+@cluster_flags()
 def explain(
+    cluster: ClusterFlags,
     pod: Annotated[str | None, typer.Argument(metavar="POD", help="[NAMESPACE/]NAME of a pod in the cluster.")] = None,
-    namespace: Annotated[
-        str, typer.Option("--namespace", "-n", metavar="NAMESPACE", help="The pod's namespace.")
-    ] = "default",
     file: Annotated[
         Path | None,
         typer.Option("--file", "-f", metavar="FILE", help="Explain this pod manifest instead (a pod not created yet)."),
     ] = None,
     snapshot: _SnapshotOpt = None,
-    kubeconfig: _KubeconfigOpt = None,
-    context: _ContextOpt = None,
     config: _ConfigOpt = None,
-    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table, or json.")] = OutputFormat.table,
+    output: _ViewOutputOpt = Output.table,
+    enable_ascend: _EnableAscendOpt = False,
+    enable_iluvatar: _EnableIluvatarOpt = False,
+    disable_devices: _DisableDevicesOpt = "",
 ) -> None:
-    import json
-
+    from hami.clusterflags import pick_pod
     from hami.errors import HamiError
     from hami.simulate.explain import explain as explain_pod
-    from hami.simulate.explain import explain_json, render_explain
-    from hami.simulate.loading import load_pods, read_files
+    from hami.simulate.explain import explain_json, explain_manifest, render_explain
+    from hami.simulate.loading import read_files, read_pods
 
     if (pod is None) == (file is None):
         raise typer.BadParameter("give a POD name or --file MANIFEST (one of them)", param_hint="POD")
     try:
-        sim, warnings, pods = _simulator_for(snapshot, kubeconfig, context, config)
-        if file is not None:
-            loaded = load_pods(read_files([file]))
-            if len(loaded) != 1:
-                raise _fail(ValueError(f"{file}: expected one Pod, found {len(loaded)}"))
-            target = loaded[0].obj
+        switched = file is not None or enable_ascend or enable_iluvatar or bool(disable_devices)
+        # a manifest is judged as `simulate` places it (a default install's families unless switched); a pod of
+        # the cluster with every family the cluster registers, unless a switch is given
+        families = _families(enable_ascend, enable_iluvatar, disable_devices) if switched else None
+        sim, warnings, pods, kube = _simulator_for(snapshot, cluster, config, families)
+        manifest = None
+        if file is not None:  # read as `hami simulate` reads it (a workload making one pod will do)
+            loaded = read_pods(read_files([file]), (), int(time.time()))  # its warnings: the pod's, below
+            if len(loaded.pods) != 1:
+                made = len(loaded.pods)
+                raise _fail(
+                    ValueError(
+                        f"{file}: explain judges one pod, and this file makes {made}: give one Pod, or a workload "
+                        "making one (replicas: 1), or place them all with `hami simulate`"
+                    )
+                )
+            manifest = loaded.pods[0]
+            target = manifest.obj
         else:
             assert pod is not None
-            ns, _, name = pod.rpartition("/")
-            ns = ns or namespace
-            found = [p for p in pods if p.metadata.name == name and (p.metadata.namespace or "default") == ns]
-            if not found:
-                raise _fail(ValueError(f"pod {ns}/{name} not found (finished pods are not listed)"))
-            target = found[0]
+            target = pick_pod(pods, pod, cluster, kube)
     except (HamiError, OSError) as err:
         raise _fail(err) from None
     for w in warnings:
         typer.echo(f"warning: {w}", err=True)
-    result = explain_pod(sim, target)
-    if output is OutputFormat.json:
-        typer.echo(json.dumps(explain_json(result), indent=2))
+    result = explain_manifest(sim, manifest) if manifest is not None else explain_pod(sim, target)
+    for w in result.warnings:
+        typer.echo(f"warning: {w}", err=True)
+    if output in (Output.json, Output.yaml):
+        typer.echo(dump(explain_json(result), output))
     else:
-        typer.echo(render_explain(result))
+        typer.echo(render_explain(result, wide=output is Output.wide))
     raise typer.Exit(1 if result.status == "invalid" else 0)
 
 
-app.command("device-plugin")(device_plugin)
-app.command("monitor")(monitor)
+app.command("device-plugin", cls=KlogCommand)(device_plugin)
+app.command("monitor", cls=KlogCommand)(monitor)
 
 
 @app.command()
@@ -467,220 +635,11 @@ def certs(
 
 
 def main() -> None:
-    app()
+    import sys
+
+    # Run as the kubectl plug-in (kubectl finds `kubectl-hami` on the PATH), help and errors say `kubectl hami`.
+    plugin = Path(sys.argv[0]).name == "kubectl-hami"
+    app(prog_name="kubectl hami" if plugin else "hami")
 
 
-def _default(setting: str, shown: str | None = None) -> str:
-    """`` [default: X]`` from the settings model, so help and behaviour cannot disagree."""
-    from hami.config.settings import SchedulerSettings
-
-    if shown is None:
-        value = SchedulerSettings.model_fields[setting].default
-        shown = (
-            ("true" if value else "false")
-            if isinstance(value, bool)
-            else f"{value:g}"
-            if isinstance(value, float)
-            else str(value)
-        )
-    return f" [default: {shown}]"
-
-
-@app.command()
-def scheduler(
-    scheduler_name: str | None = typer.Option(
-        None,
-        "--scheduler-name",
-        metavar="NAME",
-        help="Scheduler name the webhook writes into pods' spec.schedulerName; also the events' source."
-        + _default("scheduler_name"),
-    ),
-    node_scheduler_policy: str | None = typer.Option(
-        None,
-        "--node-scheduler-policy",
-        metavar="POLICY",
-        help="Default node policy: binpack fills the busiest node first, spread the idlest."
-        + _default("node_scheduler_policy"),
-    ),
-    gpu_scheduler_policy: str | None = typer.Option(
-        None,
-        "--gpu-scheduler-policy",
-        metavar="POLICY",
-        help="Default GPU policy: spread, binpack, topology-aware, mutex, numa, or a comma chain (numa,binpack)."
-        + _default("gpu_scheduler_policy"),
-    ),
-    http_bind: str | None = typer.Option(
-        None,
-        "--http_bind",
-        metavar="HOST:PORT",
-        help="Service listener: /webhook, /healthz, /readyz." + _default("http_bind"),
-    ),
-    extender_bind: str | None = typer.Option(
-        None,
-        "--extender-bind",
-        metavar="HOST:PORT",
-        help="Extender listener: /filter, /bind; beyond loopback only with a client authentication."
-        + _default("extender_bind"),
-    ),
-    cert_file: str | None = typer.Option(
-        None, "--cert_file", metavar="FILE", help="TLS certificate, reloaded when it changes. [default: plain HTTP]"
-    ),
-    key_file: str | None = typer.Option(
-        None, "--key_file", metavar="FILE", help="TLS key; give it with --cert_file. [default: none]"
-    ),
-    extender_client_ca_file: str | None = typer.Option(
-        None,
-        "--extender-client-ca-file",
-        metavar="FILE",
-        help="Require extender client certificates signed by this CA (mutual TLS). [default: none]",
-    ),
-    extender_token_file: str | None = typer.Option(
-        None,
-        "--extender-token-file",
-        metavar="FILE",
-        help="Require a bearer token from this file (one a line) on /filter and /bind. [default: none]",
-    ),
-    metrics_bind_address: str | None = typer.Option(
-        None,
-        "--metrics-bind-address",
-        metavar="HOST:PORT",
-        help="Prometheus /metrics listener." + _default("metrics_bind_address"),
-    ),
-    metrics_secure: bool | None = typer.Option(
-        None,
-        "--metrics-secure/--no-metrics-secure",
-        help="Serve /metrics over TLS to callers allowed get on /metrics (TokenReview + SubjectAccessReview)."
-        + _default("metrics_secure"),
-    ),
-    node_label_selector: str | None = typer.Option(
-        None,
-        "--node-label-selector",
-        metavar="K=V,...",
-        help="Register only nodes with all these labels. [default: every node]",
-    ),
-    kube_qps: float | None = typer.Option(
-        None, "--kube-qps", metavar="N", help="API requests per second." + _default("kube_qps")
-    ),
-    kube_burst: int | None = typer.Option(
-        None, "--kube-burst", metavar="N", help="API requests allowed in a burst." + _default("kube_burst")
-    ),
-    node_lock_timeout: str | None = typer.Option(
-        None,
-        "--node-lock-timeout",
-        metavar="DURATION",
-        help="Age after which another scheduler may break a node lock." + _default("node_lock_timeout", "5m"),
-    ),
-    node_lock_retry_timeout: str | None = typer.Option(
-        None,
-        "--node-lock-retry-timeout",
-        metavar="DURATION",
-        help="How long a PodGroup member's bind waits for a locked node; 0 fails at once."
-        + _default("node_lock_retry_timeout", "28s"),
-    ),
-    kube_timeout: str | None = typer.Option(
-        None,
-        "--kube-timeout",
-        metavar="DURATION",
-        help="Timeout of one API request (watches excepted); 0 means 30s." + _default("kube_timeout", "0"),
-    ),
-    bind_lock_wait: str | None = typer.Option(
-        None,
-        "--bind-lock-wait",
-        metavar="DURATION",
-        help="How long a bind waits for another hami bind's node lock hand-over; 0 fails at once."
-        + _default("bind_lock_wait", "20s"),
-    ),
-    force_overwrite_default_scheduler: bool | None = typer.Option(
-        None,
-        "--force-overwrite-default-scheduler/--no-force-overwrite-default-scheduler",
-        help="Let the webhook replace spec.schedulerName: default-scheduler."
-        + _default("force_overwrite_default_scheduler"),
-    ),
-    leader_elect: bool | None = typer.Option(
-        None,
-        "--leader-elect/--no-leader-elect",
-        help="Follow kube-scheduler's Lease: only the leader's hami decides (for several replicas)."
-        + _default("leader_elect"),
-    ),
-    leader_elect_resource_name: str | None = typer.Option(
-        None,
-        "--leader-elect-resource-name",
-        metavar="NAME",
-        help="Lease to hold. [default: the scheduler name]",
-    ),
-    leader_elect_resource_namespace: str | None = typer.Option(
-        None,
-        "--leader-elect-resource-namespace",
-        metavar="NAMESPACE",
-        help="Namespace of the Lease. [default: the pod's own, POD_NAMESPACE]",
-    ),
-    device_config_file: str | None = typer.Option(
-        None,
-        "--device-config-file",
-        metavar="FILE",
-        help="HAMi's device-config.yaml (resource names, memory factor). [default: built-in defaults]",
-    ),
-    enable_ascend: bool | None = typer.Option(
-        None,
-        "--enable-ascend/--no-enable-ascend",
-        help="Schedule Huawei Ascend NPUs (HAMi's switch)." + _default("enable_ascend"),
-    ),
-    enable_iluvatar: bool | None = typer.Option(
-        None,
-        "--enable-iluvatar/--no-enable-iluvatar",
-        help="Schedule Iluvatar GPUs (HAMi's switch)." + _default("enable_iluvatar"),
-    ),
-    disable_devices: str | None = typer.Option(
-        None,
-        "--disable-devices",
-        metavar="FAMILY,...",
-        help="Device families not to schedule, their resources left alone: nvidia, hygon, cambricon, metax, "
-        "mthreads, enflame, kunlun, awsneuron, amd, vastai, biren. [default: none]",
-    ),
-    kubeconfig: str | None = typer.Option(
-        None,
-        "--kubeconfig",
-        metavar="FILE",
-        help="Kubeconfig to use. [default: $KUBECONFIG, else in-cluster, else ~/.kube/config]",
-    ),
-    debug: bool | None = typer.Option(None, "--debug/--no-debug", help="Log at debug level." + _default("debug")),
-    json_logs: bool = typer.Option(
-        True,
-        "--json-logs/--text-logs",
-        show_default=False,
-        help="Structured JSON logs, or text for people. [default: json-logs]",
-    ),
-) -> None:
-    """Run the scheduler extender (and webhook) that kube-scheduler calls. Flags are HAMi's where they exist."""
-    from hami.server.command import scheduler_main
-
-    given = {
-        "scheduler_name": scheduler_name,
-        "node_scheduler_policy": node_scheduler_policy,
-        "gpu_scheduler_policy": gpu_scheduler_policy,
-        "http_bind": http_bind,
-        "extender_bind": extender_bind,
-        "cert_file": cert_file,
-        "key_file": key_file,
-        "extender_client_ca_file": extender_client_ca_file,
-        "extender_token_file": extender_token_file,
-        "metrics_bind_address": metrics_bind_address,
-        "metrics_secure": metrics_secure,
-        "node_label_selector": node_label_selector,
-        "kube_qps": kube_qps,
-        "kube_burst": kube_burst,
-        "node_lock_timeout": node_lock_timeout,
-        "node_lock_retry_timeout": node_lock_retry_timeout,
-        "bind_lock_wait": bind_lock_wait,
-        "kube_timeout": kube_timeout,
-        "force_overwrite_default_scheduler": force_overwrite_default_scheduler,
-        "leader_elect": leader_elect,
-        "leader_elect_resource_name": leader_elect_resource_name,
-        "leader_elect_resource_namespace": leader_elect_resource_namespace,
-        "device_config_file": device_config_file,
-        "enable_ascend": enable_ascend,
-        "enable_iluvatar": enable_iluvatar,
-        "disable_devices": disable_devices,
-        "debug": debug,
-    }
-    raise typer.Exit(scheduler_main({k: v for k, v in given.items() if v is not None}, kubeconfig, json_logs))
+app.command("scheduler", cls=KlogCommand)(scheduler)

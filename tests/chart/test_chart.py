@@ -210,6 +210,13 @@ def test_the_device_config_uses_hamis_keys() -> None:
             "gpuCorePolicy": "default",
             "libCudaLogLevel": 1,
             "runtimeClassName": "",
+            # devicePlugin.* (HAMi renders them here; the plugin reads them from this section)
+            "deviceSplitCount": 10,
+            "deviceMemoryScaling": 1,
+            "deviceCoreScaling": 1,
+            "preConfiguredDeviceMemory": 0,
+            "enableNumaTopology": False,
+            "disableCoreLimit": False,
         },
         "hygon": {
             "resourceCountName": "hygon.com/dcunum",
@@ -906,7 +913,7 @@ def test_the_monitor_runs_beside_the_plugin_with_only_the_containers_directory()
     plugin = daemonset_container(docs, "device-plugin")
     assert monitor["image"] == plugin["image"]
     assert monitor["command"] == ["hami", "monitor"]
-    assert monitor["args"] == ["--port=9394", "--log-level=info"]
+    assert monitor["args"] == ["--port=9394"]  # info, the command's default: a klog -v in extraArgs may change it
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in monitor["env"]}
     assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert env["HOOK_PATH"] == "/usr/local"

@@ -3,12 +3,16 @@ validation), for the default values and the variants that change the chart's sha
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.e2e.cluster import KubeClient
 from tests.helm import template
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+HAMI_VALUES = DATA / "hami-v2.10.0-values.yaml"  # HAMi v2.10's own chart defaults (README "Coming from HAMi")
 
 # kind -> (API prefix, plural, namespaced)
 PATHS = {
@@ -29,6 +33,7 @@ PATHS = {
         "mutatingwebhookconfigurations",
         False,
     ),
+    "RuntimeClass": ("/apis/node.k8s.io/v1", "runtimeclasses", False),
     "ValidatingAdmissionPolicy": ("/apis/admissionregistration.k8s.io/v1", "validatingadmissionpolicies", False),
     "ValidatingAdmissionPolicyBinding": (
         "/apis/admissionregistration.k8s.io/v1",
@@ -51,14 +56,14 @@ def dry_run(kube: KubeClient, namespace: str, obj: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize(
-    "sets",
+    ("sets", "values"),
     [
-        pytest.param([], id="default values"),
-        pytest.param(["scheduler.certManager.enabled=true", "grafanaDashboard.enabled=true"], id="cert-manager"),
+        pytest.param([], [], id="default values"),
+        pytest.param(["scheduler.certManager.enabled=true", "grafanaDashboard.enabled=true"], [], id="cert-manager"),
         pytest.param(
-            ["scheduler.admissionWebhook.enabled=false", "scheduler.metricsSecure=false"], id="without the webhook"
+            ["scheduler.admissionWebhook.enabled=false", "scheduler.metricsSecure=false"], [], id="without the webhook"
         ),
-        pytest.param(["scheduler.overwriteEnv=true"], id="webhook without matchConditions"),
+        pytest.param(["scheduler.overwriteEnv=true"], [], id="webhook without matchConditions"),
         pytest.param(
             [
                 "scheduler.replicas=2",
@@ -66,13 +71,29 @@ def dry_run(kube: KubeClient, namespace: str, obj: dict[str, Any]) -> None:
                 "scheduler.admissionWebhook.customURL.enabled=true",
                 "scheduler.kubeScheduler.extenderTLSInsecure=false",
             ],
+            [],
             id="two replicas, NodePort, custom URL, verified extender TLS",
+        ),
+        pytest.param([], [HAMI_VALUES], id="HAMi v2.10's own values file"),
+        pytest.param(
+            [
+                "scheduler.replicas=3",
+                "scheduler.podDisruptionBudget.maxUnavailable=1",
+                "scheduler.service.type=NodePort",
+                "devicePlugin.runtimeClassName=nvidia",
+                "devicePlugin.createRuntimeClass=true",
+                "devicePlugin.hostNetwork=true",
+            ],
+            [HAMI_VALUES, DATA / "hami-style-values.yaml"],
+            id="a HAMi user's values file",
         ),
     ],
 )
-def test_every_rendered_object_passes_server_side_dry_run(kube: KubeClient, namespace: str, sets: list[str]) -> None:
+def test_every_rendered_object_passes_server_side_dry_run(
+    kube: KubeClient, namespace: str, sets: list[str], values: list[Path]
+) -> None:
     version = kube.get("/version")["gitVersion"].lstrip("v").split("-")[0]
-    docs = template(namespace, version, *sets)
+    docs = template(namespace, version, *sets, values=values)
     accepted = 0
     for obj in docs:
         if obj["kind"] in CERT_MANAGER_KINDS:

@@ -552,3 +552,49 @@ def test_a_lock_left_behind_by_the_device_plugin_is_released_without_another_bin
 
     wait_until(lambda: s.lock(node) is None, description=f"the lock on {node} released by hami")
     assert f"releasing stale lock: holder {s.namespace}/p1 is bound with bind phase {phase}" in s.hami.log()
+
+
+# --- switching from HAMi (README "Coming from HAMi") --------------------------------------------------------
+
+
+def test_a_pod_hami_placed_before_hami_started_keeps_its_share(
+    stack: StackFactory, kube: KubeClient, namespace: str, make_node: Callable[..., dict[str, Any]]
+) -> None:
+    """HAMi stopped, hami started: hami reads the allocation HAMi wrote from the API and never places a new pod
+    over it."""
+    node = f"{namespace}-from-hami"
+    uuid = f"GPU-{node}-0"
+    make_node(
+        node,
+        extended={GPU: 10},
+        labels={"hami-e2e/run": namespace},
+        annotations={keys.NVIDIA_REGISTER: register_annotation(node, 1, 16000)},
+    )
+    # what HAMi v2.10 leaves on a pod it placed, once its device plugin answered Allocate: written by hand, in
+    # HAMi's format, before hami runs
+    kube.create_pod(
+        namespace,
+        "placed-by-hami",
+        limits=gpu_limits(mem=12000, cores=80),
+        scheduler_name=SCHEDULER_NAME,
+        node_name=node,
+        annotations={
+            keys.VGPU_NODE: node,
+            keys.VGPU_TIME: str(int(time.time())),
+            keys.BIND_PHASE: "success",
+            "hami.io/vgpu-devices-allocated": f"{uuid},NVIDIA,12000,80:;",
+            "hami.io/vgpu-devices-to-allocate": ";",
+        },
+    )
+
+    s = stack()
+    s.nodes.append(node)
+    wait_until(lambda: s.hami.ledger() == {uuid: (1, 12000, 80)}, description="HAMi's allocation in hami's ledger")
+    s.pod("too-big", gpu_limits(mem=8000, cores=10))  # 12000 + 8000 MiB > 16000
+    s.pod("fits", gpu_limits(mem=4000, cores=20))
+
+    assert s.bound("fits")["spec"]["nodeName"] == node
+    s.wait_for_event("too-big", "FilteringFailed")
+    assert not is_bound(s.get("too-big"))
+    assert s.usage() == {uuid: (2, 16000, 100)}
+    assert s.hami.ledger() == s.usage()

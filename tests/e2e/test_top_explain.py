@@ -44,8 +44,11 @@ class Viewer:
     token: str
     folder: Path
 
-    def kubeconfig(self, tokens: list[str] | None = None, name: str = "viewer") -> tuple[Path, Path]:
-        """A kubeconfig whose exec plugin prints ``tokens`` one per call (the last one from then on)."""
+    def kubeconfig(
+        self, tokens: list[str] | None = None, name: str = "viewer", namespace: str = ""
+    ) -> tuple[Path, Path]:
+        """A kubeconfig whose exec plugin prints ``tokens`` one per call (the last one from then on); its current
+        context ``e2e`` names ``namespace`` (when given), its context ``elsewhere`` the namespace ``elsewhere``."""
         calls = self.folder / f"{name}.calls"
         plugin = self.folder / f"{name}-plugin"
         plugin.write_text(PLUGIN.format(python=sys.executable, calls=str(calls), tokens=tokens or [self.token]))
@@ -72,7 +75,13 @@ class Viewer:
                     },
                 }
             ],
-            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "viewer"}}],
+            "contexts": [
+                {
+                    "name": "e2e",
+                    "context": {"cluster": "e2e", "user": "viewer", **({"namespace": namespace} if namespace else {})},
+                },
+                {"name": "elsewhere", "context": {"cluster": "e2e", "user": "viewer", "namespace": "elsewhere"}},
+            ],
             "current-context": "e2e",
         }
         path = self.folder / f"{name}.kubeconfig"
@@ -172,7 +181,7 @@ def test_top_and_explain_live_as_a_read_only_exec_plugin_user(
     result = run("hami", "top", "--kubeconfig", config, "--node", f"{namespace}-*", "-o", "json")
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
-    cards = {n["name"]: n["cards"][0] for n in doc["nodes"]}
+    cards = {n["node"]: n["cards"][0] for n in doc["nodes"]}
     assert cards[a]["memoryMiB"] == {"used": 13000, "total": 16000}
     assert cards[a]["slots"] == {"used": 3, "total": 10}
     assert [p["pod"] for p in cards[a]["pods"]] == [f"{namespace}/p1", f"{namespace}/p2", f"{namespace}/p3"]
@@ -204,6 +213,78 @@ def test_top_and_explain_live_as_a_read_only_exec_plugin_user(
         with pytest.raises(ApiError) as refused:
             as_viewer.create_pod(namespace, "sneaky")
         assert refused.value.status == 403
+
+
+def test_simulate_live_places_a_deployment_on_the_cluster_read_only(
+    viewer: Viewer, kube: KubeClient, namespace: str, make_node: Callable[..., dict[str, Any]], tmp_path: Path
+) -> None:
+    """``hami simulate --live``: the cluster through the same read-only loader as top and explain; a Deployment
+    expanded into its pods; the held pods charged; ``--fail-on-pending`` for the one that does not fit."""
+    mem = "nvidia.com/gpumem"
+    a, _ = cluster(kube, namespace, make_node)
+    wait_until_allowed(viewer)
+    config, _ = viewer.kubeconfig(name="live", namespace=namespace)  # its context names the namespace
+    template = {
+        "metadata": {"labels": {"app": "web"}},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": a},
+            "containers": [{"name": "web", "image": "x", "resources": {"limits": {GPU: 1, mem: 2000}}}],
+        },
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": namespace},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}, "template": template},
+    }
+    solo = {  # names no namespace: it goes to the context's, as `kubectl apply -f` would put it
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "solo"},
+        "spec": {**template["spec"], "containers": [{"name": "c", "resources": {"limits": {GPU: 1, mem: 1000}}}]},
+    }
+    pods = tmp_path / "web.yaml"
+    pods.write_text(yaml.safe_dump_all([deployment, solo]))
+    args = ("hami", "simulate", "--live", "--kubeconfig", config, "--request-timeout", "20s", pods, "-o", "json")
+    result = run(*args)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    first, second, third = doc["decisions"]
+    # card a holds 13000 of 16000 MiB: one 2000-MiB replica fits, the second does not
+    assert (first["status"], first["node"]) == ("placed", a)
+    assert first["pod"].startswith(f"{namespace}/web-")
+    assert first["devices"] == [[{"uuid": f"GPU-{a}-0", "vendor": "NVIDIA", "memoryMiB": 2000, "cores": 0}]]
+    assert second["status"] == "pending"
+    assert (third["pod"], third["status"], third["node"]) == (f"{namespace}/solo", "placed", a)  # 16000 of 16000
+    assert run(*args, "--fail-on-pending").returncode == 3
+    assert run("hami", "simulate", "--live", "--snapshot", pods, pods).returncode == 2  # one source only
+
+
+def test_explain_finds_a_pod_as_kubectl_would(
+    viewer: Viewer, kube: KubeClient, namespace: str, make_node: Callable[..., dict[str, Any]]
+) -> None:
+    """A bare name is looked up in the kubeconfig context's namespace, -A looks everywhere, a name not found in
+    the namespace looked in says where a pod of that name is; -o yaml is the JSON document."""
+    cluster(kube, namespace, make_node)
+    wait_until_allowed(viewer)
+    config, _ = viewer.kubeconfig(name="scoped", namespace=namespace)
+
+    result = run("hami", "explain", "want", "--kubeconfig", config, "-o", "yaml")
+    assert result.returncode == 0, result.stderr
+    assert yaml.safe_load(result.stdout)["pod"] == f"{namespace}/want"
+
+    result = run("hami", "explain", "want", "--kubeconfig", config, "--context", "elsewhere")
+    assert result.returncode == 1
+    assert "pod elsewhere/want not found" in result.stderr
+    assert f"a pod of that name is in namespace {namespace}" in result.stderr
+
+    result = run("hami", "explain", "want", "--kubeconfig", config, "--context", "elsewhere", "-A", "-o", "json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["pod"] == f"{namespace}/want"
+
+    result = run("hami", "explain", f"{namespace}/want", "--kubeconfig", config, "-n", "elsewhere")
+    assert result.returncode == 1
+    assert f"names namespace '{namespace}' but --namespace is 'elsewhere'" in result.stderr
 
 
 def test_exec_plugin_is_run_again_after_a_401(viewer: Viewer, make_node: Callable[..., dict[str, Any]]) -> None:

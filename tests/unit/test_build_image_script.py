@@ -42,6 +42,13 @@ def _load() -> ModuleType:
 bi = _load()
 
 
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cached layers go to the test's folder, not the user's ~/.cache/hami/images."""
+    monkeypatch.setenv("HAMI_TESTENV_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+
+
 # ----------------------------------------------------------------------------------------------------
 # helpers: read an OCI archive back
 
@@ -495,3 +502,35 @@ def test_layers_keep_their_order_in_the_manifest_and_the_config(tmp_path: Path) 
     for name, data in zip(("base", "deps", "app"), uncompressed, strict=True):
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             assert tar.extractfile(f"opt/hami/{name}.txt").read() == name.encode()  # type: ignore[union-attr]
+
+
+def test_the_command_line_prints_archive_reference_and_digest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    binary = tmp_path / "kube-scheduler"
+    binary.write_text('#!/bin/sh\necho "Kubernetes v1.35.2"\n')
+    binary.chmod(0o755)
+    out = tmp_path / "images"
+    assert bi.main(["kube-scheduler", "--binary", str(binary), "--out", str(out)]) == 0
+    path, reference, digest = capsys.readouterr().out.strip().split("\t")
+    assert Path(path) == out / "kube-scheduler.oci.tar"
+    assert reference == "registry.k8s.io/kube-scheduler:v1.35.2"
+    index, _, _, _ = _image(Path(path))
+    assert index["manifests"][0]["digest"] == digest
+
+    assert bi.main(["pause", "--out", str(out), "--ref", "Not A Name"]) == 1
+    assert "image reference 'Not A Name'" in capsys.readouterr().err
+    assert not (out / "pause.oci.tar").exists()
+
+
+def test_test_images_keep_their_digest_from_commit_to_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    binary = tmp_path / "kube-scheduler"
+    binary.write_text('#!/bin/sh\necho "Kubernetes v1.36.3"\n')
+    binary.chmod(0o755)
+    first = bi.build_kube_scheduler(tmp_path / "one", binary, None)
+    monkeypatch.setattr(bi, "source_date_epoch", lambda: 2_000_000_000)  # a later commit
+    assert bi.build_kube_scheduler(tmp_path / "two", binary, None).digest == first.digest
+    _, _, config, _ = _image(first.path)
+    assert config["created"] == bi.iso_time(bi.BASE_EPOCH)
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")  # an explicit time stamp is honoured
+    assert bi.build_kube_scheduler(tmp_path / "three", binary, None).digest != first.digest

@@ -1,14 +1,18 @@
 {{/* Names and labels shared by every template. */}}
 
+{{/* nameOverride and fullnameOverride as in HAMi's chart. */}}
 {{- define "hami.name" -}}
-{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- index .Values "nameOverride" | default .Chart.Name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
 {{- define "hami.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- $name := index .Values "nameOverride" | default .Chart.Name -}}
+{{- if index .Values "fullnameOverride" -}}
+{{- index .Values "fullnameOverride" | trunc 50 | trimSuffix "-" -}}
+{{- else if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 50 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" -}}
 {{- end -}}
 {{- end -}}
 
@@ -43,14 +47,16 @@ app.kubernetes.io/component: hami-scheduler
 {{- end -}}
 
 {{- define "hami.image" -}}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- include "hami.imageOf" (list . "scheduler.extender") -}}
 {{- end -}}
 
-{{/* kube-scheduler of the cluster's own version unless a tag is given ("v1.36.3-eks-1" -> "v1.36.3"). */}}
+{{/* kube-scheduler of the cluster's own version unless a tag is given ("v1.36.3-eks-1" -> "v1.36.3"), from
+     global.imageRegistry when set (HAMi's mirror of every image). */}}
 {{- define "hami.kubeSchedulerImage" -}}
 {{- $image := .Values.scheduler.kubeScheduler.image -}}
 {{- $tag := $image.tag | default (regexFind "^v[0-9]+\\.[0-9]+\\.[0-9]+" .Capabilities.KubeVersion.Version) -}}
-{{- printf "%s/%s:%s" $image.registry $image.repository $tag -}}
+{{- $registry := index (.Values.global | default dict) "imageRegistry" | default $image.registry -}}
+{{- printf "%s/%s:%s" $registry $image.repository $tag -}}
 {{- end -}}
 
 {{- define "hami.tlsEnabled" -}}
@@ -99,6 +105,13 @@ nvidia:
   gpuCorePolicy: {{ $nvidia.gpuCorePolicy }}
   libCudaLogLevel: {{ $nvidia.libCudaLogLevel | int }}
   runtimeClassName: {{ $nvidia.runtimeClassName | quote }}
+  {{- $dp := .Values.devicePlugin }}
+  deviceSplitCount: {{ $dp.deviceSplitCount | int }}
+  deviceMemoryScaling: {{ $dp.deviceMemoryScaling | float64 }}
+  deviceCoreScaling: {{ $dp.deviceCoreScaling | float64 }}
+  preConfiguredDeviceMemory: {{ $dp.preConfiguredDeviceMemory | default 0 | int64 }}
+  enableNumaTopology: {{ $dp.enableNumaTopology | default false }}
+  disableCoreLimit: {{ $dp.disablecorelimit | default false }}
 hygon:
   resourceCountName: {{ .Values.dcuResourceName }}
   resourceMemoryName: {{ .Values.dcuResourceMem }}
@@ -138,6 +151,9 @@ mthreads:
   resourceCountName: mthreads.com/vgpu
   resourceMemoryName: mthreads.com/sgpu-memory
   resourceCoreName: mthreads.com/sgpu-core
+  {{- with index (.Values.devices.mthreads | default dict) "memoryPerCard" }}
+  memoryPerCard: {{ ternary . (list .) (kindIs "slice" .) | toJson }}
+  {{- end }}
 iluvatars:
 {{- range .Values.devices.iluvatar.chips }}
   - chipName: {{ . }}
@@ -222,6 +238,7 @@ dra:
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- $names = concat $names (include "hami.customResources" . | fromJsonArray) -}}
 {{- $names | compact | uniq | toJson -}}
 {{- end -}}
 

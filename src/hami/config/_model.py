@@ -11,7 +11,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import AliasGenerator, BaseModel, ConfigDict, ValidationError
@@ -19,7 +21,13 @@ from pydantic.alias_generators import to_camel
 
 from hami.errors import ConfigError
 
-__all__ = ["ConfigModel", "config_error", "key_path", "unknown_keys"]
+__all__ = ["ConfigModel", "config_error", "did_you_mean", "key_path", "unknown_keys"]
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """``"; did you mean spread?"`` for the closest choice to a misspelt word, or nothing when none is close."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
 
 
 class ConfigModel(BaseModel):
@@ -101,7 +109,9 @@ def _reason(error: Any) -> str:
             limit = int(limit)  # "must be > 0", not "> 0.0"
         return f"must be {bounds[kind]} {limit}"
     if kind == "literal_error":
-        return f"must be one of {ctx['expected']}"
+        given = error.get("input")
+        hint = did_you_mean(given, re.findall(r"'([^']*)'", str(ctx["expected"]))) if isinstance(given, str) else ""
+        return f"must be one of {ctx['expected']}{hint}"
     if kind == "too_short":
         minimum = ctx.get("min_length", 1)
         return "must not be empty" if minimum == 1 else f"must have at least {minimum} items"

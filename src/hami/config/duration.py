@@ -4,6 +4,9 @@ HAMi's flags (``--node-lock-timeout 5m``) and ``HAMI_NODELOCK_EXPIRE`` are Go du
 same spellings so a chart's values carry over. Grammar: an optional sign, then one or more
 ``<decimal number><unit>`` parts with units ``ns``, ``us`` (or ``µs``/``μs``), ``ms``, ``s``, ``m``, ``h``;
 the bare string ``0`` is also accepted. Like Go, the total must fit in int64 nanoseconds (about 292 years).
+
+``parse_request_timeout`` reads kubectl's ``--request-timeout``: a bare whole number is seconds, anything else a Go
+duration; ``0`` means no limit, and a negative value is refused, as kubectl does.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Final
 
 from hami.errors import ConfigError
 
-__all__ = ["parse_go_duration"]
+__all__ = ["parse_go_duration", "parse_request_timeout"]
 
 _UNIT_NANOS: Final = {
     "ns": 1,
@@ -55,3 +58,24 @@ def parse_go_duration(text: str, field: str) -> float:
         raise ConfigError(field, text, "is out of range (more than about 292 years)")
     seconds = nanos / 1_000_000_000
     return float(-seconds if text.startswith("-") else seconds)
+
+
+def parse_request_timeout(text: str, field: str = "--request-timeout") -> float | None:
+    """kubectl's ``--request-timeout``: seconds (``30``) or a Go duration (``1m``, ``500ms``); ``None`` for ``0``
+    (no limit). :class:`~hami.errors.ConfigError` naming ``field`` when malformed or negative."""
+    stripped = text.strip()
+    if re.fullmatch(r"[+-]?[0-9]+", stripped):
+        seconds = float(int(stripped))
+    else:
+        try:
+            seconds = parse_go_duration(stripped, field)
+        except ConfigError:
+            raise ConfigError(
+                field,
+                text,
+                "is not a timeout: give whole seconds or a number with a unit (such as 30, 500ms, 2m or 1h); "
+                "0 means no limit",
+            ) from None
+    if seconds < 0:
+        raise ConfigError(field, text, "must not be negative (0 means no limit)")
+    return seconds or None

@@ -4,7 +4,9 @@ Each setting has the name of HAMi's flag with ``_`` for ``-`` (``--node-lock-tim
 ``node_lock_timeout``) and is read, in this order, from: the keyword arguments given to
 :func:`load_settings` (the command line), the environment variable ``HAMI_<NAME>``
 (``HAMI_NODE_LOCK_TIMEOUT``), then the default. Invalid values raise :class:`~hami.errors.ConfigError`
-naming the setting and the value.
+naming the value and the setting the way it was given: the flag (``--node-lock-timeout``) for a command-line
+value, the variable (``HAMI_NODE_LOCK_TIMEOUT``) for one from the environment (:func:`flag_name`,
+:func:`env_names`: the one place that maps a setting to its names).
 
 Deliberate differences from HAMi:
 
@@ -28,6 +30,7 @@ Deliberate differences from HAMi:
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Final, Literal
@@ -35,7 +38,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from hami.config._model import config_error
+from hami.config._model import config_error, did_you_mean
 from hami.config.duration import parse_go_duration
 from hami.errors import ConfigError
 
@@ -45,6 +48,9 @@ __all__ = [
     "GPU_POLICY_TOKENS",
     "NodeSchedulerPolicy",
     "SchedulerSettings",
+    "did_you_mean",
+    "env_names",
+    "flag_name",
     "is_loopback",
     "load_settings",
 ]
@@ -102,8 +108,26 @@ GATED_FAMILIES: Final = {"ascend": "enable_ascend", "iluvatar": "enable_iluvatar
 """Families off unless their HAMi switch is on (``--enable-ascend``, ``--enable-iluvatar``)."""
 
 
-def _env_alias(name: str, *legacy: str) -> AliasChoices:
-    return AliasChoices(f"HAMI_{name.upper()}", *legacy)
+_FLAG_SPELLING: Final = {"http_bind": "--http_bind", "cert_file": "--cert_file", "key_file": "--key_file"}
+"""HAMi's flags that keep Go's underscores; every other flag is the setting with ``-`` for ``_``."""
+
+_LEGACY_ENV: Final = {"node_lock_timeout": ("HAMI_NODELOCK_EXPIRE",)}
+"""Variables read as a fallback for a setting (HAMi's chart sets ``HAMI_NODELOCK_EXPIRE``)."""
+
+
+def flag_name(setting: str) -> str:
+    """The command-line flag of a setting, spelt as HAMi spells it (``node_lock_timeout`` → ``--node-lock-timeout``,
+    ``http_bind`` → ``--http_bind``)."""
+    return _FLAG_SPELLING.get(setting, "--" + setting.replace("_", "-"))
+
+
+def env_names(setting: str) -> tuple[str, ...]:
+    """The environment variables a setting is read from, first wins (``HAMI_NODE_LOCK_TIMEOUT``, then legacy)."""
+    return (f"HAMI_{setting.upper()}", *_LEGACY_ENV.get(setting, ()))
+
+
+def _env_alias(name: str) -> AliasChoices:
+    return AliasChoices(*env_names(name))
 
 
 class SchedulerSettings(BaseSettings):
@@ -145,9 +169,7 @@ class SchedulerSettings(BaseSettings):
     kube_timeout: Annotated[float, Field(ge=0)] = 0.0
     """Timeout of one API request (connect, send, read; watches excepted) in seconds; 0 = the client's default
     (30 s). Retries of a throttled request are bounded separately (``ClientSettings.retry_budget``)."""
-    node_lock_timeout: Annotated[
-        float, Field(gt=0, validation_alias=_env_alias("node_lock_timeout", "HAMI_NODELOCK_EXPIRE"))
-    ] = 300.0
+    node_lock_timeout: Annotated[float, Field(gt=0, validation_alias=_env_alias("node_lock_timeout"))] = 300.0
     """Age after which another scheduler may break a node lock (HAMi: 5m)."""
     node_lock_retry_timeout: Annotated[float, Field(ge=0)] = 28.0
     """How long Bind keeps retrying a node lock held by another PodGroup member; 0 fails at once. Keep it
@@ -185,7 +207,10 @@ class SchedulerSettings(BaseSettings):
     @field_validator("node_lock_timeout", "node_lock_retry_timeout", "bind_lock_wait", "kube_timeout", mode="before")
     @classmethod
     def _durations(cls, value: object, info: Any) -> object:
-        return _seconds(value, info.field_name)
+        try:
+            return _seconds(value, info.field_name)
+        except ConfigError as err:
+            raise ValueError(err.reason) from None
 
     @field_validator("gpu_scheduler_policy")
     @classmethod
@@ -193,7 +218,8 @@ class SchedulerSettings(BaseSettings):
         tokens = [token.strip() for token in value.split(",")]
         unknown = [token for token in tokens if token not in GPU_POLICY_TOKENS]
         if unknown:
-            raise ValueError(f"unknown policy {unknown[0]!r}; use {', '.join(sorted(GPU_POLICY_TOKENS))}")
+            hint = did_you_mean(unknown[0], GPU_POLICY_TOKENS)
+            raise ValueError(f"unknown policy {unknown[0]!r}; use {', '.join(sorted(GPU_POLICY_TOKENS))}{hint}")
         return ",".join(tokens)
 
     @field_validator("http_bind", "extender_bind", "metrics_bind_address")
@@ -222,7 +248,8 @@ class SchedulerSettings(BaseSettings):
             return value
         unknown = sorted(str(n) for n in names if n and n not in DEVICE_FAMILIES)
         if unknown:
-            raise ValueError(f"unknown device family {unknown[0]!r}; use {', '.join(DEVICE_FAMILIES)}")
+            hint = did_you_mean(unknown[0], DEVICE_FAMILIES)
+            raise ValueError(f"unknown device family {unknown[0]!r}; use {', '.join(DEVICE_FAMILIES)}{hint}")
         return frozenset(n for n in names if n)
 
     @property
@@ -240,7 +267,7 @@ class SchedulerSettings(BaseSettings):
     def model_post_init(self, context: Any) -> None:
         if bool(self.cert_file) != bool(self.key_file):
             missing = "key_file" if self.cert_file else "cert_file"
-            raise ConfigError(missing, "", "cert_file and key_file must be given together")
+            raise ConfigError(flag_name(missing), "", "--cert_file and --key_file must be given together")
         _check_access(self)
         for family, switch in GATED_FAMILIES.items():
             if getattr(self, switch) and family in self.disable_devices:
@@ -313,16 +340,26 @@ def _check_distinct(s: SchedulerSettings) -> None:
 
 _WILDCARD: Final = frozenset({"", "0.0.0.0", "::"})
 
-_ALIASES: Final = {"HAMI_NODE_LOCK_TIMEOUT": "node_lock_timeout", "HAMI_NODELOCK_EXPIRE": "node_lock_timeout"}
+
+def given_as(setting: str, overrides: Mapping[str, object], env: Mapping[str, str]) -> str:
+    """How the user gave a setting: its flag when on the command line, else the variable set in ``env``, else the
+    flag (a default)."""
+    if setting in overrides:
+        return flag_name(setting)
+    present = {name.upper() for name in env}
+    return next((name for name in env_names(setting) if name in present), flag_name(setting))
 
 
 def load_settings(overrides: Mapping[str, object] | None = None) -> SchedulerSettings:
     """Settings from ``overrides`` (command-line values by setting name), then ``HAMI_*`` variables, then defaults.
 
-    Raises :class:`~hami.errors.ConfigError` naming the setting and the value.
+    Raises :class:`~hami.errors.ConfigError` naming the value and the flag or variable it came from.
     """
     given: dict[str, Any] = dict(overrides or {})
     try:
         return SchedulerSettings(**given)
     except ValidationError as exc:
-        raise config_error(exc, rename=_ALIASES) from None
+        names = {name: given_as(name, given, os.environ) for name in SchedulerSettings.model_fields}
+        # a setting read under several variables reports its first one; name the one that was set
+        names.update({alias: names[name] for name in _LEGACY_ENV for alias in env_names(name)})
+        raise config_error(exc, rename=names) from None

@@ -1,9 +1,9 @@
 """The other vendors' sections of ``device-config.yaml``, kept as typed data (webhook-bind-plugin-vendors.md §7, §8).
 
-Only Hygon is complete enough to drive request parsing later; the others carry the keys HAMi v2.10 reads
-so that a chart-generated file loads without "unknown key" warnings and later vendor modules can use
-them. Defaults are the Helm chart's values (HAMi's built-in default set where the chart has none), as for
-the ``nvidia:`` section; an explicit ``""`` or ``[]`` in the file still turns a resource or a list off.
+Each section carries the keys HAMi v2.10 reads, so that a chart-generated file loads without "unknown key"
+warnings; each vendor module (``hami.devices.<vendor>``) builds its vendor from its section. Defaults are the Helm
+chart's values (HAMi's built-in default set where the chart has none), as for the ``nvidia:`` section; an explicit
+``""`` or ``[]`` in the file still turns a resource or a list off.
 """
 
 from __future__ import annotations

@@ -23,12 +23,13 @@ from hami.deviceplugin.allocate import Allocator, PodsOnNode
 from hami.deviceplugin.discovery import GpuInfo, GpuSource, discover
 from hami.deviceplugin.health import HEALTH_POLL_MS, watch_health
 from hami.deviceplugin.mig import MigInstances
-from hami.deviceplugin.nvml import MigInstance, NvmlError, NvmlLib
+from hami.deviceplugin.nvml import MigInstance, NvmlLib
 from hami.deviceplugin.register import RegisterTiming, Registrar
 from hami.deviceplugin.response import HostFiles
 from hami.deviceplugin.server import DevicePluginService, KubeletPaths, KubeletTiming, serve_kubelet
 from hami.deviceplugin.settings import NodeSettings
 from hami.deviceplugin.state import DeviceState, sleep_or_change
+from hami.errors import NvmlError
 from hami.k8s.cluster import ClusterClient
 from hami.k8s.nodelock import NodeLocker
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import enum
 import logging
 import shutil
 import uuid
@@ -41,11 +40,11 @@ from dataclasses import dataclass
 
 from hami.deviceplugin import kubeletapi as api
 from hami.deviceplugin.discovery import GpuInfo
-from hami.deviceplugin.mig import MigError, MigInstances, holders
+from hami.deviceplugin.mig import MigInstances, holders
 from hami.deviceplugin.response import HostFiles, container_response, mig_container_response
 from hami.deviceplugin.settings import NodeSettings
 from hami.devices import registered_keys
-from hami.errors import AnnotationError, ApiError, HamiError, NotFound
+from hami.errors import AllocationError, AllocationFailure, AnnotationError, ApiError, HamiError, MigError, NotFound
 from hami.k8s.cluster import ClusterClient
 from hami.k8s.nodelock import NodeLocker
 from hami.protocol import keys
@@ -64,9 +63,7 @@ from hami.protocol.objects import Container, Pod
 
 __all__ = [
     "ALL_VENDOR_KEYS",
-    "AllocationError",
     "Allocator",
-    "Failure",
     "PodsOnNode",
     "containers_in_slot_order",
     "take_slots",
@@ -80,23 +77,6 @@ ALL_VENDOR_KEYS = registered_keys()
 
 PodsOnNode = Callable[[str], Awaitable[Sequence[Pod]]]
 """``node name → pods whose spec.nodeName is that node`` (a field-selector list, or the memory cluster)."""
-
-
-class Failure(enum.Enum):
-    """Why Allocate failed; the gRPC layer maps each to a status code."""
-
-    NO_POD = "no pod is being bound on this node"
-    BAD_REQUEST = "the pod's allocation does not fit kubelet's request"
-    API = "the Kubernetes API failed"
-    INTERNAL = "internal error"
-
-
-class AllocationError(HamiError):
-    """Allocate cannot be served; ``failure`` classifies it, the message says what and for which pod."""
-
-    def __init__(self, failure: Failure, message: str) -> None:
-        self.failure = failure
-        super().__init__(message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,10 +105,12 @@ def take_slots(devices: PodDevices, wanted: Sequence[int]) -> tuple[list[tuple[i
     for position, count in enumerate(wanted):
         slot = next((i for i, slot in enumerate(remaining) if slot), None)
         if slot is None:
-            raise AllocationError(Failure.BAD_REQUEST, f"container request {position}: no container slot left")
+            raise AllocationError(
+                AllocationFailure.BAD_REQUEST, f"container request {position}: no container slot left"
+            )
         if len(remaining[slot]) != count:
             raise AllocationError(
-                Failure.BAD_REQUEST,
+                AllocationFailure.BAD_REQUEST,
                 f"device number not matched: container slot {slot} has {len(remaining[slot])} GPU(s), "
                 f"kubelet asks for {count}",
             )
@@ -225,7 +207,7 @@ class Allocator:
                         log.info("node lock holder %s is not an NVIDIA pod being bound here: %s", holder.key, why)
         candidates = [pod for pod in await self._pods_on_node(self._node) if self._why_not_ours(pod) is None]
         if not candidates:
-            raise AllocationError(Failure.NO_POD, f"no binding pod found on node {self._node}")
+            raise AllocationError(AllocationFailure.NO_POD, f"no binding pod found on node {self._node}")
         candidates.sort(key=lambda pod: (_bind_time(pod), pod.key))
         return candidates[0]
 
@@ -264,7 +246,9 @@ class Allocator:
         assert field is not None
         value = pod.metadata.annotations.get(field)
         if value is None:
-            raise AllocationError(Failure.BAD_REQUEST, f"device request not found: pod has no {field} annotation")
+            raise AllocationError(
+                AllocationFailure.BAD_REQUEST, f"device request not found: pod has no {field} annotation"
+            )
         devices = decode_pod_devices(value, field)
         taken, remaining = take_slots(devices, wanted)
         containers = containers_in_slot_order(pod)
@@ -279,13 +263,13 @@ class Allocator:
         mig_node = self._settings.operating_mode == "mig"
         if has_mig and not mig_node:
             raise AllocationError(
-                Failure.BAD_REQUEST,
+                AllocationFailure.BAD_REQUEST,
                 f"the pod carries {keys.NVIDIA_MIG_ALLOCATIONS} but node {self._node} is in "
                 f"{self._settings.operating_mode} operating mode",
             )
         if mig_node and not has_mig:
             raise AllocationError(
-                Failure.BAD_REQUEST,
+                AllocationFailure.BAD_REQUEST,
                 f"node {self._node} is in mig operating mode but the pod has no {keys.NVIDIA_MIG_ALLOCATIONS} "
                 "reservation (was it placed by a scheduler without dynamic MIG?)",
             )
@@ -297,7 +281,7 @@ class Allocator:
         """Make the MIG reservations of the taken slots real; returns the grants with their MIG UUIDs and the
         annotation value with the runtime identities. Appends what it creates to ``created``."""
         if self._mig is None:
-            raise AllocationError(Failure.INTERNAL, "MIG instances are not available on this plugin")
+            raise AllocationError(AllocationFailure.INTERNAL, "MIG instances are not available on this plugin")
         entries = decode_mig_allocations(pod.metadata.annotations[keys.NVIDIA_MIG_ALLOCATIONS])
         index = {(e.container_index, e.device_index): i for i, e in enumerate(entries)}
         held = holders(await self._pods_on_node(self._node), skip_uid=pod.metadata.uid)
@@ -309,14 +293,14 @@ class Allocator:
                 at = index.get((grant.slot, position))
                 if at is None:
                     raise AllocationError(
-                        Failure.BAD_REQUEST,
+                        AllocationFailure.BAD_REQUEST,
                         f"container slot {grant.slot} device {position} ({device.uuid}) has no MIG reservation in "
                         f"{keys.NVIDIA_MIG_ALLOCATIONS}",
                     )
                 entry = entries[at]
                 if entry.gpu_uuid != device.uuid:
                     raise AllocationError(
-                        Failure.BAD_REQUEST,
+                        AllocationFailure.BAD_REQUEST,
                         f"container slot {grant.slot} device {position}: the MIG reservation is on "
                         f"{entry.gpu_uuid}, the allocation on {device.uuid}",
                     )
@@ -325,7 +309,7 @@ class Allocator:
                         self._mig.realise, entry, dataclasses.replace(held, instances=dict(mine))
                     )
                 except MigError as exc:
-                    raise AllocationError(Failure.BAD_REQUEST, str(exc)) from exc
+                    raise AllocationError(AllocationFailure.BAD_REQUEST, str(exc)) from exc
                 if result.created:
                     created.append(result.entry)
                 assert result.entry.gpu_instance_id is not None
@@ -479,11 +463,11 @@ def _as_allocation_error(exc: BaseException, doing: str) -> AllocationError:
     if isinstance(exc, AllocationError):
         failure, text = exc.failure, str(exc)
     elif isinstance(exc, AnnotationError):
-        failure, text = Failure.BAD_REQUEST, str(exc)
+        failure, text = AllocationFailure.BAD_REQUEST, str(exc)
     elif isinstance(exc, ApiError):
-        failure, text = Failure.API, str(exc)
+        failure, text = AllocationFailure.API, str(exc)
     else:
-        failure, text = Failure.INTERNAL, f"{type(exc).__name__}: {exc}"
+        failure, text = AllocationFailure.INTERNAL, f"{type(exc).__name__}: {exc}"
     return AllocationError(failure, f"{doing}: {text}")
 
 

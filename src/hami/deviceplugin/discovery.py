@@ -25,11 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from hami.deviceplugin.nvml import GpuInstanceProfile, NvmlError, NvmlLib, TopologyLevel, XidEvent
-from hami.errors import HamiError
+from hami.deviceplugin.nvml import GpuInstanceProfile, NvmlLib, TopologyLevel, XidEvent
+from hami.errors import DiscoveryError, NvmlError
 
 __all__ = [
-    "DiscoveryError",
     "GpuInfo",
     "GpuSource",
     "Links",
@@ -42,10 +41,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-class DiscoveryError(HamiError):
-    """NVML cannot be used on this machine at all (no library, no driver, no GPU)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,8 +46,8 @@ from typing import Any, TypeVar
 
 import yaml
 
-from hami.deviceplugin.nvml import GpuInstanceProfile, MigInstance, NvmlError, TopologyLevel, XidEvent
-from hami.errors import ConfigError
+from hami.deviceplugin.nvml import GpuInstanceProfile, MigInstance, TopologyLevel, XidEvent
+from hami.errors import ConfigError, NvmlError
 
 __all__ = ["FakeGpu", "FakeNvmlLib", "load_fake_nvml", "load_fixture"]
 

@@ -8,8 +8,9 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from hami.deviceplugin.discovery import GpuSource
-from hami.deviceplugin.nvml import APPLICATION_XIDS, NvmlError
+from hami.deviceplugin.nvml import APPLICATION_XIDS
 from hami.deviceplugin.state import DeviceState
+from hami.errors import NvmlError
 
 __all__ = ["HEALTH_POLL_MS", "RETRY_S", "watch_health"]
 

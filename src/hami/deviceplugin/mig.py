@@ -29,22 +29,18 @@ from dataclasses import dataclass
 import msgspec
 
 from hami.deviceplugin.discovery import GpuInfo, GpuSource
-from hami.deviceplugin.nvml import GpuInstanceProfile, MigInstance, NvmlError, NvmlLib
-from hami.errors import AnnotationError, HamiError
+from hami.deviceplugin.nvml import GpuInstanceProfile, MigInstance, NvmlLib
+from hami.errors import AnnotationError, MigError, NvmlError
 from hami.protocol import keys
 from hami.protocol.allocation import MigAllocation, decode_mig_allocations
 from hami.protocol.objects import Pod
 
-__all__ = ["FINISHED_PHASES", "Holders", "MigError", "MigInstances", "Realised", "holders", "unheld"]
+__all__ = ["FINISHED_PHASES", "Holders", "MigInstances", "Realised", "holders", "unheld"]
 
 log = logging.getLogger(__name__)
 
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 """A pod in one of these phases has stopped its containers: its MIG instances are free."""
-
-
-class MigError(HamiError):
-    """A MIG reservation cannot be made real; the message names the GPU, the profile and the placement."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,13 +19,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from hami.errors import HamiError
+from hami.errors import NvmlError
 
 __all__ = [
     "APPLICATION_XIDS",
     "GpuInstanceProfile",
     "MigInstance",
-    "NvmlError",
     "NvmlLib",
     "PynvmlLib",
     "TopologyLevel",
@@ -36,16 +35,6 @@ __all__ = [
 # engine exception, an MMU fault, a reset channel, a preempted channel, a video decoder error and a
 # software-induced error. They never make a device unhealthy.
 APPLICATION_XIDS: Final = frozenset({13, 31, 43, 45, 68, 109})
-
-
-class NvmlError(HamiError):
-    """An NVML call failed. ``code`` is NVML's error name without ``NVML_ERROR_`` (e.g. ``"NOT_SUPPORTED"``)."""
-
-    def __init__(self, code: str, call: str = "", detail: str = "") -> None:
-        self.code = code
-        self.call = call
-        text = f"NVML {call}: {code}" if call else f"NVML: {code}"
-        super().__init__(f"{text} ({detail})" if detail else text)
 
 
 class TopologyLevel(enum.IntEnum):

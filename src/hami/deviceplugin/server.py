@@ -26,11 +26,11 @@ from typing import Any
 import grpc
 
 from hami.deviceplugin import kubeletapi as api
-from hami.deviceplugin.allocate import AllocationError, Allocator, Failure
+from hami.deviceplugin.allocate import Allocator
 from hami.deviceplugin.inventory import node_devices
 from hami.deviceplugin.settings import NodeSettings
 from hami.deviceplugin.state import DeviceState, Snapshot
-from hami.errors import HamiError
+from hami.errors import AllocationError, AllocationFailure, HamiError
 
 __all__ = [
     "DevicePluginService",
@@ -47,10 +47,10 @@ log = logging.getLogger(__name__)
 Sleep = Callable[[float], Awaitable[None]]
 
 _STATUS = {
-    Failure.NO_POD: grpc.StatusCode.FAILED_PRECONDITION,
-    Failure.BAD_REQUEST: grpc.StatusCode.FAILED_PRECONDITION,
-    Failure.API: grpc.StatusCode.UNAVAILABLE,
-    Failure.INTERNAL: grpc.StatusCode.INTERNAL,
+    AllocationFailure.NO_POD: grpc.StatusCode.FAILED_PRECONDITION,
+    AllocationFailure.BAD_REQUEST: grpc.StatusCode.FAILED_PRECONDITION,
+    AllocationFailure.API: grpc.StatusCode.UNAVAILABLE,
+    AllocationFailure.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 
 

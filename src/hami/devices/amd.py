@@ -7,7 +7,9 @@ percentage 1..100 of a GPU, limits then requests; absent = 100). A device's ``de
 units (CUs); the percentage becomes ``floor(devcore × pct / 100)`` CUs, at least 1 and at most ``devcore``, on
 each device it is tried on — that is what the allocation records and the ledger charges. The allocation slot's type
 is the registered product type (``AMD`` when the registration left it empty). Filters: ``amd.com/use-gputype`` /
-``nouse-gputype`` (whole words of the product type) and ``amd.com/use-gpu-uuid`` / ``nouse-gpu-uuid``. The
+``nouse-gputype`` (case-insensitive substrings of the product type, as HAMi's ``checkAMDType``: ``MI250`` selects
+an ``AMD-MI250X``; NVIDIA's and Hygon's filters match whole words instead) and ``amd.com/use-gpu-uuid`` /
+``nouse-gpu-uuid``. The
 webhook only validates ``amd.com/gpucores`` (no defaults are written: the whole-card defaults apply at scheduling).
 
 Where hami does better than the reference, each kept here:
@@ -35,11 +37,11 @@ from hami.devices.base import (
     Placement,
     Selector,
     Unfit,
-    parse_type_list,
-    parse_uuid_list,
+    too_few_devices,
 )
-from hami.devices.common import SharedDeviceVendor, device_scores, policy_order
+from hami.devices.common import SharedDeviceVendor, policy_order
 from hami.devices.resources import lookup_resource, mib_hint, whole_quantity
+from hami.devices.scoring import device_scores
 from hami.devices.table import DeviceTable
 from hami.errors import InvalidInput, QuantityError
 from hami.protocol import keys
@@ -177,11 +179,8 @@ class AmdVendor(SharedDeviceVendor):
             return False
 
     def selector(self, annotations: Mapping[str, str]) -> Selector:
-        return Selector(
-            use_types=parse_type_list(annotations.get(USE_TYPE)),
-            nouse_types=parse_type_list(annotations.get(NOUSE_TYPE)),
-            use_uuids=parse_uuid_list(annotations.get(USE_UUID)),
-            nouse_uuids=parse_uuid_list(annotations.get(NOUSE_UUID)),
+        return Selector.from_annotations(
+            annotations, (USE_UUID, NOUSE_UUID), (USE_TYPE, NOUSE_TYPE), type_substrings=True
         )
 
     def admitter(self) -> Admitter:
@@ -190,8 +189,7 @@ class AmdVendor(SharedDeviceVendor):
     def fit(self, table: DeviceTable, request: ContainerRequest, ctx: FitContext, selector: Selector) -> Fitted | Unfit:
         n = len(table.infos)
         if request.nums > n:
-            rejection = Rejection(Reason.NODE_INSUFFICIENT_DEVICE, None, request.nums, n)
-            return Unfit({Reason.NODE_INSUFFICIENT_DEVICE: n}, n, (rejection,))
+            return too_few_devices(n, request.nums)
         return _AmdFit(table, request, ctx, selector).run()
 
 

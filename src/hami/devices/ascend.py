@@ -60,7 +60,6 @@ from hami.devices.base import (
     Selector,
     Slice,
     Unfit,
-    parse_uuid_list,
 )
 from hami.devices.common import Gather, SharedDeviceVendor, fit_shared
 from hami.devices.resources import lookup_resource, mib_hint, whole_quantity
@@ -283,10 +282,8 @@ class AscendVendor(SharedDeviceVendor):
 
     def selector(self, annotations: Mapping[str, str]) -> Selector:
         mode = annotations.get(VNPU_MODE, "")
-        return Selector(
-            use_uuids=parse_uuid_list(annotations.get(self.use_uuid)),
-            nouse_uuids=parse_uuid_list(annotations.get(self.nouse_uuid)),
-            options=((VNPU_MODE, mode),) if mode else (),
+        return Selector.from_annotations(
+            annotations, (self.use_uuid, self.nouse_uuid), options=((VNPU_MODE, mode),) if mode else ()
         )
 
     # --- fit ---

@@ -50,10 +50,11 @@ from hami.devices.base import (
     Selector,
     Slice,
     Unfit,
-    parse_uuid_list,
+    too_few_devices,
 )
-from hami.devices.common import SharedDeviceVendor, device_scores, policy_order
+from hami.devices.common import SharedDeviceVendor, policy_order
 from hami.devices.resources import lookup_resource, whole_quantity
+from hami.devices.scoring import device_scores
 from hami.devices.table import DeviceTable
 from hami.errors import QuantityError
 from hami.protocol.allocation import ContainerDevice
@@ -224,6 +225,11 @@ class AwsNeuronVendor(SharedDeviceVendor):
         # No core resource for quota: the ledger holds core *masks* for Neuron, which do not add up as counts.
         self.resources = ResourceNames(count=config.resource_count_name, memory=None, core=None)
 
+    def core_count(self, value: int) -> int:
+        """A core mask (a device's addressable cores, a usage, a charge) as the number of cores it holds: reports
+        and metrics show ``1/2 cores``, not the mask's ``1/3`` (``CoreCount``)."""
+        return _popcount(value)
+
     def admitter(self) -> Admitter:
         return NeuronAdmitter(self.config.resource_count_name, self.config.resource_core_name)
 
@@ -262,10 +268,7 @@ class AwsNeuronVendor(SharedDeviceVendor):
         return NodeInventory(infos, node_info=info)
 
     def selector(self, annotations: Mapping[str, str]) -> Selector:
-        return Selector(
-            use_uuids=parse_uuid_list(annotations.get(USE_UUID)),
-            nouse_uuids=parse_uuid_list(annotations.get(NOUSE_UUID)),
-        )
+        return Selector.from_annotations(annotations, (USE_UUID, NOUSE_UUID))
 
     def fit(self, table: DeviceTable, request: ContainerRequest, ctx: FitContext, selector: Selector) -> Fitted | Unfit:
         geometry = _Geometry.of(ctx.node_info)
@@ -275,8 +278,7 @@ class AwsNeuronVendor(SharedDeviceVendor):
             return Unfit({Reason.MODE_NOT_FIT: n}, n)
         nums, cores = split
         if nums > n:
-            miss = Rejection(Reason.NODE_INSUFFICIENT_DEVICE, None, nums, n)
-            return Unfit({Reason.NODE_INSUFFICIENT_DEVICE: n}, n, (miss,))
+            return too_few_devices(n, nums)
         mark = self._marker(request, geometry)
         if nums > 1:
             return self._several(table, nums, ctx, selector, geometry, mark)

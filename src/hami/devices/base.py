@@ -46,6 +46,7 @@ __all__ = [
     "AnnotationContext",
     "Carved",
     "ContainerRequest",
+    "CoreCount",
     "FitContext",
     "Fitted",
     "NodeInventory",
@@ -59,7 +60,12 @@ __all__ = [
     "SliceLabels",
     "Unfit",
     "Vendor",
+    "cores_shown",
     "parse_bool",
+    "parse_substring_list",
+    "parse_type_list",
+    "parse_uuid_list",
+    "too_few_devices",
 ]
 
 MEM_PERCENTAGE_UNSET: Final = 101
@@ -128,8 +134,10 @@ class Selector:
     """A pod's device filters for one vendor, parsed once per decision from its annotations (spec §6.11).
 
     Type filters match **whole words** of the card type, case-insensitively (deliberate difference: HAMi
-    matches substrings, so ``A10`` would also select ``A100``). ``modes`` is the set of allowed device modes
-    (``nvidia.com/vgpu-mode``), ``None`` when unrestricted; matching is exact per mode.
+    matches substrings, so ``A10`` would also select ``A100``), unless ``type_substrings``: then each item is a
+    case-insensitive substring of the card type, as HAMi matches them (a vendor whose model names extend one
+    another, AMD's ``MI250``/``MI250X``, sets it; items come from :func:`parse_substring_list`). ``modes`` is the
+    set of allowed device modes (``nvidia.com/vgpu-mode``), ``None`` when unrestricted; matching is exact per mode.
 
     ``options`` are vendor-specific pod options the vendor's ``selector`` parsed from the annotations (Ascend's
     ``huawei.com/vnpu-mode``, MetaX's QoS policy and app class, …) as sorted ``(name, value)`` pairs, read in
@@ -143,6 +151,35 @@ class Selector:
     nouse_uuids: frozenset[str] = frozenset()
     modes: frozenset[str] | None = None
     options: tuple[tuple[str, str], ...] = ()
+    type_substrings: bool = False
+
+    @classmethod
+    def from_annotations(
+        cls,
+        annotations: Mapping[str, str],
+        uuids: tuple[str, str],
+        types: tuple[str, str] | None = None,
+        *,
+        modes: frozenset[str] | None = None,
+        options: tuple[tuple[str, str], ...] = (),
+        type_substrings: bool = False,
+    ) -> Selector:
+        """The filters a pod's annotations set: its UUID lists under the keys ``uuids`` (use, nouse) and, with
+        ``types``, its card-type lists under those keys (use, nouse; substrings with ``type_substrings``, as
+        :func:`parse_substring_list` reads them); ``modes`` and ``options`` as the vendor parsed them."""
+        parse = parse_substring_list if type_substrings else parse_type_list
+        use_types, nouse_types = (
+            (parse(annotations.get(types[0])), parse(annotations.get(types[1]))) if types is not None else ((), ())
+        )
+        return cls(
+            use_types=use_types,
+            nouse_types=nouse_types,
+            use_uuids=parse_uuid_list(annotations.get(uuids[0])),
+            nouse_uuids=parse_uuid_list(annotations.get(uuids[1])),
+            modes=modes,
+            options=options,
+            type_substrings=type_substrings,
+        )
 
     def option(self, name: str, default: str = "") -> str:
         """The value of the vendor option ``name``, ``default`` when the pod did not give it."""
@@ -155,12 +192,21 @@ class Selector:
         if not self.use_types and not self.nouse_types and self.modes is None:
             return True
         if self.use_types or self.nouse_types:
-            words = _words(info.type)
-            if self.use_types and not any(_contains_run(words, item) for item in self.use_types):
+            hit = self._type_hit(info.type)
+            if self.use_types and not any(hit(item) for item in self.use_types):
                 return False
-            if any(_contains_run(words, item) for item in self.nouse_types):
+            if any(hit(item) for item in self.nouse_types):
                 return False
         return self.modes is None or (info.mode or "hami-core") in self.modes
+
+    def _type_hit(self, card_type: str) -> Callable[[tuple[str, ...]], bool]:
+        """Whether one filter item matches ``card_type``: a run of its words, or (``type_substrings``) a part of
+        it. An empty item (a blank member of the list) matches nothing."""
+        if self.type_substrings:
+            folded = card_type.lower()
+            return lambda item: bool(item) and item[0] in folded
+        words = _words(card_type)
+        return lambda item: _contains_run(words, item)
 
     def uuid_ok(self, uuid: str) -> bool:
         if self.use_uuids and uuid not in self.use_uuids:
@@ -192,6 +238,15 @@ def parse_type_list(value: str | None) -> tuple[tuple[str, ...], ...]:
     if not value:
         return ()
     return tuple(w for w in (_words(item) for item in value.split(",")) if w)
+
+
+def parse_substring_list(value: str | None) -> tuple[tuple[str, ...], ...]:
+    """A comma list of card-type items as HAMi's AMD filter reads it: each member trimmed and lower-cased, one
+    substring to look for; a blank member is kept as ``()``, which matches nothing (so ``", "`` as a use list
+    admits no card, as in HAMi), and a blank value is no filter at all."""
+    if not value or not value.strip():
+        return ()
+    return tuple((m.strip().lower(),) if m.strip() else () for m in value.split(","))
 
 
 def parse_uuid_list(value: str | None) -> frozenset[str]:
@@ -327,6 +382,13 @@ class Unfit:
     closest: tuple[Rejection, ...] = ()
 
 
+def too_few_devices(devices: int, nums: int) -> Unfit:
+    """The ``Unfit`` of a request for ``nums`` devices on a node with only ``devices`` of the vendor: every device
+    counts ``NodeInsufficientDevice``, and the closest miss says how many there are."""
+    miss = Rejection(Reason.NODE_INSUFFICIENT_DEVICE, None, nums, devices)
+    return Unfit({Reason.NODE_INSUFFICIENT_DEVICE: devices}, devices, (miss,))
+
+
 @dataclass(frozen=True, slots=True)
 class Carved:
     """One slice planned on a device: the slice, and the memory (MiB) and cores it holds — the template's, not
@@ -338,9 +400,10 @@ class Carved:
 
 
 class Partitions(Protocol):
-    """The partition hook of a vendor that carves a device into fixed slices (NVIDIA MIG profiles; Ascend vNPU
-    templates, Kunlun vXPU and Enflame DRS to come). The shared fit loop (``hami.devices.common``) asks it to
-    plan slices; the ledger asks it whether what a pod holds agrees with the device (fail closed if not)."""
+    """The partition hook of a vendor that carves a device into fixed slices (NVIDIA MIG profiles, Ascend vNPU
+    templates; Kunlun vXPU and Enflame DRS size their slices in their own fits). The shared fit loop
+    (``hami.devices.common``) asks it to plan slices; the ledger asks it whether what a pod holds agrees with the
+    device (fail closed if not)."""
 
     @property
     def infeasible(self) -> Reason:
@@ -361,6 +424,21 @@ class Partitions(Protocol):
         """Why the charge of pod ``owner`` (``namespace/name``) on this device, holding the slice positions
         ``held``, contradicts the device (the device is then taken out of service, ``DeviceTable.broken``);
         None when it agrees."""
+
+
+@runtime_checkable
+class CoreCount(Protocol):
+    """Optional for a vendor that keeps a device's cores as something other than a number of them (AWS Neuron: a
+    bitmask, ``0b11`` for two cores): how many cores a ``devcore``, a usage or a charge of its counts, for reports
+    and metrics. Without it a core value is shown as it is."""
+
+    def core_count(self, value: int) -> int:
+        """The number of cores ``value`` stands for."""
+
+
+def cores_shown(vendor: object, value: int) -> int:
+    """``value`` as a number of cores: the vendor's ``CoreCount`` when it has one, else ``value``."""
+    return vendor.core_count(value) if isinstance(vendor, CoreCount) else value
 
 
 @runtime_checkable

@@ -22,7 +22,7 @@ from typing import Final
 import msgspec
 
 from hami.config import BirenConfig
-from hami.devices.base import ContainerRequest, NodeInventory, Selector, parse_uuid_list
+from hami.devices.base import ContainerRequest, NodeInventory, Selector
 from hami.devices.common import SharedDeviceVendor
 from hami.devices.countonly import CountOnlyResources, count_request
 from hami.protocol import keys
@@ -46,6 +46,8 @@ NOUSE_UUID: Final = "birentech.com/nouse-gpuuuid"
 class BirenVendor(SharedDeviceVendor):
     """HAMi's Biren backend, configured by the ``biren:`` section of device-config.yaml."""
 
+    screens = True  # the shared fit: screened from the capacity summary
+
     name = BIREN
     keys = BIREN_KEYS
 
@@ -64,7 +66,4 @@ class BirenVendor(SharedDeviceVendor):
         return NodeInventory(tuple(msgspec.structs.replace(d, devcore=100) for d in devices))
 
     def selector(self, annotations: Mapping[str, str]) -> Selector:
-        return Selector(
-            use_uuids=parse_uuid_list(annotations.get(USE_UUID)),
-            nouse_uuids=parse_uuid_list(annotations.get(NOUSE_UUID)),
-        )
+        return Selector.from_annotations(annotations, (USE_UUID, NOUSE_UUID))

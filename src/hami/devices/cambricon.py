@@ -35,15 +35,13 @@ from hami.devices.base import (
     NodeInventory,
     ResourceNames,
     Selector,
-    parse_uuid_list,
 )
-from hami.devices.capacity import CapacityLayout, synthesized_index, unit_hint
+from hami.devices.capacity import CapacityLayout, synthesized_index, unit_memory
 from hami.devices.common import SharedDeviceVendor
-from hami.devices.resources import INT32_TOO_LARGE, lookup_resource, read_int32, whole_quantity
+from hami.devices.resources import INT32_TOO_LARGE, read_int32
 from hami.errors import QuantityError
 from hami.protocol import keys
 from hami.protocol.objects import Container, Node
-from hami.protocol.quantity import INT32_MAX
 
 __all__ = [
     "CAMBRICON_KEYS",
@@ -86,6 +84,8 @@ _read = read_int32
 class CambriconVendor(SharedDeviceVendor):
     """HAMi's Cambricon MLU backend, configured by the ``cambricon:`` section of device-config.yaml."""
 
+    screens = True  # the shared fit: screened from the capacity summary
+
     name = MLU
     keys = CAMBRICON_KEYS
 
@@ -124,30 +124,14 @@ class CambriconVendor(SharedDeviceVendor):
 
     def _memory(self, container: Container, field: str) -> int:
         """MiB per card: 256 MiB units × 256; 0 when absent (the whole card)."""
-        name = self.config.resource_memory_name
-        found = lookup_resource(container, name)
-        if found is None:
-            return 0
-        section, raw = found
-        where = f"{field}.{section}[{name}]"
-        hint = unit_hint(raw, MLU_UNIT_MIB)
-        try:
-            units = whole_quantity(where, raw, INT32_MAX, _TOO_LARGE)
-        except QuantityError as err:
-            raise QuantityError(where, raw, err.reason + hint) from None
-        if units * MLU_UNIT_MIB > INT32_MAX:
-            raise QuantityError(where, raw, f"× {MLU_UNIT_MIB} MiB units {_TOO_LARGE}{hint}")
-        return units * MLU_UNIT_MIB
+        return unit_memory(container, field, self.config.resource_memory_name, MLU_UNIT_MIB)
 
     def decode_inventory(self, node: Node) -> NodeInventory | None:
         devices = self.layout.devices(node)
         return None if devices is None else NodeInventory(devices)
 
     def selector(self, annotations: Mapping[str, str]) -> Selector:
-        return Selector(
-            use_uuids=parse_uuid_list(annotations.get(USE_UUID)),
-            nouse_uuids=parse_uuid_list(annotations.get(NOUSE_UUID)),
-        )
+        return Selector.from_annotations(annotations, (USE_UUID, NOUSE_UUID))
 
     def extra_annotations(self, ctx: AnnotationContext) -> dict[str, str]:
         """The dynamic-sMLU profile of the first device of the first container that has one (HAMi skips leading

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hami.devices.resources import whole_quantity
-from hami.errors import InvalidInput
+from hami.devices.resources import INT32_TOO_LARGE, lookup_resource, whole_quantity
+from hami.errors import InvalidInput, QuantityError
 from hami.protocol.inventory import MAX_DEVICES, DeviceInfo
-from hami.protocol.objects import Node, QuantityValue
+from hami.protocol.objects import Container, Node, QuantityValue
 from hami.protocol.quantity import INT32_MAX, INT64_MAX, quantity_as_int
 
-__all__ = ["CapacityLayout", "capacity_whole", "synthesized_index", "unit_hint"]
+__all__ = ["CapacityLayout", "capacity_whole", "synthesized_index", "unit_hint", "unit_memory"]
 
 _MIB = 1 << 20
 
@@ -36,6 +36,26 @@ def capacity_whole(node: Node, resource: str) -> int | None:
     if raw is None:
         return None
     return whole_quantity(f"status.capacity[{resource}]", raw, INT64_MAX, "is outside the int64 range")
+
+
+def unit_memory(container: Container, field: str, name: str, unit_mib: int) -> int:
+    """MiB of the memory resource ``name`` that counts ``unit_mib`` MiB units (Cambricon 256, Moore Threads 512): the
+    container's whole number of units × ``unit_mib``; 0 when absent. Raises ``QuantityError`` naming the resource
+    for a value that is not a whole number, or one past int32 in units or in MiB (with a hint for a value written
+    in bytes)."""
+    found = lookup_resource(container, name)
+    if found is None:
+        return 0
+    section, raw = found
+    where = f"{field}.{section}[{name}]"
+    hint = unit_hint(raw, unit_mib)
+    try:
+        units = whole_quantity(where, raw, INT32_MAX, INT32_TOO_LARGE)
+    except QuantityError as err:
+        raise QuantityError(where, raw, err.reason + hint) from None
+    if units * unit_mib > INT32_MAX:
+        raise QuantityError(where, raw, f"× {unit_mib} MiB units {INT32_TOO_LARGE}{hint}")
+    return units * unit_mib
 
 
 def unit_hint(value: QuantityValue, unit_mib: int) -> str:

@@ -63,10 +63,11 @@ from hami.devices.base import (
     Selector,
     Slice,
     Unfit,
-    parse_uuid_list,
+    too_few_devices,
 )
-from hami.devices.common import SharedDeviceVendor, device_scores, fit_shared, policy_order
+from hami.devices.common import SharedDeviceVendor, fit_shared, policy_order
 from hami.devices.resources import lookup_resource, whole_quantity
+from hami.devices.scoring import device_scores
 from hami.devices.table import DeviceTable
 from hami.errors import AnnotationError, InvalidInput, QuantityError
 from hami.protocol import _gojson
@@ -74,7 +75,7 @@ from hami.protocol.allocation import ContainerDevice
 from hami.protocol.inventory import DeviceInfo
 from hami.protocol.keys import VendorKeys
 from hami.protocol.objects import Container, Node, QuantityValue
-from hami.protocol.reasons import Reason, Rejection
+from hami.protocol.reasons import Reason
 
 __all__ = [
     "ASSIGNED",
@@ -190,11 +191,7 @@ class EnflameGcuVendor(SharedDeviceVendor):
         """Idle cards only, in the policy's order (HAMi: the first of its checks a card fails is counted)."""
         n = len(table.infos)
         if request.nums > n:
-            return Unfit(
-                {Reason.NODE_INSUFFICIENT_DEVICE: n},
-                n,
-                (Rejection(Reason.NODE_INSUFFICIENT_DEVICE, None, request.nums, n),),
-            )
+            return too_few_devices(n, request.nums)
         counts: dict[Reason, int] = {}
         accepted: list[Placement] = []
         for i in policy_order(table, device_scores(table, request, ctx.weights), ctx):
@@ -419,10 +416,7 @@ class EnflameDrsVendor(SharedDeviceVendor):
         return NodeInventory(tuple(devices), node_info=info)
 
     def selector(self, annotations: Mapping[str, str]) -> Selector:
-        return Selector(
-            use_uuids=parse_uuid_list(annotations.get(USE_UUID)),
-            nouse_uuids=parse_uuid_list(annotations.get(NOUSE_UUID)),
-        )
+        return Selector.from_annotations(annotations, (USE_UUID, NOUSE_UUID))
 
     def fit(self, table: DeviceTable, request: ContainerRequest, ctx: FitContext, selector: Selector) -> Fitted | Unfit:
         profile = choose_profile(profiles_of(ctx.node_info), request.variant)

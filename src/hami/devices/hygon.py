@@ -19,8 +19,6 @@ from hami.devices.base import (
     ContainerRequest,
     NodeInventory,
     Selector,
-    parse_type_list,
-    parse_uuid_list,
 )
 from hami.devices.common import SharedDeviceVendor
 from hami.devices.resources import lookup_resource, mib_hint, whole_quantity
@@ -56,6 +54,8 @@ def _read(container: Container, name: str, field: str) -> tuple[int | None, Quan
 
 class HygonVendor(SharedDeviceVendor):
     """HAMi's Hygon DCU backend, configured by the ``hygon:`` section of device-config.yaml."""
+
+    screens = True  # the shared fit: screened from the capacity summary
 
     name = "DCU"
     keys = HYGON_KEYS
@@ -94,9 +94,4 @@ class HygonVendor(SharedDeviceVendor):
         return NodeInventory(tuple(decode_inventory_legacy(raw, self.keys.register)))
 
     def selector(self, annotations: Mapping[str, str]) -> Selector:
-        return Selector(
-            use_types=parse_type_list(annotations.get(USE_TYPE)),
-            nouse_types=parse_type_list(annotations.get(NOUSE_TYPE)),
-            use_uuids=parse_uuid_list(annotations.get(USE_UUID)),
-            nouse_uuids=parse_uuid_list(annotations.get(NOUSE_UUID)),
-        )
+        return Selector.from_annotations(annotations, (USE_UUID, NOUSE_UUID), (USE_TYPE, NOUSE_TYPE))

@@ -33,7 +33,6 @@ from hami.devices.base import (
     NodeInventory,
     ResourceNames,
     Selector,
-    parse_uuid_list,
 )
 from hami.devices.common import SharedDeviceVendor
 from hami.devices.resources import lookup_resource, whole_quantity
@@ -97,6 +96,8 @@ class IluvatarAdmitter:
 class IluvatarVendor(SharedDeviceVendor):
     """One Iluvatar chip, configured by one entry of ``iluvatars:`` in device-config.yaml."""
 
+    screens = True  # the shared fit: screened from the capacity summary
+
     def __init__(self, chip: IluvatarChipConfig) -> None:
         self.chip = chip
         self.name = chip.common_word
@@ -147,10 +148,7 @@ class IluvatarVendor(SharedDeviceVendor):
         return NodeInventory(tuple(decode_inventory_legacy(raw, self.keys.register)))
 
     def selector(self, annotations: Mapping[str, str]) -> Selector:
-        return Selector(
-            use_uuids=parse_uuid_list(annotations.get(self.use_uuid)),
-            nouse_uuids=parse_uuid_list(annotations.get(self.nouse_uuid)),
-        )
+        return Selector.from_annotations(annotations, (self.use_uuid, self.nouse_uuid))
 
     def admitter(self) -> Admitter:
         return IluvatarAdmitter(self.chip.resource_count_name, self.chip.resource_core_name)

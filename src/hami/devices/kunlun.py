@@ -57,6 +57,7 @@ from hami.devices.base import (
     Selector,
     Unfit,
     parse_uuid_list,
+    too_few_devices,
 )
 from hami.devices.common import SharedDeviceVendor
 from hami.devices.resources import lookup_resource, mib_hint, whole_quantity
@@ -284,7 +285,7 @@ def _too_few(table: DeviceTable, nums: int) -> Unfit | None:
     n = len(table.infos)
     if nums <= n:
         return None
-    return Unfit({Reason.NODE_INSUFFICIENT_DEVICE: n}, n, (Rejection(Reason.NODE_INSUFFICIENT_DEVICE, None, nums, n),))
+    return too_few_devices(n, nums)
 
 
 class KunlunVendor(SharedDeviceVendor):

@@ -47,11 +47,11 @@ from hami.devices.base import (
     ResourceNames,
     Selector,
     Unfit,
-    parse_uuid_list,
 )
-from hami.devices.capacity import CapacityLayout, synthesized_index, unit_hint
-from hami.devices.common import Screener, SharedDeviceVendor, fit_shared, shared_screener
-from hami.devices.resources import INT32_TOO_LARGE, lookup_resource, read_int32, whole_quantity
+from hami.devices.capacity import CapacityLayout, synthesized_index, unit_memory
+from hami.devices.common import SharedDeviceVendor, fit_shared
+from hami.devices.resources import INT32_TOO_LARGE, read_int32, whole_quantity
+from hami.devices.screening import Screener, shared_screener
 from hami.devices.table import DeviceTable
 from hami.errors import QuantityError
 from hami.protocol import keys
@@ -203,30 +203,14 @@ class MthreadsVendor(SharedDeviceVendor):
 
     def _memory(self, container: Container, field: str) -> int:
         """MiB over all the container's cards: 512 MiB units × 512; 0 when absent (whole cards)."""
-        name = self.config.resource_memory_name
-        found = lookup_resource(container, name)
-        if found is None:
-            return 0
-        section, raw = found
-        where = f"{field}.{section}[{name}]"
-        hint = unit_hint(raw, MTHREADS_UNIT_MIB)
-        try:
-            units = whole_quantity(where, raw, INT32_MAX, _TOO_LARGE)
-        except QuantityError as err:
-            raise QuantityError(where, raw, err.reason + hint) from None
-        if units * MTHREADS_UNIT_MIB > INT32_MAX:
-            raise QuantityError(where, raw, f"× {MTHREADS_UNIT_MIB} MiB units {_TOO_LARGE}{hint}")
-        return units * MTHREADS_UNIT_MIB
+        return unit_memory(container, field, self.config.resource_memory_name, MTHREADS_UNIT_MIB)
 
     def decode_inventory(self, node: Node) -> NodeInventory | None:
         devices = self.layout.devices(node)
         return None if devices is None else NodeInventory(devices)
 
     def selector(self, annotations: Mapping[str, str]) -> Selector:
-        return Selector(
-            use_uuids=parse_uuid_list(annotations.get(USE_UUID)),
-            nouse_uuids=parse_uuid_list(annotations.get(NOUSE_UUID)),
-        )
+        return Selector.from_annotations(annotations, (USE_UUID, NOUSE_UUID))
 
     def fit(self, table: DeviceTable, request: ContainerRequest, ctx: FitContext, selector: Selector) -> Fitted | Unfit:
         return fit_shared(table, request, ctx, selector, self.name, self.partitions, self.order, _same_card(ctx))
@@ -236,7 +220,7 @@ class MthreadsVendor(SharedDeviceVendor):
         speaks for; with them, the same-card rule needs Fit."""
         if _uuids(ctx.chosen):
             return None
-        return shared_screener(request, ctx, selector, self.partitions, self.policy_ordered())
+        return shared_screener(request, ctx, selector, self.partitions, self.ordered_by_policy)
 
     def extra_annotations(self, ctx: AnnotationContext) -> dict[str, str]:
         last = next((slot for slot in reversed(ctx.devices) if slot), None)

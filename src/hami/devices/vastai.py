@@ -40,10 +40,11 @@ from hami.devices.base import (
     Placement,
     Selector,
     Unfit,
-    parse_uuid_list,
+    too_few_devices,
 )
-from hami.devices.common import SharedDeviceVendor, device_scores, policy_order
+from hami.devices.common import SharedDeviceVendor, policy_order
 from hami.devices.countonly import CountOnlyResources, count_request
+from hami.devices.scoring import device_scores
 from hami.devices.table import DeviceTable
 from hami.errors import AnnotationError
 from hami.protocol import keys
@@ -137,16 +138,12 @@ class VastaiVendor(SharedDeviceVendor):
         return NodeInventory(forced, node_info=_node_info(raw, self.keys.register))
 
     def selector(self, annotations: Mapping[str, str]) -> Selector:
-        return Selector(
-            use_uuids=parse_uuid_list(annotations.get(USE_UUID)),
-            nouse_uuids=parse_uuid_list(annotations.get(NOUSE_UUID)),
-        )
+        return Selector.from_annotations(annotations, (USE_UUID, NOUSE_UUID))
 
     def fit(self, table: DeviceTable, request: ContainerRequest, ctx: FitContext, selector: Selector) -> Fitted | Unfit:
         n = len(table.infos)
         if request.nums > n:
-            rejection = Rejection(Reason.NODE_INSUFFICIENT_DEVICE, None, request.nums, n)
-            return Unfit({Reason.NODE_INSUFFICIENT_DEVICE: n}, n, (rejection,))
+            return too_few_devices(n, request.nums)
         return _VastaiFit(table, request, ctx, selector).run()
 
 

@@ -75,8 +75,9 @@ class ClientSettings:
     burst: int = 600
     """Requests allowed at once above ``qps`` (``--kube-burst``): a burst of Filter/Bind calls after a
     deployment scales up should not queue behind the limiter."""
-    request_timeout: float = 30.0
-    """Seconds for one non-watch request; kube-scheduler gives an extender call 30 s in all."""
+    request_timeout: float | None = 30.0
+    """Seconds for one non-watch request; kube-scheduler gives an extender call 30 s in all. ``None``: no limit
+    (kubectl's ``--request-timeout 0``)."""
     connect_timeout: float = 5.0
     """Seconds to open a connection; a healthy API server accepts in milliseconds."""
     watch_read_slack: float = 30.0
@@ -92,6 +93,10 @@ class ClientSettings:
     """Seconds from the start of a call after which no retry is begun (the last error is raised instead): a call
     takes at most this plus one ``request_timeout``. Below kube-scheduler's 30 s extender timeout, so a throttled
     /bind still answers in time."""
+    retry_unreachable: bool = True
+    """Send a request again when the server cannot be reached (a refused or timed-out connection, a lost one). The
+    servers keep trying through an API server restart; the command line (``hami top``, ``hami explain``) turns
+    this off and fails at once with the cause, as kubectl does."""
     retry_backoff: float = 0.2
     """First wait when the server names none (doubling per retry, up to ``retry_wait_max``)."""
     retry_jitter: float = 0.5
@@ -293,7 +298,8 @@ class KubeClient:
                 )
             except httpx.HTTPError as exc:
                 error = ApiError(f"{what}: {_type_name(exc)}: {exc}", 0)
-                delay = self._backoff(attempt) if isinstance(exc, _UNSENT) or method == "GET" else None
+                retry = self.settings.retry_unreachable and (isinstance(exc, _UNSENT) or method == "GET")
+                delay = self._backoff(attempt) if retry else None
             else:
                 if response.status_code < 400:
                     return response.content

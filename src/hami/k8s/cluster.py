@@ -26,11 +26,12 @@ from typing import Protocol
 
 import msgspec
 
-from hami.errors import ApiError, Conflict
+from hami.errors import ApiError, PodReplaced
 from hami.k8s.client import KubeClient, ListPage
 from hami.k8s.records import ObjectRef, make_event
 from hami.k8s.resources import EVENTS, NODES, PODS
 from hami.protocol.objects import Node, Pod
+from hami.scheduling.ports import PodWriter
 
 __all__ = ["LIVE_PODS", "ClusterClient", "KubeCluster", "WallClock", "pod_replaced", "utc_now"]
 
@@ -45,36 +46,22 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-def pod_replaced(namespace: str, name: str, uid: str, detail: str, status: int) -> Conflict:
+def pod_replaced(namespace: str, name: str, uid: str, detail: str, status: int) -> PodReplaced:
     """The error of a pod write whose UID precondition failed: the pod of that name is another one now."""
-    return Conflict(
+    return PodReplaced(
         f"pod {namespace}/{name} is no longer the pod with UID {uid} (deleted, or deleted and re-created); "
         f"nothing written: {detail}",
         status,
     )
 
 
-class ClusterClient(Protocol):
-    """The cluster as the scheduler's request handlers see it (see the module docstring for semantics)."""
+class ClusterClient(PodWriter, Protocol):
+    """The cluster as the scheduler's request handlers see it (see the module docstring for semantics); its pod
+    write, ``patch_pod_metadata``, is declared once in ``hami.scheduling.ports.PodWriter``."""
 
     async def get_pod(self, namespace: str, name: str) -> Pod: ...
 
     async def get_node(self, name: str) -> Node: ...
-
-    async def patch_pod_metadata(
-        self,
-        namespace: str,
-        name: str,
-        annotations: Mapping[str, str | None] | None = None,
-        labels: Mapping[str, str | None] | None = None,
-        *,
-        uid: str | None = None,
-        resource_version: str | None = None,
-    ) -> Pod:
-        """Merge-patch the pod's annotations and labels (``None`` deletes a key); returns the patched pod.
-
-        ``uid`` and ``resource_version`` are preconditions (see the module docstring)."""
-        ...
 
     async def patch_node_annotations(
         self, name: str, annotations: Mapping[str, str | None], resource_version: str | None = None

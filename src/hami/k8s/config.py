@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-import re
 import ssl
 import tempfile
 from collections.abc import Mapping
@@ -27,7 +26,7 @@ from typing import Any, Final
 import msgspec
 import yaml
 
-from hami.errors import ConfigError
+from hami.errors import ConfigError, readable_validation
 from hami.k8s.credentials import CredentialSource, exec_plugin, oidc_token
 
 __all__ = [
@@ -64,6 +63,10 @@ class KubeConfig:
     def ssl_context(self) -> ssl.SSLContext:
         """A TLS context: the configured CA (else the system's), the client certificate, or no verification."""
         context = ssl.create_default_context(cadata=self.ca_data.decode("ascii") if self.ca_data else None)
+        # Verify as kubectl (Go) does, the same on every Python: 3.13 adds OpenSSL's X509_STRICT to the default
+        # context, which refuses cluster certificates Go accepts (a serving certificate without an Authority Key
+        # Identifier). The chain, the names and the validity are checked all the same.
+        context.verify_flags &= ~ssl.VERIFY_X509_STRICT
         if not self.verify:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
@@ -136,9 +139,6 @@ class _File(msgspec.Struct, rename="kebab"):
     current_context: str = ""
 
 
-_WHERE = re.compile(r" - at `\$(.*)`$")
-
-
 def _read_file(path: Path) -> _File:
     try:
         text = path.read_text()
@@ -151,10 +151,8 @@ def _read_file(path: Path) -> _File:
     try:
         return msgspec.convert(data, type=_File)
     except msgspec.ValidationError as exc:
-        message = str(exc)
-        where = _WHERE.search(message)
-        field = f"{path}: {where.group(1).lstrip('.')}" if where else str(path)
-        raise ConfigError(field, None, _WHERE.sub("", message)) from None
+        reason, where = readable_validation(str(exc))
+        raise ConfigError(f"{path}: {where}" if where else str(path), None, reason) from None
 
 
 class _Merged:

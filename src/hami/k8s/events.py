@@ -176,7 +176,11 @@ class EventRecorder:
     async def flush(self) -> None:
         """Wait until every queued write has finished (tests; graceful shutdown)."""
         while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+            tasks = list(self._tasks)
+            await asyncio.gather(*tasks, return_exceptions=True)
+            # Drop them here, not only in their done callbacks: from Python 3.12 on, gathering tasks that are
+            # already done returns without yielding to the loop, so those callbacks would never get to run.
+            self._tasks.difference_update(tasks)
 
     async def aclose(self, timeout: float = 5.0) -> None:
         """Give pending writes ``timeout`` seconds, then cancel what is left."""

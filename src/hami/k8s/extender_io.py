@@ -1,6 +1,6 @@
 """The cycle's port to Kubernetes, assembled from the seam, the node lock and the event recorder.
 
-:class:`ExtenderIO` is the one implementation of ``hami.scheduling.cycle.ClusterPort`` (structurally; the core
+:class:`ExtenderIO` is the one implementation of ``hami.scheduling.ports.ClusterPort`` (structurally; the core
 does not import ``hami.k8s``): pod patches (with their UID and resourceVersion preconditions), pod GET and Binding
 go to a :class:`ClusterClient`, ``watched_pod`` to the pod watch's store, ``lock_node`` / ``unlock_node`` to a
 :class:`NodeLocker`, and ``event`` to an :class:`EventRecorder` (fire and forget). The same class serves the real
@@ -47,16 +47,15 @@ class ExtenderIO:
         self,
         namespace: str,
         name: str,
-        annotations: Mapping[str, str | None],
+        annotations: Mapping[str, str | None] | None = None,
         labels: Mapping[str, str | None] | None = None,
         *,
-        uid: str,
+        uid: str | None = None,
         resource_version: str | None = None,
-    ) -> str | None:
-        patched = await self.cluster.patch_pod_metadata(
+    ) -> Pod:
+        return await self.cluster.patch_pod_metadata(
             namespace, name, annotations, labels, uid=uid, resource_version=resource_version
         )
-        return patched.metadata.resource_version or None
 
     async def get_pod(self, namespace: str, name: str) -> Pod:
         return await self.cluster.get_pod(namespace, name)

@@ -1,4 +1,4 @@
-"""Lock waits woken by the node watch (``hami.scheduling.cycle.LockWaits``): a bind that waits for a node lock
+"""Lock waits woken by the node watch (``hami.scheduling.ports.LockWaits``): a bind that waits for a node lock
 hand-over sleeps on an asyncio future, not on a polling loop, and is woken as soon as the node watch shows the
 lock released.
 

@@ -2,7 +2,7 @@
 
 For unit tests of the server and for simulations: nodes and pods are put in directly, every write bumps a
 cluster-wide resourceVersion counter (as etcd does), stale resourceVersions get 409, a pod patch naming
-another UID 422 (both as ``Conflict``, as ``KubeCluster`` raises them), missing objects 404.
+another UID 422 (as ``Conflict`` and its ``PodReplaced``, as ``KubeCluster`` raises them), missing objects 404.
 Objects are copied in and out, so callers never share state with the cluster. :meth:`MemoryCluster.fail` makes
 the next call(s) of one operation raise a chosen error, to test failure paths.
 """

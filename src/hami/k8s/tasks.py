@@ -1,8 +1,9 @@
 """Background tasks, started through one place that logs failures and cancels cleanly (STYLE rule 10).
 
 Long-running loops (one watch per resource kind, periodic self-checks) are started with
-:meth:`Supervisor.start`. A task that fails is logged with its traceback at once, not when someone finally awaits
-it; one that returns early is logged too, since these loops are meant to run until stopped. :meth:`Supervisor.stop`
+:meth:`Supervisor.start`, one-shot jobs (a background API write) with :meth:`Supervisor.once`. A task that fails is
+logged with its traceback at once, not when someone finally awaits it; a loop that returns early is logged too,
+since loops are meant to run until stopped. :meth:`Supervisor.stop`
 cancels every task and waits for all of them, so no task outlives the component that started it.
 """
 
@@ -24,6 +25,7 @@ class Supervisor:
     def __init__(self, logger: logging.Logger | None = None) -> None:
         self._log = logger or logging.getLogger(__name__)
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._once: set[asyncio.Task[Any]] = set()
         self._stopping = False
         self.failures: dict[str, BaseException] = {}
         """Name → exception of every task that failed (for tests and health reporting)."""
@@ -38,15 +40,28 @@ class Supervisor:
         task.add_done_callback(self._done)
         return task
 
+    def once(self, coro: Coroutine[Any, Any, T], *, name: str) -> asyncio.Task[T]:
+        """Run a one-shot job ``coro`` as a task named ``name`` (its end is expected; a failure is logged)."""
+        task = self.start(coro, name=name)
+        self._once.add(task)
+        return task
+
+    async def drain(self) -> None:
+        """Wait until every one-shot job started so far, and those they start, has ended."""
+        while self._once:
+            await asyncio.gather(*list(self._once), return_exceptions=True)
+
     def _done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
+        one_shot = task in self._once
+        self._once.discard(task)
         if task.cancelled():
             return
         exc = task.exception()
         if exc is not None:
             self.failures[task.get_name()] = exc
             self._log.error("task %s failed", task.get_name(), exc_info=exc)
-        elif not self._stopping:
+        elif not self._stopping and not one_shot:
             self._log.warning("task %s ended on its own", task.get_name())
 
     @property

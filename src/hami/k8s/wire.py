@@ -79,7 +79,7 @@ class WireClient:
         headers: Mapping[str, str],
         *,
         connect_timeout: float,
-        request_timeout: float,
+        request_timeout: float | None,
         max_connections: int,
     ) -> None:
         url = urlsplit(server)

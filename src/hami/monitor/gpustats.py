@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from hami.deviceplugin.fakenvml import FakeNvmlLib, load_fixture
-from hami.deviceplugin.nvml import NvmlError, NvmlLib, PynvmlLib
+from hami.deviceplugin.nvml import NvmlLib, PynvmlLib
+from hami.errors import NvmlError
 
 __all__ = ["FakeStatsNvml", "GpuStats", "PynvmlStats", "StatsNvml", "load_fake_stats", "read_gpu_stats"]
 

@@ -10,8 +10,7 @@ from pathlib import Path
 import typer
 from prometheus_client import CollectorRegistry, start_http_server
 
-from hami.deviceplugin.nvml import NvmlError
-from hami.errors import HamiError
+from hami.errors import HamiError, NvmlError
 from hami.k8s.client import KubeClient
 from hami.k8s.config import load_config
 from hami.k8s.resources import PODS

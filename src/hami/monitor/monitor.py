@@ -33,10 +33,10 @@ from pathlib import Path
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from hami.deviceplugin.nvml import NvmlError
+from hami.errors import NvmlError, RegionError
 from hami.monitor.feedback import FeedbackInput, observe
 from hami.monitor.gpustats import GpuStats, StatsNvml, read_gpu_stats
-from hami.monitor.region import OFF_RECENT_KERNEL, OFF_UTILIZATION_SWITCH, RegionError, write_int32
+from hami.monitor.region import OFF_RECENT_KERNEL, OFF_UTILIZATION_SWITCH, write_int32
 from hami.monitor.scan import ContainerRegion, ScanResult, Skipped, scan
 from hami.protocol.objects import Pod
 

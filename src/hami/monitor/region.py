@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from hami.errors import HamiError
+from hami.errors import RegionError
 
 __all__ = [
     "MAGIC",
@@ -82,7 +82,6 @@ __all__ = [
     "SLOT_SIZE",
     "DeviceUsage",
     "Region",
-    "RegionError",
     "read_region",
     "write_int32",
 ]
@@ -116,15 +115,6 @@ OFF_LAST_KERNEL_TIME: Final = OFF_PROC_NUM + 16
 REGION_SIZE: Final = OFF_PROC_NUM + 24 + 32  # 2008952
 
 _TAIL: Final = struct.Struct("<iiiiQ")  # proc_num, utilization_switch, recent_kernel, priority, last_kernel_time
-
-
-class RegionError(HamiError):
-    """A region file cannot be used. ``reason`` is a short fixed word (a metric label); the message says more."""
-
-    def __init__(self, path: Path, reason: str, detail: str) -> None:
-        self.path = path
-        self.reason = reason
-        super().__init__(f"HAMi-core region {path}: {detail}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hami.monitor.region import Region, RegionError, read_region
+from hami.errors import RegionError
+from hami.monitor.region import Region, read_region
 from hami.protocol.objects import Pod
 
 __all__ = ["ContainerRegion", "ScanResult", "Skipped", "scan"]

@@ -23,7 +23,7 @@ from typing import Annotated, Final, TypeVar
 
 import msgspec
 
-from hami.errors import AnnotationError
+from hami.errors import AnnotationError, readable_validation
 
 __all__ = ["GoInt", "GoInt32", "GoUint", "GoUint32", "decode", "encode"]
 
@@ -66,8 +66,9 @@ def decode(value: str, decoder: msgspec.json.Decoder[T], field: str) -> T:
     except msgspec.ValidationError as exc:
         message = str(exc)
         item = _ITEM_PATH.search(message)
-        reason = f"invalid JSON value: {message}"
-        raise AnnotationError(field, value, reason, int(item.group(1)) if item else None) from None
+        said, path = readable_validation(message)
+        reason = f"invalid JSON value at {path}: {said}" if path else f"invalid JSON value: {said}"
+        raise AnnotationError(field, value, reason, int(item.group(1)) if item else None, path) from None
     except msgspec.DecodeError as exc:
         message = str(exc)
         offset = _BYTE_OFFSET.search(message)

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import msgspec
 
-from hami.errors import InvalidInput
+from hami.errors import InvalidInput, MalformedReview
 from hami.protocol.jsonbody import decode_body
 from hami.protocol.podpatch import PatchOp
 
@@ -24,7 +24,6 @@ __all__ = [
     "MAX_CONTAINERS",
     "AdmissionRequest",
     "AdmissionResponse",
-    "MalformedReview",
     "decode_review",
     "encode_review",
 ]
@@ -40,15 +39,6 @@ MAX_CONTAINERS: Final = 1000
 """Containers (app, init and ephemeral together) a reviewed pod may have. Admission does per-container work on
 the event loop that also answers /healthz and /filter; without a bound, one 5 MB review of 60,000 containers held
 it for seconds. Kubernetes sets no such limit, but no kubelet runs a pod anywhere near it."""
-
-
-class MalformedReview(InvalidInput):
-    """An AdmissionReview hami cannot read; carries what could be read so the answer can still echo it."""
-
-    def __init__(self, field: str, value: object, reason: str, api_version: str = ADMISSION_V1, uid: str = "") -> None:
-        self.api_version = api_version
-        self.uid = uid
-        super().__init__(field, value, reason)
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,6 +87,7 @@ class PodSpec(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
     scheduler_name: str = ""
     node_selector: dict[str, str] = {}
     priority: int | None = None
+    preemption_policy: str | None = None  # "Never" or "PreemptLowerPriority" (admission sets it from the class)
     scheduling_group: SchedulingGroup | None = None
 
 
@@ -97,6 +98,7 @@ class ContainerStatus(msgspec.Struct, omit_defaults=True, gc=False):
 
 class PodStatus(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
     phase: str = ""
+    start_time: str | None = None  # RFC 3339, set by the kubelet when it accepts the pod
     init_container_statuses: list[ContainerStatus] = []
 
 

@@ -9,7 +9,7 @@ are copied, never the node, another node or a pod.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hami.devices.base import ContainerRequest, FitContext, Fitted, Placement, QuotaCheck, SliceAt, Unfit
 from hami.devices.table import DeviceTable
@@ -19,14 +19,14 @@ from hami.scheduling.request import PodRequest
 from hami.scheduling.state import ClusterState, NodeState
 from hami.scheduling.usage import Kind, effective_charges
 
-__all__ = ["NodeFit", "NodeRejection", "filter_node"]
+__all__ = ["NodeFit", "NodeRejection", "filter_node", "unregistered"]
 
 
 @dataclass(frozen=True, slots=True)
 class NodeFit:
     """A node that can run the pod: per vendor, per container (init first), the placements chosen, and the
     vendors' contributions to the node score for this choice (``Fitted.score``, summed). (Its usage score is the
-    next stage's: ``hami.scheduling.cycle.score``.)"""
+    next stage's: ``hami.scheduling.decide.score``.)"""
 
     node: str
     placements: Mapping[str, tuple[tuple[Placement, ...], ...]]
@@ -53,7 +53,10 @@ class NodeFit:
 @dataclass(frozen=True, slots=True)
 class NodeRejection:
     """Why a node cannot run the pod. ``counts`` are devices per reason out of ``total`` (HAMi's numbers);
-    ``unresolvable`` means it could not run the pod even if it were empty (preemption would not help)."""
+    ``unresolvable`` means it could not run the pod even if it were empty (preemption would not help).
+    ``node_reason`` is set when the whole node was turned down before any device was judged: ``NodeUnregistered``
+    (no registration for a vendor of the pod, or no such node) or ``NodeQuarantined`` (its registration was refused
+    as malformed); ``detail`` says the same for a person."""
 
     node: str
     counts: Mapping[Reason, int]
@@ -61,6 +64,8 @@ class NodeRejection:
     closest: tuple[Rejection, ...] = ()
     unresolvable: bool = False
     detail: str = ""
+    node_reason: Reason | None = field(default=None, compare=False)
+    """(Left out of ``==``: it goes with ``detail``, which is compared.)"""
 
     @property
     def summary(self) -> str:
@@ -69,6 +74,23 @@ class NodeRejection:
         if self.detail:
             return f"{self.detail}; {text}" if text else self.detail
         return text
+
+
+def _whole_node(node: NodeState, vendors: Sequence[str]) -> NodeRejection | None:
+    """The node turned down as a whole: a vendor of the pod has no registration there (refused, or none)."""
+    missing = [v for v in vendors if v not in node.tables]
+    if not missing:
+        return None
+    problems = [node.problems[v] for v in missing if v in node.problems]
+    if problems:
+        detail = f"registration refused: {problems[0]}"
+        return NodeRejection(node.name, {}, 0, unresolvable=True, detail=detail, node_reason=Reason.NODE_QUARANTINED)
+    return unregistered(node.name, f"node unregistered for {', '.join(missing)}")
+
+
+def unregistered(node: str, detail: str = "node unregistered") -> NodeRejection:
+    """The rejection of a node with no registration for a vendor of the pod, or no such node at all."""
+    return NodeRejection(node, {}, 0, unresolvable=True, detail=detail, node_reason=Reason.NODE_UNREGISTERED)
 
 
 def _quota_check(
@@ -107,11 +129,9 @@ def filter_node(state: ClusterState, node: NodeState, req: PodRequest, empty: bo
     nodes that can never run the pod.
     """
     vendors = req.vendors
-    missing = [v for v in vendors if v not in node.tables]
-    if missing:
-        problems = [node.problems[v] for v in missing if v in node.problems]
-        detail = f"registration refused: {problems[0]}" if problems else f"node unregistered for {', '.join(missing)}"
-        return NodeRejection(node.name, {}, 0, unresolvable=True, detail=detail)
+    turned_down = _whole_node(node, vendors)
+    if turned_down is not None:
+        return turned_down
     work: dict[str, DeviceTable] = {v: node.tables[v].empty() if empty else node.tables[v].scratch() for v in vendors}
     placements: dict[str, list[tuple[Placement, ...]]] = {v: [] for v in vendors}
     counts: dict[Reason, int] = {}

@@ -29,6 +29,13 @@ class QuotaBook:
         self.generation = 0
         """Bumped on every change of limits or usage (verdicts that depended on a quota are then stale)."""
 
+    def copy(self) -> QuotaBook:
+        """A copy whose usage can change without touching this one (the limits are shared, read-only)."""
+        book = QuotaBook()
+        book._tracked, book._limits, book.generation = self._tracked, self._limits, self.generation
+        book.used = {ns: dict(per) for ns, per in self.used.items()}
+        return book
+
     def upsert(self, quota: ResourceQuota) -> list[InvalidInput]:
         """Record a ResourceQuota's device limits; returns the entries it had to skip (not integers)."""
         ns, name = quota.metadata.namespace, quota.metadata.name

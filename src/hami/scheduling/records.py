@@ -136,6 +136,9 @@ class RecordReader:
             charges,
             tuple(slices),
             "; ".join(problems) or None,
+            pod.spec.priority or 0,
+            pod.status.start_time,
+            meta.deletion_timestamp is not None,
         )
 
     def _devices(self, pod: Pod) -> tuple[dict[str, PodDevices], list[str]]:

@@ -45,6 +45,10 @@ class PodRequest:
     equal verdicts on a node whose usage did not change, which lets ``decide`` reuse them."""
     names: tuple[str, ...] = ()
     """The container names, in the order of ``containers`` (init first); read by the vendors' extra annotations."""
+    priority: int = 0
+    """``spec.priority`` (0 when unset): preemption takes only pods of strictly lower priority."""
+    preempts: bool = True
+    """False for ``spec.preemptionPolicy: Never``: such a pod waits and never has others preempted."""
 
     @property
     def key(self) -> str:
@@ -110,4 +114,6 @@ def prefilter(pod: Pod, vendors: Mapping[str, Vendor], defaults: SchedulingDefau
         selectors=selectors,
         signature=signature,
         names=tuple(c.name for _, _, c in all_containers),
+        priority=pod.spec.priority or 0,
+        preempts=pod.spec.preemption_policy != "Never",
     )

@@ -4,15 +4,16 @@ Every device table keeps a summary of its usage (``hami.devices.table.Capacity``
 task with their free memory, cores, NUMA node and model, the full and the unhealthy cards, the largest free amounts,
 the idle cards, the node-score totals). It is built at most once per change and dropped by ``DeviceTable.charge``,
 the ledger's single mutation path, so reading it costs O(1) until the node changes again. A vendor that can answer
-"would ``fit`` succeed, and if not, why?" from that summary implements ``Screening`` (the shared fit loop does:
-``SharedDeviceVendor.screener``); any other vendor is judged by Fit as before.
+"would ``fit`` succeed, and if not, why?" from that summary implements ``Screening`` (the vendor contract,
+``hami.devices.screening``; the shared fit loop does: ``SharedDeviceVendor.screener``); any other vendor is judged
+by Fit as before.
 
 ``Screen.judge`` then costs, per candidate node:
 
 * a node every vendor screens as fitting: O(1). It is listed as fitting with ``placements`` left ``SCREENED``; only
   the node that ``decide`` chooses is fitted for real (``realize``) — the devices of the others are never
   needed. Its score needs no devices either: a screened fit's vendor contribution is 0 by ``Screening``'s contract.
-  For the commonest request (one card with memory, no type filter) ``cycle.filter_nodes`` inlines the screen as
+  For the commonest request (one card with memory, no type filter) ``decide.filter_nodes`` inlines the screen as
   two comparisons on numbers kept with the node's memo entry (``Screen.shortcut``): a fresh verdict then costs
   about what a memo hit does, however many request shapes come in turn.
 * a node some vendor screens as not fitting: that vendor's ``Unfit`` is told from the summary (``Screener.unfit``:
@@ -34,16 +35,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Final, Protocol, runtime_checkable
+from typing import Final
 
-from hami.devices.base import ContainerRequest, FitContext, Placement, Selector, Unfit
-from hami.devices.common import Screener
+from hami.devices.base import FitContext, Placement, Unfit
+from hami.devices.screening import Screener, Screening
 from hami.protocol.inventory import DeviceInfo
 from hami.scheduling.filter import NodeFit, NodeRejection, filter_node
 from hami.scheduling.request import PodRequest
 from hami.scheduling.state import ClusterState, NodeState
 
-__all__ = ["NO_SHORTCUT", "SCREENED", "Screen", "Screening", "realize", "screened", "screened_fit", "screened_fits"]
+__all__ = ["NO_SHORTCUT", "SCREENED", "Screen", "realize", "screened", "screened_fit", "screened_fits"]
 
 SCREENED: Final[Mapping[str, tuple[tuple[Placement, ...], ...]]] = MappingProxyType({})
 """``NodeFit.placements`` of a node that screened as fitting and was not fitted yet."""
@@ -51,21 +52,6 @@ SCREENED: Final[Mapping[str, tuple[tuple[Placement, ...], ...]]] = MappingProxyT
 
 NO_SHORTCUT: Final[tuple[str, None, int, int]] = ("", None, 0, 0)
 """``Screen.shortcut`` of a screen without one: no table is ever kept under the vendor name ""."""
-
-
-@runtime_checkable
-class Screening(Protocol):
-    """A vendor that can tell from a table's capacity summary what its ``fit`` would answer.
-
-    ``screener`` is asked once per decision and returns None when it cannot screen this request at all; its
-    ``screen(table, idle)`` answers True only if ``fit`` would return a ``Fitted`` whose ``score`` is 0 (on
-    ``table.empty()`` when ``idle``), False only if it would return ``Unfit``, and None whenever it cannot tell; its
-    ``unfit(table)`` returns, for a table it screened False, the very ``Unfit`` that ``fit`` would return (reasons,
-    counts, closest misses), or None when the summary cannot say.
-    """
-
-    def screener(self, request: ContainerRequest, ctx: FitContext, selector: Selector) -> Screener | None:
-        """A screen for this container request, or None."""
 
 
 def screened(fit: NodeFit) -> bool:
@@ -110,7 +96,7 @@ class Screen:
 
     def shortcut(self) -> tuple[str, Callable[[DeviceInfo], bool] | None, int, int]:
         """(vendor, carves, memreq, cores) of the one vendor's ``Shortcut``, for a per-candidate loop that inlines
-        it (``cycle.filter_nodes``): a node that is not cordoned, whose table of that vendor has a summary
+        it (``decide.filter_nodes``): a node that is not cordoned, whose table of that vendor has a summary
         (``summary(carves)``) with nothing carved, ``max_mem >= memreq`` and ``first_cores >= cores``, is a screened
         fit (``screened_fits()[node]``, else ``judge``). ``NO_SHORTCUT`` when there is none."""
         quick, one = self.quick, self.one
@@ -152,7 +138,9 @@ class Screen:
         """The node judged by Fit; for a rejection, ``unresolvable`` from the idle summaries where they can say."""
         verdict = filter_node(self.state, node, self.req)
         if isinstance(verdict, NodeRejection) and not verdict.unresolvable and self._never_fits(node):
-            return NodeRejection(verdict.node, verdict.counts, verdict.total, verdict.closest, True, verdict.detail)
+            return NodeRejection(
+                verdict.node, verdict.counts, verdict.total, verdict.closest, True, verdict.detail, verdict.node_reason
+            )
         return verdict
 
     def audit(self) -> bool:

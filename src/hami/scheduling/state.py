@@ -17,7 +17,7 @@ to namespace quotas (a claim is not a request for hami's resources).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Collection, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -40,7 +40,9 @@ class PodRecord:
 
     ``slices`` lists the slices the pod occupies on partitioned devices as (vendor, device id, position).
     ``problem`` is set when the pod's annotations could not be decoded (see ``hami.scheduling.records``: what
-    could be decoded is charged).
+    could be decoded is charged). ``priority`` (``spec.priority``, 0 when unset), ``started`` (``status.startTime``,
+    RFC 3339, None before the kubelet starts it) and ``terminating`` (``metadata.deletionTimestamp`` set) are what
+    preemption reads (``hami.scheduling.preemption``); they charge nothing.
     """
 
     uid: str
@@ -51,6 +53,9 @@ class PodRecord:
     charges: tuple[Charge, ...]
     slices: tuple[tuple[str, str, Hashable], ...] = ()
     problem: str | None = None
+    priority: int = 0
+    started: str | None = None
+    terminating: bool = False
     held: ClassVar[bool] = False
     """True on record classes of capacity held outside hami's pods (DRA claims): see ``ClusterState``. A class
     attribute, so it costs no byte per record."""
@@ -282,6 +287,38 @@ class ClusterState:
             if names.core:
                 amounts[names.core] = amounts.get(names.core, 0) + ch.cores
         return amounts
+
+    def what_if(self, name: str, leaving: Collection[str]) -> ClusterState:
+        """A copy of the cluster reduced to node ``name`` as it would be without the pods ``leaving`` (UIDs): its
+        tables charged afresh with every other record of the node, the namespace quota usage less the leaving
+        pods'. Nothing here changes; the copy shares the vendors, the quota limits and the inventories. Used by
+        preemption to ask the vendors' own Fit whether a pod fits once some pods are gone."""
+        copy = ClusterState(self.vendors)
+        copy.quotas = self.quotas.copy()
+        node = self.nodes[name]
+        tables = {v: t.empty() for v, t in node.tables.items()}
+        copy.nodes[name] = NodeState(
+            name,
+            node.labels,
+            node.unschedulable,
+            node.cordoned,
+            tables,
+            node.pair_scores,
+            node.node_info,
+            node.problems,
+            node.generation,
+        )
+        for record in self._on_node(name):
+            if record.uid in leaving and not record.held:
+                copy._quota_usage(record, -1)
+                continue
+            records, by_node = (copy.held, copy.held_by_node) if record.held else (copy.pods, copy.pods_by_node)
+            records[record.uid] = record
+            by_node.setdefault(name, set()).add(record.uid)
+            missing = _charge_tables(self.vendors, tables, record, 1)
+            if missing:
+                copy.dangling[record.uid] = missing
+        return copy
 
     # --- quotas ----------------------------------------------------------------------------------------
     def upsert_quota(self, quota: ResourceQuota) -> list[InvalidInput]:

@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from hami.errors import HamiError
+from hami.errors import BodyTooLarge, HamiError
 from hami.protocol.extender import (
     BindingResult,
     FilterResult,
@@ -33,7 +33,6 @@ from hami.server.scrape import scrape_chunks
 
 __all__ = [
     "EXTENDER_BODY_LIMIT",
-    "BodyTooLarge",
     "ExtenderRoutes",
     "build_app",
     "build_metrics_app",
@@ -45,10 +44,6 @@ log = logging.getLogger("hami.server")
 
 EXTENDER_BODY_LIMIT = 1 << 20  # 1 MiB, as HAMi's extender routes
 _JSON = "application/json"
-
-
-class BodyTooLarge(HamiError):
-    """A request body over the route's limit."""
 
 
 async def read_body(request: Request, limit: int) -> bytes:

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 from hami.config import DeviceConfig, default_device_config, load_settings, parse_device_config
-from hami.errors import HamiError
+from hami.errors import CannotListen, HamiError
 from hami.k8s.config import load_config
-from hami.server.listen import EXIT_CANNOT_LISTEN, CannotListen
+from hami.server.listen import EXIT_CANNOT_LISTEN
 from hami.server.runtime import Runtime
 
 __all__ = ["JsonFormatter", "configure_logging", "scheduler_main"]

@@ -26,20 +26,12 @@ from hami.protocol.events import EventReason, filtering_failed_texts, no_availab
 from hami.protocol.extender import BindingArgs, BindingResult, FilterArgs, FilterResult
 from hami.protocol.objects import Node, Pod, ResourceQuota
 from hami.protocol.reasons import Reason
-from hami.scheduling.cycle import (
-    ApiFailure,
-    BindOutcome,
-    Bound,
-    Cleanup,
-    Cleared,
-    ClusterPort,
-    Cycle,
-    Decision,
-    Filtered,
-    FilterOutcome,
-    LockWaits,
-)
+from hami.scheduling.cycle import Cycle
+from hami.scheduling.decide import Decision
 from hami.scheduling.dra import DraLedger, DraProblem, DraWarning
+from hami.scheduling.outcomes import ApiFailure, BindOutcome, Bound, Cleanup, Cleared, Filtered, FilterOutcome
+from hami.scheduling.parts import Clocks, CycleSettings
+from hami.scheduling.ports import ClusterPort, LockWaits
 from hami.scheduling.request import SchedulingDefaults
 from hami.scheduling.state import ClusterState
 from hami.server.metrics import Metrics
@@ -71,9 +63,10 @@ class Readiness:
 
 
 class Extender:
-    """The cycle plus its edge; one instance per process. The cycle's state (``pending``, ``commits``,
-    ``cleanups``) and retry settings (``cleanup_backoff``, ``lock_retry_timeout``, ``lock_retry_interval``) are
-    read and set through it."""
+    """The cycle plus its edge; one instance per process. It is the cycle's ``CycleObserver``: what the cycle did
+    beside its answers (a late commit failure, stage times, clean-up retries, lock waits) becomes metrics, events
+    and log lines here. The cycle's state in flight and its settings are the cycle's (``cycle.pending``,
+    ``cycle.settings``)."""
 
     def __init__(
         self,
@@ -96,23 +89,11 @@ class Extender:
         self.cluster = cluster
         self.metrics = metrics
         self.readiness = readiness or Readiness()
-        self.cycle = Cycle(
-            state,
-            vendors,
-            defaults,
-            cluster,
-            clock,
-            background_commit,
-            report=self._filtered,
-            timed=lambda stage, seconds: metrics.stage_latency.labels(stage).observe(seconds),
-            stopwatch=time.perf_counter,
-            sleep=asyncio.sleep,
-            report_cleanup=self._cleaned,
-            lock_retry_timeout=lock_retry_timeout,
-            bind_lock_wait=bind_lock_wait,
-            lock_waits=lock_waits,
-            report_lock_wait=self._lock_waited,
+        settings = CycleSettings(
+            background_commit=background_commit, lock_retry_timeout=lock_retry_timeout, bind_lock_wait=bind_lock_wait
         )
+        clocks = Clocks(wall=clock, stopwatch=time.perf_counter, sleep=asyncio.sleep)
+        self.cycle = Cycle(state, vendors, defaults, cluster, clocks, settings, self, lock_waits)
         self._lock_keys = frozenset(v.keys.lock for v in vendors.values() if v.keys.lock is not None)
         self._node_inputs: dict[str, tuple[object, ...]] = {}
         """Per node, what the state reads from it as last applied (see ``on_node``)."""
@@ -121,61 +102,30 @@ class Extender:
         self.dra.pod_lookup = self._live_pod_uid
         self.dra.settled = self._synced
 
-    @property
-    def pending(self) -> set[str]:
-        """UIDs reserved by /filter whose annotations the pod watch has not brought back yet."""
-        return self.cycle.pending
+    # --- CycleObserver ---------------------------------------------------------------------------------------
+    def commit_failed_late(self, outcome: FilterOutcome) -> None:
+        self._filtered(outcome)
 
-    @property
-    def commits(self) -> dict[str, asyncio.Task[FilterOutcome | None]]:
-        """Annotation commits still running beside /filter's answer, by pod UID."""
-        return self.cycle.commits
+    def stage_timed(self, stage: str, seconds: float) -> None:
+        self.metrics.stage_latency.labels(stage).observe(seconds)
 
-    @property
-    def cleanups(self) -> dict[str, asyncio.Task[None]]:
-        """Allocation clean-ups that failed once (429 storm, API down) and are being retried, by pod UID."""
-        return self.cycle.cleanups
-
-    @property
-    def cleanup_backoff(self) -> tuple[float, float]:
-        """First and longest pause between the retries of a clean-up."""
-        return self.cycle.cleanup_backoff
-
-    @cleanup_backoff.setter
-    def cleanup_backoff(self, value: tuple[float, float]) -> None:
-        self.cycle.cleanup_backoff = value
-
-    @property
-    def lock_retry_timeout(self) -> float:
-        """``--node-lock-retry-timeout``: how long the bind of a PodGroup member waits for a locked node."""
-        return self.cycle.lock_retry_timeout
-
-    @lock_retry_timeout.setter
-    def lock_retry_timeout(self, value: float) -> None:
-        self.cycle.lock_retry_timeout = value
-
-    @property
-    def lock_retry_interval(self) -> float:
-        """Pause between two tries of a PodGroup member's lock wait."""
-        return self.cycle.lock_retry_interval
-
-    @lock_retry_interval.setter
-    def lock_retry_interval(self, value: float) -> None:
-        self.cycle.lock_retry_interval = value
-
-    @property
-    def bind_lock_wait(self) -> float:
-        """``--bind-lock-wait``: how long a bind waits for a node locked by another hami bind in progress."""
-        return self.cycle.bind_lock_wait
-
-    @bind_lock_wait.setter
-    def bind_lock_wait(self, value: float) -> None:
-        self.cycle.bind_lock_wait = value
-
-    def _lock_waited(self, seconds: float, timed_out: bool) -> None:
+    def lock_waited(self, seconds: float, timed_out: bool) -> None:
         self.metrics.lock_wait.observe(seconds)
         if timed_out:
             self.metrics.lock_wait_timeouts.inc()
+
+    def cleanup_retried(self, cleanup: Cleanup) -> None:
+        """Log lines and metrics of one background retry of a clean-up."""
+        pod = f"{cleanup.namespace}/{cleanup.name}"
+        if cleanup.result is Cleared.RETRYING:
+            log.info("clean-up of %s failed: %s; retrying", pod, cleanup.error)
+        elif cleanup.result is Cleared.LANDED:
+            self.metrics.decisions.labels("cleanup-retried").inc()
+            log.info("clean-up of %s landed after retries", pod)
+        elif cleanup.result is Cleared.MOOT:
+            log.info("clean-up of %s not needed: bound meanwhile, or its allocation already gone", pod)
+        elif cleanup.result is Cleared.CRASHED:
+            log.error("clean-up of %s (UID %s) stopped: %s", pod, cleanup.uid, cleanup.error)
 
     async def settle_all(self) -> None:
         """Wait for every commit in flight and stop the clean-up retries (shutdown, tests)."""
@@ -222,9 +172,7 @@ class Extender:
         for node, rejection in decision.rejected.items():
             # Beyond HAMi: bare reasons (NodeInsufficientDevice, unregistered nodes) get their event too; a node
             # whose registration was refused (quarantined) did register, with something hami cannot decode.
-            state = self.state.nodes.get(node)
-            bare = Reason.NODE_QUARANTINED if state is not None and state.problems else Reason.NODE_UNREGISTERED
-            for reason in rejection.counts or (bare,):
+            for reason in rejection.counts or (rejection.node_reason or Reason.NODE_UNREGISTERED,):
                 by_reason.setdefault(reason, []).append(node)
         for text in filtering_failed_texts(by_reason):
             self._event(pod, FAILED, text)
@@ -255,19 +203,6 @@ class Extender:
         elif outcome.result not in _NO_BIND_EVENT:
             log.info("/bind %s", outcome.message)  # also when the event cannot be written (API down)
             self._event(outcome.pod, EventReason.BINDING_FAILED, outcome.message)
-
-    def _cleaned(self, cleanup: Cleanup) -> None:
-        """Log lines and metrics of one background retry of a clean-up."""
-        pod = f"{cleanup.namespace}/{cleanup.name}"
-        if cleanup.result is Cleared.RETRYING:
-            log.info("clean-up of %s failed: %s; retrying", pod, cleanup.error)
-        elif cleanup.result is Cleared.LANDED:
-            self.metrics.decisions.labels("cleanup-retried").inc()
-            log.info("clean-up of %s landed after retries", pod)
-        elif cleanup.result is Cleared.MOOT:
-            log.info("clean-up of %s not needed: bound meanwhile, or its allocation already gone", pod)
-        elif cleanup.result is Cleared.CRASHED:
-            log.error("clean-up of %s (UID %s) stopped: %s", pod, cleanup.uid, cleanup.error)
 
     # --- watch handlers ------------------------------------------------------------------------------------
     def on_pod(self, pod: Pod, deleted: bool = False) -> None:

@@ -22,9 +22,9 @@ from typing import Any, Final
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from hami.errors import HamiError
+from hami.errors import CannotListen
 
-__all__ = ["EXIT_CANNOT_LISTEN", "REQUEST_READ_TIMEOUT", "CannotListen", "GuardedH11", "guarded_h11", "listen"]
+__all__ = ["EXIT_CANNOT_LISTEN", "REQUEST_READ_TIMEOUT", "GuardedH11", "guarded_h11", "listen"]
 
 EXIT_CANNOT_LISTEN: Final = 3
 """Exit status of ``hami scheduler`` when a listener cannot be bound (2 is a configuration error)."""
@@ -32,10 +32,6 @@ REQUEST_READ_TIMEOUT: Final = 10.0
 """Seconds a client has to send a whole request. kube-scheduler and kube-apiserver send theirs at once; the
 largest allowed body (a 7 MiB AdmissionReview) takes milliseconds on a cluster network."""
 BACKLOG: Final = 2048  # uvicorn's default
-
-
-class CannotListen(HamiError):
-    """A listener could not be bound (address in use, not permitted, no such address)."""
 
 
 def listen(bind: str, flag: str, host: str, port: int) -> socket.socket:

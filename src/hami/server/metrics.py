@@ -14,12 +14,14 @@ cores per card and per model, the largest slice per card, the cluster index).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from hami import __version__
+from hami.devices.base import cores_shown
 from hami.scheduling.audit import DriftKind
 from hami.scheduling.fragmentation import card_fragments, fragmentation_index, model_fragments
 from hami.scheduling.state import ClusterState
@@ -43,6 +45,32 @@ class _StateCollector(Collector):
         yield from _quota_metrics(state)
         yield from _problem_metrics(state)
         yield from _fragmentation(state)
+
+
+def core_percent(total: int, used: int) -> tuple[int, int]:
+    """A device's core limit and allocation in the percent units of HAMi's ``*_core_*_ratio`` metrics: the limit is
+    100 (0 for a device that registers no cores), the allocation ``ceil(used / total × 100)``. A card that counts
+    its cores in percent (``devcore`` 100) is unchanged; one that counts them in units of its own (compute units)
+    reads as the share of them it gives, as HAMi's scheduler exports it."""
+    if total <= 0:
+        return 0, 0
+    return 100, -(-used * 100 // total)  # ceil, in integers
+
+
+def _as_is(value: int) -> int:
+    return value
+
+
+def device_cores(state: ClusterState) -> dict[str, tuple[int, Callable[[int], int]]]:
+    """Per device id: its cores as a number (``cores_shown``) and how to count a charge's cores on it."""
+    out: dict[str, tuple[int, Callable[[int], int]]] = {}
+    for node in state.nodes.values():
+        for name, table in node.tables.items():
+            vendor = state.vendors.get(name)
+            count: Callable[[int], int] = partial(cores_shown, vendor) if vendor is not None else _as_is
+            for info in table.infos:
+                out[info.id] = (count(info.devcore), count)
+    return out
 
 
 def _device_metrics(state: ClusterState) -> Iterator[Metric]:
@@ -73,17 +101,20 @@ def _device_metrics(state: ClusterState) -> Iterator[Metric]:
         "hami_node_gpu_memory_allocated_ratio", "Allocated / total device memory", labels=dev_labels
     )
     for node in state.nodes.values():
-        for table in node.tables.values():
+        for name, table in node.tables.items():
+            vendor = state.vendors.get(name)
             for i, info in enumerate(table.infos):
                 base = [node.name, info.id, str(info.index), info.type]
                 mem_limit.add_metric([*base, _ZONE], info.devmem * _MIB)
-                core_limit.add_metric([*base, _ZONE], info.devcore)
+                total, used = cores_shown(vendor, info.devcore), cores_shown(vendor, table.usedcores[i])
+                limit, allocated = core_percent(total, used)
+                core_limit.add_metric([*base, _ZONE], limit)
                 mem_alloc.add_metric(
                     [node.name, info.id, str(info.index), str(info.devcore), info.type, _ZONE],
                     table.usedmem[i] * _MIB,
                 )
                 shared.add_metric([*base, _ZONE], table.used[i])
-                core_alloc.add_metric([*base, _ZONE], table.usedcores[i])
+                core_alloc.add_metric([*base, _ZONE], allocated)
                 overview.add_metric(
                     [
                         node.name,
@@ -109,13 +140,15 @@ def _pod_metrics(state: ClusterState) -> Iterator[Metric]:
     vcore = GaugeMetricFamily(
         "hami_vgpu_core_allocated_ratio", "Cores allocated to a pod on a device", labels=pod_labels
     )
+    devcores = device_cores(state)
     for record in state.pods.values():
         for ch in record.charges:
             if not ch.uuid:
                 continue
             labels = [record.namespace, record.node, record.name, "0", ch.uuid, _ZONE]
             vmem.add_metric(labels, ch.mem * _MIB)
-            vcore.add_metric(labels, ch.cores)
+            total, count = devcores.get(ch.uuid, (0, _as_is))
+            vcore.add_metric(labels, core_percent(total, count(ch.cores))[1])
     yield from (vmem, vcore)
 
 
@@ -204,6 +237,11 @@ class Metrics:
             ["version", "revision", "build_date", "go_version", "compiler", "platform"],
             registry=self.own,
         ).labels(__version__, "", "", "", "cpython", "linux").set(1)
+        self._request_metrics()
+        self._ledger_metrics()
+
+    def _request_metrics(self) -> None:
+        """What /filter, /bind and the webhook did, and how long it took."""
         self.latency = Histogram(
             "hami_request_duration_seconds",
             "Extender/webhook request latency by endpoint",
@@ -234,6 +272,9 @@ class Metrics:
         self.api_errors = Counter(
             "hami_kube_api_errors", "Kubernetes API calls that failed", ["operation"], registry=self.own
         )
+
+    def _ledger_metrics(self) -> None:
+        """The ledger's self-checks: against a recount and against the API's pods."""
         self.ledger_drift = Gauge(
             "hami_ledger_drift", "Differences between the usage ledger and a full recount", registry=self.own
         )

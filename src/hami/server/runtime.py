@@ -5,7 +5,11 @@ leader election, the Lease), three HTTP servers (the Service listener: webhook a
 listener: filter, bind and health, loopback-only by default; metrics; see ``hami.server.access``), and two
 housekeeping loops (the ledger self-check and the release of node locks whose holder is gone). SIGTERM and
 SIGINT stop accepting connections, let in-flight requests finish (uvicorn's graceful shutdown), then cancel the
-tasks. Every task is started through one ``Supervisor`` that logs failures.
+tasks. Every background task, loop or one-shot write, is started through one ``Supervisor`` that logs failures.
+
+This module only assembles; each job has its home: ``hami.server.leadership`` (the Lease, the role label),
+``hami.server.nodelocks`` (lock hand-over and release), ``hami.server.nodes`` (quarantine report, handshake),
+``hami.server.extender`` (the cycle's edge), ``hami.server.dra`` (the DRA watches).
 """
 
 from __future__ import annotations
@@ -18,11 +22,10 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import timedelta
 
 import uvicorn
 from starlette.routing import Route
@@ -30,26 +33,19 @@ from starlette.types import ASGIApp
 
 from hami.config import DeviceConfig, SchedulerSettings
 from hami.devices import vendors_from_config
-from hami.errors import ApiError
 from hami.k8s.client import ClientSettings, KubeClient
 from hami.k8s.cluster import KubeCluster
 from hami.k8s.config import KubeConfig
 from hami.k8s.events import EventRecorder
 from hami.k8s.extender_io import ExtenderIO
-from hami.k8s.lockwaits import NodeLockWaits
-from hami.k8s.nodelock import NodeLocker, allocation_over, follows_bind_phase
-from hami.k8s.records import Lease, ObjectRef
+from hami.k8s.nodelock import NodeLocker
+from hami.k8s.records import Lease
 from hami.k8s.resources import LEASES, NODES, PODS, RESOURCE_QUOTAS
 from hami.k8s.reviews import AccessReviewer
 from hami.k8s.tasks import Supervisor
 from hami.k8s.watch import Callbacks, Reflector
-from hami.protocol import keys
-from hami.protocol.events import EventType
-from hami.protocol.handshake import decode_handshake, encode_requesting
-from hami.protocol.nodelock import decode_node_lock
 from hami.protocol.objects import Node, Pod, ResourceQuota, WatchedPod
 from hami.scheduling.admission import AdmissionSettings
-from hami.scheduling.records import is_terminal
 from hami.scheduling.request import SchedulingDefaults
 from hami.scheduling.state import ClusterState
 from hami.server.access import BearerTokenGate, MetricsGate, Transport, load_transport
@@ -57,8 +53,11 @@ from hami.server.app import build_app, build_metrics_app, build_service_app
 from hami.server.audit import API_AUDIT_SECONDS, LedgerAudit
 from hami.server.dra import DraWatches, start_dra
 from hami.server.extender import Extender, Readiness
+from hami.server.leadership import Leadership
 from hami.server.listen import guarded_h11, listen
 from hami.server.metrics import Metrics
+from hami.server.nodelocks import LockHousekeeping
+from hami.server.nodes import NodeHandling
 from hami.server.tls import CertificateReloader
 from hami.server.webhook import admission_for, webhook_route
 
@@ -68,17 +67,7 @@ log = logging.getLogger("hami.scheduler")
 
 SELF_CHECK_SECONDS = 60.0
 """How often the ledger is compared with a full recount (drift is exported as ``hami_ledger_drift``)."""
-REGISTRATION_REFUSED = "RegistrationRefused"
-"""Reason of the Warning event on a node whose device registration cannot be decoded (hami's own; HAMi has none)."""
-LOCK_SWEEP_SECONDS = 30.0
-"""How often nodes holding a lock are checked for a finished or deleted holder (HAMi never does this)."""
-LEFT_BEHIND_GRACE_SECONDS = 2.0
-"""How long the device plugin has, after writing a holder's bind phase ``success``/``failed``, to release
-``hami.io/mutex.lock`` itself (it does so right after) before hami releases it: releasing at once would race the
-plugin's own release on every pod, two needless API requests and a conflict for the plugin each time."""
 TLS_RELOAD_SECONDS = 10.0
-ROLE_CHECK_SECONDS = 0.5
-"""How often leadership is compared with the pod's role label (no API call unless it changed)."""
 """How often the certificate files are checked for a change (cert-manager renews days before expiry)."""
 
 
@@ -110,230 +99,44 @@ class Runtime:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     state: ClusterState = field(init=False)
     metrics: Metrics = field(init=False)
-    locks: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> lock key -> lock annotation value
-    lock_waits: NodeLockWaits = field(default_factory=NodeLockWaits)
-    """Binds waiting for a node lock hand-over, woken by the node watch."""
-    quarantined: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> vendor -> refused registration
-    lease_holder: str = ""
-    lease_expiry: float = 0.0
-    role_written: str = ""
-    """The ``hami.io/scheduler-role`` value last written on this replica's own pod ("" before the first)."""
+    leadership: Leadership = field(init=False)
+    housekeeping: LockHousekeeping = field(init=False)
+    nodes: NodeHandling = field(init=False)
     dra: DraWatches | None = None
     """The DRA watches, once started (None with DRA off)."""
-
-    left_behind_grace: float = LEFT_BEHIND_GRACE_SECONDS
-    _writes: set[asyncio.Task[None]] = field(default_factory=set)
-    _left_behind: dict[tuple[str, str, str], asyncio.TimerHandle] = field(default_factory=dict)
-    """(node, lock key, lock value) → the pending check of a lock whose holder the device plugin is done with."""
 
     def __post_init__(self) -> None:
         if self.transport is None:  # read the files now: a missing or bad one is a ConfigError at start-up
             self.transport = load_transport(self.settings)
         self.vendors = vendors_from_config(self.device_config, self.settings.enabled_families)
-        self.lock_keys = sorted({v.keys.lock for v in self.vendors.values() if v.keys.lock is not None})
-        """Every node lock annotation a vendor takes (``VendorKeys.lock``): watched, released, swept."""
         self.state = ClusterState(self.vendors)
         self.metrics = Metrics(lambda: self.state)
+        self.leadership = Leadership(self.settings.leader_elect, self.identity)
+        self.housekeeping = LockHousekeeping(sorted({v.keys.lock for v in self.vendors.values() if v.keys.lock}))
+        self.nodes = NodeHandling(self.vendors, self.state, self.metrics, self.leadership.is_leader)
 
-    # --- leadership -----------------------------------------------------------------------------------
-    def is_leader(self) -> bool:
-        """Without leader election, always. With it: the Lease's holder is this host (exact name before the
-        ``_`` kube-scheduler appends; HAMi compares a prefix, so ``sched-1`` would match ``sched-10``) and the
-        lease has not expired."""
-        if not self.settings.leader_elect:
-            return True
-        holder = self.lease_holder.split("_", 1)[0]
-        return holder == self.identity and time.time() < self.lease_expiry
+    def watch_handlers(
+        self, extender: Extender, cluster: KubeCluster, locker: NodeLocker, events: EventRecorder, tasks: Supervisor
+    ) -> tuple[Callable[[Node, bool], None], Callable[[Pod, bool], None]]:
+        """The node and pod watches' handlers: the extender's ledger first, then locks and node reports."""
+        self.housekeeping.attach(locker, tasks)
+        self.nodes.attach(cluster, events, tasks)
 
-    def _on_lease(self, obj: Lease, deleted: bool) -> None:
-        if deleted:
-            self.lease_holder, self.lease_expiry = "", 0.0
-            return
-        spec = obj.spec
-        self.lease_holder = spec.holder_identity or ""
-        renew = _parse_time(spec.renew_time) if spec.renew_time else None
-        duration = spec.lease_duration_seconds or 15
-        self.lease_expiry = (renew.timestamp() if renew else time.time()) + duration
-
-    async def _label_role(self, cluster: KubeCluster, namespace: str, name: str) -> None:
-        """Keep this replica's pod labelled ``hami.io/scheduler-role: leader`` or ``follower`` (HAMi's label, which
-        its Service selects), checked every ``ROLE_CHECK_SECONDS``: the role changes with Lease events and with
-        the time a Lease expires. A failed write is tried again at the next check."""
-        uid: str | None = None
-        while True:
-            role = "leader" if self.is_leader() else "follower"
-            if role != self.role_written:
-                try:
-                    if uid is None:
-                        uid = (await cluster.get_pod(namespace, name)).metadata.uid
-                    await cluster.patch_pod_metadata(namespace, name, labels={keys.SCHEDULER_ROLE_LABEL: role}, uid=uid)
-                    self.role_written = role
-                    log.info("this replica is the %s now: pod %s/%s labelled %s", role, namespace, name, role)
-                except ApiError as err:
-                    self.metrics.api_errors.labels("patch_pod").inc()
-                    log.warning("labelling pod %s/%s as %s failed: %s", namespace, name, role, err)
-            await asyncio.sleep(ROLE_CHECK_SECONDS)
-
-    # --- handlers -------------------------------------------------------------------------------------
-    def _on_node(
-        self, extender: Extender, cluster: KubeCluster, supervisor: Supervisor, events: EventRecorder
-    ) -> Callable[[Node, bool], None]:
-        def apply(obj: Node, deleted: bool) -> None:
-            name = obj.metadata.name
+        def on_node(obj: Node, deleted: bool) -> None:
             if deleted:
-                self.lock_waits.gone(name)
-                self.locks.pop(name, None)
-                self.quarantined.pop(name, None)
+                self.housekeeping.node_gone(obj.metadata.name)
+                self.nodes.node_gone(obj.metadata.name)
                 extender.on_node(obj, deleted=True)
                 return
-            held: dict[str, str] = {}
-            for key in self.lock_keys:
-                lock = obj.metadata.annotations.get(key)
-                self.lock_waits.seen(name, lock or None, key)
-                if lock:
-                    held[key] = lock
-            if held:
-                self.locks[name] = held
-            else:
-                self.locks.pop(name, None)
+            self.housekeeping.node_seen(obj)
             extender.on_node(obj)
-            node = self.state.nodes.get(name)
-            self._report_quarantine(obj, node.problems if node else {}, events)
-            self._handshake(obj, cluster, supervisor)
+            self.nodes.node_seen(obj)
 
-        return apply
-
-    def _report_quarantine(self, node: Node, problems: Mapping[str, str], events: EventRecorder) -> None:
-        """Log a refused registration and write a Warning event on the node — once per new problem, not on
-        every node update (the lock and the kubelet's status updates change nodes all the time)."""
-        name = node.metadata.name
-        before = self.quarantined.get(name, {})
-        for vendor, problem in problems.items():
-            if before.get(vendor) != problem:
-                log.warning("node %s: %s registration refused: %s", name, vendor, problem)
-                message = f"{vendor} devices of node {name} are not scheduled: registration refused: {problem}"
-                self._leader_event(events, ObjectRef.for_node(node), EventType.WARNING, REGISTRATION_REFUSED, message)
-        for vendor in before.keys() - problems.keys():
-            log.info("node %s: %s registration accepted again", name, vendor)
-        if problems:
-            self.quarantined[name] = dict(problems)
-        else:
-            self.quarantined.pop(name, None)
-
-    def _leader_event(self, events: EventRecorder, involved: ObjectRef, type: str, reason: str, message: str) -> None:
-        """Write an Event about a problem a watch handler found, from the leader only. Every replica watches the same
-        objects and finds the same problem at the same time: with ``--leader-elect``, each writing its own Event
-        told ``kubectl describe`` the problem once per replica. Followers only log it (the caller does); a problem
-        first seen while no replica leads (the Lease changing hands) is logged only."""
-        if self.is_leader():
-            events.record(involved, type, reason, message)
-
-    def _handshake(self, node: Node, cluster: KubeCluster, supervisor: Supervisor) -> None:
-        """Stamp ``Requesting_<now>`` for each vendor the node registers whose handshake is not requesting yet,
-        as HAMi's scheduler does — but only on nodes that have that vendor (HAMi stamps every node, §11). A vendor
-        without a handshake (``VendorKeys.handshake`` None) is never stamped; one whose devices come from the
-        node's capacity (``register`` "") counts as registered when the ledger has its devices on the node."""
-        if not self.is_leader():  # as in HAMi, only the leader stamps: each replica sees the same node update
-            return
-        annotations = node.metadata.annotations
-        stamps: dict[str, str | None] = {}
-        seen = self.state.nodes.get(node.metadata.name)
-        for vendor in self.vendors.values():
-            key, register = vendor.keys.handshake, vendor.keys.register
-            if register:
-                registered = register in annotations
-            else:  # devices from the node's capacity: the node has the vendor if it decoded some (or refused them)
-                registered = seen is not None and (vendor.name in seen.tables or vendor.name in seen.problems)
-            if key is None or not registered:
-                continue
-            if not decode_handshake(annotations.get(key)).requested:
-                stamps[key] = encode_requesting(datetime.now().replace(microsecond=0))
-        if stamps:
-            name = node.metadata.name
-
-            async def write() -> None:
-                try:
-                    await cluster.patch_node_annotations(name, stamps)
-                except ApiError as err:
-                    self.metrics.api_errors.labels("patch_node").inc()
-                    log.warning("writing the handshake of node %s failed: %s", name, err)
-
-            self._once(write(), f"handshake-{name}")
-
-    def _on_pod(self, extender: Extender, locker: NodeLocker, supervisor: Supervisor) -> Callable[[Pod, bool], None]:
-        def apply(obj: Pod, deleted: bool) -> None:
+        def on_pod(obj: Pod, deleted: bool) -> None:
             extender.on_pod(obj, deleted)
-            if obj.spec.node_name not in self.locks:
-                return
-            if deleted or is_terminal(obj):
-                self._release_if_holder(obj, locker, supervisor)
-            elif allocation_over(obj):
-                # bound with bind phase success/failed: the device plugin releases hami.io/mutex.lock right after
-                # writing the phase; if that release is lost, the lock would block the node until it expires
-                self._release_left_behind(obj, locker)
+            self.housekeeping.pod_seen(obj, deleted)
 
-        return apply
-
-    def _release_left_behind(self, pod: Pod, locker: NodeLocker) -> None:
-        """Check, ``left_behind_grace`` seconds from now, each ``hami.io/mutex.lock`` on the pod's node that ``pod``
-        holds: if the node watch still shows that very lock, the device plugin's release was lost, and
-        :meth:`NodeLocker.release_if_stale` releases it (reading the node and the holder again, so a pod of the
-        same name created since keeps its lock). Normally the plugin's release comes first: no API request."""
-        node = pod.spec.node_name
-        for key, value in self.locks[node].items():
-            pending = (node, key, value)
-            if not follows_bind_phase(key) or pending in self._left_behind:
-                continue
-            try:
-                lock = decode_node_lock(value, key)
-            except Exception:  # a malformed lock is handled by the next acquire; nothing to release here
-                continue
-            if lock.namespace == pod.metadata.namespace and lock.name == pod.metadata.name:
-                check = self._left_behind_check(locker, pending)
-                self._left_behind[pending] = asyncio.get_running_loop().call_later(self.left_behind_grace, check)
-
-    def _left_behind_check(self, locker: NodeLocker, pending: tuple[str, str, str]) -> Callable[[], None]:
-        node, key, value = pending
-
-        async def release() -> None:
-            try:
-                await locker.release_if_stale(node, key=key)
-            except ApiError as err:
-                log.warning("releasing the lock %s on %s left behind by its device plugin failed: %s", key, node, err)
-
-        def check() -> None:
-            self._left_behind.pop(pending, None)
-            if self.locks.get(node, {}).get(key) == value:
-                self._once(release(), f"unlock-left-{node}" + _lock_suffix(key))
-
-        return check
-
-    def _release_if_holder(self, pod: Pod, locker: NodeLocker, supervisor: Supervisor) -> None:
-        node = pod.spec.node_name
-        for key, value in self.locks[node].items():
-            try:
-                lock = decode_node_lock(value, key)
-            except Exception:  # a malformed lock is handled by the next acquire; nothing to release here
-                continue
-            if lock.namespace == pod.metadata.namespace and lock.name == pod.metadata.name:
-                self._once(self._release(locker, node, pod, key), f"unlock-{node}" + _lock_suffix(key))
-
-    async def _release(self, locker: NodeLocker, node: str, pod: Pod, key: str) -> None:
-        try:
-            await locker.release(node, pod.metadata.namespace, pod.metadata.name, key=key)
-        except ApiError as err:
-            log.warning("releasing the lock %s on %s held by finished pod %s failed: %s", key, node, pod.key, err)
-
-    def _once(self, coro: Coroutine[Any, Any, None], name: str) -> None:
-        """Run a one-shot API write in the background (the supervisor is for loops that must not end)."""
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._writes.add(task)
-        task.add_done_callback(self._write_done)
-
-    def _write_done(self, task: asyncio.Task[None]) -> None:
-        self._writes.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("background write %s failed: %r", task.get_name(), task.exception())
+        return on_node, on_pod
 
     # --- loops ----------------------------------------------------------------------------------------
     async def _self_check(self, audit: LedgerAudit | None = None) -> None:
@@ -348,16 +151,6 @@ class Runtime:
             if audit is not None and time.monotonic() - audited >= API_AUDIT_SECONDS:
                 audited = time.monotonic()
                 await audit.run()
-
-    async def _lock_sweep(self, locker: NodeLocker) -> None:
-        while True:
-            await asyncio.sleep(LOCK_SWEEP_SECONDS)
-            for node, held in list(self.locks.items()):
-                for key in list(held):
-                    try:
-                        await locker.release_if_stale(node, key=key)
-                    except ApiError as err:
-                        log.warning("checking the lock %s on %s failed: %s", key, node, err)
 
     # --- run ------------------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -396,7 +189,7 @@ class Runtime:
             synced: dict[str, bool] = {"nodes": False, "pods": False, "quotas": False}
             watched_nodes: Mapping[str, Node] = {}  # the node reflector's store, once it exists
             watched_pods: Mapping[str, Pod] = {}  # the pod reflector's store (identity checks), once it exists
-            readiness = Readiness(synced=lambda: all(synced.values()), leader=self.is_leader)
+            readiness = Readiness(synced=lambda: all(synced.values()), leader=self.leadership.is_leader)
             extender = Extender(
                 state=self.state,
                 vendors=self.vendors,
@@ -413,7 +206,7 @@ class Runtime:
                 readiness=readiness,
                 lock_retry_timeout=s.node_lock_retry_timeout,
                 bind_lock_wait=s.bind_lock_wait,
-                lock_waits=self.lock_waits,
+                lock_waits=self.housekeeping.lock_waits,
                 dra=self.device_config.dra,
             )
             self.extender = extender
@@ -421,14 +214,13 @@ class Runtime:
                 client, cluster, extender, locker, events, supervisor, synced
             )
             audit = LedgerAudit(
-                self.state, self.vendors, cluster, self.metrics, lambda: extender.pending, readiness.synced
+                self.state, self.vendors, cluster, self.metrics, lambda: extender.cycle.pending, readiness.synced
             )
             supervisor.start(self._self_check(audit), name="self-check")
-            supervisor.start(self._lock_sweep(locker), name="lock-sweep")
+            supervisor.start(self.housekeeping.sweep(), name="lock-sweep")
             servers = await self._servers(extender, supervisor, stack, client_settings)
             await self._serve(servers, listeners)
-            for check in self._left_behind.values():  # no release started once the client is closing
-                check.cancel()
+            self.housekeeping.stop_checks()
             await extender.settle_all()
             await events.aclose()
 
@@ -455,42 +247,54 @@ class Runtime:
 
             return done
 
+        on_node, on_pod = self.watch_handlers(extender, cluster, locker, events, supervisor)
         selector = ",".join(f"{k}={v}" for k, v in sorted(s.node_label_selector.items())) or None
         nodes = Reflector(
             client,
             NODES,
             Node,
-            Callbacks(self._on_node(extender, cluster, supervisor, events), mark("nodes")),
+            Callbacks(on_node, mark("nodes")),
             label_selector=selector,
         )
-        on_pod = Callbacks(self._on_pod(extender, locker, supervisor), mark("pods"))
-        pods = Reflector(client, PODS, WatchedPod, on_pod)  # a Pod without the containers' env (never read here)
+        pods = Reflector(
+            client, PODS, WatchedPod, Callbacks(on_pod, mark("pods"))
+        )  # a Pod without the containers' env (never read here)
         quotas = Reflector(client, RESOURCE_QUOTAS, ResourceQuota, Callbacks(extender.on_quota, mark("quotas")))
         supervisor.start(nodes.run(), name="watch-nodes")
         supervisor.start(pods.run(), name="watch-pods")
         supervisor.start(quotas.run(), name="watch-quotas")
         if self.device_config.dra.active():  # ResourceSlices and ResourceClaims of the configured DRA drivers
             synced["dra"] = False
-            self.dra = start_dra(client, extender, events, self.metrics, supervisor, mark("dra"), self.is_leader)
+            self.dra = start_dra(
+                client, extender, events, self.metrics, supervisor, mark("dra"), self.leadership.is_leader
+            )
         else:
             log.info("DRA: off (dra.enabled is false or no driver is listed): ResourceClaims are not counted")
         if s.leader_elect:
             synced["lease"] = False
-            lease = Reflector(
-                client,
-                LEASES,
-                Lease,
-                Callbacks(self._on_lease, mark("lease")),
-                namespace=s.leader_elect_resource_namespace or None,
-                field_selector=f"metadata.name={s.lease_name}",
-            )
-            supervisor.start(lease.run(), name="watch-lease")
-            pod_name, pod_namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
-            if pod_name and pod_namespace:
-                supervisor.start(self._label_role(cluster, pod_namespace, pod_name), name="role-label")
-            else:
-                log.warning("POD_NAME or POD_NAMESPACE is not set: this replica's pod gets no role label")
+            self._follow_lease(client, cluster, supervisor, mark("lease"))
         return nodes.store, pods.store
+
+    def _follow_lease(
+        self, client: KubeClient, cluster: KubeCluster, supervisor: Supervisor, synced: Callable[[], None]
+    ) -> None:
+        """The Lease's watch (``--leader-elect``) and the role label of this replica's pod."""
+        s = self.settings
+        lease = Reflector(
+            client,
+            LEASES,
+            Lease,
+            Callbacks(self.leadership.on_lease, synced),
+            namespace=s.leader_elect_resource_namespace or None,
+            field_selector=f"metadata.name={s.lease_name}",
+        )
+        supervisor.start(lease.run(), name="watch-lease")
+        pod_name, pod_namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
+        if pod_name and pod_namespace:
+            role = self.leadership.label_role(cluster, self.metrics, pod_namespace, pod_name)
+            supervisor.start(role, name="role-label")
+        else:
+            log.warning("POD_NAME or POD_NAMESPACE is not set: this replica's pod gets no role label")
 
     async def _servers(
         self,
@@ -610,18 +414,6 @@ def settle_heap() -> None:
     """
     gc.freeze()
     gc.enable()
-
-
-def _lock_suffix(key: str) -> str:
-    """The task-name suffix of a lock other than ``hami.io/mutex.lock`` ("" for that one: names unchanged)."""
-    return "" if key == keys.NODE_LOCK else f"-{key}"
-
-
-def _parse_time(text: str) -> datetime | None:
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
-    except ValueError:
-        return None
 
 
 async def run_scheduler(settings: SchedulerSettings, device_config: DeviceConfig, kubeconfig: KubeConfig) -> None:

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from functools import partial
 
 from prometheus_client import generate_latest
 from prometheus_client.utils import floatToGoString
 
+from hami.devices.base import Vendor, cores_shown
 from hami.protocol.inventory import DeviceInfo
 from hami.scheduling.fragmentation import (
     CardFragment,
@@ -34,7 +36,7 @@ from hami.scheduling.fragmentation import (
     top_shapes,
 )
 from hami.scheduling.state import ClusterState, NodeState, PodRecord
-from hami.server.metrics import Metrics
+from hami.server.metrics import Metrics, core_percent, device_cores
 
 __all__ = ["SLICE_S", "scrape", "scrape_chunks", "state_text"]
 
@@ -83,7 +85,9 @@ _FRAG = ["node", "device_uuid", "device_type", "vendor"]
 _MODEL = ["vendor", "device_type"]
 
 Labels = Callable[[str, DeviceInfo], list[str]]
-Value = Callable[[DeviceInfo, list[int], list[int], list[int], int], float | None]
+Count = Callable[[int], int]
+"""A vendor's core value as a number of cores (``hami.devices.base.cores_shown``)."""
+Value = Callable[[DeviceInfo, list[int], list[int], list[int], int, Count], float | None]
 
 
 def _base(node: str, info: DeviceInfo) -> list[str]:
@@ -98,7 +102,9 @@ def _overview(node: str, info: DeviceInfo) -> list[str]:
     return [node, info.id, str(info.index), str(info.devcore), str(info.devmem * _MIB), info.type, _ZONE]
 
 
-def _mem_ratio(info: DeviceInfo, used: list[int], mem: list[int], cores: list[int], i: int) -> float | None:
+def _mem_ratio(
+    info: DeviceInfo, used: list[int], mem: list[int], cores: list[int], i: int, count: Count
+) -> float | None:
     return mem[i] / info.devmem if info.devmem > 0 else None
 
 
@@ -106,45 +112,47 @@ _DEVICE_FAMILIES: tuple[tuple[_Family, Labels, Value], ...] = (
     (
         _Family("hami_gpu_memory_limit_bytes", "Device memory limit", _DEV),
         _base,
-        lambda info, used, mem, cores, i: info.devmem * _MIB,
+        lambda info, used, mem, cores, i, count: info.devmem * _MIB,
     ),
     (
         _Family("hami_gpu_core_limit_ratio", "Device core limit (percent units)", _DEV),
         _base,
-        lambda info, used, mem, cores, i: info.devcore,
+        lambda info, used, mem, cores, i, count: core_percent(count(info.devcore), count(cores[i]))[0],
     ),
     (
         _Family("hami_gpu_memory_allocated_bytes", "Device memory allocated", _DEV_CORES),
         _with_cores,
-        lambda info, used, mem, cores, i: mem[i] * _MIB,
+        lambda info, used, mem, cores, i, count: mem[i] * _MIB,
     ),
     (
         _Family("hami_gpu_shared_count", "Number of tasks sharing the device", _DEV),
         _base,
-        lambda info, used, mem, cores, i: used[i],
+        lambda info, used, mem, cores, i, count: used[i],
     ),
     (
         _Family("hami_gpu_core_allocated_ratio", "Device cores allocated", _DEV),
         _base,
-        lambda info, used, mem, cores, i: cores[i],
+        lambda info, used, mem, cores, i, count: core_percent(count(info.devcore), count(cores[i]))[1],
     ),
     (
         _Family("hami_node_gpu_overview", "GPU overview on a node (allocated memory)", _OVERVIEW),
         _overview,
-        lambda info, used, mem, cores, i: mem[i] * _MIB,
+        lambda info, used, mem, cores, i, count: mem[i] * _MIB,
     ),
     (_Family("hami_node_gpu_memory_allocated_ratio", "Allocated / total device memory", _DEV), _base, _mem_ratio),
 )
 
 
-def _devices(nodes: Sequence[NodeState]) -> Iterator[str]:
+def _devices(nodes: Sequence[NodeState], vendors: Mapping[str, Vendor]) -> Iterator[str]:
+    counters: dict[str, Count] = {name: partial(cores_shown, vendor) for name, vendor in vendors.items()}
     for family, labels, value in _DEVICE_FAMILIES:
         out = [family.head]
         for node in nodes:
-            for table in node.tables.values():
+            for name, table in node.tables.items():
                 used, mem, cores = table.used, table.usedmem, table.usedcores
+                count = counters.get(name, _as_is)
                 for i, info in enumerate(table.infos):
-                    v = value(info, used, mem, cores, i)
+                    v = value(info, used, mem, cores, i, count)
                     if v is not None:
                         out.append(family.sample(labels(node.name, info), v))
             if len(out) >= _BATCH:
@@ -153,12 +161,16 @@ def _devices(nodes: Sequence[NodeState]) -> Iterator[str]:
         yield "".join(out)
 
 
-def _pods(records: Sequence[PodRecord]) -> Iterator[str]:
+def _as_is(value: int) -> int:
+    return value
+
+
+def _pods(records: Sequence[PodRecord], devcores: Mapping[str, tuple[int, Count]]) -> Iterator[str]:
     vmem = _Family("hami_vgpu_memory_allocated_bytes", "Memory allocated to a pod on a device", _POD)
     vcore = _Family("hami_vgpu_core_allocated_ratio", "Cores allocated to a pod on a device", _POD)
     amounts: tuple[tuple[_Family, Callable[[int, int], int]], ...] = (
         (vmem, lambda mem, cores: mem * _MIB),
-        (vcore, lambda mem, cores: cores),
+        (vcore, lambda mem, cores: cores),  # in percent of the device's cores: see the loop
     )
     for family, amount in amounts:
         out = [family.head]
@@ -166,7 +178,9 @@ def _pods(records: Sequence[PodRecord]) -> Iterator[str]:
             for ch in record.charges:
                 if ch.uuid:
                     labels = [record.namespace, record.node, record.name, "0", ch.uuid, _ZONE]
-                    out.append(family.sample(labels, amount(ch.mem, ch.cores)))
+                    total, count = devcores.get(ch.uuid, (0, _as_is))
+                    cores = core_percent(total, count(ch.cores))[1]
+                    out.append(family.sample(labels, amount(ch.mem, cores)))
             if len(out) >= _BATCH:
                 yield "".join(out)
                 out = []
@@ -259,8 +273,8 @@ def state_text(state: ClusterState) -> Iterator[str]:
     """The cluster gauges as Prometheus text, in pieces; resumable between pieces while the state changes."""
     nodes = list(state.nodes.values())
     records = list(state.pods.values())
-    yield from _devices(nodes)
-    yield from _pods(records)
+    yield from _devices(nodes, state.vendors)
+    yield from _pods(records, device_cores(state))
     yield from _quotas(state)
     yield from _problems(nodes, records)
     yield from _fragmentation(state, records)

@@ -21,16 +21,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from hami.errors import InvalidInput
+from hami.errors import BodyTooLarge, InvalidInput, MalformedReview
 from hami.protocol.admission import (
     ADMISSION_V1,
     AdmissionResponse,
-    MalformedReview,
     decode_review,
     encode_review,
 )
 from hami.scheduling.admission import Admission, AdmissionSettings, admitters_for
-from hami.server.app import BodyTooLarge, read_body
+from hami.server.app import read_body
 from hami.server.extender import Extender
 from hami.server.metrics import Metrics
 

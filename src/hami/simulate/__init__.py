@@ -1,7 +1,8 @@
 """Offline simulation: place pods on a snapshot of a cluster with the extender's own decision core.
 
 ``hami simulate`` reads what ``kubectl get nodes,pods,resourcequotas -A -o json|yaml`` prints (or hand-written
-manifests), places the given pods in order — each placement reserved before the next — and prints the
+manifests, or the live cluster), expands workloads into their pods (``hami.simulate.workloads``), places the given
+pods in order — each placement reserved before the next — and prints the
 decisions as a table or as one JSON document (``hami.simulate.report`` documents its shape).
 """
 

@@ -1,12 +1,15 @@
 """``hami simulate --defrag``: a dry-run plan of pod moves that free whole cards.
 
 The plan is made on the snapshot's ledger with the scheduler's own ``decide``/``reserve`` (through
-``hami.simulate.whatif``); nothing in the cluster is touched. Greedy, cheapest card first: among the cards in use
-(healthy, not cordoned), take the one held by the fewest pods (then the least memory), take its pods out of the
-ledger, and place them again — largest first — anywhere else their nodeSelector allows, with that card and every
-card that is already wholly free kept out of reach (a move onto an empty card frees nothing). If every pod finds a
-place, the moves are kept and the card counts as freed; otherwise the ledger is put back as it was and the next
-card is tried. It stops when no card can be freed.
+``hami.simulate.whatif``) under the active policies; nothing in the cluster is touched. Greedy, cheapest card
+first: among the cards in use (healthy, not cordoned), take the one held by the fewest pods (then the least
+memory) and move its pods — largest first, one at a time, as deleting them one by one would: each pod is taken out
+of the ledger and placed again where the scheduler itself would put its replacement (nothing is blocked or
+steered). A move counts only if that choice leaves the card (and lands on a card already in use: a move onto an
+empty card frees nothing); so every planned move is one that ``kubectl delete pod`` reproduces, given that nothing
+else is scheduled meanwhile (under ``spread`` a pod deleted from a card that is then emptiest comes back to it, and
+no move is planned). If every pod of the card moves, the moves are kept and the card counts as freed; otherwise
+the ledger is put back as it was and the next card is tried. It stops when no card can be freed.
 
 Freeing a card held by *k* pods costs at least *k* moves, so taking the cheapest feasible card each round gives the
 fewest moves per freed card whenever the cards' pods are independent (the common case, and the fixtures' optimum);
@@ -17,19 +20,32 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from hami.errors import InvalidInput
+from hami.scheduling.decide import Decision
 from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState, PodRecord
-from hami.simulate.devconfig import device_config_from_text
+from hami.simulate.devconfig import Families, device_config_from_text
+from hami.simulate.html import render_defrag_html
 from hami.simulate.loading import load_snapshot, read_files
+from hami.simulate.report import utilization_document
 from hami.simulate.simulator import Simulator
 from hami.simulate.whatif import place, put_back, take_out
 
-__all__ = ["DefragPlan", "Move", "defrag_json", "plan_defrag", "render_defrag", "run_defrag"]
+__all__ = [
+    "CARRY_OUT",
+    "DefragOptions",
+    "DefragPlan",
+    "Move",
+    "defrag_json",
+    "delete_command",
+    "plan_defrag",
+    "render_defrag",
+    "run_defrag",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,26 +103,13 @@ def _claimed(state: ClusterState, card: CardKey) -> bool:
     return any(c.vendor == vendor and c.uuid == uuid for r in held for c in r.charges)
 
 
-def _block(state: ClusterState, cards: Sequence[CardKey]) -> dict[str, frozenset[str]]:
-    """Cordon ``cards`` on the scratch state; returns the nodes' previous cordon sets."""
-    before: dict[str, frozenset[str]] = {}
-    for node, _, uuid in cards:
-        n = state.nodes[node]
-        before.setdefault(node, n.cordoned)
-        n.cordoned = n.cordoned | {uuid}
-        n.generation += 1  # verdicts memoised for the node are stale now
-    return before
-
-
-def _unblock(state: ClusterState, before: dict[str, frozenset[str]]) -> None:
-    for node, cordoned in before.items():
-        n = state.nodes[node]
-        n.cordoned = cordoned
-        n.generation += 1
-
-
 def _devices(record: PodRecord) -> tuple[str, ...]:
     return tuple(sorted({c.uuid for c in record.charges}))
+
+
+def _lands(decision: Decision) -> set[CardKey]:
+    node = decision.node or ""
+    return {(node, v, d.uuid) for v, containers in decision.devices.items() for c in containers for d in c}
 
 
 def _try_free(sim: Simulator, card: CardKey, free: set[CardKey]) -> list[Move] | None:
@@ -117,29 +120,24 @@ def _try_free(sim: Simulator, card: CardKey, free: set[CardKey]) -> list[Move] |
     if _claimed(state, card):
         return None  # a DRA claim holds part of it: moving the pods away would not free it
     holders.sort(key=lambda r: (-sum(c.mem for c in r.charges), r.key))
-    before = _block(state, [card, *sorted(free)])
-    removed = take_out(state, [r.uid for r in holders])
+    removed: list[PodRecord] = []
     placed: list[str] = []
     moves: list[Move] = []
-    try:
-        for record in holders:
-            pod = sim.existing[record.uid]
-            req = prefilter(pod, sim.vendors, sim.defaults)
-            names, _ = sim.candidates(pod)
-            decision = place(state, req, names)
-            if decision.node is None:
-                break
+    for record in holders:
+        removed += take_out(state, [record.uid])
+        pod = sim.existing[record.uid]
+        req = prefilter(pod, sim.vendors, sim.defaults)
+        names, _ = sim.candidates(pod)
+        decision = place(state, req, names)  # where the scheduler puts the replacement, nothing steered
+        if decision.node is not None:
             placed.append(record.uid)
-            moves.append(
-                Move(record.key, record.node, _devices(record), decision.node, _devices(state.pods[record.uid]))
-            )
-    finally:
-        _unblock(state, before)
-    if len(moves) == len(holders):
-        return moves
-    take_out(state, placed)
-    put_back(state, removed)
-    return None
+        lands = _lands(decision)
+        if decision.node is None or card in lands or lands & free:
+            take_out(state, placed)
+            put_back(state, removed)
+            return None
+        moves.append(Move(record.key, record.node, _devices(record), decision.node, _devices(state.pods[record.uid])))
+    return moves
 
 
 def plan_defrag(sim: Simulator) -> DefragPlan:
@@ -170,18 +168,39 @@ def _finish(
     return DefragPlan(tuple(moves), tuple(freed), before, len(after), total)
 
 
-def render_defrag(plan: DefragPlan) -> str:
+def delete_command(pod: str) -> str:
+    """The kubectl command that carries one move out: the pod's controller recreates it and the scheduler places
+    the new pod."""
+    namespace, _, name = pod.partition("/")
+    return f"kubectl delete pod -n {namespace} {name}"
+
+
+CARRY_OUT: Final = (
+    "To carry the plan out, run the commands in order, one at a time, each once the previous pod's replacement is "
+    "running (a pod without a controller is not recreated: apply its manifest again). Each move is where the "
+    "scheduler itself puts the replacement under the policies given, as long as nothing else is scheduled meanwhile."
+)
+
+
+def render_defrag(plan: DefragPlan, policies: str = "") -> str:
+    under = f", {policies}" if policies else ""
     lines = [
-        f"Defragmentation plan (dry run): {len(plan.moves)} move(s) free {len(plan.freed)} card(s); "
+        f"Defragmentation plan (dry run{under}): {len(plan.moves)} move(s) free {len(plan.freed)} card(s); "
         f"whole free cards {plan.free_before} -> {plan.free_after} of {plan.cards}"
     ]
     for i, m in enumerate(plan.moves, start=1):
         source, target = ", ".join(m.from_devices), ", ".join(m.to_devices)
         lines.append(f"  {i}. move {m.pod}: {m.from_node} ({source}) -> {m.to_node} ({target})")
+        lines.append(f"     {delete_command(m.pod)}")
     for node, uuid in plan.freed:
         lines.append(f"  frees {node}/{uuid}")
     if not plan.moves:
-        lines.append("  no card can be freed by moving its pods elsewhere")
+        lines.append(
+            "  no card can be freed by deleting its pods: the scheduler would put them back on it, on an empty "
+            "card, or nowhere"
+        )
+    else:
+        lines += ["", CARRY_OUT]
     return "\n".join(lines)
 
 
@@ -192,6 +211,7 @@ def defrag_json(plan: DefragPlan) -> dict[str, Any]:
                 "pod": m.pod,
                 "from": {"node": m.from_node, "devices": list(m.from_devices)},
                 "to": {"node": m.to_node, "devices": list(m.to_devices)},
+                "command": delete_command(m.pod),
             }
             for m in plan.moves
         ],
@@ -202,21 +222,66 @@ def defrag_json(plan: DefragPlan) -> dict[str, Any]:
     }
 
 
-def run_defrag(
-    snapshots: Sequence[Path], config: Path | None, output: str, out: Callable[[str], None], err: Callable[[str], None]
-) -> int:
+@dataclass(frozen=True, slots=True)
+class DefragOptions:
+    """``hami simulate --defrag``'s arguments: the snapshot, the device config, the output, the policies and the
+    device families, as for placing pods."""
+
+    snapshots: Sequence[Path]
+    config: Path | None = None
+    output: str = "table"
+    node_policy: str = "binpack"
+    gpu_policy: str = "spread"
+    families: Families = field(default_factory=Families)
+    report: Path | None = None
+    """Also write the plan as an HTML page: memory heat maps before and after, the moves and their commands."""
+
+
+def run_defrag(opts: DefragOptions, out: Callable[[str], None], err: Callable[[str], None]) -> int:
     """``hami simulate --snapshot … --defrag``: print the plan (table or JSON). Returns the exit status."""
     try:
-        config_text = read_files([config])[0][1] if config is not None else None
-        device_config, warnings = device_config_from_text(config_text, str(config))
-        snapshot = load_snapshot(read_files(snapshots))
+        config_text = read_files([opts.config])[0][1] if opts.config is not None else None
+        device_config, warnings = device_config_from_text(config_text, str(opts.config))
+        snapshot = load_snapshot(read_files(opts.snapshots))
+        families = opts.families.enabled()
     except InvalidInput as error:
         err(f"error: {error}")
         return 1
-    sim = Simulator(device_config, SchedulingDefaults())
+    sim = Simulator(device_config, SchedulingDefaults(opts.node_policy, opts.gpu_policy), families=families)
     sim.add_snapshot(snapshot)
     for warning in [*warnings, *sim.warnings]:
         err(f"warning: {warning}")
+    before = utilization_document(sim.state)
     plan = plan_defrag(sim)
-    out(json.dumps(defrag_json(plan), indent=2) if output == "json" else render_defrag(plan))
+    policies = f"node policy {opts.node_policy}, GPU policy {opts.gpu_policy}"
+    text = render_defrag(plan, policies)
+    if opts.report is not None:
+        page = render_defrag_html(
+            "hami simulate --defrag",
+            text.splitlines()[0],
+            before,
+            utilization_document(sim.state),
+            _move_rows(plan),
+            CARRY_OUT,
+        )
+        try:
+            opts.report.write_text(page, encoding="utf-8")
+        except OSError as error:
+            err(f"error: {opts.report}: cannot write the report: {error.strerror or error}")
+            return 1
+        err(f"report written to {opts.report}")
+    out(json.dumps(defrag_json(plan), indent=2) if opts.output == "json" else text)
     return 0
+
+
+def _move_rows(plan: DefragPlan) -> list[list[str]]:
+    return [
+        [
+            str(i),
+            m.pod,
+            f"{m.from_node} ({', '.join(m.from_devices)})",
+            f"{m.to_node} ({', '.join(m.to_devices)})",
+            delete_command(m.pod),
+        ]
+        for i, m in enumerate(plan.moves, start=1)
+    ]

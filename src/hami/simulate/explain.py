@@ -23,6 +23,7 @@ What would make it fit, for a pod no candidate can take:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,12 +36,15 @@ from hami.devices.table import DeviceTable
 from hami.errors import InvalidInput
 from hami.protocol import keys
 from hami.protocol.objects import Pod
-from hami.scheduling.cycle import Decision
+from hami.protocol.podpatch import PatchOp
+from hami.scheduling.decide import Decision
 from hami.scheduling.dra import HeldCard, held_by_card
 from hami.scheduling.filter import NodeRejection
 from hami.scheduling.request import PodRequest, prefilter
 from hami.scheduling.state import ClusterState, NodeState, PodRecord
-from hami.simulate.simulator import DEFAULT_NAMESPACE, Simulator
+from hami.simulate.loading import Sourced
+from hami.simulate.report import cores_text
+from hami.simulate.simulator import DEFAULT_NAMESPACE, Outcome, Simulator
 from hami.simulate.whatif import judge, put_back, take_out
 
 __all__ = [
@@ -52,6 +56,7 @@ __all__ = [
     "NodeVerdict",
     "explain",
     "explain_json",
+    "explain_manifest",
     "render_explain",
 ]
 
@@ -109,13 +114,20 @@ class NodeVerdict:
 @dataclass(frozen=True, slots=True)
 class Explanation:
     pod: str
-    status: str  # placed, pending, would-place (a placed pod judged again), no-devices, invalid
+    status: str
+    """``placed`` (a pod of the cluster, judged as if pending again), ``would-place`` (a manifest: ``hami
+    simulate`` would place it), ``pending``, ``no-devices``, ``invalid``, ``denied`` (by the admission webhook)."""
     message: str
     node: str | None = None  # where it is (placed) or where decide would put it now
     current_node: str | None = None
     needs: tuple[str, ...] = ()
     verdicts: tuple[NodeVerdict, ...] = ()
     suggestions: tuple[str, ...] = ()
+    admission: tuple[PatchOp, ...] | None = None
+    """The admission webhook's patch applied to a manifest before it was judged (None: a pod of the cluster,
+    already admitted, or a manifest the webhook denied)."""
+    warnings: tuple[str, ...] = ()
+    """What the manifest likely gets wrong (as ``hami simulate`` warns: resource typos, a zero count)."""
 
 
 def _describe_need(req: PodRequest) -> tuple[str, ...]:
@@ -127,9 +139,8 @@ def _describe_need(req: PodRequest) -> tuple[str, ...]:
                 if c.memreq
                 else (f"{c.mem_percentage}% of memory" if c.mem_percentage <= 100 else "all memory")
             )
-            out.append(
-                f"container {pos} ({req.kinds[pos].value}): {c.nums} x {vendor} device, {mem}, {c.coresreq}% cores each"
-            )
+            cores = cores_text(c.coresreq, "% cores")
+            out.append(f"container {pos} ({req.kinds[pos].value}): {c.nums} x {vendor} device, {mem}, {cores} each")
     return tuple(out)
 
 
@@ -237,8 +248,27 @@ def _find_record(state: ClusterState, key: str) -> PodRecord | None:
     return next((r for r in state.pods.values() if r.key == key), None)
 
 
-def explain(sim: Simulator, pod: Pod, suggest: bool = True) -> Explanation:
-    """Explain ``pod`` on ``sim``'s state (left as it was found)."""
+def explain_manifest(sim: Simulator, item: Sourced[Pod], suggest: bool = True) -> Explanation:
+    """Explain a pod not created yet (``hami explain -f``) through the pipeline ``hami simulate`` places pods with
+    (``Simulator.admit``, then the decision): the admission webhook's defaults and rewrites are applied first (a
+    pod asking for ``nvidia.com/gpumem`` alone gets ``nvidia.com/gpu: 1``), a pod it denies is ``denied``, and the
+    pod's warnings are ``Simulator.pod_warnings``. So explain and simulate never disagree on a manifest."""
+    warnings = [*item.warnings, *sim.pod_warnings(item)]
+    admitted = sim.admit(item)
+    if isinstance(admitted, Outcome):
+        return Explanation(admitted.pod, admitted.status, admitted.message, warnings=tuple(warnings))
+    e = explain(sim, admitted.pod, suggest, item.node)
+    if e.node is not None:
+        req = prefilter(admitted.pod, sim.vendors, sim.defaults)
+        topology = sim.topology_warning(item, req, e.node)
+        warnings += [topology] if topology else []
+    patch = admitted.patch if sim.admission is not None else None
+    return dataclasses.replace(e, admission=patch, warnings=tuple(warnings))
+
+
+def explain(sim: Simulator, pod: Pod, suggest: bool = True, pinned: str | None = None) -> Explanation:
+    """Explain ``pod`` on ``sim``'s state (left as it was found), as it is (no admission: a pod of the cluster
+    went through it already); ``pinned`` is the node a controller binds it to (``Simulator.candidates``)."""
     ns = pod.metadata.namespace or DEFAULT_NAMESPACE
     pod = msgspec.structs.replace(
         pod,
@@ -259,7 +289,7 @@ def explain(sim: Simulator, pod: Pod, suggest: bool = True) -> Explanation:
             return Explanation(
                 key, "no-devices", "the pod asks for no device hami manages; kube-scheduler alone places it"
             )
-        names, _ = sim.candidates(pod)
+        names, _ = sim.candidates(pod, pinned)
         decision = judge(state, req, names)
         verdicts = _verdicts(sim, pod, req, names, decision, suggest and decision.node is None)
         suggestions = _suggestions(sim, pod, names, verdicts) if suggest and decision.node is None else ()
@@ -360,7 +390,9 @@ def _suggestions(sim: Simulator, pod: Pod, names: Sequence[str], verdicts: Seque
 # --- output ---------------------------------------------------------------------------------------------
 
 
-def render_explain(e: Explanation) -> str:
+def render_explain(e: Explanation, wide: bool = False) -> str:
+    """The explanation for a person; ``wide`` (``-o wide``) adds each card's vendor and each node's reasons
+    counted (HAMi's ``CardInsufficientMemory: 2`` and so on)."""
     lines = [f"{e.pod}: {e.status}", f"  {e.message}"]
     lines += [f"  needs {n}" for n in e.needs]
     for v in e.verdicts:
@@ -372,18 +404,32 @@ def render_explain(e: Explanation) -> str:
         else:
             head = f"{v.node}: does not fit: {v.summary}" + (" (even if empty)" if v.unresolvable else "")
         lines += ["", head]
+        if wide and v.counts:
+            lines.append("  reasons: " + ", ".join(f"{k} {n}" for k, n in sorted(v.counts.items())))
         if v.cards:
             rows = [
-                ["  #", "DEVICE", "MODEL", "NEED MiB", "FREE MiB", "NEED CORES", "FREE CORES", "FREE SLOTS", "VERDICT"]
+                [
+                    "  #",
+                    "DEVICE",
+                    *(["VENDOR"] if wide else []),
+                    "MODEL",
+                    "NEED MiB",
+                    "FREE MiB",
+                    "NEED CORES",
+                    "FREE CORES",
+                    "FREE SLOTS",
+                    "VERDICT",
+                ]
             ]
             rows += [
                 [
                     f"  {c.index}",
                     c.uuid,
+                    *([c.vendor] if wide else []),
                     c.model,
                     str(c.need_mem),
                     str(c.free_mem),
-                    str(c.need_cores),
+                    str(c.need_cores) if c.need_cores else "unlimited",
                     str(c.free_cores),
                     str(c.free_slots),
                     c.verdict
@@ -445,4 +491,6 @@ def explain_json(e: Explanation) -> dict[str, Any]:
             for v in e.verdicts
         ],
         "suggestions": list(e.suggestions),
+        "admission": list(e.admission) if e.admission is not None else None,
+        "warnings": list(e.warnings),
     }

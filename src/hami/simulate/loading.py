@@ -28,8 +28,20 @@ import yaml
 from hami.errors import InvalidInput
 from hami.protocol.dra import DeviceClass, ResourceClaim, ResourceSlice
 from hami.protocol.objects import Node, Pod, ResourceQuota
+from hami.simulate.fields import WORKLOAD_KINDS, unknown_fields
+from hami.simulate.workloads import expand_workload
 
-__all__ = ["Snapshot", "Sourced", "load_pods", "load_snapshot", "read_documents", "read_files", "require_nodes"]
+__all__ = [
+    "LoadedPods",
+    "Snapshot",
+    "Sourced",
+    "load_pods",
+    "load_snapshot",
+    "read_documents",
+    "read_files",
+    "read_pods",
+    "require_nodes",
+]
 
 T = TypeVar("T")
 
@@ -37,6 +49,7 @@ _DRA_KINDS: Final = {"DeviceClass": DeviceClass, "ResourceSlice": ResourceSlice,
 _KINDS: Final = {"Node": Node, "Pod": Pod, "ResourceQuota": ResourceQuota, **_DRA_KINDS}
 _LIST_KINDS: Final = frozenset(
     {"List", "NodeList", "PodList", "ResourceQuotaList", "DeviceClassList", "ResourceSliceList", "ResourceClaimList"}
+    | {f"{kind}List" for kind in WORKLOAD_KINDS}
 )
 
 _YamlBase: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -61,6 +74,19 @@ class Sourced(Generic[T]):
     origin: str
     raw: dict[str, Any] | None = None
     """The object as written (what the API server would send the admission webhook); None when not kept."""
+    node: str | None = None
+    """The node the pod's controller binds it to (a DaemonSet's pod); None: any candidate node."""
+    warnings: tuple[str, ...] = ()
+    """What reading the pod's object found wrong (``unknown field`` of the Pod, or of the workload that makes it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedPods:
+    """The pods to place, in file then document order (workloads expanded), and what their files got wrong
+    that did not stop the reading: ``unknown field`` warnings, workloads that make no pod."""
+
+    pods: list[Sourced[Pod]]
+    warnings: list[str]
 
 
 @dataclass(slots=True)
@@ -245,11 +271,54 @@ def load_snapshot(sources: Sequence[tuple[str, str]]) -> Snapshot:
     return snap
 
 
-def load_pods(sources: Sequence[tuple[str, str]]) -> list[Sourced[Pod]]:
-    """Decode the pods to place, given as ``(label, text)``, in file then document order, each keeping its raw
-    object for admission; raises ``InvalidInput``."""
-    pods = frozenset({"Pod"})
-    return [item for label, text in sources for _, item in _load(text, label, pods, "a pods file", keep=True)]
+def load_pods(sources: Sequence[tuple[str, str]], nodes: Sequence[Node] = (), now: int = 0) -> list[Sourced[Pod]]:
+    """The pods of ``read_pods`` (its warnings dropped)."""
+    return read_pods(sources, nodes, now).pods
+
+
+_POD_KINDS: Final = frozenset({"Pod", *WORKLOAD_KINDS})
+
+
+def read_pods(
+    sources: Sequence[tuple[str, str]], nodes: Sequence[Node] = (), now: int = 0, namespace: str = ""
+) -> LoadedPods:
+    """Decode the pods to place, given as ``(label, text)``: Pods, and workloads (``WORKLOAD_KINDS``) expanded
+    into the pods their controllers make (``hami.simulate.workloads``; ``nodes`` for DaemonSets, ``now`` names a
+    CronJob's run). An object that names no namespace goes to ``namespace`` when given (``kubectl apply -f``'s
+    habit: the context's). Each keeps its raw object for admission. Fields Kubernetes does not define are warnings, as
+    ``kubectl --validate=warn`` gives them. Raises ``InvalidInput`` naming the file and the object."""
+    pods: list[Sourced[Pod]] = []
+    warnings: list[str] = []
+    for label, text in sources:
+        for where, written in _objects(read_documents(text, label), label):
+            raw = _in_namespace(written, namespace)
+            kind = raw.get("kind")
+            origin = f"{label}: {where} ({_describe(raw)})"
+            if kind not in _POD_KINDS:
+                workloads = ", ".join(sorted(WORKLOAD_KINDS))
+                reason = f"unknown kind in a pods file; expected Pod, a workload ({workloads}) or a List"
+                raise InvalidInput(origin, kind, reason)
+            unknown = tuple(f"{origin}: {problem}" for problem in unknown_fields(raw))
+            warnings += unknown
+            if kind == "Pod":
+                item = _decode(raw, Pod, where, label, keep=True)
+                pods.append(Sourced(item.obj, label, item.origin, item.raw, None, unknown))
+                continue
+            made = expand_workload(raw, origin, nodes, now)
+            if not made:
+                warnings.append(f"{origin}: makes no pod now (replicas 0, suspended, or no node matches)")
+            for i, pod in enumerate(made):
+                item = _decode(pod.raw, Pod, f"{where} ({_describe(raw)}) pod {i + 1} of {len(made)}", label, True)
+                pods.append(Sourced(item.obj, label, item.origin, item.raw, pod.node, unknown))
+    return LoadedPods(pods, warnings)
+
+
+def _in_namespace(raw: dict[str, Any], namespace: str) -> dict[str, Any]:
+    """``raw`` with ``metadata.namespace`` set to ``namespace`` when it names none (a copy; ``raw`` is left alone)."""
+    meta = raw.get("metadata")
+    if not namespace or (isinstance(meta, dict) and meta.get("namespace")) or not isinstance(meta, dict | None):
+        return raw
+    return {**raw, "metadata": {**(meta or {}), "namespace": namespace}}
 
 
 _SNAPSHOT_HINT: Final = "a snapshot is what `kubectl get nodes,pods,resourcequotas -A -o json` prints"

@@ -10,7 +10,7 @@ import json
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Final
 
-from hami.devices.base import SliceLabels
+from hami.devices.base import SliceLabels, cores_shown
 from hami.devices.table import DeviceTable
 from hami.protocol.allocation import ContainerDevice
 from hami.protocol.inventory import DeviceInfo
@@ -20,7 +20,10 @@ from hami.scheduling.usage import Kind
 from hami.simulate.simulator import Outcome, container_devices
 
 __all__ = [
+    "UNLIMITED",
+    "card_health",
     "core_unit",
+    "cores_text",
     "decisions_document",
     "document",
     "dra_document",
@@ -37,7 +40,9 @@ __all__ = [
 
 
 def _device_json(d: ContainerDevice) -> dict[str, object]:
-    return {"uuid": d.uuid, "type": d.type, "usedmem": d.usedmem, "usedcores": d.usedcores}
+    """One device of an allocation, in the vocabulary of ``hami top`` and ``hami explain`` (``vendor`` is the
+    vendor key as on the wire; ``cores`` 0 is no core limit)."""
+    return {"uuid": d.uuid, "vendor": d.type, "memoryMiB": d.usedmem, "cores": d.usedcores}
 
 
 def decisions_document(outcomes: Iterable[Outcome]) -> dict[str, object]:
@@ -49,12 +54,14 @@ def decisions_document(outcomes: Iterable[Outcome]) -> dict[str, object]:
         decisions.append(
             {
                 "pod": o.pod,
+                "status": o.status,
                 "node": o.node,
                 "devices": [[_device_json(d) for d in c] for c in container_devices(o.decision)],
                 "annotations": annotations,
                 "reasons": {node: dict(sorted(codes.items())) for node, codes in sorted(o.reasons.items())},
                 "message": o.message,
                 "admission": list(o.admission) if o.admission is not None else None,
+                "warnings": list(o.warnings),
             }
         )
     return {"decisions": decisions}
@@ -89,7 +96,17 @@ def slice_labels(state: ClusterState, vendor: str, info: DeviceInfo, positions: 
 def _held_json(held: HeldCard | None) -> dict[str, int] | None:
     if held is None:
         return None
-    return {"claims": held.claims, "slots": held.slots, "memory": held.mem, "cores": held.cores}
+    return {"claims": held.claims, "slots": held.slots, "memoryMiB": held.mem, "cores": held.cores}
+
+
+def card_health(healthy: bool, blocked: str | None, cordoned: bool) -> str:
+    """A card's health as ``hami top`` and ``hami simulate`` name it: ``unhealthy``, ``blocked: <why>``,
+    ``cordoned`` or ``healthy`` (the first that holds)."""
+    if not healthy:
+        return "unhealthy"
+    if blocked is not None:
+        return f"blocked: {blocked}"
+    return "cordoned" if cordoned else "healthy"
 
 
 def utilization_document(state: ClusterState) -> list[dict[str, object]]:
@@ -105,13 +122,17 @@ def utilization_document(state: ClusterState) -> list[dict[str, object]]:
                 rows.append(
                     {
                         "node": name,
-                        "device": info.id,
+                        "uuid": info.id,
+                        "index": info.index,
                         "vendor": vendor,
-                        "type": info.type,
+                        "model": info.type,
                         "slots": {"used": table.used[i], "total": info.count},
-                        "memory": {"used": table.usedmem[i], "total": info.devmem},
-                        "cores": {"used": table.usedcores[i], "total": info.devcore},
-                        "health": info.health,
+                        "memoryMiB": {"used": table.usedmem[i], "total": info.devmem},
+                        "cores": {
+                            "used": cores_shown(state.vendors.get(vendor), table.usedcores[i]),
+                            "total": cores_shown(state.vendors.get(vendor), info.devcore),
+                        },
+                        "health": card_health(info.health, table.broken[i], info.id in node.cordoned),
                         "cordoned": info.id in node.cordoned,
                         "unschedulable": node.unschedulable,
                         "mig": slices if _slice_kind(state, vendor) == "MIG" else None,
@@ -192,7 +213,7 @@ def render_summary(title: str, state: ClusterState, outcomes: Sequence[Outcome],
         *render_placements(outcomes, state),
         "",
         "Per-device utilization after placement",
-        *render_utilization(state),
+        *(render_utilization(state) if any(n.tables for n in state.nodes.values()) else ["no node registers a device"]),
     ]
     doc = dra_document(dra)
     if doc is not None:
@@ -219,9 +240,15 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return lines
 
 
+def _mem_of(devices: Sequence[Sequence[ContainerDevice]], container: int, device: int) -> int:
+    if container < len(devices) and device < len(devices[container]):
+        return devices[container][device].usedmem
+    return 0
+
+
 def _slice_texts(o: Outcome, state: ClusterState | None) -> dict[tuple[str, int, int], str]:
-    """``(vendor, container, device) → "MIG 2g.20gb@0"`` for every slice of the decision whose vendor names its
-    slices (``SliceLabels``); other vendors' devices show their memory and cores only."""
+    """``(vendor, container, device) → "MIG 2g.20gb@0"`` for every slice of the decision, as its vendor names it
+    (``SliceLabels``), else by its template (``slice vir05_1c_16g``)."""
     d = o.decision
     if state is None or d is None or d.node is None or d.node not in state.nodes:
         return {}
@@ -229,13 +256,28 @@ def _slice_texts(o: Outcome, state: ClusterState | None) -> dict[tuple[str, int,
     for vendor, slices in d.slices.items():
         table = state.nodes[d.node].tables.get(vendor)
         hook = state.vendors[vendor].partitions if vendor in state.vendors else None
-        if table is None or not isinstance(hook, SliceLabels):
+        if table is None:
+            continue
+        if not isinstance(hook, SliceLabels):  # a template carving memory (Ascend's vNPU, Enflame's DRS): its name
+            devices = d.devices.get(vendor, ())
+            named = [s for s in slices if s.slice.template and _mem_of(devices, s.container, s.device) > 0]
+            out.update({(vendor, s.container, s.device): f"slice {s.slice.template}" for s in named})
             continue
         for s in slices:
             info = next((i for i in table.infos if i.id == s.uuid), None)
             labels = hook.slice_labels(info, [s.slice.position]) if info is not None else []
             out[(vendor, s.container, s.device)] = f"{hook.slice_kind} {labels[0] if labels else s.slice.template}"
     return out
+
+
+UNLIMITED: Final = "unlimited cores"
+"""How a share without a core limit reads (0 cores in the allocation: the pod's work is not throttled, it may use
+the whole card's compute) — never ``0%``."""
+
+
+def cores_text(cores: int, unit: str) -> str:
+    """A share's cores for a person: ``30%``, ``152/304 cores``, or ``unlimited cores`` for 0 (no core limit)."""
+    return UNLIMITED if cores == 0 else f"{cores}{unit}"
 
 
 def core_unit(state: ClusterState | None, node: str, uuid: str, vendor: str | None = None) -> str:
@@ -246,10 +288,16 @@ def core_unit(state: ClusterState | None, node: str, uuid: str, vendor: str | No
     for name, table in tables.items():
         i = table.index_of.get(uuid) if vendor in (None, name) else None
         if i is not None and table.infos[i].devcore not in (0, 100):
-            return f"/{table.infos[i].devcore} cores"
+            assert state is not None
+            return f"/{cores_shown(state.vendors.get(name), table.infos[i].devcore)} cores"
         if i is not None:
             return "%"
     return "%"
+
+
+def _count(state: ClusterState | None, vendor: str, cores: int) -> int:
+    """A charge's cores as a number of cores (``CoreCount``: AWS Neuron's core mask)."""
+    return cores if state is None else cores_shown(state.vendors.get(vendor), cores)
 
 
 def _devices_cell(o: Outcome, state: ClusterState | None = None) -> str:
@@ -272,12 +320,15 @@ def _devices_cell(o: Outcome, state: ClusterState | None = None) -> str:
             if len(devs) > 1 and not any(labels) and len({(x.usedmem, x.usedcores) for x in devs}) == 1:
                 uuids = ", ".join(x.uuid for x in devs)
                 unit = core_unit(state, node, devs[0].uuid, vendor)
-                items.append(f"{uuids} ({devs[0].usedmem} MiB, {devs[0].usedcores}{unit} each)")
+                shared = cores_text(_count(state, vendor, devs[0].usedcores), unit)
+                items.append(f"{uuids} ({devs[0].usedmem} MiB, {shared} each)")
                 continue
             for dev, label in zip(devs, labels, strict=True):
-                extra = f", {label}" if label else ""
                 unit = core_unit(state, node, dev.uuid, vendor)
-                items.append(f"{dev.uuid} ({dev.usedmem} MiB, {dev.usedcores}{unit}{extra})")
+                # a fixed slice's compute is its template's: its name says more than "unlimited cores"
+                count = _count(state, vendor, dev.usedcores)
+                cores = "" if label and count == 0 else f", {cores_text(count, unit)}"
+                items.append(f"{dev.uuid} ({dev.usedmem} MiB{cores}{f', {label}' if label else ''})")
         per_container.append(", ".join(items))
     with_devices = [i for i, text in enumerate(per_container) if text]
     if len(with_devices) == 1 and o.containers and o.containers[with_devices[0]][1] is Kind.APP:
@@ -362,6 +413,12 @@ def held_text(held: HeldCard | None, devcore: int) -> str:
     return f"{held.claims} claim{'s' if held.claims != 1 else ''}: {held.mem} MiB, {held.cores}{unit}"
 
 
+def _cores_cell(state: ClusterState, vendor: str, used: int, total: int) -> str:
+    """``used/total`` cores as the vendor counts them (a core mask reads as the cores it holds)."""
+    counter = state.vendors.get(vendor)
+    return f"{cores_shown(counter, used)}/{cores_shown(counter, total)}"
+
+
 def render_utilization(state: ClusterState) -> list[str]:
     """One row per device of every node: slots, memory (MiB) and cores used out of the total — device-plugin pods
     and DRA claims together; when claims hold anything, a ``DRA-HELD`` column gives their part."""
@@ -377,7 +434,7 @@ def render_utilization(state: ClusterState) -> list[str]:
                     info.type,
                     f"{table.used[i]}/{info.count}",
                     f"{table.usedmem[i]}/{info.devmem}",
-                    f"{table.usedcores[i]}/{info.devcore}",
+                    _cores_cell(state, vendor, table.usedcores[i], info.devcore),
                 ]
                 if held:
                     row.append(held_text(held.get((name, vendor, info.id)), info.devcore))

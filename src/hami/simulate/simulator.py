@@ -10,8 +10,15 @@ With ``admission`` on (``hami simulate`` without ``--skip-admission``), each pod
 own decision (``hami.simulate.admit``): its defaults and rewrites are applied before the pod is placed, and a pod
 the webhook would deny (or that names another scheduler) is not placed; its outcome carries the webhook's message.
 
+``admit`` is the first half of the one pipeline ``place`` and ``hami explain -f`` share (admission, then the
+decision), so the two commands never disagree on a manifest; ``pod_warnings`` are what both print about a pod (a
+resource no vendor owns, with a close name of the same vendor and role; a family this run does not schedule; a
+zero count beside memory), and ``topology_warning`` one for a ``topology-aware`` pod placed on a node without
+topology. ``families`` are the device families scheduled (``hami.simulate.devconfig.Families``).
+
 Candidates are the snapshot's nodes whose labels match the pod's ``nodeSelector`` exactly and that are not
-``spec.unschedulable``; kube-scheduler's other predicates (taints, affinity, CPU/memory) are out of scope.
+``spec.unschedulable`` (a DaemonSet's pod has its own node alone); kube-scheduler's other predicates (taints,
+affinity, CPU/memory) are out of scope.
 
 DRA (issue 18): the snapshot's DeviceClasses, ResourceSlices and ResourceClaims go through the extender's own
 ``DraLedger``: capacity that DRA claims hold is charged to the cards of the same UUID, so placements see it;
@@ -26,28 +33,32 @@ the field.
 
 from __future__ import annotations
 
-import difflib
+import dataclasses
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 import msgspec
 
 from hami.config import DeviceConfig
-from hami.devices import vendors_from_config
+from hami.config.settings import GATED_FAMILIES
+from hami.devices import FAMILIES, vendors_from_config
 from hami.errors import InvalidInput
 from hami.protocol.allocation import ContainerDevice
 from hami.protocol.objects import Node, Pod
 from hami.protocol.podpatch import PatchOp
 from hami.protocol.reasons import Reason
 from hami.scheduling.admission import Admission, AdmissionSettings, admitters_for
-from hami.scheduling.cycle import Decision, Verdicts, decide, reserve
+from hami.scheduling.decide import Decision, decide, reserve
 from hami.scheduling.dra import DraLedger
 from hami.scheduling.filter import NodeRejection
+from hami.scheduling.memo import Verdicts
 from hami.scheduling.records import RecordReader, holds_devices
 from hami.scheduling.request import PodRequest, SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState
 from hami.scheduling.usage import Kind, container_kinds
-from hami.simulate.admit import Denied, admit_pod
+from hami.simulate.admit import Admitted, Denied, admit_pod
+from hami.simulate.hints import resource_hint, resource_roles, zero_count_problems
 from hami.simulate.loading import Snapshot, Sourced
 
 __all__ = ["NODE_LEVEL_COUNT", "Outcome", "Simulator", "container_devices"]
@@ -80,6 +91,9 @@ class Outcome:
     wants_devices: bool = True
     denied: bool = False
     admission: tuple[PatchOp, ...] | None = None
+    warnings: tuple[str, ...] = ()
+    """What the pod's spec likely gets wrong (a resource no vendor owns, a zero count beside memory, a
+    topology-aware pod on a node without topology), also in ``Simulator.warnings``."""
 
     @property
     def status(self) -> str:
@@ -128,6 +142,31 @@ def known_resource_names(config: DeviceConfig) -> frozenset[str]:
     return frozenset(walk(config.model_dump()))
 
 
+FAMILY_SWITCHES: Final = {family: f"--{switch.replace('_', '-')}" for family, switch in GATED_FAMILIES.items()}
+"""The families a default install leaves off, and the switch that turns each on (``hami scheduler``'s, and
+``hami simulate``'s: ``--enable-ascend``)."""
+
+
+def _switched_off(config: DeviceConfig, families: Collection[str] | None) -> dict[str, str]:
+    """Resource name → family, for every family not in ``families`` (None: every family is on)."""
+    if families is None:
+        return {}
+    out: dict[str, str] = {}
+    for family, build in FAMILIES.items():
+        if family in families:
+            continue
+        for vendor in build(config):
+            r = vendor.resources
+            out.update({n: family for n in (r.count, r.memory, r.core) if n})
+    return out
+
+
+def _containers(pod: Pod) -> tuple[tuple[str, Kind], ...]:
+    """``(name, kind)`` per container, init containers first."""
+    every = [*pod.spec.init_containers, *pod.spec.containers]
+    return tuple((c.name, kind) for c, kind in zip(every, container_kinds(pod), strict=True))
+
+
 def _with_identity(pod: Pod, uid: str) -> Pod:
     ns = pod.metadata.namespace or DEFAULT_NAMESPACE
     meta = msgspec.structs.replace(pod.metadata, namespace=ns, uid=uid)
@@ -171,7 +210,14 @@ class Simulator:
         self._uids: set[str] = set()
         self.known_resources = known_resource_names(config)
         owned = [n for v in self.vendors.values() for n in (v.resources.count, v.resources.memory, v.resources.core)]
+        self.switched_off = _switched_off(config, families)
+        """Resource name → family, for the families this run does not schedule."""
+        self.owned = (self.known_resources | {n for n in owned if n}) - self.switched_off.keys()
+        """The resource names the scheduled vendors own (those of the device config, less the switched-off ones)."""
         self.managed_domains = frozenset(n.partition("/")[0] for n in owned if n and "/" in n)
+        self.roles = resource_roles(self.vendors.values(), self.owned)
+        self.switched_off_domains = {n.partition("/")[0]: f for n, f in self.switched_off.items() if "/" in n}
+        """Domain → family, for the resource domains of the families this run does not schedule."""
         self.existing: dict[str, Pod] = {}
         """The snapshot's pods that hold devices, by the UID their ledger record has."""
         self.dra = DraLedger(self.state, config.dra)
@@ -267,22 +313,27 @@ class Simulator:
         self._uids.add(uid)
         return uid
 
-    def candidates(self, pod: Pod) -> tuple[list[str], int]:
-        """Node names that pass the pod's ``nodeSelector`` and are schedulable, and how many were left out."""
+    def candidates(self, pod: Pod, pinned: str | None = None) -> tuple[list[str], int]:
+        """Node names that pass the pod's ``nodeSelector`` and are schedulable, and how many were left out. A pod
+        its controller binds to one node (``pinned``: a DaemonSet's) has that node alone, cordoned or not."""
+        if pinned is not None:
+            names = [pinned] if pinned in self.state.nodes else []
+            return names, len(self.state.nodes) - len(names)
         selector = pod.spec.node_selector
-        names: list[str] = []
+        names = []
         for name, node in sorted(self.state.nodes.items()):
             if node.unschedulable or any(node.labels.get(k) != v for k, v in selector.items()):
                 continue
             names.append(name)
         return names, len(self.state.nodes) - len(names)
 
-    def _admit(
-        self, item: Sourced[Pod], containers: tuple[tuple[str, Kind], ...]
-    ) -> Outcome | tuple[Pod, tuple[PatchOp, ...]]:
-        """The pod after the admission webhook and its patch, or the outcome of a pod not to place."""
+    def admit(self, item: Sourced[Pod]) -> Outcome | Admitted:
+        """The pod as the admission webhook leaves it (the first half of the pipeline ``place`` and ``hami explain
+        -f`` share), or the outcome of a pod not to place (denied, or a request the webhook cannot read). With
+        admission off, the pod as written."""
+        containers = _containers(item.obj)
         if self.admission is None:
-            return item.obj, ()
+            return Admitted(item.obj, ())
         key = _with_identity(item.obj, "").key
         raw = item.raw if item.raw is not None else msgspec.to_builtins(item.obj)
         try:
@@ -292,61 +343,101 @@ class Simulator:
         if isinstance(admitted, Denied):
             message = f"{item.origin}: denied by the admission webhook: {admitted.message}"
             return Outcome(key, item.origin, message, containers=containers, denied=True)
-        return admitted.pod, admitted.patch
+        return admitted
 
     def place(self, item: Sourced[Pod], now: int) -> Outcome:
         """Admit one pod (when admission is on), decide for it and reserve the decision, so the next pod sees it."""
-        self.warnings += self.unknown_resources(item)
-        containers = tuple(
-            (c.name, kind)
-            for c, kind in zip(
-                [*item.obj.spec.init_containers, *item.obj.spec.containers], container_kinds(item.obj), strict=True
-            )
-        )
-        admitted = self._admit(item, containers)
+        own = self.pod_warnings(item)
+        self.warnings += own
+        notes = [*item.warnings, *own]  # the file's (printed by the reader) and the pod's
+        containers = _containers(item.obj)
+        admitted = self.admit(item)
         if isinstance(admitted, Outcome):
-            return admitted
-        pod = _with_identity(admitted[0], self._unique_uid(item.obj))
-        patch = admitted[1] if self.admission is not None else None
+            return dataclasses.replace(admitted, warnings=tuple(notes)) if notes else admitted
+        pod = _with_identity(admitted.pod, self._unique_uid(item.obj))
+        patch = admitted.patch if self.admission is not None else None
         try:
             req = prefilter(pod, self.vendors, self.defaults)
         except InvalidInput as err:
-            return Outcome(pod.key, item.origin, f"{item.origin}: {err}", containers=containers, admission=patch)
-        names, excluded = self.candidates(pod)
+            message = f"{item.origin}: {err}"
+            return Outcome(pod.key, item.origin, message, containers=containers, admission=patch, warnings=tuple(notes))
+        names, excluded = self.candidates(pod, item.node)
         decision = decide(self.state, req, names, now, self.memo)
         reserve(self.state, req, decision)
         message = decision.message
         if excluded:
             message += f" ({excluded} more excluded by nodeSelector or unschedulable)"
-        reasons = {node: self._reason_counts(req, rej) for node, rej in sorted(decision.rejected.items())}
-        return Outcome(pod.key, item.origin, message, decision, reasons, containers, req.wants_devices, admission=patch)
+        topology = self.topology_warning(item, req, decision.node)
+        if topology:
+            notes.append(topology)
+            self.warnings.append(topology)
+        reasons = {node: self._reason_counts(rej) for node, rej in sorted(decision.rejected.items())}
+        return Outcome(
+            pod.key,
+            item.origin,
+            message,
+            decision,
+            reasons,
+            containers,
+            req.wants_devices,
+            admission=patch,
+            warnings=tuple(notes),
+        )
 
-    def _reason_counts(self, req: PodRequest, rejection: NodeRejection) -> dict[str, int]:
+    def topology_warning(self, item: Sourced[Pod], req: PodRequest, node: str | None) -> str | None:
+        """A warning for a pod that asks for the ``topology-aware`` GPU policy and was placed on a node that
+        published no topology for one of its vendors (NVIDIA's ``hami.io/node-nvidia-score``, written by the device
+        plugin with ``ENABLE_TOPOLOGY_SCORE=true``): its devices were picked without the link scores."""
+        if node is None or not req.gpu_policy.topology or node not in self.state.nodes:
+            return None
+        state = self.state.nodes[node]
+        blind = [v for v in req.vendors if not state.pair_scores.get(v) and not state.node_info.get(v)]
+        if not blind:
+            return None
+        return (
+            f"{item.origin}: asks for the topology-aware GPU policy, but node {node} publishes no topology for "
+            f"{', '.join(blind)} (NVIDIA: the hami.io/node-nvidia-score annotation, written by the device plugin "
+            "with ENABLE_TOPOLOGY_SCORE=true); its devices were chosen without link scores"
+        )
+
+    def _reason_counts(self, rejection: NodeRejection) -> dict[str, int]:
         """Reason code → devices, or one node-level code (count 1) when the node has no usable registration:
         ``NodeQuarantined`` if its registration was refused as malformed, else ``NodeUnregistered``."""
         if rejection.counts:
             return {reason.value: n for reason, n in sorted(rejection.counts.items())}
-        node = self.state.nodes.get(rejection.node)
-        if node is not None and any(v in node.problems and v not in node.tables for v in req.vendors):
-            return {Reason.NODE_QUARANTINED.value: NODE_LEVEL_COUNT}
-        return {Reason.NODE_UNREGISTERED.value: NODE_LEVEL_COUNT}
+        return {(rejection.node_reason or Reason.NODE_UNREGISTERED).value: NODE_LEVEL_COUNT}
 
-    def unknown_resources(self, item: Sourced[Pod]) -> list[str]:
-        """A warning for each resource under a vendor domain hami manages (``nvidia.com/``) that no vendor owns:
-        most likely a misspelling, which would otherwise be ignored silently. Names the closest known name."""
+    def pod_warnings(self, item: Sourced[Pod]) -> list[str]:
+        """What the pod's resources likely get wrong: a resource under a vendor domain hami manages that no
+        vendor owns (most likely a misspelling, which would otherwise be ignored silently; ``hami.simulate.hints``
+        names a close name of the same vendor and role), one of a vendor family this run does not schedule, and a
+        count of 0 beside memory or cores."""
         warnings: list[str] = []
         spec = item.obj.spec
         for prefix, containers in (("initContainers", spec.init_containers), ("containers", spec.containers)):
             for i, c in enumerate(containers):
                 for section, values in (("limits", c.resources.limits), ("requests", c.resources.requests)):
+                    where = f"{item.origin}: {prefix}[{i}]({c.name}).{section}"
+                    warnings += [f"{where}: {p}" for p in zero_count_problems(values, self.vendors.values())]
                     for name in sorted(values):
-                        domain, slash, _ = name.partition("/")
-                        if not slash or domain not in self.managed_domains or name in self.known_resources:
-                            continue
-                        close = difflib.get_close_matches(name, sorted(self.known_resources), n=1, cutoff=0.6)
-                        hint = f"; did you mean {close[0]}?" if close else ""
-                        warnings.append(
-                            f"{item.origin}: {prefix}[{i}]({c.name}).{section}[{name}]: no vendor hami schedules "
-                            f"owns this resource, so hami ignores it{hint}"
-                        )
+                        problem = self._resource_problem(name)
+                        if problem:
+                            warnings.append(f"{where}[{name}]: {problem}")
         return warnings
+
+    def _resource_problem(self, name: str) -> str | None:
+        domain, slash, _ = name.partition("/")
+        if not slash or name in self.owned:
+            return None
+        family = self.switched_off.get(name) or (
+            self.switched_off_domains.get(domain) if domain not in self.managed_domains else None
+        )
+        if family is not None:
+            return (
+                f"the {family} devices are not scheduled in this run, so hami ignores it (a default install does not "
+                f"schedule them either; {FAMILY_SWITCHES.get(family, f'--disable-devices without {family}')})"
+            )
+        if domain not in self.managed_domains:
+            return None
+        hint = resource_hint(name, self.roles)
+        return f"no vendor hami schedules owns this resource, so hami ignores it{hint}"

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from hami.devices.base import cores_shown
 from hami.scheduling.dra import DraLedger, DraProblem, DraWarning, HeldCard, held_by_card
 from hami.scheduling.fragmentation import (
     CardFragment,
@@ -25,6 +26,7 @@ from hami.scheduling.fragmentation import (
     model_fragments,
 )
 from hami.scheduling.state import ClusterState
+from hami.simulate.report import card_health, cores_text
 
 __all__ = [
     "SORT_KEYS",
@@ -51,6 +53,8 @@ class TopFilter:
     model: str = ""
     namespace: str = ""
     sort: str = "node"
+    cpu_nodes: bool = False
+    """Also show nodes without accelerators (no registration and no refused one): hidden by default."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +87,11 @@ class CardRow:
 class NodeRow:
     name: str
     schedulable: bool
+    """Whether hami can place pods there: not cordoned, and not a node whose only registrations were refused."""
     cards: tuple[CardRow, ...]
     problems: Mapping[str, str] = field(default_factory=dict)
+    cordoned: bool = False
+    """``spec.unschedulable``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +101,8 @@ class TopView:
     fragmentation_index: float
     dra_warnings: tuple[DraWarning, ...] = ()
     dra_problems: tuple[DraProblem, ...] = ()
+    cpu_nodes_hidden: int = 0
+    """Nodes without accelerators left out (``TopFilter.cpu_nodes`` off)."""
 
 
 def _holders(state: ClusterState, namespace: str) -> dict[tuple[str, str], list[CardHolder]]:
@@ -102,7 +111,8 @@ def _holders(state: ClusterState, namespace: str) -> dict[tuple[str, str], list[
         if namespace and record.namespace != namespace:
             continue
         for ch in record.charges:
-            out.setdefault((ch.vendor, ch.uuid), []).append(CardHolder(record.key, ch.mem, ch.cores))
+            cores = cores_shown(state.vendors.get(ch.vendor), ch.cores)
+            out.setdefault((ch.vendor, ch.uuid), []).append(CardHolder(record.key, ch.mem, cores))
     return out
 
 
@@ -110,13 +120,7 @@ def _health(state: ClusterState, node: str, vendor: str, i: int) -> str:
     n = state.nodes[node]
     table = n.tables[vendor]
     info = table.infos[i]
-    if not info.health:
-        return "unhealthy"
-    if table.broken[i] is not None:
-        return f"blocked: {table.broken[i]}"
-    if info.id in n.cordoned:
-        return "cordoned"
-    return "healthy"
+    return card_health(info.health, table.broken[i], info.id in n.cordoned)
 
 
 def _sort_key(sort: str) -> Any:
@@ -144,17 +148,31 @@ def build_top(state: ClusterState, flt: TopFilter = TopFilter(), dra: DraLedger 
         if card.node not in per_node:
             order.append(card.node)
         per_node.setdefault(card.node, []).append(card)
-    if not (flt.vendor or flt.model or flt.namespace):  # nodes without any card still show (say, unregistered)
+    hidden = 0
+    if not (flt.vendor or flt.model or flt.namespace):  # nodes without any card: refused, or CPU-only
         for name in sorted(state.nodes):
-            if name not in per_node and (not flt.node or fnmatch.fnmatchcase(name, flt.node)):
-                order.append(name)
-                per_node[name] = []
-    nodes = tuple(
-        NodeRow(n, not state.nodes[n].unschedulable, tuple(per_node[n]), dict(state.nodes[n].problems)) for n in order
-    )
+            if name in per_node or (flt.node and not fnmatch.fnmatchcase(name, flt.node)):
+                continue
+            if not state.nodes[name].problems and not flt.cpu_nodes:
+                hidden += 1
+                continue
+            order.append(name)
+            per_node[name] = []
+    if flt.sort == "node":
+        order.sort()
+    nodes = tuple(_node_row(state, n, per_node[n]) for n in order)
     everything = list(fragments.values())
     warnings, problems = (dra.warnings(), dra.problems()) if dra is not None else ((), ())
-    return TopView(nodes, tuple(model_fragments(everything)), fragmentation_index(everything), warnings, problems)
+    models = tuple(model_fragments(everything))
+    return TopView(nodes, models, fragmentation_index(everything), warnings, problems, hidden)
+
+
+def _node_row(state: ClusterState, name: str, cards: Sequence[CardRow]) -> NodeRow:
+    node = state.nodes[name]
+    refused_only = bool(node.problems) and not cards
+    return NodeRow(
+        name, not node.unschedulable and not refused_only, tuple(cards), dict(node.problems), node.unschedulable
+    )
 
 
 def _card_rows(state: ClusterState, flt: TopFilter, fragments: Mapping[tuple[str, str, str], Any]) -> Iterator[CardRow]:
@@ -169,6 +187,7 @@ def _card_rows(state: ClusterState, flt: TopFilter, fragments: Mapping[tuple[str
             if flt.vendor and vendor.casefold() != flt.vendor.casefold():
                 continue
             table = node.tables[vendor]
+            counter = state.vendors.get(vendor)  # how its core values count (AWS Neuron keeps a bitmask)
             for i, info in enumerate(table.infos):
                 if flt.model and not fnmatch.fnmatch(info.type.casefold(), flt.model.casefold()):
                     continue
@@ -184,7 +203,7 @@ def _card_rows(state: ClusterState, flt: TopFilter, fragments: Mapping[tuple[str
                     health=_health(state, name, vendor, i),
                     slots=(table.used[i], info.count),
                     memory=(table.usedmem[i], info.devmem),
-                    cores=(table.usedcores[i], info.devcore),
+                    cores=(cores_shown(counter, table.usedcores[i]), cores_shown(counter, info.devcore)),
                     pods=pods,
                     fragment=fragments[(name, vendor, info.id)],
                     dra=held.get((name, vendor, info.id)),
@@ -216,7 +235,7 @@ def _pods_cell(pods: Sequence[CardHolder], devcore: int = 100) -> str:
     """Each pod's share: cores as a percentage where a card has 100 core units, else as ``<n>/<total> cores``
     (AMD counts compute units)."""
     unit = "%" if devcore in (0, 100) else f"/{devcore} cores"
-    return ", ".join(f"{p.pod} ({p.mem} MiB, {p.cores}{unit})" for p in pods) or "-"
+    return ", ".join(f"{p.pod} ({p.mem} MiB, {cores_text(p.cores, unit)})" for p in pods) or "-"
 
 
 def _holders_cell(card: CardRow) -> str:
@@ -255,13 +274,23 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[tuple[str, str]]], col
     return lines
 
 
-def render_top(view: TopView, colour: bool = False) -> str:
-    """Per node a header line, then one line per card; then per model the fragmentation summary."""
+def _node_state(node: NodeRow) -> str:
+    if node.cordoned:
+        return "cordoned (unschedulable)"
+    if node.problems and not node.cards:
+        return "not schedulable by hami"
+    return "schedulable" if node.cards else "no accelerator registered"
+
+
+def render_top(view: TopView, colour: bool = False, wide: bool = False) -> str:
+    """Per node a header line, then one line per card; then per model the fragmentation summary. ``wide``
+    (``-o wide``) adds each card's vendor, free memory and largest slice left."""
+    hidden = _hidden_line(view)
     if not view.nodes:
-        return "no node matches (or the cluster has none)"
+        return "no node with accelerators matches (or the cluster has none)" + (f"; {hidden}" if hidden else "")
     lines: list[str] = []
     for node in view.nodes:
-        state = "schedulable" if node.schedulable else "cordoned (unschedulable)"
+        state = _node_state(node)
         head = f"{node.name}  {len(node.cards)} card(s), {state}"
         for vendor, problem in sorted(node.problems.items()):
             head += f"; {vendor} registration refused: {problem}"
@@ -285,8 +314,15 @@ def render_top(view: TopView, colour: bool = False) -> str:
                     (_holders_cell(c), _DIM if not c.pods and c.dra is None else ""),
                 ]
             )
+            if wide:
+                extra = _wide_cells(c)
+                rows[-1][7:7] = extra[1:]  # after STRANDED MiB
+                rows[-1].insert(2, extra[0])
         if rows:
             header = ["  #", "DEVICE", "MODEL", "SLOTS", "MEMORY MiB", "CORES", "STRANDED MiB", "HEALTH", "PODS"]
+            if wide:
+                header[7:7] = _WIDE_HEADER[1:]
+                header.insert(2, _WIDE_HEADER[0])
             lines += _table(header, rows, colour)
         lines.append("")
     if view.models:
@@ -316,7 +352,25 @@ def render_top(view: TopView, colour: bool = False) -> str:
         ]
         lines += _table(header, rows, colour)
     lines += _dra_lines(view, colour)
+    if hidden:
+        lines += ["", _paint(hidden, _DIM, colour)]
     return "\n".join(lines).rstrip()
+
+
+def _hidden_line(view: TopView) -> str:
+    n = view.cpu_nodes_hidden
+    if not n:
+        return ""
+    return f"{n} node{'s' if n != 1 else ''} without accelerators not shown (--cpu-nodes shows them)"
+
+
+_WIDE_HEADER: Final = ["VENDOR", "FREE MiB", "LARGEST SLICE"]
+
+
+def _wide_cells(c: CardRow) -> list[tuple[str, str]]:
+    """``-o wide``'s extra cells: the vendor, the free memory and the largest slice still placeable."""
+    f = c.fragment
+    return [(c.vendor, ""), (str(f.free_mem), ""), (f"{f.largest_mem} MiB, {f.largest_cores} cores", "")]
 
 
 def _dra_lines(view: TopView, colour: bool) -> list[str]:
@@ -357,13 +411,15 @@ def top_json(view: TopView) -> dict[str, Any]:
     return {
         "nodes": [
             {
-                "name": n.name,
+                "node": n.name,
                 "schedulable": n.schedulable,
+                "cordoned": n.cordoned,
                 "problems": dict(n.problems),
                 "cards": [card(c) for c in n.cards],
             }
             for n in view.nodes
         ],
+        "cpuNodesHidden": view.cpu_nodes_hidden,
         "fragmentation": {
             "index": round(view.fragmentation_index, 4),
             "models": [

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from hami.scheduling.cycle import Decision, decide, reserve
+from hami.scheduling.decide import Decision, decide, reserve
 from hami.scheduling.request import PodRequest
 from hami.scheduling.state import ClusterState, PodRecord
 

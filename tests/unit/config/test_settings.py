@@ -109,42 +109,43 @@ def test_unprefixed_variables_are_ignored(monkeypatch: pytest.MonkeyPatch) -> No
     [
         pytest.param(
             {"node_scheduler_policy": "pack"},
-            "node_scheduler_policy: must be one of 'binpack' or 'spread' (got 'pack')",
+            "--node-scheduler-policy: must be one of 'binpack' or 'spread'; did you mean binpack? (got 'pack')",
             id="unknown-node-policy",
         ),
         pytest.param(
             {"gpu_scheduler_policy": "numa,tight"},
-            "gpu_scheduler_policy: unknown policy 'tight'; use binpack, mutex, numa, spread, topology-aware "
+            "--gpu-scheduler-policy: unknown policy 'tight'; use binpack, mutex, numa, spread, topology-aware "
             "(got 'numa,tight')",
             id="unknown-gpu-policy-token",
         ),
         pytest.param(
             {"gpu_scheduler_policy": "spread,"},
-            "gpu_scheduler_policy: unknown policy ''; use binpack, mutex, numa, spread, topology-aware (got 'spread,')",
+            "--gpu-scheduler-policy: unknown policy ''; use binpack, mutex, numa, spread, topology-aware "
+            "(got 'spread,')",
             id="empty-chain-token",
         ),
         pytest.param(
             {"node_lock_timeout": "5 minutes"},
-            "node_lock_timeout: has an invalid part '5 minutes': expected a number and a unit (ns, us, ms, s, m, h)",
+            "--node-lock-timeout: has an invalid part '5 minutes': expected a number and a unit (ns, us, ms, s, m, h)",
             id="not-a-duration",
         ),
-        pytest.param({"node_lock_timeout": 0}, "node_lock_timeout: must be > 0 (got 0)", id="zero-lock-timeout"),
+        pytest.param({"node_lock_timeout": 0}, "--node-lock-timeout: must be > 0 (got 0)", id="zero-lock-timeout"),
         pytest.param(
             {"node_lock_retry_timeout": "-1s"},
-            "node_lock_retry_timeout: must be >= 0 (got -1.0)",
+            "--node-lock-retry-timeout: must be >= 0 (got -1.0)",
             id="negative-retry",
         ),
-        pytest.param({"kube_qps": 0}, "kube_qps: must be > 0 (got 0)", id="zero-qps"),
+        pytest.param({"kube_qps": 0}, "--kube-qps: must be > 0 (got 0)", id="zero-qps"),
         pytest.param(
             {"legacy_metrics": "true"},
-            "legacy_metrics: is not supported: hami exports HAMi's current metric names (hami_*) only, not the legacy "
-            "ones (GPUDeviceMemoryLimit, vGPUMemoryAllocated, …); leave it false (got 'true')",
+            "--legacy-metrics: is not supported: hami exports HAMi's current metric names (hami_*) only, not the "
+            "legacy ones (GPUDeviceMemoryLimit, vGPUMemoryAllocated, …); leave it false (got 'true')",
             id="legacy-metrics-refused",
         ),
         pytest.param(
             {"disable_devices": "nvidia,nvdia"},
-            "disable_devices: unknown device family 'nvdia'; use nvidia, hygon, cambricon, ascend, iluvatar, metax, "
-            "mthreads, enflame, kunlun, awsneuron, amd, vastai, biren (got 'nvidia,nvdia')",
+            "--disable-devices: unknown device family 'nvdia'; use nvidia, hygon, cambricon, ascend, iluvatar, metax, "
+            "mthreads, enflame, kunlun, awsneuron, amd, vastai, biren; did you mean nvidia? (got 'nvidia,nvdia')",
             id="unknown-family",
         ),
         pytest.param(
@@ -152,29 +153,29 @@ def test_unprefixed_variables_are_ignored(monkeypatch: pytest.MonkeyPatch) -> No
             "--disable-devices: names ascend, which --enable-ascend switches on: give one or the other (got 'ascend')",
             id="ascend-on-and-off",
         ),
-        pytest.param({"kube_burst": 0}, "kube_burst: must be >= 1 (got 0)", id="zero-burst"),
-        pytest.param({"scheduler_name": ""}, "scheduler_name: must not be empty", id="no-name"),
+        pytest.param({"kube_burst": 0}, "--kube-burst: must be >= 1 (got 0)", id="zero-burst"),
+        pytest.param({"scheduler_name": ""}, "--scheduler-name: must not be empty", id="no-name"),
         pytest.param(
             {"http_bind": "8080"},
-            "http_bind: must be host:port (for example 0.0.0.0:443, :9395 or [::]:80) (got '8080')",
+            "--http_bind: must be host:port (for example 0.0.0.0:443, :9395 or [::]:80) (got '8080')",
             id="bind-without-colon",
         ),
         pytest.param(
             {"metrics_bind_address": ":70000"},
-            "metrics_bind_address: must be host:port (for example 0.0.0.0:443, :9395 or [::]:80) (got ':70000')",
+            "--metrics-bind-address: must be host:port (for example 0.0.0.0:443, :9395 or [::]:80) (got ':70000')",
             id="port-out-of-range",
         ),
         pytest.param(
             {"node_label_selector": "gpu"},
-            "node_label_selector: expected key=value pairs separated by commas, not 'gpu'",
+            "--node-label-selector: expected key=value pairs separated by commas, not 'gpu'",
             id="selector-without-value",
         ),
         pytest.param(
             {"cert_file": "/tls/cert.pem"},
-            "key_file: cert_file and key_file must be given together",
+            "--key_file: --cert_file and --key_file must be given together",
             id="cert-without-key",
         ),
-        pytest.param({"leader_elect": "maybe"}, "leader_elect: must be true or false (got 'maybe')", id="bad-bool"),
+        pytest.param({"leader_elect": "maybe"}, "--leader-elect: must be true or false (got 'maybe')", id="bad-bool"),
         pytest.param({"node_lock_timout": "5m"}, "node_lock_timout: unknown setting (got '5m')", id="misspelt-setting"),
     ],
 )
@@ -188,7 +189,67 @@ def test_invalid_environment_variable_names_the_setting(monkeypatch: pytest.Monk
     monkeypatch.setenv("HAMI_NODELOCK_EXPIRE", "-5m")
     with pytest.raises(ConfigError) as caught:
         load_settings()
-    assert str(caught.value) == "node_lock_timeout: must be > 0 (got -300.0)"
+    assert str(caught.value) == "HAMI_NODELOCK_EXPIRE: must be > 0 (got -300.0)"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        (
+            "HAMI_NODE_LOCK_TIMEOUT",
+            "bogus",
+            "HAMI_NODE_LOCK_TIMEOUT: has an invalid part 'bogus': expected a number and a unit (ns, us, ms, s, m, h)",
+        ),
+        (
+            "HAMI_NODE_SCHEDULER_POLICY",
+            "spred",
+            "HAMI_NODE_SCHEDULER_POLICY: must be one of 'binpack' or 'spread'; did you mean spread? (got 'spred')",
+        ),
+        ("HAMI_KUBE_QPS", "fast", "HAMI_KUBE_QPS: must be a number (got 'fast')"),
+        ("hami_debug", "maybe", "HAMI_DEBUG: must be true or false (got 'maybe')"),
+    ],
+)
+def test_an_invalid_environment_value_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, message: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert str(caught.value) == message
+
+
+def test_the_command_line_wins_and_is_the_name_in_the_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HAMI_NODE_SCHEDULER_POLICY", "spread")
+    with pytest.raises(ConfigError, match=r"^--node-scheduler-policy: .*did you mean spread\? \(got 'spred'\)$"):
+        load_settings({"node_scheduler_policy": "spred"})
+
+
+def test_every_setting_has_one_flag_and_its_variables() -> None:
+    from hami.config.settings import env_names, flag_name
+
+    assert flag_name("node_lock_timeout") == "--node-lock-timeout"
+    assert (flag_name("http_bind"), flag_name("cert_file"), flag_name("key_file")) == (
+        "--http_bind",
+        "--cert_file",
+        "--key_file",
+    )
+    assert env_names("node_lock_timeout") == ("HAMI_NODE_LOCK_TIMEOUT", "HAMI_NODELOCK_EXPIRE")
+    assert env_names("kube_qps") == ("HAMI_KUBE_QPS",)
+
+
+def test_the_scheduler_command_s_flags_are_the_settings_flags() -> None:
+    """The one mapping (``flag_name``) is the command line's: every setting's flag is an option of
+    ``hami scheduler`` (so an error naming it names something a user can type)."""
+    import typer
+
+    from hami.cli import app
+
+    scheduler = typer.main.get_command(app).commands["scheduler"]  # type: ignore[attr-defined]
+    options = {opt for param in scheduler.params for opt in param.opts}
+    from hami.config.settings import flag_name
+
+    for setting in SchedulerSettings.model_fields:
+        assert flag_name(setting) in options, setting
 
 
 # --- Go durations ---------------------------------------------------------------------------------

@@ -5,10 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from hami.deviceplugin.allocate import AllocationError, Allocator, Failure, take_slots, vendor_work_left
+from hami.deviceplugin.allocate import Allocator, take_slots, vendor_work_left
 from hami.deviceplugin.response import HostFiles
 from hami.deviceplugin.settings import NodeSettings
-from hami.errors import ApiError
+from hami.errors import AllocationError, ApiError
+from hami.errors import AllocationFailure as Failure
 from hami.k8s.memory import MemoryCluster
 from hami.k8s.nodelock import NodeLocker
 from hami.protocol import keys

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from hami.deviceplugin.discovery import DiscoveryError, GpuSource, Links, discover, numa_node, sysfs_bus_id
+from hami.deviceplugin.discovery import GpuSource, Links, discover, numa_node, sysfs_bus_id
 from hami.deviceplugin.nvml import TopologyLevel
+from hami.errors import DiscoveryError
 
 from .conftest import fake_lib
 

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from hami.deviceplugin.allocate import AllocationError, Allocator
+from hami.deviceplugin.allocate import Allocator
 from hami.deviceplugin.discovery import GpuInfo, GpuSource, discover
 from hami.deviceplugin.fakenvml import FakeNvmlLib
 from hami.deviceplugin.mig import MigInstances, holders, unheld
-from hami.deviceplugin.nvml import MigInstance, NvmlError
+from hami.deviceplugin.nvml import MigInstance
 from hami.deviceplugin.response import HostFiles
 from hami.deviceplugin.settings import NodeSettings
-from hami.errors import ApiError
+from hami.errors import AllocationError, ApiError, NvmlError
 from hami.k8s.memory import MemoryCluster
 from hami.k8s.nodelock import NodeLocker
 from hami.protocol import keys

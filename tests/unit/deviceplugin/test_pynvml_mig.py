@@ -15,7 +15,8 @@ from typing import Any
 import pynvml
 import pytest
 
-from hami.deviceplugin.nvml import MigInstance, NvmlError, PynvmlLib
+from hami.deviceplugin.nvml import MigInstance, PynvmlLib
+from hami.errors import NvmlError
 
 DEVICE = "device-0"
 # GPU-instance profile index -> (profile id, name, slices, instances, MiB, placements)

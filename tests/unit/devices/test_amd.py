@@ -22,7 +22,7 @@ from hami.protocol.inventory import DeviceInfo
 from hami.protocol.objects import Container, Node, Pod
 from hami.protocol.reasons import Reason
 from hami.scheduling.admission import Admission, AdmissionSettings, admitters_for
-from hami.scheduling.cycle import decide
+from hami.scheduling.decide import decide
 from hami.scheduling.records import record_from_pod
 from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState
@@ -359,10 +359,41 @@ def test_the_percentage_is_converted_on_each_card_it_is_tried_on(amd: AmdVendor)
     ]
 
 
-def test_type_filters_match_whole_words(amd: AmdVendor) -> None:
-    sel = amd.selector({"amd.com/use-gputype": "mi300x"})
-    assert sel.type_ok(healthy("a")) is True
-    assert sel.type_ok(healthy("b", type="AMD Instinct MI300")) is False  # HAMi's substring match would say yes
+@pytest.mark.parametrize(
+    ("annotations", "card_type", "fits"),
+    [
+        # HAMi's TestCheckAMDType, case for case: case-insensitive substrings, blank members match nothing
+        ({}, "MI300X", True),
+        ({"amd.com/use-gputype": "MI300"}, "MI300X", True),
+        ({"amd.com/use-gputype": "MI250"}, "MI300X", False),
+        ({"amd.com/nouse-gputype": "MI300"}, "MI300X", False),
+        ({"amd.com/nouse-gputype": "MI250"}, "MI300X", True),
+        ({"amd.com/nouse-gputype": ""}, "MI300X", True),
+        ({"amd.com/use-gputype": ""}, "MI300X", True),
+        ({"amd.com/nouse-gputype": "   "}, "MI300X", True),
+        ({"amd.com/use-gputype": "   "}, "MI300X", True),
+        ({"amd.com/nouse-gputype": "MI250,"}, "MI300X", True),
+        ({"amd.com/nouse-gputype": ",MI250"}, "MI300X", True),
+        ({"amd.com/nouse-gputype": " MI250 , "}, "MI250X", False),
+        ({"amd.com/nouse-gputype": ", "}, "MI300X", True),
+        ({"amd.com/use-gputype": "MI300,"}, "MI250X", False),
+        ({"amd.com/use-gputype": ", "}, "MI300X", False),
+        # the case the issue names: a model's name selects its X variant, in any case
+        ({"amd.com/use-gputype": "MI250"}, "AMD-MI250X", True),
+        ({"amd.com/use-gputype": "mi300x"}, "AMD Instinct MI300", False),
+    ],
+)
+def test_type_filters_match_substrings_as_hami_does(
+    amd: AmdVendor, annotations: dict[str, str], card_type: str, fits: bool
+) -> None:
+    assert amd.selector(annotations).type_ok(healthy("a", type=card_type)) is fits
+
+
+def test_a_use_gputype_naming_the_model_places_the_pod_on_its_x_variant(amd: AmdVendor) -> None:
+    sel = amd.selector({"amd.com/use-gputype": "MI250"})
+    outcome = amd.fit(table(healthy("a", type="AMD-MI250X")), request(), ctx(), sel)
+    assert isinstance(outcome, Fitted), outcome
+    assert outcome.placements[0].device.type == "AMD-MI250X"
 
 
 # --- the whole decision: annotations byte for byte ---------------------------------------------------------------

@@ -44,7 +44,7 @@ from hami.protocol.inventory import DeviceInfo
 from hami.protocol.objects import Container, Node, ObjectMeta, Pod, QuantityValue, ResourceQuota, ResourceQuotaSpec
 from hami.protocol.reasons import Reason
 from hami.scheduling.admission import Admission, AdmissionSettings, admitters_for
-from hami.scheduling.cycle import decide
+from hami.scheduling.decide import decide
 from hami.scheduling.quota import QuotaBook
 from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from hami.devices.base import ContainerRequest, Fitted, Placement, QuotaCheck, Selector, Slice, Unfit
-from hami.devices.common import EXHAUSTIVE_SUBSETS, best_combination, device_scores, fit_shared, worst_single
+from hami.devices.common import EXHAUSTIVE_SUBSETS, best_combination, fit_shared, worst_single
 from hami.devices.nvidia.mig import MigPartitions
+from hami.devices.scoring import device_scores
 from hami.devices.table import DeviceTable
 from hami.protocol.allocation import ContainerDevice
 from hami.protocol.inventory import DeviceInfo, MigPlacement

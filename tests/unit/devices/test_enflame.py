@@ -38,7 +38,7 @@ from hami.protocol import keys
 from hami.protocol.objects import Container, Node
 from hami.protocol.reasons import Reason
 from hami.scheduling.admission import Admission, AdmissionSettings, admitters_for
-from hami.scheduling.cycle import decide, reserve
+from hami.scheduling.decide import decide, reserve
 from hami.scheduling.records import record_from_pod
 from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState

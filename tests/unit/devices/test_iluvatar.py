@@ -17,7 +17,7 @@ from hami.errors import AnnotationError, ConfigError, QuantityError
 from hami.protocol.objects import Container, Node, Pod, ResourceQuota
 from hami.protocol.reasons import Reason
 from hami.scheduling.admission import Admission, AdmissionSettings, admitters_for
-from hami.scheduling.cycle import Decision, decide, reserve
+from hami.scheduling.decide import Decision, decide, reserve
 from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState
 from tests.unit.scheduling.builders import ctx, gpu, table

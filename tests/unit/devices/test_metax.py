@@ -25,7 +25,7 @@ from hami.protocol.inventory import DeviceInfo
 from hami.protocol.objects import Container, Node, Pod, ResourceQuota
 from hami.protocol.reasons import Reason
 from hami.scheduling.admission import Admission, AdmissionSettings, admitters_for
-from hami.scheduling.cycle import Decision, decide, reserve
+from hami.scheduling.decide import Decision, decide, reserve
 from hami.scheduling.records import record_from_pod
 from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState
@@ -196,17 +196,25 @@ def test_a_pod_gets_whole_cards_and_hamis_annotations() -> None:
     }
 
 
-def test_every_container_of_a_pod_must_use_the_same_card() -> None:
-    # HAMi v2.10: a second container is refused the other cards (CardNotFoundCustomFilterRule); the first card is
-    # taken (one slot), so such a pod never fits — as in the reference.
+def test_a_pod_s_containers_spread_over_cards_of_their_own() -> None:
+    # As HAMi now does (Test_Fit_MultiContainerPodSpreadsOverCards): v2.10 refused the second container every
+    # other card (CardNotFoundCustomFilterRule) while its first card, one slot, was taken, so such a pod never fit.
     state = ClusterState(_vendors())
     state.upsert_node(_node("n1", {GPU_COUNT: "3"}))
     decision = _decide(state, _pod([{GPU_COUNT: 1}, {GPU_COUNT: 1}]), ["n1"])
+    assert decision.node == "n1"
+    per_container = decision.annotations["hami.io/metax-gpu-devices-allocated"].rstrip(";").split(";")
+    cards = [entry.split(",")[0] for entry in per_container]
+    assert len(cards) == 2
+    assert len(set(cards)) == 2, cards
+
+
+def test_a_second_container_with_no_idle_card_left_is_refused() -> None:
+    state = ClusterState(_vendors())
+    state.upsert_node(_node("n1", {GPU_COUNT: "1"}))
+    decision = _decide(state, _pod([{GPU_COUNT: 1}, {GPU_COUNT: 1}]), ["n1"])
     assert decision.node is None
-    assert dict(decision.rejected["n1"].counts) == {
-        Reason.CARD_TIME_SLICING_EXHAUSTED: 1,
-        Reason.CARD_NOT_FOUND_CUSTOM_FILTER_RULE: 2,
-    }
+    assert dict(decision.rejected["n1"].counts) == {Reason.CARD_TIME_SLICING_EXHAUSTED: 1}
 
 
 def test_an_init_container_and_an_app_container_share_their_card() -> None:

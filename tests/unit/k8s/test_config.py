@@ -108,7 +108,7 @@ def test_insecure_skip_tls_verify_turns_verification_off(tmp_path: Path) -> None
         ({"user": {"client-certificate-data": b64(b"x")}}, "users[u1].user.client-key", "needs both"),
         ({"user": {"exec": {"command": "aws"}}}, "users[u1].user.exec.apiVersion", "must be one of"),
         ({"user": {"auth-provider": {"name": "gcp"}}}, "users[u1].user.auth-provider.name", "gke-gcloud-auth-plugin"),
-        ({"user": {"token": 5}}, "users[0].user.token", "Expected `str | null`, got `int`"),
+        ({"user": {"token": 5}}, "users[0].user.token", "expected a string or null, got an integer"),
     ],
     ids=[
         "no-current-context",

@@ -13,7 +13,7 @@ from hami.k8s.records import ObjectRef
 from hami.protocol.events import EventReason, EventType
 from hami.protocol.keys import NODE_LOCK
 from hami.protocol.objects import Node, ObjectMeta, Pod
-from hami.scheduling.cycle import ClusterPort
+from hami.scheduling.ports import ClusterPort
 from tests.unit.k8s.conftest import NOW
 
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from hami.errors import RegionError
 from hami.monitor import region as layout
-from hami.monitor.region import RegionError, read_region, write_int32
+from hami.monitor.region import read_region, write_int32
 from tests.unit.monitor.regionfile import Proc, ProcSlot, SharedRegion, build_region, read_back
 
 GPU0 = "GPU-0a1b2c3d-0000-1111-2222-333344445555"

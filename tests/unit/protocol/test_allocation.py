@@ -253,7 +253,7 @@ FULL = '"gpuUUID":"GPU-a","profile":"1g.5gb","placement":{"start":6,"size":1}'
         ),
         pytest.param(
             "[" + _entry(FULL + ',"gpuInstanceID":-1') + "]",
-            "invalid JSON value: Expected `int` >= 0 - at `$[0].gpuInstanceID`",
+            "invalid JSON value at [0].gpuInstanceID: expected an integer >= 0",
             0,
             id="negative-instance-id",
         ),

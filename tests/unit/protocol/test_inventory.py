@@ -125,21 +125,21 @@ def test_trailing_newline_and_unknown_keys_are_tolerated() -> None:
         pytest.param('[{"id":"a"},]', "invalid JSON: trailing comma in array", 12, id="syntax-error-char-offset"),
         pytest.param('[{"id":"é"},x]', "invalid JSON: invalid character", 12, id="offset-counts-characters-not-bytes"),
         pytest.param("[]x", "invalid JSON: trailing characters", 3, id="trailing-garbage"),
-        pytest.param('{"id":"a"}', "invalid JSON value: Expected `array | null`, got `object`", None, id="not-array"),
+        pytest.param('{"id":"a"}', "invalid JSON value: expected a list or null, got an object", None, id="not-array"),
         pytest.param(
             '[{"id":"a"},{"count":"10"}]',
-            "invalid JSON value: Expected `int`, got `str` - at `$[1].count`",
+            "invalid JSON value at [1].count: expected an integer, got a string",
             1,
             id="wrong-type-names-item-and-field",
         ),
         pytest.param(
             '[{"devmem":2147483648}]',
-            "invalid JSON value: Expected `int` <= 2147483647 - at `$[0].devmem`",
+            "invalid JSON value at [0].devmem: expected an integer <= 2147483647",
             0,
             id="devmem-beyond-int32",
         ),
         pytest.param(
-            '[{"index":-1}]', "invalid JSON value: Expected `int` >= 0 - at `$[0].index`", 0, id="negative-uint-index"
+            '[{"index":-1}]', "invalid JSON value at [0].index: expected an integer >= 0", 0, id="negative-uint-index"
         ),
         pytest.param(
             '[{"id":"a"},{"index":18446744073709551616}]',
@@ -148,11 +148,11 @@ def test_trailing_newline_and_unknown_keys_are_tolerated() -> None:
             id="index-beyond-uint64",
         ),
         pytest.param(
-            '[{"count":1.0}]', "invalid JSON value: Expected `int`, got `float` - at `$[0].count`", 0, id="float"
+            '[{"count":1.0}]', "invalid JSON value at [0].count: expected an integer, got a number", 0, id="float"
         ),
         pytest.param(
             '[{"health":null}]',
-            "invalid JSON value: Expected `bool`, got `null` - at `$[0].health`",
+            "invalid JSON value at [0].health: expected true or false, got null",
             0,
             id="null-field",
         ),

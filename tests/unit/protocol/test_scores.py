@@ -44,12 +44,15 @@ def test_table_looks_up_scores_and_first_entry_wins() -> None:
         pytest.param("[{", "invalid JSON: Input data was truncated", None, id="truncated"),
         pytest.param(
             '[{"uuid":"a","score":{"b":"50"}}]',
-            "invalid JSON value: Expected `int`, got `str` - at `$[0].score[...]`",
+            "invalid JSON value at [0].score[...]: expected an integer, got a string",
             0,
             id="score-not-a-number",
         ),
         pytest.param(
-            '[{"uuid":"a"},{"uuid":1}]', "invalid JSON value: Expected `str`, got `int` - at `$[1].uuid`", 1, id="uuid"
+            '[{"uuid":"a"},{"uuid":1}]',
+            "invalid JSON value at [1].uuid: expected a string, got an integer",
+            1,
+            id="uuid",
         ),
     ],
 )

@@ -9,8 +9,9 @@ from hami.protocol import keys
 from hami.protocol.allocation import ContainerDevice, MigAllocation
 from hami.protocol.inventory import MigPlacement
 from hami.protocol.reasons import Reason, Rejection
-from hami.scheduling.cycle import Decision, Verdicts, decide, reserve, select, unreserve
+from hami.scheduling.decide import Decision, decide, reserve, select, unreserve
 from hami.scheduling.filter import NodeRejection
+from hami.scheduling.memo import Verdicts
 from hami.scheduling.state import ClusterState
 from hami.scheduling.usage import Kind
 from tests.unit.scheduling.builders import (

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from hami.devices.base import NodeInventory
 from hami.protocol.dra import ResourceClaim, ResourceSlice
 from hami.protocol.inventory import DeviceInfo
-from hami.scheduling.cycle import decide, reserve, unreserve
+from hami.scheduling.decide import decide, reserve, unreserve
 from hami.scheduling.dra import DraLedger, held_by_card
 from hami.scheduling.state import ClusterState
 from tests.unit.scheduling.builders import NVIDIA, gpu, pod_request, req, vendors

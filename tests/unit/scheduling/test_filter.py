@@ -7,7 +7,7 @@ import pytest
 from hami.devices.base import NodeInventory, Placement
 from hami.protocol.allocation import ContainerDevice
 from hami.protocol.reasons import Reason, Rejection
-from hami.scheduling.cycle import score
+from hami.scheduling.decide import score
 from hami.scheduling.filter import NodeFit, NodeRejection, filter_node
 from hami.scheduling.state import ClusterState
 from hami.scheduling.usage import Kind

@@ -39,7 +39,7 @@ from hami.protocol.inventory import DeviceInfo
 from hami.protocol.objects import Container, Node
 from hami.protocol.reasons import Reason
 from hami.scheduling.admission import admitters_for
-from hami.scheduling.cycle import decide, reserve
+from hami.scheduling.decide import decide, reserve
 from hami.scheduling.records import record_from_pod
 from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState

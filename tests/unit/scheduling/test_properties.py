@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from hami.devices.base import MEM_PERCENTAGE_UNSET, ContainerRequest, NodeInventory
 from hami.devices.nvidia.mig import overlaps
 from hami.protocol.inventory import DeviceInfo
-from hami.scheduling.cycle import Decision, decide, reserve, unreserve
+from hami.scheduling.decide import Decision, decide, reserve, unreserve
 from hami.scheduling.request import PodRequest
 from hami.scheduling.state import ClusterState
 from hami.scheduling.usage import Kind

@@ -9,7 +9,7 @@ import pytest
 from hami.protocol import keys
 from hami.protocol.allocation import ContainerDevice
 from hami.protocol.inventory import MigPlacement
-from hami.scheduling.cycle import decide, reserve
+from hami.scheduling.decide import decide, reserve
 from hami.scheduling.records import holds_devices, init_containers_done, is_terminal, record_from_pod
 from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.usage import Charge

@@ -22,14 +22,16 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from hami.devices.base import MEM_PERCENTAGE_UNSET, ContainerRequest, FitContext, NodeInventory, Selector, Unfit
-from hami.devices.common import SharedDeviceVendor, shared_screener
+from hami.devices.common import SharedDeviceVendor
 from hami.devices.policy import parse_gpu_policy
+from hami.devices.screening import shared_screener
 from hami.devices.table import DeviceTable
 from hami.protocol import keys
 from hami.protocol.inventory import DeviceInfo
 from hami.protocol.reasons import Reason, Rejection
-from hami.scheduling.cycle import Verdicts, decide, filter_nodes, reserve
+from hami.scheduling.decide import decide, filter_nodes, reserve
 from hami.scheduling.filter import filter_node
+from hami.scheduling.memo import Verdicts
 from hami.scheduling.request import PodRequest
 from hami.scheduling.screen import Screen, screened
 from hami.scheduling.state import ClusterState

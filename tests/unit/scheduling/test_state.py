@@ -14,7 +14,7 @@ from hami.protocol.allocation import ContainerDevice, MigAllocation
 from hami.protocol.inventory import DeviceInfo, MigPlacement
 from hami.protocol.objects import Node
 from hami.protocol.reasons import Reason
-from hami.scheduling.cycle import decide
+from hami.scheduling.decide import decide
 from hami.scheduling.state import ClusterState, NodeState, PodRecord, parse_cordon
 from hami.scheduling.usage import Kind, effective_charges
 from tests.unit.scheduling.builders import (

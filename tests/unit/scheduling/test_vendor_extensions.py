@@ -22,7 +22,8 @@ from hami.protocol import keys
 from hami.protocol.nodelock import NodeLock, decode_node_lock, encode_node_lock
 from hami.protocol.objects import Container, Node, ObjectMeta, Pod, PodSpec, QuantityValue, ResourceRequirements
 from hami.scheduling.admission import Admission, AdmissionSettings, admitters_for
-from hami.scheduling.cycle import Bound, decide
+from hami.scheduling.decide import decide
+from hami.scheduling.outcomes import Bound
 from hami.scheduling.records import record_from_pod
 from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState

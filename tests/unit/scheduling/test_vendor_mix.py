@@ -25,7 +25,8 @@ from hami.errors import InvalidInput
 from hami.protocol.inventory import DeviceInfo
 from hami.protocol.objects import Node, Pod
 from hami.scheduling.admission import Admission, AdmissionSettings, admitters_for
-from hami.scheduling.cycle import Verdicts, decide, reserve
+from hami.scheduling.decide import decide, reserve
+from hami.scheduling.memo import Verdicts
 from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState
 from hami.simulate.admit import Admitted, admit_pod

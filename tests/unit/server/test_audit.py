@@ -32,7 +32,7 @@ def audit_of(world: World, lister: PodLister | None = None, ready: Callable[[], 
         extender.vendors,
         lister or world.cluster,
         world.metrics,
-        lambda: extender.pending,
+        lambda: extender.cycle.pending,
         ready,
         page_size=2,
     )
@@ -134,7 +134,7 @@ async def test_a_pending_reservation_is_never_reported_nor_repaired() -> None:
     assert await audit.run() == []
     assert await audit.run() == []
 
-    assert "uid-p" in world.extender.pending
+    assert "uid-p" in world.extender.cycle.pending
     assert world.usage() == {f"GPU-{NODE}-0": (1, 3000, 30)}, "the reservation holds"
     assert [drift_gauge(world, kind) for kind in DriftKind] == [0, 0, 0]
     backing.gate.set()
@@ -147,7 +147,7 @@ async def test_a_pending_reservation_is_never_reported_nor_repaired() -> None:
 async def test_a_pod_listed_before_the_watch_delivered_it_is_not_reported(node_world: World) -> None:
     world = node_world
     await place(world, "a", deliver=False)
-    world.extender.pending.clear()  # as if placed by another scheduler: only the watch will tell the ledger
+    world.extender.cycle.pending.clear()  # as if placed by another scheduler: only the watch will tell the ledger
     world.state.remove_pod("uid-a")
     audit = audit_of(world)
 

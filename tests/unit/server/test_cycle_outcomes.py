@@ -6,14 +6,33 @@ The extender tests check what the edge makes of them (answers, events, metrics);
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from hami.errors import ApiError, TooManyRequests
 from hami.k8s.lockwaits import NodeLockWaits
 from hami.protocol import keys
 from hami.protocol.nodelock import NodeLock, decode_node_lock, encode_node_lock
 from hami.protocol.reasons import Reason
-from hami.scheduling.cycle import ApiFailure, Bound, Cleanup, Cleared, Filtered
+from hami.scheduling.outcomes import ApiFailure, Bound, Cleanup, Cleared, Filtered
+from hami.scheduling.ports import Unobserved
 from tests.unit.server.support import NOW_DT, NS, World, gpu_node, gpu_pod
+
+
+class Heard(Unobserved):
+    """An observer that hears what the test listens to."""
+
+    def __init__(
+        self,
+        cleanup: Callable[[Cleanup], None] = lambda cleanup: None,
+        lock_wait: Callable[[float, bool], None] = lambda seconds, timed_out: None,
+    ) -> None:
+        self.cleanup, self.lock_wait = cleanup, lock_wait
+
+    def cleanup_retried(self, cleanup: Cleanup) -> None:
+        self.cleanup(cleanup)
+
+    def lock_waited(self, seconds: float, timed_out: bool) -> None:
+        self.lock_wait(seconds, timed_out)
 
 
 def two_nodes(world: World) -> None:
@@ -57,7 +76,7 @@ async def test_an_unschedulable_outcome_writes_nothing(world: World) -> None:
 
 
 async def test_a_failed_commit_is_an_outcome_with_the_failed_call(world: World) -> None:
-    world.extender.cycle.background_commit = False
+    world.extender.cycle.settings.background_commit = False
     two_nodes(world)
     pod = world.add_pod(gpu_pod("p1"))
     world.cluster.fail("patch_pod_metadata", ApiError("etcdserver: request timed out", 500))
@@ -105,7 +124,11 @@ async def test_a_failed_clean_up_is_retried_with_a_doubling_pause_and_each_retry
         pauses.append(seconds)
         await asyncio.sleep(0)
 
-    cycle.report_cleanup, cycle.sleep, cycle.cleanup_backoff = reported.append, pause, (1.0, 3.0)
+    cycle.observer, cycle.clocks.sleep, cycle.settings.cleanup_backoff = (
+        Heard(cleanup=reported.append),
+        pause,
+        (1.0, 3.0),
+    )
     world.cluster.fail("bind", THROTTLED)
     world.cluster.fail("patch_pod_metadata", THROTTLED, times=3)  # the bind's clean-up, then two retries
 
@@ -141,8 +164,8 @@ async def test_a_podgroup_members_lock_wait_counts_its_pauses(world: World) -> N
     async def pause(seconds: float) -> None:
         pauses.append(seconds)
 
-    cycle.sleep, cycle.stopwatch = pause, lambda: 0.0
-    cycle.lock_retry_timeout, cycle.lock_retry_interval = 1.0, 0.25
+    cycle.clocks.sleep, cycle.clocks.stopwatch = pause, lambda: 0.0
+    cycle.settings.lock_retry_timeout, cycle.settings.lock_retry_interval = 1.0, 0.25
 
     outcome = await cycle.bind(NS, "p1", "uid-p1", "n1")
 
@@ -177,8 +200,8 @@ async def test_a_bind_behind_another_hami_bind_waits_for_the_hand_over_and_is_wo
     await two_binds_on_one_node(world)
     waits, waited = NodeLockWaits(), []
     waits.seen("n1", world.cluster.nodes["n1"].metadata.annotations[keys.NODE_LOCK])
-    cycle.lock_waits, cycle.bind_lock_wait = waits, 20.0
-    cycle.report_lock_wait = lambda seconds, timed_out: waited.append(timed_out)
+    cycle.lock_waits, cycle.settings.bind_lock_wait = waits, 20.0
+    cycle.observer = Heard(lock_wait=lambda seconds, timed_out: waited.append(timed_out))
     calls_before = len(world.cluster.calls)
 
     bind = asyncio.create_task(cycle.bind(NS, "p2", "uid-p2", "n1"))
@@ -215,8 +238,8 @@ async def test_a_lock_wait_is_bounded_and_a_timeout_is_reported(world: World) ->
             raise AssertionError("no turn was given")
 
     waited: list[tuple[float, bool]] = []
-    cycle.lock_waits, cycle.bind_lock_wait, cycle.stopwatch = Never(), 3.0, lambda: now[0]
-    cycle.report_lock_wait = lambda seconds, timed_out: waited.append((seconds, timed_out))
+    cycle.lock_waits, cycle.settings.bind_lock_wait, cycle.clocks.stopwatch = Never(), 3.0, lambda: now[0]
+    cycle.observer = Heard(lock_wait=lambda seconds, timed_out: waited.append((seconds, timed_out)))
 
     outcome = await cycle.bind(NS, "p2", "uid-p2", "n1")
 
@@ -230,8 +253,8 @@ async def test_a_lock_wait_is_bounded_and_a_timeout_is_reported(world: World) ->
 
 async def test_the_edge_counts_lock_waits_and_their_timeouts(world: World) -> None:
     extender = world.extender
-    extender._lock_waited(0.5, False)
-    extender._lock_waited(20.0, True)
+    extender.lock_waited(0.5, False)
+    extender.lock_waited(20.0, True)
     assert world.metrics.lock_wait_timeouts._value.get() == 1
     samples = {s.name: s.value for m in world.metrics.registry.collect() for s in m.samples}
     assert samples["hami_bind_lock_wait_seconds_count"] == 2
@@ -257,8 +280,8 @@ async def test_a_lock_held_by_a_pod_hami_did_not_place_is_not_waited_for(world: 
             raise AssertionError("no turn was given")
 
     waited: list[bool] = []
-    cycle.lock_waits, cycle.bind_lock_wait = Unused(), 20.0
-    cycle.report_lock_wait = lambda seconds, timed_out: waited.append(timed_out)
+    cycle.lock_waits, cycle.settings.bind_lock_wait = Unused(), 20.0
+    cycle.observer = Heard(lock_wait=lambda seconds, timed_out: waited.append(timed_out))
 
     outcome = await cycle.bind(NS, "p2", "uid-p2", "n1")
 

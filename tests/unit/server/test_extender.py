@@ -139,7 +139,7 @@ async def test_filter_success_writes_hami_annotations_and_reserves(world: World)
     assert decode_pod_devices(allocation) == ((ContainerDevice("GPU-n1-0", "NVIDIA", 3000, 30),),)
     # Reserved before the write, so the next pod already sees it; pending until the watch brings it back.
     assert world.usage() == {"GPU-n1-0": (1, 3000, 30)}
-    assert world.extender.pending == {"uid-p1"}
+    assert world.extender.cycle.pending == {"uid-p1"}
     assert world.state.verify() == []
     assert await world.events() == [
         ("Normal", "FilteringSucceed", "find fit node(n1), 2 nodes not fit, 2 nodes fit(n2:0.00,n1:0.00)"),
@@ -181,7 +181,7 @@ async def test_filter_then_watch_event_clears_pending_without_double_counting(wo
 
     world.deliver(NS, "p1")  # the pod watch brings the annotated pod back
 
-    assert world.extender.pending == set()
+    assert world.extender.cycle.pending == set()
     assert world.usage() == {"GPU-n1-0": (1, 3000, 30)}
     assert world.state.verify() == []
 
@@ -364,7 +364,7 @@ async def test_failed_background_commit_rolls_back_and_fails_the_bind(world: Wor
     assert world.pod("p1").spec.node_name == ""
     assert world.usage() == before
     assert "uid-p1" not in world.state.pods
-    assert "uid-p1" not in world.extender.pending
+    assert "uid-p1" not in world.extender.cycle.pending
     assert world.state.verify() == []
     assert allocation_of(world.pod("p1")) == {}
     assert world.cluster.nodes["n1"].metadata.annotations.get(keys.NODE_LOCK) is None
@@ -604,7 +604,7 @@ async def test_a_throttled_clean_up_keeps_the_reservation_and_is_retried_until_i
     # A 429 storm: the bind fails, and so does the first removal of the allocation (and the next read of the pod).
     cluster_of_three(world)
     await filtered(world)
-    world.extender.cleanup_backoff = (0.01, 0.02)
+    world.extender.cycle.settings.cleanup_backoff = (0.01, 0.02)
     world.cluster.fail("bind", THROTTLED)
     world.cluster.fail("patch_pod_metadata", THROTTLED, times=2)
     world.cluster.fail("get_pod", THROTTLED, times=2)  # the bind's fresh read, then the first retry's read
@@ -615,12 +615,12 @@ async def test_a_throttled_clean_up_keeps_the_reservation_and_is_retried_until_i
     # the annotations are still on the pod, so the ledger still charges them: the two never disagree
     assert allocation_of(world.pod("p1"))[keys.VGPU_NODE] == "n1"
     assert set(world.state.pods) == {"uid-p1"}
-    assert set(world.extender.cleanups) == {"uid-p1"}
-    task = world.extender.cleanups["uid-p1"]
+    assert set(world.extender.cycle.cleanups) == {"uid-p1"}
+    task = world.extender.cycle.cleanups["uid-p1"]
     await asyncio.wait_for(task, 5)
     assert allocation_of(world.pod("p1")) == {}
     assert world.state.pods == {}
-    assert world.extender.cleanups == {}
+    assert world.extender.cycle.cleanups == {}
     assert lock_of(world, "n1") is None
     # the edge's share: the first failure is an API error (the pod could not be read back, so no removal was
     # tried unguarded: it went straight to the read-first retries), the landed retry a decision
@@ -655,7 +655,7 @@ async def test_a_bind_that_landed_before_a_reset_keeps_the_allocation_of_the_bou
     world = make_world(backing=_BoundThenReset())
     cluster_of_three(world)
     await filtered(world)
-    world.extender.cleanup_backoff = (0.01, 0.02)
+    world.extender.cycle.settings.cleanup_backoff = (0.01, 0.02)
     world.cluster.fail("get_pod", API_DOWN)  # the bind's read-back, while the API server is still down
     allocated = allocation_of(world.pod("p1"))
 
@@ -664,7 +664,7 @@ async def test_a_bind_that_landed_before_a_reset_keeps_the_allocation_of_the_bou
     assert "connection lost" in result.error  # kube-scheduler hears of a failure; the pod is bound all the same
     assert world.pod("p1").spec.node_name == "n1"
     assert allocation_of(world.pod("p1")) == allocated  # not removed blind, by UID alone, while it was unreadable
-    await asyncio.wait_for(world.extender.cleanups["uid-p1"], 5)
+    await asyncio.wait_for(world.extender.cycle.cleanups["uid-p1"], 5)
     stored = world.pod("p1")
     assert allocation_of(stored) == allocated  # nor later: the retry read the pod first and found it bound
     assert allocated[keys.VGPU_NODE] == "n1"
@@ -672,7 +672,7 @@ async def test_a_bind_that_landed_before_a_reset_keeps_the_allocation_of_the_bou
     assert set(world.state.pods) == {"uid-p1"}  # the ledger still charges what the bound pod uses
     assert world.usage() == usage_from_annotations([stored])
     assert lock_of(world, "n1") is None  # our own lock, released as on any failed bind
-    assert world.extender.cleanups == {}
+    assert world.extender.cycle.cleanups == {}
     assert world.metrics.registry.get_sample_value("hami_filter_decisions_total", {"result": "cleanup-retried"}) is None
     assert f"clean-up of {NS}/p1 not needed: bound meanwhile" in caplog.text
 
@@ -691,7 +691,7 @@ async def test_a_bind_lost_in_a_reset_is_cleaned_up_once_the_pod_can_be_read() -
     world = make_world(backing=_ResetBeforeBinding())
     cluster_of_three(world)
     await filtered(world)
-    world.extender.cleanup_backoff = (0.01, 0.02)
+    world.extender.cycle.settings.cleanup_backoff = (0.01, 0.02)
     world.cluster.fail("get_pod", API_DOWN, times=2)  # the bind's read-back and the first retry's read
 
     result = await world.extender.bind(BindingArgs("p1", NS, "uid-p1", "n1"))
@@ -699,7 +699,7 @@ async def test_a_bind_lost_in_a_reset_is_cleaned_up_once_the_pod_can_be_read() -
     assert "connection lost" in result.error
     assert allocation_of(world.pod("p1"))[keys.VGPU_NODE] == "n1"  # kept until the pod is known unbound
     assert set(world.state.pods) == {"uid-p1"}
-    await asyncio.wait_for(world.extender.cleanups["uid-p1"], 5)
+    await asyncio.wait_for(world.extender.cycle.cleanups["uid-p1"], 5)
     assert world.pod("p1").spec.node_name == ""
     assert allocation_of(world.pod("p1")) == {}
     assert world.state.pods == {}
@@ -809,7 +809,7 @@ async def test_an_allocation_write_that_landed_before_a_reset_is_never_forgotten
     else:  # unknown: the bind fails and the reservation stays until the pod's next event settles it
         assert "RemoteProtocolError" in result.error
         assert set(world.state.pods) == {"uid-p1"}
-        assert world.extender.pending == set()
+        assert world.extender.cycle.pending == set()
         world.deliver(NS, "p1")
         assert world.usage() == usage_from_annotations(world.cluster.pods.values())
     assert world.usage() == {"GPU-n1-0": (1, 3000, 30)}
@@ -832,17 +832,17 @@ async def test_a_failed_replacing_write_leaves_the_earlier_allocation_charged(wo
 async def test_filtering_the_pod_again_stops_its_clean_up(world: World) -> None:
     cluster_of_three(world)
     await filtered(world)
-    world.extender.cleanup_backoff = (30.0, 30.0)
+    world.extender.cycle.settings.cleanup_backoff = (30.0, 30.0)
     world.cluster.fail("bind", THROTTLED)
     world.cluster.fail("patch_pod_metadata", THROTTLED)
     assert (await world.extender.bind(BindingArgs("p1", NS, "uid-p1", "n1"))).error
-    task = world.extender.cleanups["uid-p1"]
+    task = world.extender.cycle.cleanups["uid-p1"]
 
     await world.filter(world.pod("p1"), ["n1"])
     await world.extender.settle_all()
 
     assert task.cancelled() or task.done()
-    assert world.extender.cleanups == {}
+    assert world.extender.cycle.cleanups == {}
     assert allocation_of(world.pod("p1"))[keys.VGPU_NODE] == "n1"  # the new allocation stays
     assert set(world.state.pods) == {"uid-p1"}
 
@@ -862,7 +862,7 @@ async def test_a_podgroup_member_waits_for_the_lock_of_a_fellow_member(world: Wo
     world.add_pod(gpu_pod("holder"))
     set_lock(world, "n1", encode_node_lock(NodeLock(NOW_DT, NS, "holder")))
     await filtered_gang_member(world, group)
-    world.extender.lock_retry_timeout, world.extender.lock_retry_interval = 5.0, 0.01
+    world.extender.cycle.settings.lock_retry_timeout, world.extender.cycle.settings.lock_retry_interval = 5.0, 0.01
 
     async def allocated() -> None:  # the holder's device plugin allocates and releases the lock
         await asyncio.sleep(0.05)
@@ -889,7 +889,7 @@ async def test_a_podgroup_member_gives_up_after_the_retry_timeout(world: World) 
     held = encode_node_lock(NodeLock(NOW_DT, NS, "holder"))
     set_lock(world, "n1", held)
     await filtered_gang_member(world, "gang")
-    world.extender.lock_retry_timeout, world.extender.lock_retry_interval = 0.05, 0.01
+    world.extender.cycle.settings.lock_retry_timeout, world.extender.cycle.settings.lock_retry_interval = 0.05, 0.01
 
     result = await world.extender.bind(BindingArgs("p1", NS, "uid-p1", "n1"))
 
@@ -1077,8 +1077,8 @@ async def test_a_forged_filter_for_a_running_pod_changes_nothing(world: World) -
     assert world.pod("web") == before
     assert world.usage() == {"GPU-n1-0": (1, 20000, 30)}
     assert world.state.verify() == []
-    assert world.extender.pending == set()
-    assert world.extender.commits == {}
+    assert world.extender.cycle.pending == set()
+    assert world.extender.cycle.commits == {}
     assert api_calls(world) == []
     assert world.metrics.registry.get_sample_value("hami_filter_decisions_total", {"result": "refused"}) == 1
 
@@ -1163,8 +1163,8 @@ async def test_a_stale_body_after_delete_and_recreate_reserves_and_writes_nothin
         "uid-web-0-new (deleted and re-created, or a stale or forged request)"
     )
     assert world.state.pods == {}
-    assert world.extender.pending == set()
-    assert world.extender.commits == {}
+    assert world.extender.cycle.pending == set()
+    assert world.extender.cycle.commits == {}
     assert world.pod("web-0").metadata.annotations == {}
     assert lock_of(world, "n1") is None
     assert api_calls(world) == []  # the watch answered both; nothing was read or written
@@ -1195,7 +1195,7 @@ async def test_when_the_watch_lags_the_uid_precondition_refuses_the_commit_and_r
     if bind_comes == "after-the-commit":
         for _ in range(3):
             await asyncio.sleep(0)
-        assert world.extender.commits == {}  # a commit for a pod that is gone is not kept for a bind
+        assert world.extender.cycle.commits == {}  # a commit for a pod that is gone is not kept for a bind
         assert world.state.pods == {}
     bind = await world.extender.bind(BindingArgs("web-0", NS, "uid-web-0", "n1"))
 
@@ -1213,8 +1213,8 @@ async def test_when_the_watch_lags_the_uid_precondition_refuses_the_commit_and_r
     assert bind.error == expected[bind_comes]
     assert world.state.pods == {}
     assert world.usage() == {}
-    assert world.extender.pending == set()
-    assert world.extender.commits == {}
+    assert world.extender.cycle.pending == set()
+    assert world.extender.cycle.commits == {}
     assert world.pod("web-0").metadata.annotations == {}
     assert world.pod("web-0").spec.node_name == ""
     assert lock_of(world, "n1") is None
@@ -1330,9 +1330,9 @@ async def test_pending_reservation_survives_an_older_pod_event_without_annotatio
     world.extender.on_pod(old)  # a watch event from before the annotation patch
 
     assert world.usage() == {"GPU-n1-0": (1, 3000, 30)}
-    assert world.extender.pending == {"uid-p1"}
+    assert world.extender.cycle.pending == {"uid-p1"}
     world.deliver(NS, "p1")
-    assert world.extender.pending == set()
+    assert world.extender.cycle.pending == set()
     assert world.usage() == {"GPU-n1-0": (1, 3000, 30)}
 
 
@@ -1398,7 +1398,7 @@ async def test_a_pod_deleted_between_filter_and_bind_leaves_no_commit_behind(wor
     world.cluster.delete_pod(NS, "p1")
     world.extender.on_pod(pod, deleted=True)
 
-    assert world.extender.commits == {}
+    assert world.extender.cycle.commits == {}
     assert world.state.pods == {}
 
 
@@ -1414,7 +1414,7 @@ async def test_pods_placed_before_a_restart_are_counted_from_their_annotations(w
 
     assert fresh.usage() == world.usage()
     assert fresh.state.verify() == []
-    assert fresh.extender.pending == set()
+    assert fresh.extender.cycle.pending == set()
 
 
 def test_pod_with_undecodable_allocation_is_kept_and_reported(world: World) -> None:
@@ -1456,3 +1456,21 @@ def test_deleted_node_forgets_its_devices_but_keeps_pod_records(world: World) ->
     world.add_node(gpu_node("n1"))  # the node comes back: its pods count again
 
     assert world.usage() == {"GPU-n1-0": (1, 3000, 30)}
+
+
+async def test_a_pods_priority_start_and_deletion_reach_its_record_without_recharging(world: World) -> None:
+    """What preemption reads of a placed pod follows the pod watch, also when its allocation did not change."""
+    cluster_of_three(world)
+    await world.filter(world.add_pod(gpu_pod("p1")), ["n1"])
+    placed = world.deliver(NS, "p1")
+    later = msgspec.structs.replace(
+        placed,
+        metadata=msgspec.structs.replace(placed.metadata, deletion_timestamp="2026-11-27T12:00:00Z"),
+        spec=msgspec.structs.replace(placed.spec, priority=7),
+        status=msgspec.structs.replace(placed.status, phase="Running", start_time="2026-11-27T10:00:00Z"),
+    )
+    world.extender.on_pod(later)
+    record = world.state.pods["uid-p1"]
+    assert (record.priority, record.started, record.terminating) == (7, "2026-11-27T10:00:00Z", True)
+    assert world.usage() == {"GPU-n1-0": (1, 3000, 30)}
+    assert world.state.verify() == []

@@ -15,8 +15,9 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
+from hami.errors import CannotListen
 from hami.server.command import scheduler_main
-from hami.server.listen import EXIT_CANNOT_LISTEN, CannotListen, guarded_h11, listen
+from hami.server.listen import EXIT_CANNOT_LISTEN, guarded_h11, listen
 
 KUBECONFIG = """apiVersion: v1
 kind: Config

@@ -115,3 +115,28 @@ async def test_fragmentation_gauges(world: World, scrape: Callable[[], Awaitable
     assert samples["hami_model_stranded_memory_bytes"] == [(model, 4000 * MIB)]
     assert samples["hami_model_free_cards"] == [(model, 1)]
     assert samples["hami_fragmentation_index"] == [({}, 4000 / 38000)]
+
+
+async def test_core_gauges_are_percent_of_the_device_s_cores_as_hami_exports_them(
+    world: World, scrape: Callable[[], Awaitable[Samples]]
+) -> None:
+    """A device counting cores in units of its own (AMD's compute units: 304 on an MI300X) is exported as the
+    share of them, ceil(used / total × 100), with a limit of 100, as HAMi's scheduler does."""
+    world.add_node(gpu_node("n1", gpus=1, mem=24000, cores=304))
+    await world.filter(world.add_pod(gpu_pod("p1", mem=3000, cores=30)), ["n1"])
+
+    samples = await scrape()
+
+    assert [value for _, value in samples["hami_gpu_core_limit_ratio"]] == [100]
+    assert [value for _, value in samples["hami_gpu_core_allocated_ratio"]] == [10]  # ceil(30 / 304 × 100)
+    assert [value for _, value in samples["hami_vgpu_core_allocated_ratio"]] == [10]
+    assert samples["hami_gpu_memory_allocated_bytes"][0][0]["device_cores"] == "304"  # the raw count stays a label
+
+
+def test_core_percent() -> None:
+    from hami.server.metrics import core_percent
+
+    assert core_percent(100, 30) == (100, 30)
+    assert core_percent(304, 152) == (100, 50)
+    assert core_percent(304, 1) == (100, 1)
+    assert core_percent(0, 0) == (0, 0)

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+import hami.server.leadership as leadership_module
 import hami.server.runtime as runtime_module
 from hami.config import SchedulerSettings, default_device_config
 from hami.devices.hygon import HYGON_KEYS
@@ -19,7 +20,8 @@ from hami.k8s.tasks import Supervisor
 from hami.protocol import keys
 from hami.protocol.nodelock import NodeLock, encode_node_lock
 from hami.protocol.objects import Node, ObjectMeta, Pod
-from hami.server.runtime import REGISTRATION_REFUSED, Runtime, api_client_settings, parse_bind
+from hami.server.nodes import REGISTRATION_REFUSED
+from hami.server.runtime import Runtime, api_client_settings, parse_bind
 from tests.unit.server.support import NOW_DT, NS, World, garbage_node, gpu_node, gpu_pod, make_world
 
 
@@ -33,16 +35,23 @@ class Wired:
         """Deliver a node (as stored in the cluster) to the runtime's node handler."""
         recorder = self.world.recorder
         cluster = self.world.cluster
-        self.runtime._on_node(self.world.extender, cluster, self.supervisor, recorder)(node, deleted)  # type: ignore[arg-type]
+        handlers = self.runtime.watch_handlers(
+            self.world.extender, cluster, self.world.locker, recorder, self.supervisor
+        )  # type: ignore[arg-type]
+        handlers[0](node, deleted)
 
     def pod_event(self, pod: Pod, deleted: bool = False) -> None:
-        self.runtime._on_pod(self.world.extender, self.world.locker, self.supervisor)(pod, deleted)
+        recorder, cluster = self.world.recorder, self.world.cluster
+        handlers = self.runtime.watch_handlers(
+            self.world.extender, cluster, self.world.locker, recorder, self.supervisor
+        )  # type: ignore[arg-type]
+        handlers[1](pod, deleted)
 
     async def settle(self) -> None:
         """Let the handlers' pending checks and background writes finish."""
-        while self.runtime._writes or self.runtime._left_behind:
-            if self.runtime._writes:
-                await asyncio.gather(*list(self.runtime._writes))
+        while self.supervisor.running or self.runtime.housekeeping.left_behind:
+            if self.supervisor.running:
+                await self.supervisor.drain()
             else:
                 await asyncio.sleep(0.01)
         await self.world.recorder.flush()
@@ -55,7 +64,7 @@ def make_runtime(**settings: object) -> Runtime:
         KubeConfig(server="https://127.0.0.1:6443", token="t0ken"),
         identity="sched-1",
     )
-    runtime.left_behind_grace = 0.0  # a lock the device plugin left behind is checked at once
+    runtime.housekeeping.left_behind_grace = 0.0  # a lock the device plugin left behind is checked at once
     return runtime
 
 
@@ -117,8 +126,8 @@ async def test_with_leader_election_only_the_leader_stamps_the_handshake(
     wired: Wired, holder: str, stamped: bool
 ) -> None:
     """Every replica sees the device plugin's ``Reported``: one ``Requesting_`` PATCH, not one per replica."""
-    wired.runtime.settings = wired.runtime.settings.model_copy(update={"leader_elect": True})
-    wired.runtime._on_lease(lease(holder, datetime.now(UTC)), False)
+    wired.runtime.leadership.elect = True  # --leader-elect
+    wired.runtime.leadership.on_lease(lease(holder, datetime.now(UTC)), False)
 
     wired.node_event(stored(wired, gpu_node("n1")))
     await wired.settle()
@@ -148,11 +157,11 @@ async def test_garbage_registration_is_reported_once_on_the_node_and_cleared_whe
             f"NVIDIA devices of node bad are not scheduled: registration refused: {problem}",
         )
     ]
-    assert wired.runtime.quarantined == {"bad": {"NVIDIA": problem}}
+    assert wired.runtime.nodes.quarantined == {"bad": {"NVIDIA": problem}}
 
     wired.node_event(stored(wired, gpu_node("bad")))  # the device plugin writes a good registration
 
-    assert wired.runtime.quarantined == {}
+    assert wired.runtime.nodes.quarantined == {}
     assert wired.runtime.state.nodes["bad"].problems == {}
 
 
@@ -168,15 +177,15 @@ async def test_with_leader_election_only_the_leader_writes_the_refused_registrat
     wired: Wired, caplog: pytest.LogCaptureFixture, holder: str, events: int
 ) -> None:
     """Every replica sees the same node: one event per problem, not one per replica; each replica still logs it."""
-    wired.runtime.settings = wired.runtime.settings.model_copy(update={"leader_elect": True})
-    wired.runtime._on_lease(lease(holder, datetime.now(UTC)), False)
+    wired.runtime.leadership.elect = True  # --leader-elect
+    wired.runtime.leadership.on_lease(lease(holder, datetime.now(UTC)), False)
 
     wired.node_event(stored(wired, garbage_node("bad")))
     await wired.settle()
 
     assert [e.reason for e in wired.world.cluster.events] == [REGISTRATION_REFUSED] * events
     assert any("node bad: NVIDIA registration refused" in r.getMessage() for r in caplog.records)
-    assert set(wired.runtime.quarantined) == {"bad"}
+    assert set(wired.runtime.nodes.quarantined) == {"bad"}
     assert wired.runtime.state.nodes["bad"].problems  # refused on every replica alike
 
 
@@ -244,10 +253,10 @@ async def test_lock_left_behind_by_the_device_plugin_is_released_when_the_holder
 
 async def test_the_device_plugins_own_release_within_the_grace_costs_no_api_request(wired: Wired) -> None:
     """The plugin writes the bind phase, then releases: hami waits for that release instead of racing it."""
-    wired.runtime.left_behind_grace = 0.05
+    wired.runtime.housekeeping.left_behind_grace = 0.05
     node = locked_node(wired, "holder")
     wired.pod_event(bound_pod(wired, "holder", "Pending", "success"))
-    assert wired.runtime._left_behind  # a check is pending, nothing written yet
+    assert wired.runtime.housekeeping.left_behind  # a check is pending, nothing written yet
     del node.metadata.annotations[keys.NODE_LOCK]  # the device plugin's release, seen by the node watch
     wired.node_event(stored(wired, node))
     calls = len(wired.world.cluster.calls)
@@ -260,7 +269,7 @@ async def test_the_device_plugins_own_release_within_the_grace_costs_no_api_requ
 
 async def test_a_pod_of_the_same_name_created_since_keeps_its_lock(wired: Wired) -> None:
     """The check reads the holder again: the lock now belongs to a new pod of that name, still being bound."""
-    wired.runtime.left_behind_grace = 0.05
+    wired.runtime.housekeeping.left_behind_grace = 0.05
     node = locked_node(wired, "holder")
     wired.pod_event(bound_pod(wired, "holder", "Pending", "success"))
     wired.world.cluster.delete_pod(NS, "holder")
@@ -308,24 +317,24 @@ def lease(holder: str, renewed: datetime, duration: int = 15) -> Lease:
 )
 def test_leadership_is_an_exact_host_match_on_a_live_lease(holder: str, age: int, leader: bool) -> None:
     runtime = make_runtime(leader_elect=True)
-    runtime._on_lease(lease(holder, datetime.now(UTC) - timedelta(seconds=age)), False)
+    runtime.leadership.on_lease(lease(holder, datetime.now(UTC) - timedelta(seconds=age)), False)
 
-    assert runtime.is_leader() is leader
+    assert runtime.leadership.is_leader() is leader
 
 
 def test_without_leader_election_every_replica_leads() -> None:
     runtime = make_runtime(leader_elect=False)
-    runtime._on_lease(lease("someone-else_1", datetime.now(UTC)), False)
+    runtime.leadership.on_lease(lease("someone-else_1", datetime.now(UTC)), False)
 
-    assert runtime.is_leader() is True
+    assert runtime.leadership.is_leader() is True
 
 
 def test_a_deleted_lease_ends_leadership() -> None:
     runtime = make_runtime(leader_elect=True)
-    runtime._on_lease(lease("sched-1_1", datetime.now(UTC)), False)
-    runtime._on_lease(Lease(), True)
+    runtime.leadership.on_lease(lease("sched-1_1", datetime.now(UTC)), False)
+    runtime.leadership.on_lease(Lease(), True)
 
-    assert runtime.is_leader() is False
+    assert runtime.leadership.is_leader() is False
 
 
 @pytest.mark.parametrize(
@@ -373,7 +382,7 @@ async def test_hostile_registration_is_reported_on_the_node_naming_node_device_f
     assert (event.involved.name, event.type, event.reason) == ("gpu-7", "Warning", REGISTRATION_REFUSED)
     assert event.message.startswith(f"{vendor} devices of node gpu-7 are not scheduled: registration refused: ")
     assert fragment in event.message
-    assert fragment in wired.runtime.quarantined["gpu-7"][vendor]
+    assert fragment in wired.runtime.nodes.quarantined["gpu-7"][vendor]
     assert any("gpu-7" in r.getMessage() and fragment in r.getMessage() for r in caplog.records)
     samples = wired.runtime.metrics.registry.get_sample_value("hami_quarantined_nodes", {"vendor": vendor})
     assert samples == 1
@@ -387,21 +396,21 @@ def test_kube_timeout_bounds_every_api_request(kube_timeout: float, expected: fl
 
 
 async def test_the_pod_of_this_replica_carries_its_role_and_follows_the_lease(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runtime_module, "ROLE_CHECK_SECONDS", 0.01)
+    monkeypatch.setattr(leadership_module, "ROLE_CHECK_SECONDS", 0.01)
     runtime = make_runtime(leader_elect=True)
     world = make_world()
     own = world.add_pod(gpu_pod("hami-scheduler-abc"))
     labels = lambda: world.cluster.pods[(NS, own.metadata.name)].metadata.labels.get(keys.SCHEDULER_ROLE_LABEL)  # noqa: E731
-    task = asyncio.create_task(runtime._label_role(world.cluster, NS, own.metadata.name))  # type: ignore[arg-type]
+    task = asyncio.create_task(runtime.leadership.label_role(world.cluster, runtime.metrics, NS, own.metadata.name))  # type: ignore[arg-type]
     try:
         await wait_for(lambda: labels() == "follower")
-        runtime._on_lease(lease("sched-1_4f9c", datetime.now(UTC)), False)  # our kube-scheduler won the Lease
+        runtime.leadership.on_lease(lease("sched-1_4f9c", datetime.now(UTC)), False)  # our kube-scheduler won the Lease
         await wait_for(lambda: labels() == "leader")
-        runtime._on_lease(lease("sched-1_4f9c", datetime.now(UTC) - timedelta(seconds=60)), False)  # expired
+        runtime.leadership.on_lease(lease("sched-1_4f9c", datetime.now(UTC) - timedelta(seconds=60)), False)  # expired
         await wait_for(lambda: labels() == "follower")
     finally:
         task.cancel()
-    assert runtime.role_written == "follower"
+    assert runtime.leadership.role_written == "follower"
 
 
 async def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:

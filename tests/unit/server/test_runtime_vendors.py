@@ -91,7 +91,7 @@ async def test_the_vendors_lock_of_a_finished_holder_is_released_and_hamis_of_an
     other = encode_node_lock(NodeLock(NOW_DT, NS, "other"))
     locked = toy_node("t1", 2, {LOCK: mine, keys.NODE_LOCK: other, HANDSHAKE: "Requesting_x"})
     toy_wired.node_event(toy_wired.world.cluster.put_node(locked))
-    assert toy_wired.runtime.locks == {"t1": {keys.NODE_LOCK: other, LOCK: mine}}
+    assert toy_wired.runtime.housekeeping.locks == {"t1": {keys.NODE_LOCK: other, LOCK: mine}}
 
     toy_wired.pod_event(finished_holder(toy_wired))
     await toy_wired.settle()
@@ -122,7 +122,7 @@ async def test_a_release_of_the_vendors_lock_wakes_only_its_waiters(toy_wired: W
     held = encode_node_lock(NodeLock(NOW_DT, NS, "holder"))
     node = toy_node("t1", 2, {LOCK: held, keys.NODE_LOCK: held, HANDSHAKE: "Requesting_x"})
     toy_wired.node_event(toy_wired.world.cluster.put_node(node))
-    waits = toy_wired.runtime.lock_waits
+    waits = toy_wired.runtime.housekeeping.lock_waits
     toy_waiter = asyncio.create_task(waits.wait("t1", f"{NS}/holder", 30, LOCK))
     hami_waiter = asyncio.create_task(waits.wait("t1", f"{NS}/holder", 30))
     await asyncio.sleep(0)
@@ -135,6 +135,6 @@ async def test_a_release_of_the_vendors_lock_wakes_only_its_waiters(toy_wired: W
     assert toy_waiter.done()
     assert toy_waiter.result() is True
     assert not hami_waiter.done()
-    assert toy_wired.runtime.locks == {"t1": {keys.NODE_LOCK: held}}
+    assert toy_wired.runtime.housekeeping.locks == {"t1": {keys.NODE_LOCK: held}}
     hami_waiter.cancel()
     waits.gone("t1")

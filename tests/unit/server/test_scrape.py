@@ -8,7 +8,7 @@ import asyncio
 from prometheus_client import CollectorRegistry, generate_latest
 
 from hami.devices.base import ContainerRequest, NodeInventory
-from hami.scheduling.cycle import decide, reserve
+from hami.scheduling.decide import decide, reserve
 from hami.scheduling.state import ClusterState
 from hami.server.metrics import Metrics, _StateCollector
 from hami.server.scrape import scrape, state_text

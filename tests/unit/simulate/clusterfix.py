@@ -98,8 +98,8 @@ def snapshot_text(*objects: dict[str, Any]) -> str:
     return json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)})
 
 
-def simulator(*objects: dict[str, Any]) -> Simulator:
-    sim = Simulator(default_device_config(), SchedulingDefaults())
+def simulator(*objects: dict[str, Any], gpu_policy: str = "spread", allow_warnings: bool = False) -> Simulator:
+    sim = Simulator(default_device_config(), SchedulingDefaults(gpu_policy=gpu_policy))
     sim.add_snapshot(load_snapshot([("snapshot.json", snapshot_text(*objects))]))
-    assert sim.warnings == []
+    assert allow_warnings or sim.warnings == []
     return sim

@@ -26,13 +26,14 @@ def test_json_output_is_exactly_one_document_and_warnings_go_to_stderr() -> None
     assert doc["utilization"] == [
         {
             "node": "healthy",
-            "device": "GPU-healthy-0",
+            "uuid": "GPU-healthy-0",
+            "index": 0,
             "vendor": "NVIDIA",
-            "type": "NVIDIA-Tesla T4",
+            "model": "NVIDIA-Tesla T4",
             "slots": {"used": 1, "total": 10},  # after the placement
-            "memory": {"used": 3000, "total": 15360},
+            "memoryMiB": {"used": 3000, "total": 15360},
             "cores": {"used": 30, "total": 100},
-            "health": True,
+            "health": "healthy",
             "cordoned": False,
             "unschedulable": False,
             "mig": None,
@@ -45,8 +46,9 @@ def test_json_output_is_exactly_one_document_and_warnings_go_to_stderr() -> None
         "decisions": [
             {
                 "pod": "default/web",
+                "status": "placed",
                 "node": "healthy",
-                "devices": [[{"uuid": "GPU-healthy-0", "type": "NVIDIA", "usedmem": 3000, "usedcores": 30}]],
+                "devices": [[{"uuid": "GPU-healthy-0", "vendor": "NVIDIA", "memoryMiB": 3000, "cores": 30}]],
                 "annotations": {
                     "hami.io/vgpu-devices-allocated": "GPU-healthy-0,NVIDIA,3000,30:;",
                     "hami.io/vgpu-devices-to-allocate": "GPU-healthy-0,NVIDIA,3000,30:;",
@@ -56,6 +58,7 @@ def test_json_output_is_exactly_one_document_and_warnings_go_to_stderr() -> None
                 "reasons": doc["decisions"][0]["reasons"],  # "broken": quarantined once the real codecs land
                 "message": doc["decisions"][0]["message"],
                 "admission": [{"op": "add", "path": "/spec/schedulerName", "value": "hami-scheduler"}],
+                "warnings": [],
             }
         ]
     }
@@ -86,7 +89,7 @@ def test_several_snapshots_and_pod_files_in_order_with_table_output() -> None:
         "default/web       alpha  GPU-alpha-0 (3000 MiB, 30%)",
         "default/east-1    -      pending (see below)",
         "default/east-2    -      pending (see below)",
-        "default/anywhere  beta   GPU-beta-0 (20000 MiB, 0%)",
+        "default/anywhere  beta   GPU-beta-0 (20000 MiB, unlimited cores)",
         "",
         "Per-device utilization after placement",
         "NODE        DEVICE       TYPE                SLOTS  MEMORY MiB   CORES   NOTE",

@@ -1,4 +1,5 @@
-"""``hami simulate --defrag``: the fewest moves that free whole cards, on fixtures whose optimum is known."""
+"""``hami simulate --defrag``: the fewest moves that free whole cards, on fixtures whose optimum is known; every
+move is the one the scheduler makes once the pod is deleted (so under ``spread`` few are possible)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ def test_one_move_frees_the_card_held_by_a_single_pod() -> None:
         pod("z1", 4000, on="a", cards=(2,)),
         pod("z2", 4000, on="a", cards=(2,)),
         pod("z3", 4000, on="a", cards=(2,)),
+        gpu_policy="binpack",
     )
     plan = plan_defrag(sim)
     assert [m.pod for m in plan.moves] == ["team/x1"]
@@ -49,6 +51,7 @@ def test_two_cards_freed_with_two_moves_across_nodes() -> None:
         pod("p", 8000, on="a"),
         pod("q", 6000, on="b", cards=(0,)),
         pod("r", 2000, on="b", cards=(1,)),
+        gpu_policy="binpack",
     )
     plan = plan_defrag(sim)
     assert len(plan.moves) == 2  # the optimum: every freed card costs at least one move
@@ -86,22 +89,85 @@ def test_text_json_and_cli(tmp_path: Path) -> None:
         pod("y1", 4000, on="a", cards=(1,)),
         pod("y2", 4000, on="a", cards=(1,)),
     ]
-    plan = plan_defrag(simulator(*objects))
-    assert render_defrag(plan).splitlines() == [
+    plan = plan_defrag(simulator(*objects, gpu_policy="binpack"))
+    assert render_defrag(plan).splitlines()[:5] == [
         "Defragmentation plan (dry run): 1 move(s) free 1 card(s); whole free cards 0 -> 1 of 2",
         "  1. move team/x1: a (GPU-a-0) -> a (GPU-a-1)",
+        "     kubectl delete pod -n team x1",
         "  frees a/GPU-a-0",
+        "",
     ]
+    assert "run the commands in order, one at a time" in render_defrag(plan)
     assert defrag_json(plan)["moves"] == [
-        {"pod": "team/x1", "from": {"node": "a", "devices": ["GPU-a-0"]}, "to": {"node": "a", "devices": ["GPU-a-1"]}}
+        {
+            "pod": "team/x1",
+            "from": {"node": "a", "devices": ["GPU-a-0"]},
+            "to": {"node": "a", "devices": ["GPU-a-1"]},
+            "command": "kubectl delete pod -n team x1",
+        }
     ]
     snap = tmp_path / "snap.json"
     snap.write_text(snapshot_text(*objects))
-    result = CliRunner().invoke(app, ["simulate", "--snapshot", str(snap), "--defrag", "-o", "json"])
+    args = ["simulate", "--snapshot", str(snap), "--defrag", "-o", "json", "--gpu-policy", "binpack"]
+    result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["freedCards"] == [{"node": "a", "uuid": "GPU-a-0"}]
     missing = CliRunner().invoke(app, ["simulate", "--defrag"])
     assert missing.exit_code == 2
+
+
+def test_under_spread_no_move_the_scheduler_would_not_make(tmp_path: Path) -> None:
+    # deleting x1 empties GPU-a-0, the emptiest card: spread puts the replacement right back there
+    objects = [
+        node("a", [(16000, 4)] * 2),
+        pod("x1", 4000, on="a", cards=(0,)),
+        pod("y1", 4000, on="a", cards=(1,)),
+        pod("y2", 4000, on="a", cards=(1,)),
+    ]
+    plan = plan_defrag(simulator(*objects))
+    assert plan.moves == ()
+    assert "the scheduler would put them back on it" in render_defrag(plan)
+    snap = tmp_path / "snap.json"
+    snap.write_text(snapshot_text(*objects))
+    result = CliRunner().invoke(app, ["simulate", "--snapshot", str(snap), "--defrag"])
+    assert result.exit_code == 0, result.output
+    assert "(dry run (node policy binpack, GPU policy spread))" not in result.stdout
+    assert result.stdout.startswith("Defragmentation plan (dry run, node policy binpack, GPU policy spread): 0 move")
+
+
+def test_defrag_refuses_pods_files(tmp_path: Path) -> None:
+    snap = tmp_path / "snap.json"
+    snap.write_text(snapshot_text(node("a", [(16000, 4)])))
+    pods = CliRunner().invoke(app, ["simulate", "--snapshot", str(snap), "--defrag", str(snap)])
+    assert pods.exit_code == 2
+    assert "places no PODS file" in pods.stderr
+
+
+def test_defrag_report_shows_before_after_and_the_commands(tmp_path: Path) -> None:
+    objects = [
+        node("a", [(16000, 4)] * 2),
+        pod("x1", 4000, on="a", cards=(0,)),
+        pod("y1", 4000, on="a", cards=(1,)),
+        pod("y2", 4000, on="a", cards=(1,)),
+    ]
+    snap = tmp_path / "snap.json"
+    snap.write_text(snapshot_text(*objects))
+    page = tmp_path / "d.html"
+    args = ["simulate", "-s", str(snap), "--defrag", "--gpu-policy", "binpack", "--report", str(page)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert f"report written to {page}" in result.stderr
+    html = page.read_text(encoding="utf-8")
+    assert html.count('class="plot heat"') == 2  # before and after
+    assert "<h2>Memory used per card, before</h2>" in html
+    assert "<td>kubectl delete pod -n team x1</td>" in html
+    assert "run the commands in order, one at a time" in html
+    assert result.stdout.startswith("Defragmentation plan (dry run, node policy binpack, GPU policy binpack): 1 move")
+    # before: card 0 at 25% (4000 of 16000), after: empty; card 1 from 50% to 75%
+    before, after = html.split("Memory used per card, after the moves")
+    assert ">25%</text>" in before
+    assert ">75%</text>" in after
+    assert ">25%</text>" not in after
 
 
 @settings(max_examples=40, deadline=None)
@@ -117,7 +183,7 @@ def test_plans_never_over_allocate_and_only_ever_free_cards(cards: list[list[int
     objects = [node("a", [(16000, 4)] * len(cards))]
     for c, pods in enumerate(cards):
         objects += [pod(f"p{c}-{i}", mem, on="a", cards=(c,)) for i, mem in enumerate(pods)]
-    sim = simulator(*objects)
+    sim = simulator(*objects, gpu_policy="binpack")
     before = card_usage(sim)
     plan = plan_defrag(sim)
     after = card_usage(sim)

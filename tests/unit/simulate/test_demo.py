@@ -179,14 +179,17 @@ def test_demo_command_prints_placements_utilization_and_reasons() -> None:
     ):
         assert heading in lines
     words = [" ".join(line.split()) for line in lines]  # column widths follow the longest names
-    assert "demo/train-nvlink a100-nvlink GPU-a100-0, GPU-a100-1, GPU-a100-2, GPU-a100-3 (40000 MiB, 0% each)" in words
+    assert (
+        "demo/train-nvlink a100-nvlink GPU-a100-0, GPU-a100-1, GPU-a100-2, GPU-a100-3 (40000 MiB, unlimited cores each)"
+        in words
+    )
     assert "demo/mig-2g mig-a100 GPU-mig-0 (19968 MiB, 28%, MIG 2g.20gb@0)" in words
     assert "t4-b GPU-t4b-0 NVIDIA-Tesla T4 4/10 14000/15360 90/100" in words
     assert "mig-a100 GPU-mig-0 NVIDIA A100-SXM4-80GB 2/7 29696/81920 42/100 MIG: 1g.10gb@6 2g.20gb@0" not in words
     assert "mig-a100 GPU-mig-0 NVIDIA A100-SXM4-80GB 2/7 29696/81920 42/100 MIG: 2g.20gb@0 1g.10gb@6" in words
     assert "demo/amd-half amd-mi300x AMD-mi300x-0 (65536 MiB, 152/304 cores)" in words
-    assert "demo/npu-vnpu ascend-910b3 NPU-910b3-0 (16384 MiB, 0/20 cores)" in words
-    assert "demo/npu-pair ascend-910b3 NPU-910b3-2, NPU-910b3-3 (65536 MiB, 0/20 cores each)" in words
+    assert "demo/npu-vnpu ascend-910b3 NPU-910b3-0 (16384 MiB, slice vir05_1c_16g)" in words
+    assert "demo/npu-pair ascend-910b3 NPU-910b3-2, NPU-910b3-3 (65536 MiB, unlimited cores each)" in words
     others = (
         "amd-mi300x, ascend-910b3, biren-br106, dcu-z100, drs-s60, gcu-s60, iluvatar-mrv100, inf2-24xl, metax-c500, "
         "metax-sgpu, mlu370, mtt-s4000, vastai-va1, vxpu-p800, xpu-p800"
@@ -237,3 +240,35 @@ def test_demo_amd_biren_and_vastai_pods_write_hamis_annotations() -> None:
         if key is not None:
             value = node.obj.metadata.annotations[key]
             assert encode_inventory_json(decode_inventory_json(value, key)) == value
+
+
+def test_neuron_core_masks_show_as_the_cores_they_hold() -> None:
+    """AWS Neuron keeps a device's cores as a bitmask (0b11 for two); reports, hami top and /metrics show cores."""
+    from hami.server.metrics import Metrics
+    from hami.simulate.report import utilization_document
+    from hami.simulate.top import build_top, render_top
+
+    sim, _ = _run()
+    neuron = [d for d in utilization_document(sim.state) if d["vendor"] == "AWSNeuron"]
+    assert neuron
+    assert {(d["uuid"], str(d["cores"])) for d in neuron if d["uuid"].endswith(("-0", "-2"))} == {
+        ("inf2-24xl-AWSNeuron-0", "{'used': 2, 'total': 2}"),
+        ("inf2-24xl-AWSNeuron-2", "{'used': 0, 'total': 2}"),
+    }
+    view = build_top(sim.state)
+    cards = [c for n in view.nodes for c in n.cards if c.vendor == "AWSNeuron"]
+    assert {c.cores for c in cards} == {(2, 2), (0, 2)}
+    assert all(p.cores == 2 for c in cards for p in c.pods)
+    assert "3/3" not in render_top(view)
+    metrics = Metrics(lambda: sim.state)
+    limit = metrics.registry.get_sample_value(
+        "hami_gpu_core_allocated_ratio",
+        {
+            "node": "inf2-24xl",
+            "device_uuid": "inf2-24xl-AWSNeuron-0",
+            "device_index": "0",
+            "device_type": "AWSNeuron",
+            "zone": "vGPU",
+        },
+    )
+    assert limit == 100  # both cores held: 100 %, not HAMi's ceil(3 / 3 × 100) by accident of the mask

@@ -37,4 +37,4 @@ def test_config_resource_names_reach_the_vendors(tmp_path: Path) -> None:
     )
     result = run_cli("-s", DATA / "malformed-node.yaml", "--config", config, pods, "-o", "json")
     assert result.code == 0
-    assert result.stdout.count('"usedmem": 4000') == 1
+    assert result.stdout.count('"memoryMiB": 4000') == 1

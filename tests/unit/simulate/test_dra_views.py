@@ -105,8 +105,8 @@ def test_the_text_report_shows_the_dra_held_part_per_card() -> None:
 def test_the_json_document_carries_the_dra_part_and_the_reports() -> None:
     sim = simulator()
     doc = document(sim.state, [], sim.dra)
-    rows = {r["device"]: r for r in doc["utilization"]}  # type: ignore[attr-defined]
-    assert rows[GPU1]["dra"] == {"claims": 1, "slots": 1, "memory": 20480, "cores": 30}
+    rows = {r["uuid"]: r for r in doc["utilization"]}  # type: ignore[attr-defined]
+    assert rows[GPU1]["dra"] == {"claims": 1, "slots": 1, "memoryMiB": 20480, "cores": 30}
     dra = doc["dra"]
     assert isinstance(dra, dict)
     assert dra["claims"] == 3

@@ -10,8 +10,11 @@ import msgspec
 from typer.testing import CliRunner
 
 from hami.cli import app
+from hami.config import default_device_config
 from hami.protocol.objects import Pod
+from hami.scheduling.request import SchedulingDefaults
 from hami.simulate.explain import explain, explain_json, render_explain
+from hami.simulate.simulator import Simulator
 from tests.unit.simulate.clusterfix import node, pod, simulator, snapshot_text
 
 
@@ -145,3 +148,32 @@ def test_cli_explain_by_name_and_from_a_file(tmp_path: Path) -> None:
     missing = CliRunner().invoke(app, ["explain", "nope", "-n", "team", "-s", str(snap)])
     assert missing.exit_code == 1
     assert "pod team/nope not found" in missing.stderr
+
+
+def test_no_table_header_without_rows() -> None:
+    """Every card table explain prints has rows under its header, for every pod of the demo, placed or not."""
+    from hami.simulate.demo import demo_sources
+    from hami.simulate.explain import explain_manifest
+    from hami.simulate.loading import load_snapshot, read_pods
+
+    nodes, pods = demo_sources()
+    for item in read_pods(pods).pods:
+        sim = Simulator(default_device_config(), SchedulingDefaults(), admission=True)
+        sim.add_snapshot(load_snapshot(nodes))
+        lines = render_explain(explain_manifest(sim, item)).splitlines()
+        headers = [i for i, line in enumerate(lines) if line.lstrip().startswith("#  DEVICE")]
+        for i in headers:
+            assert i + 1 < len(lines), (item.obj.key, lines)
+            assert lines[i + 1].split()[0].isdigit(), (item.obj.key, lines[i : i + 2])
+
+
+def test_simulate_prints_no_utilization_header_without_devices(tmp_path: Path) -> None:
+    snap = tmp_path / "snap.json"
+    snap.write_text(snapshot_text({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cpu"}}))
+    pod_file = tmp_path / "p.yaml"
+    pod_file.write_text(json.dumps(pod("p", 1000)))
+    result = CliRunner().invoke(app, ["simulate", "-s", str(snap), str(pod_file)])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    after = lines[lines.index("Per-device utilization after placement") + 1]
+    assert after == "no node registers a device"

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from hami.simulate.html import BAR_COLOUR, HEAT_COLOURS, PLACED_COLOUR
+from hami.simulate.html import BAR_COLOUR, HEAT_COLOURS, NODE_BAR_COLOUR, PLACED_COLOUR
 from tests.unit.simulate.helpers import DATA, run_cli
 
-WIDTH, HEIGHT = 1200, 2400
+WIDTH, HEIGHT = 1200, 3600  # the whole demo page, placements included
 CELL_AREA = 52 * 26  # one heat-map cell, less the glyphs of its percentage
 
 
@@ -102,3 +102,34 @@ def test_chromium_draws_every_plot(tmp_path: Path, target: str) -> None:
         assert reason_pixels > 1000
     else:  # no pending pod: no reason bars at all (the check above can fail)
         assert reason_pixels == 0
+
+
+def test_heat_maps_label_cards_and_pending_bars_separate_nodes_and_cards(tmp_path: Path) -> None:
+    page, doc = _report(tmp_path, "--demo")
+    html = page.read_text(encoding="utf-8")
+    assert html.count('<text class="card"') == 2 * len(doc["utilization"])  # type: ignore[arg-type]
+    assert ">#0</text>" in html
+    assert "a cell per card: #index on the node" in html
+    cards = html.index("<h3>Cards</h3>")
+    nodes = html.index("<h3>Nodes</h3>")
+    assert cards < nodes
+    # the node-level reason is under Nodes only, card checks under Cards only
+    assert "NodeUnregistered" in html[nodes:]
+    assert "NodeUnregistered" not in html[cards:nodes]
+    assert "CardInsufficientMemory" in html[cards:nodes]
+    pixels = _screenshot(page, tmp_path / "shot.png")
+    assert pixels[_rgb(NODE_BAR_COLOUR)] > 1000
+    assert pixels[_rgb(BAR_COLOUR)] > 1000
+
+
+def test_chromium_draws_the_defrag_report(tmp_path: Path) -> None:
+    page = tmp_path / "defrag.html"
+    snapshot = DATA / "fragmented.yaml"
+    result = run_cli("-s", snapshot, "--defrag", "--gpu-policy", "binpack", "--report", page)
+    assert result.code == 0, result.stderr
+    html = page.read_text(encoding="utf-8")
+    assert "kubectl delete pod -n lab notebook" in html
+    pixels = _screenshot(page, tmp_path / "shot.png")
+    cards = 5  # fragmented.yaml: two nodes of two cards, one of one
+    heat = sum(pixels[_rgb(c)] for c in HEAT_COLOURS)
+    assert heat >= 2 * cards * CELL_AREA * 0.7, heat  # the maps before and after drew every card

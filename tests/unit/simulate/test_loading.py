@@ -82,7 +82,10 @@ def test_unknown_kind_names_the_file_and_the_object() -> None:
 def test_a_pods_file_holds_pods_only() -> None:
     with pytest.raises(InvalidInput) as err:
         load_pods([("pods.yaml", "kind: Pod\nmetadata: {name: a}\n---\nkind: Node\nmetadata: {name: n1}\n")])
-    assert str(err.value) == ("pods.yaml: document 2 (Node n1): unknown kind in a pods file; expected Pod or a List")
+    assert str(err.value) == (
+        "pods.yaml: document 2 (Node n1): unknown kind in a pods file; expected Pod, a workload (CronJob, DaemonSet, "
+        "Deployment, Job, ReplicaSet, ReplicationController, StatefulSet) or a List"
+    )
 
 
 def test_an_object_without_kind_is_an_unknown_kind() -> None:

@@ -15,8 +15,9 @@ def test_json_document_for_a_placed_pod() -> None:
         "decisions": [
             {
                 "pod": "default/web",
+                "status": "placed",
                 "node": "gpu-node-1",
-                "devices": [[{"uuid": "GPU-1b", "type": "NVIDIA", "usedmem": 3000, "usedcores": 30}]],
+                "devices": [[{"uuid": "GPU-1b", "vendor": "NVIDIA", "memoryMiB": 3000, "cores": 30}]],
                 "annotations": {
                     "hami.io/vgpu-devices-allocated": "GPU-1b,NVIDIA,3000,30:;",
                     "hami.io/vgpu-devices-to-allocate": "GPU-1b,NVIDIA,3000,30:;",
@@ -26,6 +27,7 @@ def test_json_document_for_a_placed_pod() -> None:
                 "reasons": {"cpu-node": {"NodeUnregistered": 1}},
                 "message": "find fit node(gpu-node-1), 1 nodes not fit, 2 nodes fit(gpu-node-2:0.00,gpu-node-1:6.26)",
                 "admission": None,  # the simulator of these tests places pods as written
+                "warnings": [],
             }
         ]
     }
@@ -39,14 +41,27 @@ def test_json_document_for_pending_and_invalid_pods() -> None:
     pending, invalid = decisions[3], decisions[4]
     assert pending == {
         "pod": "batch/fill-4",
+        "status": "pending",
         "node": None,
         "devices": [],
         "annotations": {},
         "reasons": {"gpu-node-1": {"CardInsufficientMemory": 2}, "gpu-node-2": {"CardInsufficientMemory": 2}},
         "message": "no available node, 2 nodes do not meet (3 more excluded by nodeSelector or unschedulable)",
         "admission": None,
+        "warnings": [],
     }
-    assert list(invalid) == ["pod", "node", "devices", "annotations", "reasons", "message", "admission"]
+    assert list(invalid) == [
+        "pod",
+        "status",
+        "node",
+        "devices",
+        "annotations",
+        "reasons",
+        "message",
+        "admission",
+        "warnings",
+    ]
+    assert invalid["status"] == "invalid"
     assert (invalid["pod"], invalid["node"], invalid["devices"], invalid["annotations"], invalid["reasons"]) == (
         "default/bad",
         None,
@@ -72,9 +87,9 @@ spec:
     entry = decisions_document([outcome])["decisions"][0]  # type: ignore[index]
     # binpack: alpha already runs a pod (20000 MiB of 40960), so the busier node is chosen
     assert entry["devices"] == [
-        [{"uuid": "GPU-alpha-0", "type": "NVIDIA", "usedmem": 1000, "usedcores": 0}],
+        [{"uuid": "GPU-alpha-0", "vendor": "NVIDIA", "memoryMiB": 1000, "cores": 0}],
         [],
-        [{"uuid": "GPU-alpha-0", "type": "NVIDIA", "usedmem": 2000, "usedcores": 10}],
+        [{"uuid": "GPU-alpha-0", "vendor": "NVIDIA", "memoryMiB": 2000, "cores": 10}],
     ]
     assert (
         entry["annotations"]["hami.io/vgpu-devices-allocated"]
@@ -82,7 +97,8 @@ spec:
     )
     assert render_placements([outcome]) == [
         "POD             NODE   DEVICES",
-        "default/staged  alpha  init fetch: GPU-alpha-0 (1000 MiB, 0%) | main: GPU-alpha-0 (2000 MiB, 10%)",
+        "default/staged  alpha  init fetch: GPU-alpha-0 (1000 MiB, unlimited cores) | main: GPU-alpha-0 "
+        "(2000 MiB, 10%)",
     ]
 
 
@@ -91,11 +107,11 @@ def test_render_json_is_one_document_with_keys_in_the_documented_order() -> None
     text = render_json(sim.state, outcomes)
     doc = json.loads(text)
     assert list(doc) == ["summary", "decisions", "utilization", "fragmentation"]
-    fields = ["node", "device", "vendor", "type", "slots", "memory", "cores"]
+    fields = ["node", "uuid", "index", "vendor", "model", "slots", "memoryMiB", "cores"]
     fields += ["health", "cordoned", "unschedulable", "mig", "blocked", "slices", "dra"]
     assert [list(u) for u in doc["utilization"]] == [fields] * len(doc["utilization"])
     assert [list(d) for d in doc["decisions"]] == [
-        ["pod", "node", "devices", "annotations", "reasons", "message", "admission"]
+        ["pod", "status", "node", "devices", "annotations", "reasons", "message", "admission", "warnings"]
     ] * 5
     assert list(doc["decisions"][4]["reasons"]) == ["gpu-node-1", "gpu-node-2"]
 
@@ -105,9 +121,9 @@ def test_tables_for_placed_pending_and_invalid_pods() -> None:
     assert render_placements(outcomes) == [
         "POD           NODE        DEVICES",
         "default/web   gpu-node-1  GPU-1b (3000 MiB, 30%)",
-        "batch/fill-1  gpu-node-1  GPU-1b (12000 MiB, 0%)",
-        "batch/fill-2  gpu-node-2  GPU-2a (12000 MiB, 0%)",
-        "batch/fill-3  gpu-node-2  GPU-2b (12000 MiB, 0%)",
+        "batch/fill-1  gpu-node-1  GPU-1b (12000 MiB, unlimited cores)",
+        "batch/fill-2  gpu-node-2  GPU-2a (12000 MiB, unlimited cores)",
+        "batch/fill-3  gpu-node-2  GPU-2b (12000 MiB, unlimited cores)",
         "batch/fill-4  -           pending (see below)",
     ]
     assert render_pending(outcomes) == [

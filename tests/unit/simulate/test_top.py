@@ -83,6 +83,7 @@ def test_text_is_plain_unless_colour_is_asked_for() -> None:
 def test_json_document() -> None:
     doc = top_json(build_top(cluster().state, TopFilter(node="gpu-a")))
     (a,) = doc["nodes"]
+    assert (a["node"], a["schedulable"], a["cordoned"]) == ("gpu-a", True, False)  # simulate's and explain's word
     assert a["cards"][0]["memoryMiB"] == {"used": 6000, "total": 16000}
     assert a["cards"][0]["pods"] == [{"pod": "ml/train", "memoryMiB": 6000, "cores": 30}]
     assert a["cards"][0]["strandedMemoryMiB"] == 4000
@@ -114,7 +115,8 @@ def test_cli_top_from_a_snapshot(tmp_path) -> None:
 
 def test_nothing_to_show_says_so() -> None:
     assert (
-        render_top(build_top(cluster().state, TopFilter(node="none-*"))) == "no node matches (or the cluster has none)"
+        render_top(build_top(cluster().state, TopFilter(node="none-*")))
+        == "no node with accelerators matches (or the cluster has none)"
     )
 
 
@@ -131,3 +133,42 @@ def test_fragmentation_document_for_the_simulate_json() -> None:
         "strandedCores": 40,
         "largestSlice": {"memoryMiB": 10000, "cores": 70},
     }
+
+
+def _cpu_and_refused() -> tuple[dict, dict]:  # type: ignore[type-arg]
+    cpu = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "a-cpu"}}
+    refused = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "b-refused", "annotations": {"hami.io/node-nvidia-register": '[{"id":'}},
+    }
+    return cpu, refused
+
+
+def test_cpu_nodes_are_hidden_unless_asked_and_refused_nodes_are_not_schedulable() -> None:
+    cpu, refused = _cpu_and_refused()
+    sim = simulator(node("z-gpu", [(16000, 4)]), node("c-gpu", [(16000, 4)]), cpu, refused, allow_warnings=True)
+    view = build_top(sim.state)
+    assert [n.name for n in view.nodes] == ["b-refused", "c-gpu", "z-gpu"]  # sorted by name, card-less included
+    assert view.cpu_nodes_hidden == 1
+    refused_row = view.nodes[0]
+    assert not refused_row.schedulable
+    assert not refused_row.cordoned
+    text = render_top(view)
+    assert text.startswith("b-refused  0 card(s), not schedulable by hami; NVIDIA registration refused: ")
+    assert "schedulable" not in text.splitlines()[0].split(";")[0].replace("not schedulable by hami", "")
+    assert text.endswith("1 node without accelerators not shown (--cpu-nodes shows them)")
+    assert top_json(view)["cpuNodesHidden"] == 1
+    shown = build_top(sim.state, TopFilter(cpu_nodes=True))
+    assert [n.name for n in shown.nodes] == ["a-cpu", "b-refused", "c-gpu", "z-gpu"]
+    assert "a-cpu  0 card(s), no accelerator registered" in render_top(shown)
+
+
+def test_cli_cpu_nodes_flag(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    cpu, _ = _cpu_and_refused()
+    snap = tmp_path / "snap.json"
+    snap.write_text(snapshot_text(node("gpu", [(16000, 4)]), cpu))
+    hidden = CliRunner().invoke(app, ["top", "-s", str(snap)])
+    assert "a-cpu" not in hidden.stdout
+    shown = CliRunner().invoke(app, ["top", "-s", str(snap), "--cpu-nodes"])
+    assert shown.stdout.startswith("a-cpu  0 card(s), no accelerator registered")

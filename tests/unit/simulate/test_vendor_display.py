@@ -12,7 +12,7 @@ from collections.abc import Hashable, Sequence
 
 from hami.devices.base import SliceLabels, Vendor
 from hami.protocol.inventory import DeviceInfo
-from hami.scheduling.cycle import decide, reserve
+from hami.scheduling.decide import decide, reserve
 from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState
 from hami.scheduling.usage import Kind
@@ -48,16 +48,16 @@ def test_a_vendor_without_labels_shows_its_template() -> None:
     assert not isinstance(AcmeVendor().partitions, SliceLabels)
     state, outcomes = placed(AcmeVendor())
     rows = render_placements(outcomes, state)
-    assert rows[1].split(None, 2)[2] == "node-a-acme-0 (8192 MiB, 50%)"  # the vir08 slice's memory and cores
+    assert rows[1].split(None, 2)[2] == "node-a-acme-0 (8192 MiB, 50%, slice vir08)"  # the slice by its template name
     utilization = render_utilization(state)
     assert utilization[1].split() == ["node-a", "node-a-acme-0", "slow", "1/1", "8192/16384", "50/100"]
     doc = json.loads(render_json(state, outcomes))
-    assert [(u["vendor"], u["device"], u["mig"], u["slices"]) for u in doc["utilization"]] == [
+    assert [(u["vendor"], u["uuid"], u["mig"], u["slices"]) for u in doc["utilization"]] == [
         (ACME, "node-a-acme-0", None, None),
         (ACME, "node-a-acme-1", None, None),
     ]
     assert doc["decisions"][0]["devices"] == [
-        [{"uuid": "node-a-acme-0", "type": ACME, "usedmem": 8192, "usedcores": 50}]
+        [{"uuid": "node-a-acme-0", "vendor": ACME, "memoryMiB": 8192, "cores": 50}]
     ]
 
 

@@ -1,6 +1,8 @@
 {{/* Names used by the device-plugin templates. */}}
+{{/* <release>-device-plugin; <fullname>-device-plugin with HAMi's nameOverride or fullnameOverride. */}}
 {{- define "hami.devicePlugin.name" -}}
-{{- printf "%s-device-plugin" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- $base := ternary (include "hami.fullname" .) .Release.Name (or (not (empty (index .Values "nameOverride"))) (not (empty (index .Values "fullnameOverride")))) -}}
+{{- printf "%s-device-plugin" $base | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
 {{- define "hami.devicePlugin.labels" -}}
@@ -14,11 +16,7 @@ app.kubernetes.io/component: hami-device-plugin
 {{- end -}}
 
 {{- define "hami.devicePlugin.deviceConfigName" -}}
-{{- .Values.devicePlugin.deviceConfigMapName | default (printf "%s-scheduler-device" .Release.Name) -}}
-{{- end -}}
-
-{{- define "hami.image" -}}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- .Values.devicePlugin.deviceConfigMapName | default (printf "%s-device" (include "hami.scheduler" .)) -}}
 {{- end -}}
 
 {{/* "true" when the test-only fake NVML fixture is on; fails the render when it is set without the acknowledgement. */}}

@@ -4,9 +4,10 @@
   one slot, 65536 MiB, 100 cores; no registration annotation, no handshake (a node is healthy iff the capacity is
   above 0), no node lock (the MetaX device plugin takes none);
 * requests: ``metax-tech.com/gpu`` (limits first, requests as the fallback) — whole cards;
-* fit: the shared checks in the pod's GPU policy order, and every container of a pod on the same card as the
-  earlier ones (``CardNotFoundCustomFilterRule`` otherwise; HAMi v2.10 ``metax/device.go:156``). With one slot a
-  card, a second container asking for a card is therefore refused, as there;
+* fit: the shared checks in the pod's GPU policy order; each container takes idle cards of its own, so a pod's
+  containers spread over distinct cards (one slot a card). HAMi v2.10 also required every container on the card of
+  the earlier ones (``CardNotFoundCustomFilterRule``), which refused any second container; HAMi has since removed
+  that filter (its ``Test_Fit_MultiContainerPodSpreadsOverCards``), and so does hami;
 * node score: the node annotations ``metax-tech.com/gpu.topology.losses`` (binpack: ``2000 − loss[n]``) and
   ``…scores`` (spread: ``2000 − score[n]``), JSON maps keyed by the pod's card count ``n`` (a missing count reads
   0). Deliberate difference: a malformed map quarantines the node's MetaX cards with a message naming the
@@ -32,9 +33,11 @@ from hami.devices.base import (
     ResourceNames,
     Selector,
     Unfit,
+    too_few_devices,
 )
-from hami.devices.common import SharedDeviceVendor, device_scores, policy_order
+from hami.devices.common import SharedDeviceVendor, policy_order
 from hami.devices.resources import lookup_resource, whole_quantity
+from hami.devices.scoring import device_scores
 from hami.devices.table import DeviceTable
 from hami.errors import InvalidInput
 from hami.protocol import keys
@@ -138,18 +141,13 @@ class MetaxGpuVendor(SharedDeviceVendor):
     def fit(self, table: DeviceTable, request: ContainerRequest, ctx: FitContext, selector: Selector) -> Fitted | Unfit:
         n = len(table.infos)
         if request.nums > n:
-            return Unfit(
-                {Reason.NODE_INSUFFICIENT_DEVICE: n},
-                n,
-                (Rejection(Reason.NODE_INSUFFICIENT_DEVICE, None, request.nums, n),),
-            )
-        same_card = frozenset(p.device.uuid for container in ctx.chosen for p in container)
+            return too_few_devices(n, request.nums)
         counts: dict[Reason, int] = {}
         misses: list[Rejection] = []
         accepted: list[Placement] = []
         for i in policy_order(table, device_scores(table, request, ctx.weights), ctx):
             info = table.infos[i]
-            problem = _card_problem(table, i, ctx, same_card, accepted)
+            problem = _card_problem(table, i, ctx, accepted)
             if problem is not None:
                 counts[problem[0]] = counts.get(problem[0], 0) + 1
                 if problem[1] or problem[2]:
@@ -168,7 +166,7 @@ class MetaxGpuVendor(SharedDeviceVendor):
 
 
 def _card_problem(
-    table: DeviceTable, i: int, ctx: FitContext, same_card: frozenset[str], accepted: Sequence[Placement]
+    table: DeviceTable, i: int, ctx: FitContext, accepted: Sequence[Placement]
 ) -> tuple[Reason, int, int] | None:
     """The first reason card ``i`` cannot be given whole to this container, in HAMi's order."""
     info = table.infos[i]
@@ -180,11 +178,11 @@ def _card_problem(
         return (Reason.CARD_TIME_SLICING_EXHAUSTED, 1, info.count - table.used[i])
     if ctx.quota is not None and not ctx.quota(accepted, info.devmem, 100, info.id):
         return (Reason.RESOURCE_QUOTA_NOT_FIT, info.devmem, 0)
-    return _room_problem(table, i, same_card)
+    return _room_problem(table, i)
 
 
-def _room_problem(table: DeviceTable, i: int, same_card: frozenset[str]) -> tuple[Reason, int, int] | None:
-    """Memory, cores, an idle card, and the pod's card."""
+def _room_problem(table: DeviceTable, i: int) -> tuple[Reason, int, int] | None:
+    """Memory, cores and an idle card."""
     info = table.infos[i]
     free_mem = info.devmem - table.usedmem[i]
     if free_mem < info.devmem:
@@ -194,6 +192,4 @@ def _room_problem(table: DeviceTable, i: int, same_card: frozenset[str]) -> tupl
         return (Reason.CARD_INSUFFICIENT_CORE, 100, free_cores)
     if table.used[i] > 0:
         return (Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT, 100, free_cores)
-    if same_card and same_card != {info.id}:  # HAMi: equal to every card the earlier containers hold
-        return (Reason.CARD_NOT_FOUND_CUSTOM_FILTER_RULE, 0, 0)
     return None

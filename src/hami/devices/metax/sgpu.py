@@ -48,9 +48,8 @@ from hami.devices.base import (
     Slice,
     Unfit,
     parse_bool,
-    parse_uuid_list,
 )
-from hami.devices.common import SharedDeviceVendor, device_scores, policy_order
+from hami.devices.common import SharedDeviceVendor, policy_order
 from hami.devices.metax.admission import APP_CLASS, QOS_POLICY, SgpuAdmitter
 from hami.devices.metax.topology import link_score, prefer_link_zones
 from hami.devices.metax.wire import (
@@ -67,6 +66,7 @@ from hami.devices.metax.wire import (
     tags_on,
 )
 from hami.devices.resources import whole_quantity
+from hami.devices.scoring import device_scores
 from hami.devices.table import DeviceTable
 from hami.errors import InvalidInput, QuantityError
 from hami.protocol import keys
@@ -176,11 +176,7 @@ class MetaxSgpuVendor(SharedDeviceVendor):
         options = tuple(
             sorted((k, annotations[k]) for k in (APP_CLASS, QOS_POLICY, TOPOLOGY_AWARE) if k in annotations)
         )
-        return Selector(
-            use_uuids=parse_uuid_list(annotations.get(USE_UUID)),
-            nouse_uuids=parse_uuid_list(annotations.get(NOUSE_UUID)),
-            options=options,
-        )
+        return Selector.from_annotations(annotations, (USE_UUID, NOUSE_UUID), options=options)
 
     def admitter(self) -> Admitter:
         return SgpuAdmitter(self.config.resource_v_count_name)

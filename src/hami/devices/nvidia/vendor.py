@@ -20,8 +20,6 @@ from hami.devices.base import (
     NodeInventory,
     Selector,
     parse_bool,
-    parse_type_list,
-    parse_uuid_list,
 )
 from hami.devices.common import SharedDeviceVendor
 from hami.devices.nvidia.admission import NvidiaAdmission, NvidiaAdmitter
@@ -44,6 +42,8 @@ __all__ = ["NvidiaVendor"]
 
 class NvidiaVendor(SharedDeviceVendor):
     """HAMi's NVIDIA backend, configured by the ``nvidia:`` section of device-config.yaml."""
+
+    screens = True  # the shared fit: screened from the capacity summary
 
     name = "NVIDIA"
     keys = keys.NVIDIA_KEYS
@@ -97,11 +97,10 @@ class NvidiaVendor(SharedDeviceVendor):
         # an empty set here would refuse every device.
         modes = frozenset(m.strip() for m in modes_raw.split(",") if m.strip()) if modes_raw else None
         modes = modes or None
-        return Selector(
-            use_types=parse_type_list(annotations.get(keys.NVIDIA_USE_GPUTYPE)),
-            nouse_types=parse_type_list(annotations.get(keys.NVIDIA_NOUSE_GPUTYPE)),
-            use_uuids=parse_uuid_list(annotations.get(keys.NVIDIA_USE_GPUUUID)),
-            nouse_uuids=parse_uuid_list(annotations.get(keys.NVIDIA_NOUSE_GPUUUID)),
+        return Selector.from_annotations(
+            annotations,
+            (keys.NVIDIA_USE_GPUUUID, keys.NVIDIA_NOUSE_GPUUUID),
+            (keys.NVIDIA_USE_GPUTYPE, keys.NVIDIA_NOUSE_GPUTYPE),
             modes=modes,
         )
 

@@ -1,0 +1,303 @@
+"""The ``hami scheduler`` command: its flags, declared beside it, each named as HAMi's (scheduler-core.md §8.1) and
+as the ``SchedulerSettings`` field it sets; the help shows each default from the settings model, so help and
+behaviour cannot disagree. The work is ``hami.server.command.scheduler_main`` (imported when the command runs:
+``hami -h`` stays quick)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from hami.config.settings import DEVICE_FAMILIES, GATED_FAMILIES, SchedulerSettings
+
+__all__ = ["scheduler"]
+
+_UNGATED = ", ".join(f for f in DEVICE_FAMILIES if f not in GATED_FAMILIES)
+"""The families ``--disable-devices`` turns off (the gated ones have their own ``--enable-*`` switch)."""
+_NOT_SETTINGS = frozenset({"kubeconfig", "json_logs"})
+"""Parameters of ``scheduler`` that are not ``SchedulerSettings`` fields."""
+
+
+def _default(setting: str, shown: str | None = None) -> str:
+    """`` [default: X]`` from the settings model, so help and behaviour cannot disagree."""
+    if shown is None:
+        value = SchedulerSettings.model_fields[setting].default
+        shown = (
+            ("true" if value else "false")
+            if isinstance(value, bool)
+            else f"{value:g}"
+            if isinstance(value, float)
+            else str(value)
+        )
+    return f" [default: {shown}]"
+
+
+# One type per flag, declared beside the command; each parameter is named as the settings field it sets.
+_SchedulerName = Annotated[
+    str | None,
+    typer.Option(
+        "--scheduler-name",
+        metavar="NAME",
+        help="Scheduler name the webhook writes into pods' spec.schedulerName; also the events' source."
+        + _default("scheduler_name"),
+    ),
+]
+_NodeSchedulerPolicy = Annotated[
+    str | None,
+    typer.Option(
+        "--node-scheduler-policy",
+        metavar="POLICY",
+        help="Default node policy: binpack fills the busiest node first, spread the idlest."
+        + _default("node_scheduler_policy"),
+    ),
+]
+_GpuSchedulerPolicy = Annotated[
+    str | None,
+    typer.Option(
+        "--gpu-scheduler-policy",
+        metavar="POLICY",
+        help="Default GPU policy: spread, binpack, topology-aware, mutex, numa, or a comma chain (numa,binpack)."
+        + _default("gpu_scheduler_policy"),
+    ),
+]
+_HttpBind = Annotated[
+    str | None,
+    typer.Option(
+        "--http_bind",
+        metavar="HOST:PORT",
+        help="Service listener: /webhook, /healthz, /readyz." + _default("http_bind"),
+    ),
+]
+_ExtenderBind = Annotated[
+    str | None,
+    typer.Option(
+        "--extender-bind",
+        metavar="HOST:PORT",
+        help="Extender listener: /filter, /bind; beyond loopback only with a client authentication."
+        + _default("extender_bind"),
+    ),
+]
+_CertFile = Annotated[
+    str | None,
+    typer.Option(
+        "--cert_file", metavar="FILE", help="TLS certificate, reloaded when it changes. [default: plain HTTP]"
+    ),
+]
+_KeyFile = Annotated[
+    str | None, typer.Option("--key_file", metavar="FILE", help="TLS key; give it with --cert_file. [default: none]")
+]
+_ExtenderClientCaFile = Annotated[
+    str | None,
+    typer.Option(
+        "--extender-client-ca-file",
+        metavar="FILE",
+        help="Require extender client certificates signed by this CA (mutual TLS). [default: none]",
+    ),
+]
+_ExtenderTokenFile = Annotated[
+    str | None,
+    typer.Option(
+        "--extender-token-file",
+        metavar="FILE",
+        help="Require a bearer token from this file (one a line) on /filter and /bind. [default: none]",
+    ),
+]
+_MetricsBindAddress = Annotated[
+    str | None,
+    typer.Option(
+        "--metrics-bind-address",
+        metavar="HOST:PORT",
+        help="Prometheus /metrics listener." + _default("metrics_bind_address"),
+    ),
+]
+_MetricsSecure = Annotated[
+    bool | None,
+    typer.Option(
+        "--metrics-secure/--no-metrics-secure",
+        help="Serve /metrics over TLS to callers allowed get on /metrics (TokenReview + SubjectAccessReview)."
+        + _default("metrics_secure"),
+    ),
+]
+_NodeLabelSelector = Annotated[
+    str | None,
+    typer.Option(
+        "--node-label-selector",
+        metavar="K=V,...",
+        help="Register only nodes with all these labels. [default: every node]",
+    ),
+]
+_KubeQps = Annotated[
+    float | None, typer.Option("--kube-qps", metavar="N", help="API requests per second." + _default("kube_qps"))
+]
+_KubeBurst = Annotated[
+    int | None,
+    typer.Option("--kube-burst", metavar="N", help="API requests allowed in a burst." + _default("kube_burst")),
+]
+_NodeLockTimeout = Annotated[
+    str | None,
+    typer.Option(
+        "--node-lock-timeout",
+        metavar="DURATION",
+        help="Age after which another scheduler may break a node lock." + _default("node_lock_timeout", "5m"),
+    ),
+]
+_NodeLockRetryTimeout = Annotated[
+    str | None,
+    typer.Option(
+        "--node-lock-retry-timeout",
+        metavar="DURATION",
+        help="How long a PodGroup member's bind waits for a locked node; 0 fails at once."
+        + _default("node_lock_retry_timeout", "28s"),
+    ),
+]
+_KubeTimeout = Annotated[
+    str | None,
+    typer.Option(
+        "--kube-timeout",
+        metavar="DURATION",
+        help="Timeout of one API request (watches excepted); 0 means 30s." + _default("kube_timeout", "0"),
+    ),
+]
+_BindLockWait = Annotated[
+    str | None,
+    typer.Option(
+        "--bind-lock-wait",
+        metavar="DURATION",
+        help="How long a bind waits for another hami bind's node lock hand-over; 0 fails at once."
+        + _default("bind_lock_wait", "20s"),
+    ),
+]
+_ForceOverwriteDefaultScheduler = Annotated[
+    bool | None,
+    typer.Option(
+        "--force-overwrite-default-scheduler/--no-force-overwrite-default-scheduler",
+        help="Let the webhook replace spec.schedulerName: default-scheduler."
+        + _default("force_overwrite_default_scheduler"),
+    ),
+]
+_LeaderElect = Annotated[
+    bool | None,
+    typer.Option(
+        "--leader-elect/--no-leader-elect",
+        help="Follow kube-scheduler's Lease: only the leader's hami decides (for several replicas)."
+        + _default("leader_elect"),
+    ),
+]
+_LeaderElectResourceName = Annotated[
+    str | None,
+    typer.Option("--leader-elect-resource-name", metavar="NAME", help="Lease to hold. [default: the scheduler name]"),
+]
+_LeaderElectResourceNamespace = Annotated[
+    str | None,
+    typer.Option(
+        "--leader-elect-resource-namespace",
+        metavar="NAMESPACE",
+        help="Namespace of the Lease. [default: the pod's own, POD_NAMESPACE]",
+    ),
+]
+_DeviceConfigFile = Annotated[
+    str | None,
+    typer.Option(
+        "--device-config-file",
+        metavar="FILE",
+        help="HAMi's device-config.yaml (resource names, memory factor). [default: built-in defaults]",
+    ),
+]
+_EnableAscend = Annotated[
+    bool | None,
+    typer.Option(
+        "--enable-ascend/--no-enable-ascend",
+        help="Schedule Huawei Ascend NPUs (HAMi's switch)." + _default("enable_ascend"),
+    ),
+]
+_EnableIluvatar = Annotated[
+    bool | None,
+    typer.Option(
+        "--enable-iluvatar/--no-enable-iluvatar",
+        help="Schedule Iluvatar GPUs (HAMi's switch)." + _default("enable_iluvatar"),
+    ),
+]
+_DisableDevices = Annotated[
+    str | None,
+    typer.Option(
+        "--disable-devices",
+        metavar="FAMILY,...",
+        help=f"Device families not to schedule, their resources left alone: {_UNGATED}. [default: none]",
+    ),
+]
+_Kubeconfig = Annotated[
+    str | None,
+    typer.Option(
+        "--kubeconfig",
+        metavar="FILE",
+        help="Kubeconfig to use. [default: $KUBECONFIG, else in-cluster, else ~/.kube/config]",
+    ),
+]
+_Profiling = Annotated[
+    str | None,
+    typer.Option(
+        "--profiling",
+        metavar="BOOL",
+        help="HAMi's pprof switch, accepted as --profiling=false only: hami serves no pprof routes."
+        + _default("profiling"),
+    ),
+]
+_LegacyMetrics = Annotated[
+    str | None,
+    typer.Option(
+        "--legacy-metrics",
+        metavar="BOOL",
+        help="HAMi's old metric names, accepted as --legacy-metrics=false only: hami exports the current names."
+        + _default("legacy_metrics"),
+    ),
+]
+_Debug = Annotated[bool | None, typer.Option("--debug/--no-debug", help="Log at debug level." + _default("debug"))]
+_JsonLogs = Annotated[
+    bool,
+    typer.Option(
+        "--json-logs/--text-logs",
+        show_default=False,
+        help="Structured JSON logs, or text for people. [default: json-logs]",
+    ),
+]
+
+
+def scheduler(
+    scheduler_name: _SchedulerName = None,
+    node_scheduler_policy: _NodeSchedulerPolicy = None,
+    gpu_scheduler_policy: _GpuSchedulerPolicy = None,
+    http_bind: _HttpBind = None,
+    extender_bind: _ExtenderBind = None,
+    cert_file: _CertFile = None,
+    key_file: _KeyFile = None,
+    extender_client_ca_file: _ExtenderClientCaFile = None,
+    extender_token_file: _ExtenderTokenFile = None,
+    metrics_bind_address: _MetricsBindAddress = None,
+    metrics_secure: _MetricsSecure = None,
+    node_label_selector: _NodeLabelSelector = None,
+    kube_qps: _KubeQps = None,
+    kube_burst: _KubeBurst = None,
+    node_lock_timeout: _NodeLockTimeout = None,
+    node_lock_retry_timeout: _NodeLockRetryTimeout = None,
+    kube_timeout: _KubeTimeout = None,
+    bind_lock_wait: _BindLockWait = None,
+    force_overwrite_default_scheduler: _ForceOverwriteDefaultScheduler = None,
+    leader_elect: _LeaderElect = None,
+    leader_elect_resource_name: _LeaderElectResourceName = None,
+    leader_elect_resource_namespace: _LeaderElectResourceNamespace = None,
+    device_config_file: _DeviceConfigFile = None,
+    enable_ascend: _EnableAscend = None,
+    enable_iluvatar: _EnableIluvatar = None,
+    disable_devices: _DisableDevices = None,
+    kubeconfig: _Kubeconfig = None,
+    profiling: _Profiling = None,
+    legacy_metrics: _LegacyMetrics = None,
+    debug: _Debug = None,
+    json_logs: _JsonLogs = True,
+) -> None:
+    """Run the scheduler extender (and webhook) that kube-scheduler calls. Flags are HAMi's where they exist."""
+    given = {name: value for name, value in locals().items() if value is not None and name not in _NOT_SETTINGS}
+    from hami.server.command import scheduler_main
+
+    raise typer.Exit(scheduler_main(given, kubeconfig, json_logs))

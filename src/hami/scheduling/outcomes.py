@@ -1,0 +1,120 @@
+"""The outcomes of the cycle as data: what a /filter, a /bind and a clean-up retry ended in, and the API calls that
+failed. The edge (``hami.server.extender``) only maps them to its answers, events, log lines and metrics."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from hami.protocol.objects import Pod
+from hami.scheduling.decide import Decision
+
+__all__ = [
+    "ApiFailure",
+    "BindOutcome",
+    "BindRefusal",
+    "Bound",
+    "Cleanup",
+    "Cleared",
+    "FilterOutcome",
+    "Filtered",
+    "Refused",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiFailure:
+    """A Kubernetes call of the cycle that failed: the operation (``patch_pod``, ``get_pod``, ``unlock_node``) and,
+    where nothing else reports it (no answer, no event), a line for the log."""
+
+    operation: str
+    log: str = ""
+
+
+class Filtered(enum.StrEnum):
+    """How a /filter ended (also the ``hami_filter_decisions`` label)."""
+
+    INVALID = "invalid"
+    PASSTHROUGH = "passthrough"
+    NOT_READY = "not-ready"
+    REFUSED = "refused"
+    UNSCHEDULABLE = "unschedulable"
+    SCHEDULED = "scheduled"
+    COMMIT_FAILED = "commit-failed"
+
+
+@dataclass(frozen=True, slots=True)
+class FilterOutcome:
+    """One /filter as data: the decision (chosen node, devices, every rejection with its numbers), what went
+    wrong (``error``), and the Kubernetes calls that failed."""
+
+    result: Filtered
+    pod: Pod
+    candidates: tuple[str, ...]
+    decision: Decision | None = None
+    error: str = ""
+    api_errors: tuple[ApiFailure, ...] = ()
+
+
+class Bound(enum.StrEnum):
+    """How a /bind ended."""
+
+    REFUSED = "refused"  # names no pod, another pod, or one that may not be bound: nothing locked or written
+    COMMIT_FAILED = "commit-failed"  # its /filter's annotation write failed
+    POD_MISSING = "pod-missing"
+    READ_FAILED = "read-failed"
+    ALREADY_BOUND = "already-bound"
+    INVALID = "invalid"
+    RESERVED_ELSEWHERE = "reserved-elsewhere"
+    NO_ALLOCATION = "no-allocation"
+    FAILED = "failed"
+    BOUND = "bound"
+
+
+class Refused(enum.StrEnum):
+    """Why the pod a /bind names may not be bound (``hami.scheduling.bind.bind_refusal``)."""
+
+    ANOTHER_POD = "another-pod"  # the pod of that name has another UID
+    BOUND_THERE = "bound-there"  # already bound to that very node: nothing to do (``Bound.ALREADY_BOUND``)
+    BOUND_ELSEWHERE = "bound-elsewhere"
+    NOT_PENDING = "not-pending"  # running or finished
+
+
+@dataclass(frozen=True, slots=True)
+class BindRefusal:
+    """A refusal as data: why, and the words for a person (part of the /bind answer)."""
+
+    why: Refused
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class BindOutcome:
+    """One /bind as data: how it ended, the pod it concerns, the message, and the API calls that failed."""
+
+    result: Bound
+    pod: Pod
+    node: str
+    message: str = ""
+    api_errors: tuple[ApiFailure, ...] = ()
+
+
+class Cleared(enum.StrEnum):
+    """How one retry of an allocation clean-up ended (the first try is part of the bind: see ``BindOutcome``)."""
+
+    RETRYING = "retrying"  # this try failed (``error`` says why); another follows after a pause
+    LANDED = "landed"  # the annotations are gone and the reservation with them
+    GONE = "gone"  # no pod with that UID any more (deleted, or re-created): nothing to remove
+    MOOT = "moot"  # bound meanwhile (the allocation is in use) or nothing left on it: the pod watch keeps the ledger
+    CRASHED = "crashed"  # the retries stopped on an unexpected error (``error``)
+
+
+@dataclass(frozen=True, slots=True)
+class Cleanup:
+    """One retry of the clean-up of a pod's allocation after a failed bind, as data."""
+
+    result: Cleared
+    namespace: str
+    name: str
+    uid: str
+    error: str = ""
