@@ -201,6 +201,7 @@ def test_helm_install_runs_hami_and_a_gpu_pod_gets_its_allocation(
         description="the node lock released by the device plugin",
     )
     printed = container_output(kube, namespace, "gpu-user")
+    print(f"{keys.NVIDIA_KEYS.allocated}: {annotations[keys.NVIDIA_KEYS.allocated]}")
     print("container output:", json.dumps(printed, indent=1, sort_keys=True))
     env, mounts = printed["env"], printed["mounts"]
     assert env["NVIDIA_VISIBLE_DEVICES"] == device.uuid
