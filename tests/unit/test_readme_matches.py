@@ -36,6 +36,7 @@ FOREIGN_FLAGS = {
     "--max-requests-inflight": "kube-apiserver",
     "--max-mutating-requests-inflight": "kube-apiserver",
     "--endpoint-reconciler-type": "kube-apiserver",
+    "--kubelet-preferred-address-types": "kube-apiserver",
     "--enable-priority-and-fairness": "kube-apiserver",
     # unshare (util-linux), git, pip
     "--uts": "unshare",
