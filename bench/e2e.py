@@ -1,15 +1,17 @@
 """End-to-end scheduling rate: real etcd + kube-apiserver + kube-scheduler + ``hami scheduler`` on loopback.
 
 Pods are created at once (8 client threads); the clock runs from the first create to the moment every pod
-has ``spec.nodeName``. There is no kubelet and no device plugin, so a stand-in does the plugin's part of
-HAMi's contract that matters here: once a pod is bound, the node lock it holds is released (HAMi's plugin
-releases it after kubelet's Allocate). Without it each node would bind one pod per lock timeout.
+has ``spec.nodeName``. There is no kubelet and no device plugin, so a stand-in (:class:`DevicePluginStandIn`)
+sends the requests HAMi's plugin sends once kubelet's Allocate has run: the pod's bind phase set to ``success``,
+then the node lock released with a GET and a PATCH of the node. Without it each node would bind one pod per lock
+timeout. Its requests carry a User-Agent of their own and are counted apart from hami's.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import signal
 import subprocess
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from tests.e2e.cluster import ApiError, ControlPlane, KubeClient, Scheduler, free_port, start_control_plane
+from tests.e2e.cluster import ControlPlane, KubeClient, Scheduler, free_port, start_control_plane
 from tests.e2e.identities import HAMI_SA, chart_identities
 
 from bench.scenarios import node_devices, pair_scores
@@ -49,53 +51,151 @@ NVIDIA_RESOURCES = [
 ]
 
 
-def _release_locks(cp: ControlPlane, namespace: str, stop: threading.Event, released: set[str] | None = None) -> None:
-    """The device plugin's part: release the node lock of every pod as soon as it is bound (watching pods; the
-    watch is opened again when it breaks, e.g. across a kube-apiserver restart, and starts with every pod). The
-    names of the pods whose lock it has seen gone (released, or not theirs any more) are added to ``released``."""
-    while not stop.is_set():
-        try:
-            _watch_and_release(cp, namespace, stop, set() if released is None else released)
-        except (httpx.HTTPError, ApiError):
-            time.sleep(0.2)
+STANDIN_AGENT = "hami-bench-device-plugin"
+"""The User-Agent of the device plugin's stand-in: its requests are counted apart from hami's (audit log)."""
+STANDIN_WORKERS = 4
 
 
-def _watch_and_release(cp: ControlPlane, namespace: str, stop: threading.Event, released: set[str]) -> None:
-    headers = {"Authorization": f"Bearer {cp.token}"}
-    with (
-        cp.client() as kube,
-        httpx.Client(base_url=cp.server, verify=str(cp.ca_file), headers=headers, timeout=None) as http,
-    ):
-        url = f"/api/v1/namespaces/{namespace}/pods"
-        with http.stream("GET", url, params={"watch": "1"}) as stream:
-            for line in stream.iter_lines():
-                if stop.is_set():
-                    return
-                event = json.loads(line)
-                pod = event.get("object") or {}
-                node = (pod.get("spec") or {}).get("nodeName")
-                name = (pod.get("metadata") or {}).get("name")
-                if not node or event.get("type") == "DELETED":
+class DevicePluginStandIn:
+    """What HAMi's device plugin does once kubelet's Allocate has run for a bound pod (spec, webhook-bind-plugin-
+    vendors 6.2 step 7): merge-patch the pod's ``hami.io/bind-phase`` to ``success``, then release the node lock it
+    holds (GET the node; if the lock still ends with ``,<ns>,<name>``, merge-patch it away on that resourceVersion;
+    a 409 reads again). There is no kubelet, so "Allocate has run" is "the pod watch shows it bound"; the plugin of
+    each node works on its own, here ``workers`` threads share the nodes. Its requests carry the User-Agent
+    :data:`STANDIN_AGENT` and are also counted here (``requests``, by kind). ``done`` holds the names of the pods
+    it has finished (bind phase written, lock released or not theirs any more)."""
+
+    def __init__(self, cp: ControlPlane, namespace: str, stop: threading.Event, workers: int = STANDIN_WORKERS) -> None:
+        self.done: set[str] = set()
+        self.requests: dict[str, int] = {}
+        self._cp, self._ns, self._stop = cp, namespace, stop
+        self._queue: queue.Queue[tuple[str, str]] = queue.Queue()
+        self._count_lock = threading.Lock()
+        self._seen: set[str] = set()
+        threading.Thread(target=self._watch, daemon=True).start()
+        for _ in range(workers):
+            threading.Thread(target=self._work, daemon=True).start()
+
+    def _client(self) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self._cp.token}", "User-Agent": STANDIN_AGENT}
+        return httpx.Client(base_url=self._cp.server, verify=str(self._cp.ca_file), headers=headers, timeout=30)
+
+    def _watch(self) -> None:
+        """Queue every pod the first time it is seen bound (the watch is opened again when it breaks, e.g. across
+        a kube-apiserver restart, and starts with every pod)."""
+        while not self._stop.is_set():
+            try:
+                with (
+                    self._client() as http,
+                    http.stream(
+                        "GET", f"/api/v1/namespaces/{self._ns}/pods", params={"watch": "1"}, timeout=None
+                    ) as stream,
+                ):
+                    for line in stream.iter_lines():
+                        if self._stop.is_set():
+                            return
+                        event = json.loads(line)
+                        pod = event.get("object") or {}
+                        node = (pod.get("spec") or {}).get("nodeName")
+                        name = str((pod.get("metadata") or {}).get("name"))
+                        if node and event.get("type") != "DELETED" and name not in self._seen:
+                            self._seen.add(name)
+                            self._queue.put((name, node))
+            except httpx.HTTPError:
+                time.sleep(0.2)
+
+    def _work(self) -> None:
+        with self._client() as http:
+            while not self._stop.is_set():
+                try:
+                    name, node = self._queue.get(timeout=0.2)
+                except queue.Empty:
                     continue
-                if name in released:
+                try:
+                    self._allocated(http, name, node)
+                except httpx.HTTPError:
+                    self._queue.put((name, node))  # e.g. kube-apiserver restarting: again later
+                    time.sleep(0.2)
                     continue
-                for _ in range(5):
-                    current = kube.get(f"/api/v1/nodes/{node}")
-                    lock = (current["metadata"].get("annotations") or {}).get(keys.NODE_LOCK, "")
-                    if not lock.endswith(f",{namespace},{name}"):
-                        break
-                    patch = {
-                        "metadata": {
-                            "annotations": {keys.NODE_LOCK: None},
-                            "resourceVersion": current["metadata"]["resourceVersion"],
-                        }
-                    }
-                    try:
-                        kube.patch(f"/api/v1/nodes/{node}", patch)
-                        break
-                    except ApiError:
-                        continue  # the node changed meanwhile
-                released.add(str(name))
+                with self._count_lock:
+                    self.done.add(name)
+
+    def _call(self, http: httpx.Client, method: str, path: str, body: Any = None) -> httpx.Response:
+        kind = f"{method} {'pods' if '/pods/' in path else 'nodes'}"
+        headers = {"Content-Type": "application/merge-patch+json"} if body is not None else {}
+        response = http.request(method, path, content=None if body is None else json.dumps(body), headers=headers)
+        with self._count_lock:
+            code = "" if response.is_success else f" {response.status_code}"
+            self.requests[kind + code] = self.requests.get(kind + code, 0) + 1
+        return response
+
+    def _allocated(self, http: httpx.Client, name: str, node: str) -> None:
+        patch = {"metadata": {"annotations": {keys.BIND_PHASE: "success"}}}
+        self._call(http, "PATCH", f"/api/v1/namespaces/{self._ns}/pods/{name}", patch)
+        for _ in range(5):
+            current = self._call(http, "GET", f"/api/v1/nodes/{node}")
+            if not current.is_success:
+                return
+            meta = current.json()["metadata"]
+            if not (meta.get("annotations") or {}).get(keys.NODE_LOCK, "").endswith(f",{self._ns},{name}"):
+                return
+            release = {"metadata": {"annotations": {keys.NODE_LOCK: None}, "resourceVersion": meta["resourceVersion"]}}
+            if self._call(http, "PATCH", f"/api/v1/nodes/{node}", release).status_code != 409:
+                return
+
+
+AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+rules:
+- level: Metadata
+"""
+"""Every request once (when it completes; a watch when it ends), with who sent it (User-Agent), at the cheapest
+level that names the verb and the object."""
+
+
+def audit_args(tmp: Path) -> tuple[list[str], Path]:
+    """kube-apiserver flags that write the audit log of :data:`AUDIT_POLICY` to a file in ``tmp`` (never rotated),
+    and that file."""
+    policy, log = tmp / "audit-policy.yaml", tmp / "audit.log"
+    policy.write_text(AUDIT_POLICY)
+    log.touch()
+    return [f"--audit-policy-file={policy}", f"--audit-log-path={log}", "--audit-log-maxsize=0"], log
+
+
+WHO = (
+    (STANDIN_AGENT, "device plugin stand-in"),
+    ("hami/", "hami"),
+    ("kube-scheduler/", "kube-scheduler"),
+    ("python-httpx/", "bench"),
+    ("kube-apiserver/", "kube-apiserver"),
+)
+"""User-Agent prefixes, and who sends them (``bench``: the load generator's creates and the watch that times
+binds; ``kube-apiserver``: its own loopback requests)."""
+
+
+def audited_requests(log: Path, offset: int) -> dict[str, dict[str, int]]:
+    """The requests in the audit log from byte ``offset`` on, by who sent them, then by
+    ``"<verb> <resource>[/<subresource>][ <code>]"`` (the code only where it is not 2xx)."""
+    out: dict[str, dict[str, int]] = {}
+    with log.open("rb") as f:
+        f.seek(offset)
+        for line in f:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue  # a line still being written
+            agent = str(entry.get("userAgent", ""))
+            who = next((name for prefix, name in WHO if agent.startswith(prefix)), "other")
+            ref = entry.get("objectRef") or {}
+            sub = ref.get("subresource")
+            code = int((entry.get("responseStatus") or {}).get("code", 0))
+            resource = ref.get("resource") or entry.get("requestURI", "?").split("?")[0]
+            kind = f"{entry.get('verb', '?')} {resource}{'/' + sub if sub else ''}"
+            kind += "" if 200 <= code < 300 else f" {code}"
+            mine = out.setdefault(who, {})
+            mine[kind] = mine.get(kind, 0) + 1
+    return out
 
 
 def _mean_latencies(metrics: str) -> dict[str, float]:
@@ -218,16 +318,20 @@ def _quantile(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else 0.0
 
 
-def bench_pipeline(pipeline: str, nodes: int = 100, gpus: int = 8, pods: int = 200) -> dict[str, Any]:
+def bench_pipeline(
+    pipeline: str, nodes: int = 100, gpus: int = 8, pods: int = 200, hami_args: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """One row of the honest end-to-end table (issue 19 item 3): ``pods`` pods created at once and bound by
     ``bare`` kube-scheduler (no extender, pods without devices), or by kube-scheduler with hami as its extender
-    under node policy ``spread`` or ``binpack`` (one-GPU pods; the device plugin's stand-in releases each node lock
-    with a GET and a PATCH, as HAMi's plugin does after Allocate). Measured: pods/s (first create → last bound),
-    creation → bound p50/p99 (create call answered → first seen bound by one watch), API requests per pod (from
-    kube-apiserver's own ``apiserver_request_total``: everything, the benchmark's creates and its one watch
-    included, nothing polled), kube-scheduler's failed attempts, and hami's CPU time per bound pod."""
+    under node policy ``spread`` or ``binpack`` (one-GPU pods; :class:`DevicePluginStandIn` does what HAMi's device
+    plugin does after Allocate; ``hami_args`` are added to hami's command line). Measured: pods/s (first create →
+    last bound), creation → bound p50/p99 (create call answered → first seen bound by one watch), API requests per
+    pod (from kube-apiserver's own ``apiserver_request_total``: everything, the benchmark's creates and its one watch
+    included, nothing polled; and by who sent them, from kube-apiserver's audit log), kube-scheduler's failed
+    attempts, and the CPU time per bound pod of every process."""
     with tempfile.TemporaryDirectory(prefix="hami-bench-") as tmp:
-        cp = start_control_plane(Path(tmp))
+        audit, audit_log = audit_args(Path(tmp))
+        cp = start_control_plane(Path(tmp), apiserver_args=audit)
         hami: subprocess.Popen[bytes] | None = None
         stop = threading.Event()
         try:
@@ -239,16 +343,15 @@ def bench_pipeline(pipeline: str, nodes: int = 100, gpus: int = 8, pods: int = 2
             else:
                 port, metrics_port = free_port(), free_port()
                 profile = f"{CPROFILE}-{pipeline}.pstats" if CPROFILE else ""
-                hami = _start_hami(Path(tmp), cp.kubeconfig, port, metrics_port, pipeline, profile)
+                hami = _start_hami(Path(tmp), cp.kubeconfig, port, metrics_port, pipeline, profile, hami_args)
                 scheduler = cp.start_scheduler(_scheduler_config(port))
                 limits = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1024, "nvidia.com/gpucores": 10}
             ns = kube.create_namespace()
-            released: set[str] = set()
-            if hami is not None:
-                threading.Thread(target=_release_locks, args=(cp, ns, stop, released), daemon=True).start()
+            plugin = DevicePluginStandIn(cp, ns, stop) if hami is not None else None
             times = _BoundTimes(cp, ns, stop)
             time.sleep(1.0)  # the watches are open and hami's caches have the namespace
             requests0 = _apiserver_requests_by(kube)
+            audit0 = audit_log.stat().st_size
             failed0 = _failed_attempts(cp, scheduler.port)
             pids = _component_pids(cp, scheduler, hami)
             cpu0 = {name: _cpu_seconds(pid) for name, pid in pids.items()}
@@ -260,11 +363,13 @@ def bench_pipeline(pipeline: str, nodes: int = 100, gpus: int = 8, pods: int = 2
             if hami is not None and CPROFILE:
                 hami.send_signal(signal.SIGUSR2)
             elapsed = max(times.bound.values(), default=t0) - t0
-            if hami is not None:  # the device plugin's work for the burst is part of its cost
-                _wait_until(lambda: len(released) >= bound, 30)
+            if plugin is not None:  # the device plugin's work for the burst is part of its cost
+                _wait_until(lambda: len(plugin.done) >= bound, 30)
             cpu = {name: 1e3 * (_cpu_seconds(pid) - cpu0[name]) / max(bound, 1) for name, pid in pids.items()}
             by = _apiserver_requests_by(kube)
             per_kind = {k: (v - requests0.get(k, 0.0)) / max(bound, 1) for k, v in by.items()}
+            time.sleep(0.5)  # the audit log has the last requests
+            who = audited_requests(audit_log, audit0)
             lat = times.latencies()
             return {
                 "pods": pods,
@@ -275,6 +380,15 @@ def bench_pipeline(pipeline: str, nodes: int = 100, gpus: int = 8, pods: int = 2
                 "p99_s": _quantile(lat, 0.99),
                 "api_requests_per_pod": sum(per_kind.values()),
                 "api_requests_per_pod_by": {k: round(v, 3) for k, v in sorted(per_kind.items()) if v >= 0.005},
+                "requests_per_pod_by_who": {
+                    name: {k: round(v / max(bound, 1), 3) for k, v in sorted(kinds.items())}
+                    for name, kinds in sorted(who.items())
+                },
+                **{
+                    f"{name}_requests_per_pod": sum(who.get(name, {}).values()) / max(bound, 1)
+                    for name in ("hami", "kube-scheduler", "device plugin stand-in", "bench")
+                },
+                "standin_requests": dict(plugin.requests) if plugin is not None else {},
                 "failed_attempts": _failed_attempts(cp, scheduler.port) - failed0,
                 "hami_cpu_ms_per_pod": cpu.get("hami", 0.0),
                 "cpu_ms_per_pod": cpu,
@@ -319,8 +433,7 @@ def bench_e2e(
             hami = _start_hami(Path(tmp), kubeconfig, port, metrics_port, node_policy)
             cp.start_scheduler(_scheduler_config(port))
             ns = kube.create_namespace()
-            releaser = threading.Thread(target=_release_locks, args=(cp, ns, stop), daemon=True)
-            releaser.start()
+            DevicePluginStandIn(cp, ns, stop)
             t0 = time.perf_counter()
             _create_pods(cp, ns, pods)
             created = time.perf_counter() - t0
@@ -363,7 +476,13 @@ def _create_nodes(kube: KubeClient, nodes: int, gpus: int) -> None:
 
 
 def _start_hami(
-    tmp: Path, kubeconfig: Path, port: int, metrics_port: int, node_policy: str, cprofile: str = ""
+    tmp: Path,
+    kubeconfig: Path,
+    port: int,
+    metrics_port: int,
+    node_policy: str,
+    cprofile: str = "",
+    extra: tuple[str, ...] = (),
 ) -> subprocess.Popen[bytes]:
     """``hami scheduler`` in its own process, once its extender answers /readyz (with ``cprofile``: under
     :mod:`bench.cpuprofile`, writing there)."""
@@ -387,6 +506,7 @@ def _start_hami(
             "--node-scheduler-policy",
             node_policy,
             *EXTRA,
+            *extra,
         ],
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -168,6 +168,14 @@ _BindLockWait = Annotated[
         + _default("bind_lock_wait", "20s"),
     ),
 ]
+_SuccessEvents = Annotated[
+    bool | None,
+    typer.Option(
+        "--success-events/--no-success-events",
+        help="Write the Normal events of a scheduled pod (FilteringSucceed, FilteredNodes, BindingSucceed; HAMi"
+        " writes its two). Off saves two or three API requests per pod." + _default("success_events"),
+    ),
+]
 _ForceOverwriteDefaultScheduler = Annotated[
     bool | None,
     typer.Option(
@@ -282,6 +290,7 @@ def scheduler(
     node_lock_retry_timeout: _NodeLockRetryTimeout = None,
     kube_timeout: _KubeTimeout = None,
     bind_lock_wait: _BindLockWait = None,
+    success_events: _SuccessEvents = None,
     force_overwrite_default_scheduler: _ForceOverwriteDefaultScheduler = None,
     leader_elect: _LeaderElect = None,
     leader_elect_resource_name: _LeaderElectResourceName = None,

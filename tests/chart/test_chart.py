@@ -892,6 +892,13 @@ def test_the_bind_lock_wait_reaches_hami_in_a_form_it_reads(value: str | None, s
     assert load_settings({"bind_lock_wait": arg.partition("=")[2]}).bind_lock_wait == seconds
 
 
+def test_success_events_are_written_unless_the_chart_turns_them_off() -> None:
+    assert not any("success-events" in a for a in container(render(), "hami")["args"])
+    hami = container(render("scheduler.successEvents=false"), "hami")
+    assert "--no-success-events" in hami["args"]
+    assert load_settings({"success_events": False}).success_events is False
+
+
 def test_old_clusters_are_refused() -> None:
     result = run_helm("template", "hami", str(CHART), "--kube-version", "1.25.0")
     assert result.returncode != 0

@@ -177,6 +177,9 @@ class SchedulerSettings(BaseSettings):
     bind_lock_wait: Annotated[float, Field(ge=0)] = 20.0
     """How long a bind waits for a node locked by another hami bind in progress (the device plugin releases the
     lock after Allocate); 0 fails at once, as HAMi does. Keep it well below the extender ``httpTimeout``."""
+    success_events: bool = True
+    """Write the Normal events of a scheduled pod: HAMi's ``FilteringSucceed`` and ``BindingSucceed``, hami's
+    ``FilteredNodes``. Failures are always written."""
     force_overwrite_default_scheduler: bool = True
     """Whether the webhook may replace ``spec.schedulerName: default-scheduler``."""
     leader_elect: bool = False

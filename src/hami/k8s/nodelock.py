@@ -17,10 +17,12 @@ Acquire (:meth:`NodeLocker.acquire`) reads the node and:
 * held by a pod that no longer exists (404) or has finished (phase Succeeded/Failed) → take it over (HAMi only
   checks 404; a finished holder can never run Allocate, so its lock would otherwise block the node until expiry);
 * ``hami.io/mutex.lock`` held by a pod that is bound and whose ``hami.io/bind-phase`` is ``success`` or ``failed``
-  → take it over: HAMi's device plugins write that phase once every vendor's Allocate of the pod is done (or one
-  failed) and release this lock right after; the release was lost (say the API server died between the two
-  writes). A holder still ``allocating``, or not yet bound, is never overwritten. A vendor's own lock (Cambricon's)
-  is released by a device plugin that does not follow the bind phase, so this rule does not apply to it;
+  → take it over (seen through the watches, a lock younger than :data:`RELEASE_GRACE` whose holder shows
+  ``success`` is contention instead: its release is on its way): HAMi's device plugins write that phase once
+  every vendor's Allocate of the pod is done (or one failed) and release this lock right after; the release was
+  lost (say the API server died between the two writes). A holder still ``allocating``, or not yet bound, is
+  never overwritten. A vendor's own lock (Cambricon's) is released by a device plugin that does not follow the
+  bind phase, so this rule does not apply to it;
 * otherwise → :class:`~hami.errors.LockContention` naming the holder and the lock's time.
 
 A lock value that does not parse raises :class:`~hami.errors.AnnotationError` as in HAMi: we cannot tell whose it
@@ -45,6 +47,7 @@ from hami.protocol.objects import Node, Pod
 __all__ = [
     "ALLOCATED_BIND_PHASES",
     "FINISHED_PHASES",
+    "RELEASE_GRACE",
     "NodeLocker",
     "PodLookup",
     "allocation_over",
@@ -57,6 +60,13 @@ log = logging.getLogger(__name__)
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 ALLOCATED_BIND_PHASES = frozenset({"success", "failed"})
 """``hami.io/bind-phase`` values the device plugin writes once it has answered a pod's Allocate."""
+
+RELEASE_GRACE = timedelta(seconds=10)
+"""How young a ``hami.io/mutex.lock`` whose holder the pod watch shows done (bind phase ``success``) still counts as
+about to be released: HAMi's device plugin writes ``success`` and then releases the lock, so for that moment the
+watches show both. A bind that sees it waits for the release the node watch shows next instead of reading the
+node and the holder and taking the lock over (the plugin's own release then loses its compare-and-swap); an older
+one is read afresh and taken over as a release that was lost."""
 
 PodLookup = Callable[[str, str], Awaitable[Pod | None]]
 """``(namespace, name) → pod`` or ``None`` if it does not exist (e.g. the pod cache, or a GET)."""
@@ -93,6 +103,12 @@ def stale_reason(lock: NodeLock, holder: Pod | None, key: str = NODE_LOCK) -> st
         phase = holder.metadata.annotations.get(BIND_PHASE)
         return f"holder {_holder(lock)} is bound with bind phase {phase} (its device plugin left the lock behind)"
     return None
+
+
+def _release_coming(lock: NodeLock, holder: Pod, now: datetime) -> bool:
+    """Whether the device plugin that just wrote ``success`` on ``holder`` is about to release ``lock`` (see
+    :data:`RELEASE_GRACE`)."""
+    return holder.metadata.annotations.get(BIND_PHASE) == "success" and now - lock.timestamp < RELEASE_GRACE
 
 
 class NodeLocker:
@@ -237,12 +253,10 @@ class NodeLocker:
         if not lock.has_owner or is_owned_by(lock, namespace, name) or is_expired(lock, self._clock(), expiry):
             return None
         holder = watched(lock.namespace, lock.name)
-        if (
-            holder is None
-            or holder.status.phase in FINISHED_PHASES
-            or (follows_bind_phase(key) and allocation_over(holder))
-        ):
+        if holder is None or holder.status.phase in FINISHED_PHASES:
             return None  # perhaps stale: read and decide
+        if follows_bind_phase(key) and allocation_over(holder) and not _release_coming(lock, holder, self._clock()):
+            return None
         named = "" if key == NODE_LOCK else key
         return LockContention(node, _holder(lock), lock.timestamp, expiry.total_seconds(), key=named)
 

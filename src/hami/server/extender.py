@@ -82,6 +82,7 @@ class Extender:
         bind_lock_wait: float = 0.0,
         lock_waits: LockWaits | None = None,
         dra: DraConfig | None = None,
+        success_events: bool = True,
     ) -> None:
         self.state = state
         self.vendors = vendors
@@ -89,6 +90,8 @@ class Extender:
         self.cluster = cluster
         self.metrics = metrics
         self.readiness = readiness or Readiness()
+        self.success_events = success_events
+        """``--success-events``: write the Normal events of a scheduled pod (failures are always written)."""
         settings = CycleSettings(
             background_commit=background_commit, lock_retry_timeout=lock_retry_timeout, bind_lock_wait=bind_lock_wait
         )
@@ -153,7 +156,7 @@ class Extender:
             log.warning("/filter refused: %s", outcome.error)
         elif outcome.result is Filtered.UNSCHEDULABLE and decision is not None:
             self._failed_events(pod, decision, len(outcome.candidates))
-        elif outcome.result is Filtered.SCHEDULED and decision is not None:
+        elif outcome.result is Filtered.SCHEDULED and decision is not None and self.success_events:
             self._event(pod, SUCCEED, decision.message)
             if decision.rejected:
                 self._event(pod, EventReason.FILTERED_NODES, _rejection_text(decision))
@@ -199,7 +202,8 @@ class Extender:
         if outcome.result is Bound.REFUSED:
             log.warning("/bind %s", outcome.message)
         elif outcome.result is Bound.BOUND:
-            self._event(outcome.pod, EventReason.BINDING_SUCCEED, outcome.message)
+            if self.success_events:
+                self._event(outcome.pod, EventReason.BINDING_SUCCEED, outcome.message)
         elif outcome.result not in _NO_BIND_EVENT:
             log.info("/bind %s", outcome.message)  # also when the event cannot be written (API down)
             self._event(outcome.pod, EventReason.BINDING_FAILED, outcome.message)

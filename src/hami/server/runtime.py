@@ -206,6 +206,7 @@ class Runtime:
                 readiness=readiness,
                 lock_retry_timeout=s.node_lock_retry_timeout,
                 bind_lock_wait=s.bind_lock_wait,
+                success_events=s.success_events,
                 lock_waits=self.housekeeping.lock_waits,
                 dra=self.device_config.dra,
             )

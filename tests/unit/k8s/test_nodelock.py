@@ -8,7 +8,7 @@ import pytest
 
 from hami.errors import AnnotationError, ApiError, Conflict, LockContention, NotFound
 from hami.k8s.memory import MemoryCluster
-from hami.k8s.nodelock import NodeLocker
+from hami.k8s.nodelock import RELEASE_GRACE, NodeLocker
 from hami.protocol.keys import BIND_PHASE, NODE_LOCK
 from hami.protocol.nodelock import LOCK_CONTENTION, NodeLock, decode_node_lock, encode_node_lock
 from hami.protocol.objects import Node, ObjectMeta, Pod, PodSpec, PodStatus
@@ -185,9 +185,20 @@ async def test_a_watched_live_holder_is_contention_without_a_request() -> None:
         (lock_value("default", "done"), [pod("done", "Succeeded")]),
         (lock_value("default", "old", age=TIMEOUT + timedelta(seconds=1)), [pod("old")]),
         ((NOW - TIMEOUT - timedelta(seconds=1)).isoformat(), []),
-        (lock_value("default", "served"), [pod("served", "Pending", bind_phase="success", on="gpu-1")]),
+        (
+            lock_value("default", "served", age=RELEASE_GRACE),
+            [pod("served", "Pending", bind_phase="success", on="gpu-1")],
+        ),
+        (lock_value("default", "failing"), [pod("failing", "Pending", bind_phase="failed", on="gpu-1")]),
     ],
-    ids=["holder-not-watched", "holder-finished", "expired", "expired-legacy", "holder-allocated-release-lost"],
+    ids=[
+        "holder-not-watched",
+        "holder-finished",
+        "expired",
+        "expired-legacy",
+        "holder-allocated-release-lost",
+        "holder-failed",
+    ],
 )
 async def test_a_watched_lock_that_may_be_stale_is_read_afresh_and_taken_over(value: str, watched: list[Pod]) -> None:
     """Only a live holder per the watches skips the reads: a lock that may be stale is decided on a fresh read
@@ -199,6 +210,19 @@ async def test_a_watched_lock_that_may_be_stale_is_read_afresh_and_taken_over(va
     )
     assert got == written("default", "p1")
     assert memory.calls[0] == "get_node"
+
+
+async def test_a_young_lock_whose_holder_just_succeeded_waits_for_the_release_without_a_request() -> None:
+    """HAMi's device plugin writes ``success`` and then releases the lock: a bind that sees the first through the
+    pod watch and the lock still on the node waits for the release (contention, nothing read or written) instead of
+    reading both and taking the lock over."""
+    value = lock_value("default", "served", age=RELEASE_GRACE - timedelta(seconds=1))
+    served = pod("served", "Pending", bind_phase="success", on="gpu-1")
+    memory = MemoryCluster(nodes=[node(value)], pods=[served])
+    with pytest.raises(LockContention) as caught:
+        await locker(memory).acquire("gpu-1", "default", "p1", hint=node(value), watched=lambda ns, n: served)
+    assert caught.value.holder == "default/served"
+    assert memory.calls == []
 
 
 async def test_a_watched_lock_that_is_already_gone_is_read_afresh() -> None:

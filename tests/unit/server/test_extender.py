@@ -151,6 +151,26 @@ async def test_filter_success_writes_hami_annotations_and_reserves(world: World)
     ]
 
 
+async def test_without_success_events_a_scheduled_pod_costs_no_event_and_a_failure_still_writes_one(
+    world: World,
+) -> None:
+    """``--no-success-events``: FilteringSucceed, FilteredNodes and BindingSucceed are not written (two or three
+    API requests per pod less); the allocation, the lock and the Binding are the same, and failures are written."""
+    world.extender.success_events = False
+    cluster_of_three(world)
+    await filtered(world)  # small rejects it: FilteredNodes would be written too
+    world.cluster.calls.clear()
+
+    assert (await world.extender.bind(BindingArgs("p1", NS, "uid-p1", "n1"))).error == ""
+
+    assert world.pod("p1").spec.node_name == "n1"
+    assert world.cluster.calls == ["get_node", "patch_node_annotations", "bind"]
+    assert await world.events() == []
+    too_big = world.add_pod(gpu_pod("p2", mem=30000))
+    assert (await world.filter(too_big, ["n1"])).node_names in (None, [])
+    assert [(kind, reason) for kind, reason, _ in await world.events()][-1] == ("Warning", "FilteringFailed")
+
+
 async def test_filter_answer_uses_go_field_names(world: World) -> None:
     cluster_of_three(world)
     pod = world.add_pod(gpu_pod("p1"))
