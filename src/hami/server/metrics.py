@@ -31,6 +31,7 @@ __all__ = ["Metrics"]
 _MIB = 1048576
 _ZONE = "vGPU"
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_LOOP_LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _LOCK_WAIT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0)
 
 
@@ -271,6 +272,12 @@ class Metrics:
         )
         self.api_errors = Counter(
             "hami_kube_api_errors", "Kubernetes API calls that failed", ["operation"], registry=self.own
+        )
+        self.loop_lag = Histogram(
+            "hami_event_loop_lag_seconds",
+            "How much later than asked a 50 ms sleep on the event loop woke (the loop held by other work)",
+            buckets=_LOOP_LAG_BUCKETS,
+            registry=self.own,
         )
 
     def _ledger_metrics(self) -> None:

@@ -55,6 +55,7 @@ from hami.server.dra import DraWatches, start_dra
 from hami.server.extender import Extender, Readiness
 from hami.server.leadership import Leadership
 from hami.server.listen import guarded_h11, listen
+from hami.server.looplag import watch_loop_lag
 from hami.server.metrics import Metrics
 from hami.server.nodelocks import LockHousekeeping
 from hami.server.nodes import NodeHandling
@@ -219,6 +220,7 @@ class Runtime:
             )
             supervisor.start(self._self_check(audit), name="self-check")
             supervisor.start(self.housekeeping.sweep(), name="lock-sweep")
+            supervisor.start(watch_loop_lag(self.metrics.loop_lag.observe), name="loop-lag")
             servers = await self._servers(extender, supervisor, stack, client_settings)
             await self._serve(servers, listeners)
             self.housekeeping.stop_checks()

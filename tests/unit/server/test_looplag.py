@@ -1,0 +1,46 @@
+"""The event-loop lag watcher: how much later than asked its sleep woke."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from hami.scheduling.state import ClusterState
+from hami.server.looplag import watch_loop_lag
+from hami.server.metrics import Metrics
+
+
+async def test_a_callback_that_holds_the_loop_shows_as_lag_of_about_its_length() -> None:
+    seen: list[float] = []
+    watcher = asyncio.create_task(watch_loop_lag(seen.append, interval=0.01))
+    await asyncio.sleep(0.05)
+    time.sleep(0.2)  # holds the loop, as a long decision would
+    await asyncio.sleep(0.05)
+    watcher.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await watcher
+    assert max(seen) >= 0.15
+    assert all(lag >= 0 for lag in seen)
+
+
+async def test_a_late_wake_is_observed_as_the_time_beyond_the_interval() -> None:
+    now = [100.0]
+    seen: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        now[0] += seconds + (0.3 if len(seen) == 1 else 0.0)
+        if len(seen) == 3:
+            raise asyncio.CancelledError
+
+    with pytest.raises(asyncio.CancelledError):
+        await watch_loop_lag(seen.append, interval=0.05, sleep=sleep, clock=lambda: now[0])
+    assert seen == pytest.approx([0.0, 0.3, 0.0])
+
+
+def test_the_lag_is_a_histogram_of_hamis_own_metrics() -> None:
+    metrics = Metrics(lambda: ClusterState({}))
+    metrics.loop_lag.observe(0.12)
+    assert metrics.registry.get_sample_value("hami_event_loop_lag_seconds_bucket", {"le": "0.1"}) == 0
+    assert metrics.registry.get_sample_value("hami_event_loop_lag_seconds_bucket", {"le": "0.25"}) == 1
