@@ -21,7 +21,7 @@ PROTO  := src/hami/deviceplugin/api.proto
 GENDIR := src/hami/deviceplugin/_generated
 GEN    := $(GENDIR)/api_pb2.py
 
-.PHONY: help setup test-deps demo test test-fast test-e2e test-newest-python lint fmt typecheck imports testenv helm image bench bench-quick bench-profile clean
+.PHONY: help setup test-deps demo test test-fast test-e2e test-newest-python lint fmt typecheck imports testenv helm image bench bench-quick bench-profile bench-scale clean
 
 help:
 	@echo "make demo          run hami's main job on a built-in example cluster (no cluster needed)"
@@ -45,6 +45,8 @@ help:
 	@echo "make bench         run the benchmarks (needs the control plane)"
 	@echo "make bench-quick   the small benchmark scenarios only"
 	@echo "make bench-profile profile the decision path"
+	@echo "make bench-scale   hami end to end at 5,000 nodes and 50,000 pods beside bare kube-scheduler (not in"
+	@echo "                   CI; BENCH_SCALE_ARGS='--nodes 500 --pods 5000 --bursts 1000' runs it smaller)"
 	@echo "make clean         remove the virtualenv, generated code and caches"
 
 $(STAMP): pyproject.toml constraints.txt
@@ -130,6 +132,11 @@ bench: setup testenv helm
 
 bench-quick: setup
 	PYTHONPATH=. $(BIN)/python -m bench.run --quick --iterations 300
+
+# hami at Kubernetes' scale beside bare kube-scheduler (not in CI; minutes to an hour): BENCH_SCALE_ARGS, e.g.
+# "--nodes 500 --pods 5000 --bursts 1000", runs it smaller (python -m bench.scale --help)
+bench-scale: setup testenv helm
+	PYTHONPATH=. $(BIN)/python -m bench.scale $(BENCH_SCALE_ARGS)
 
 bench-profile: setup
 	PYTHONPATH=. $(BIN)/python -m bench.run profile

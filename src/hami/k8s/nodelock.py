@@ -61,12 +61,13 @@ FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 ALLOCATED_BIND_PHASES = frozenset({"success", "failed"})
 """``hami.io/bind-phase`` values the device plugin writes once it has answered a pod's Allocate."""
 
-RELEASE_GRACE = timedelta(seconds=10)
+RELEASE_GRACE = timedelta(seconds=5)
 """How young a ``hami.io/mutex.lock`` whose holder the pod watch shows done (bind phase ``success``) still counts as
 about to be released: HAMi's device plugin writes ``success`` and then releases the lock, so for that moment the
 watches show both. A bind that sees it waits for the release the node watch shows next instead of reading the
 node and the holder and taking the lock over (the plugin's own release then loses its compare-and-swap); an older
-one is read afresh and taken over as a release that was lost."""
+one is read afresh and taken over as a release that was lost. Five seconds: on a loaded API server the plugin's
+GET and PATCH of the node can take seconds after its bind-phase write."""
 
 PodLookup = Callable[[str, str], Awaitable[Pod | None]]
 """``(namespace, name) → pod`` or ``None`` if it does not exist (e.g. the pod cache, or a GET)."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from hami.errors import ApiError
 from hami.k8s.lockwaits import NodeLockWaits
-from hami.k8s.nodelock import NodeLocker, allocation_over, follows_bind_phase
+from hami.k8s.nodelock import RELEASE_GRACE, NodeLocker, allocation_over, follows_bind_phase
 from hami.k8s.tasks import Supervisor
 from hami.protocol import keys
 from hami.protocol.nodelock import decode_node_lock
@@ -29,10 +29,11 @@ log = logging.getLogger("hami.scheduler")
 
 LOCK_SWEEP_SECONDS = 30.0
 """How often nodes holding a lock are checked for a finished or deleted holder (HAMi never does this)."""
-LEFT_BEHIND_GRACE_SECONDS = 2.0
+LEFT_BEHIND_GRACE_SECONDS = RELEASE_GRACE.total_seconds()
 """How long the device plugin has, after writing a holder's bind phase ``success``/``failed``, to release
 ``hami.io/mutex.lock`` itself (it does so right after) before hami releases it: releasing at once would race the
-plugin's own release on every pod, two needless API requests and a conflict for the plugin each time."""
+plugin's own release on every pod, two needless API requests and a conflict for the plugin each time (as 2 s did
+on a loaded API server, where the plugin's GET and PATCH of the node took longer: 0.4 GETs per pod)."""
 
 
 @dataclass

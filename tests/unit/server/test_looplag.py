@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 import time
 
 import pytest
@@ -25,7 +27,29 @@ async def test_a_callback_that_holds_the_loop_shows_as_lag_of_about_its_length()
     assert all(lag >= 0 for lag in seen)
 
 
-async def test_a_late_wake_is_observed_as_the_time_beyond_the_interval() -> None:
+async def test_the_cpu_part_of_a_logged_stall_is_the_threads_cpu_time_meanwhile(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, "hami.looplag")
+    watcher = asyncio.create_task(watch_loop_lag(lambda _: None, interval=0.01))
+    await asyncio.sleep(0.03)
+    deadline = time.perf_counter() + 0.2
+    while time.perf_counter() < deadline:  # busy: the CPU holds the loop
+        pass
+    await asyncio.sleep(0.03)
+    watcher.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await watcher
+    [line] = [r.getMessage() for r in caplog.records]
+    found = re.fullmatch(r"event loop held for ([0-9.]+) s \(([0-9.]+) s on the CPU\)", line)
+    assert found is not None, line
+    wall, cpu = float(found[1]), float(found[2])
+    assert cpu > 0.05
+    assert wall >= cpu - 0.01
+
+
+async def test_a_late_wake_is_observed_as_the_time_beyond_the_interval(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "hami.looplag")
     now = [100.0]
     seen: list[float] = []
 
@@ -35,8 +59,9 @@ async def test_a_late_wake_is_observed_as_the_time_beyond_the_interval() -> None
             raise asyncio.CancelledError
 
     with pytest.raises(asyncio.CancelledError):
-        await watch_loop_lag(seen.append, interval=0.05, sleep=sleep, clock=lambda: now[0])
+        await watch_loop_lag(seen.append, interval=0.05, sleep=sleep, clock=lambda: now[0], cpu_clock=lambda: 1.0)
     assert seen == pytest.approx([0.0, 0.3, 0.0])
+    assert [r.getMessage() for r in caplog.records] == ["event loop held for 0.300 s (0.000 s on the CPU)"]
 
 
 def test_the_lag_is_a_histogram_of_hamis_own_metrics() -> None:

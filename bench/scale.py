@@ -1,0 +1,594 @@
+"""``make bench-scale``: hami end to end at Kubernetes' scale, beside bare kube-scheduler in the same run.
+
+``python -m bench.scale [--nodes 5000] [--gpus 8] [--pods 50000] [--bursts 1000 5000] [--no-leader-kill]``
+
+One real control plane (etcd, kube-apiserver with an audit log) on this machine. ``--nodes`` API-only Node objects
+(no kubelet) registered in HAMi's format with ``--gpus`` GPUs each (``nvidia.com/gpu`` = 10 slots a GPU, created
+16 at a time), then ``--pods`` GPU pods already bound, written directly with their allocation (one GPU, 1,024 MiB,
+10 cores; round-robin over nodes and GPUs). Then for each burst size, interleaved: the burst through bare
+kube-scheduler (pods asking ``nvidia.com/gpu: 1`` as a plain extended resource), through kube-scheduler + hami
+under ``spread`` and under ``binpack`` (one-GPU pods as above; :class:`bench.e2e.DevicePluginStandIn` does the
+device plugin's part). Every burst stays bound, so the cluster grows by each one. Last, a leader kill: two
+replicas (hami + kube-scheduler each, kube-scheduler's default Lease timings, as the chart runs them), a burst,
+the leader's two processes SIGKILLed once a quarter is bound; the time until the follower binds a pod.
+
+Per burst: pods/s (first create → last bound), creation → bound p50/p99, kube-scheduler's failed attempts, API
+requests per pod by who sent them (kube-apiserver's audit log: hami, the device plugin stand-in, kube-scheduler,
+the load generator), CPU per pod of every process, hami's RSS (now and peak), event-loop stalls (hami logs every
+lag of 100 ms or more of its loop-lag watcher; one ``/metrics`` scrape is made mid-burst and the per-minute
+self-check and API audit run as they fall), and hami's start → ready with every pod listed. Not in CI: it takes
+minutes to an hour depending on the size; the README shows its last result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from tests.e2e.cluster import ControlPlane, KubeClient, Scheduler, free_port, start_control_plane
+
+from bench.e2e import (
+    DevicePluginStandIn,
+    _BoundTimes,
+    _cpu_seconds,
+    _failed_attempts,
+    _quantile,
+    _scheduler_config,
+    audit_args,
+    audited_requests,
+)
+from bench.run import machine, table
+from bench.scenarios import node_devices, pair_scores
+from hami.protocol import keys
+from hami.protocol.inventory import encode_inventory_json
+from hami.protocol.scores import PairScore, encode_pair_scores
+
+WRITERS = 16
+"""Client threads that write the nodes and the bound pods."""
+HAMI_LIMITS = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1024, "nvidia.com/gpucores": 10}
+BARE_LIMITS = {"nvidia.com/gpu": 1}
+PIPELINES = ("bare", "spread", "binpack")
+STALL = re.compile(r"event loop held for ([0-9.]+) s \(([0-9.]+) s on the CPU\)")
+
+
+@dataclass
+class Cluster:
+    """The control plane and what is in it."""
+
+    cp: ControlPlane
+    tmp: Path
+    audit_log: Path
+    nodes: int
+    gpus: int
+    pods: int = 0
+    bursts: int = 0
+    setup: dict[str, float] = field(default_factory=dict)
+
+
+def _node_body(n: int, gpus: int) -> dict[str, Any]:
+    scores = [PairScore(u, s) for u, s in pair_scores(n, gpus).items()]
+    return {
+        "extended": {"nvidia.com/gpu": gpus * 10},
+        "annotations": {
+            keys.NVIDIA_REGISTER: encode_inventory_json(list(node_devices(n, gpus))),
+            keys.NVIDIA_SCORE: encode_pair_scores(scores),
+        },
+    }
+
+
+def _bound_pod(i: int, nodes: int, gpus: int) -> dict[str, Any]:
+    """Pod ``i`` of the ones already running: bound round-robin (node, then GPU), with the allocation hami and HAMi
+    read, its device plugin done (bind phase ``success``, nothing left to allocate)."""
+    node, gpu = i % nodes, (i // nodes) % gpus
+    name = f"node-{node:05d}"
+    value = f"GPU-{node:05d}-{gpu:02d},NVIDIA,1024,10:;"
+    limits = {k: str(v) for k, v in HAMI_LIMITS.items()}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"bound-{i:06d}",
+            "labels": {keys.VGPU_NODE: name},
+            "annotations": {
+                keys.VGPU_NODE: name,
+                keys.VGPU_TIME: "1700000000",
+                keys.NVIDIA_KEYS.allocated: value,
+                keys.NVIDIA_KEYS.to_allocate: ";",
+                keys.BIND_PHASE: "success",
+            },
+        },
+        "spec": {
+            "nodeName": name,
+            "schedulerName": "hami-scheduler",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {"name": "main", "image": "registry.invalid/hami-bench:none", "resources": {"limits": limits}}
+            ],
+        },
+    }
+
+
+def _in_parallel(cp: ControlPlane, count: int, work: Callable[[KubeClient, int], object]) -> float:
+    """``work(client, i)`` for i < ``count`` on :data:`WRITERS` threads, each with a client of its own; seconds."""
+    clients = [cp.client() for _ in range(WRITERS)]
+    started = time.perf_counter()
+    try:
+        with ThreadPoolExecutor(WRITERS) as pool:
+            list(pool.map(lambda i: work(clients[i % WRITERS], i), range(count)))
+    finally:
+        for client in clients:
+            client.close()
+    return time.perf_counter() - started
+
+
+def build_cluster(tmp: Path, nodes: int, gpus: int, pods: int) -> Cluster:
+    audit, log = audit_args(tmp)
+    cp = start_control_plane(tmp, apiserver_args=audit)
+    cluster = Cluster(cp, tmp, log, nodes, gpus)
+    bodies = [_node_body(n, gpus) for n in range(nodes)]
+    cluster.setup["nodes_s"] = _in_parallel(cp, nodes, lambda kube, n: kube.create_node(f"node-{n:05d}", **bodies[n]))
+    print(f"  {nodes} nodes created in {cluster.setup['nodes_s']:.1f} s", flush=True)
+    with cp.client() as kube:
+        kube.create_namespace("bound")
+
+    def create(kube: KubeClient, i: int) -> None:
+        kube.post("/api/v1/namespaces/bound/pods", _bound_pod(i, nodes, gpus))
+        if i and i % 10000 == 0:
+            print(f"  {i} bound pods written", flush=True)
+
+    cluster.setup["pods_s"] = _in_parallel(cp, pods, create)
+    cluster.pods = pods
+    print(f"  {pods} bound pods written in {cluster.setup['pods_s']:.1f} s", flush=True)
+    return cluster
+
+
+@dataclass
+class Hami:
+    process: subprocess.Popen[bytes]
+    port: int
+    metrics_port: int
+    log: Path
+    ready_s: float
+    ready_cpu_s: float = 0.0
+
+
+def start_hami(cluster: Cluster, policy: str, extra: tuple[str, ...] = ()) -> Hami:
+    """``hami scheduler`` under node policy ``policy``; timed from the start until ``/readyz`` answers 200 (its
+    caches hold every node and pod)."""
+    port, metrics_port = free_port(), free_port()
+    log = cluster.tmp / f"hami-{policy}-{cluster.bursts}.log"
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from hami.cli import main; main()",
+            "scheduler",
+            f"--kubeconfig={cluster.cp.kubeconfig}",
+            f"--http_bind=127.0.0.1:{free_port()}",
+            f"--extender-bind=127.0.0.1:{port}",
+            f"--metrics-bind-address=127.0.0.1:{metrics_port}",
+            f"--node-scheduler-policy={policy}",
+            *extra,
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env=os.environ | {"PYTHONUNBUFFERED": "1"},
+    )
+    deadline = time.monotonic() + 300
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
+                return Hami(process, port, metrics_port, log, time.perf_counter() - started, _cpu_seconds(process.pid))
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline or process.poll() is not None:
+            process.kill()
+            raise RuntimeError(f"hami did not become ready; see {log}")
+        time.sleep(0.05)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def _rss_mb(pid: int) -> dict[str, float]:
+    """Resident memory now and at its peak (``VmRSS``, ``VmHWM``), MiB."""
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = int(value.split()[0]) / 1024
+    return {"rss_mb": out.get("VmRSS", 0.0), "peak_rss_mb": out.get("VmHWM", 0.0)}
+
+
+def _stalls(log: Path, offset: int) -> list[tuple[float, float]]:
+    """The event-loop stalls hami logged from byte ``offset`` of its log on: (wall, CPU) seconds each."""
+    out = []
+    with log.open("rb") as f:
+        f.seek(offset)
+        for raw in f:
+            found = STALL.search(raw.decode(errors="replace"))
+            if found:
+                out.append((float(found[1]), float(found[2])))
+    return out
+
+
+def wait_synced(scheduler: Scheduler, cp: ControlPlane, nodes: int, timeout: float = 600) -> float:
+    """Until kube-scheduler's cache holds every node; seconds."""
+    started = time.perf_counter()
+    deadline = time.monotonic() + timeout
+    while scheduler.cached_nodes(cp.token) != nodes:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"kube-scheduler did not cache {nodes} nodes in {timeout:.0f} s")
+        time.sleep(0.2)
+    return time.perf_counter() - started
+
+
+def create_burst(cp: ControlPlane, ns: str, pods: int, limits: dict[str, int], times: _BoundTimes) -> None:
+    """``pods`` pods created at once by 16 client threads; each pod's creation time is noted when its create
+    call answers."""
+
+    def create(kube: KubeClient, i: int) -> None:
+        kube.create_pod(ns, f"p{i:05d}", limits=limits, scheduler_name="hami-scheduler")
+        with times.lock:
+            times.created[f"p{i:05d}"] = time.perf_counter()
+
+    _in_parallel(cp, pods, create)
+
+
+def _scrape_midway(hami: Hami, times: _BoundTimes, pods: int, out: dict[str, float], stop: threading.Event) -> None:
+    """One ``/metrics`` scrape once half the burst is bound (as Prometheus would scrape meanwhile): its seconds."""
+    with times.lock:
+        while len(times.bound) < pods // 2:
+            if stop.is_set():
+                return
+            times.changed.wait(1.0)
+    started = time.perf_counter()
+    try:
+        size = len(httpx.get(f"http://127.0.0.1:{hami.metrics_port}/metrics", timeout=60).content)
+        out["scrape_s"], out["scrape_mb"] = time.perf_counter() - started, size / 2**20
+    except httpx.HTTPError:
+        out["scrape_s"] = -1.0
+
+
+def run_burst(cluster: Cluster, pipeline: str, pods: int, hami_args: tuple[str, ...] = ()) -> dict[str, Any]:
+    """One burst of ``pods`` through ``pipeline`` (``bare``, ``spread`` or ``binpack``); its figures."""
+    cp = cluster.cp
+    cluster.bursts += 1
+    stop_event = threading.Event()
+    hami = start_hami(cluster, pipeline, hami_args) if pipeline != "bare" else None
+    result: dict[str, Any] = {"pipeline": pipeline, "pods": pods, "listed_pods": cluster.pods}
+    if hami is not None:
+        result["ready_s"], result["ready_cpu_s"] = hami.ready_s, hami.ready_cpu_s
+        result |= {f"ready_{k}": v for k, v in _rss_mb(hami.process.pid).items()}
+    config = _scheduler_config(hami.port) if hami else {"profiles": [{"schedulerName": "hami-scheduler"}]}
+    scheduler = cp.start_scheduler(config, name=f"kube-scheduler-{pipeline}-{cluster.bursts}")
+    try:
+        result["scheduler_sync_s"] = wait_synced(scheduler, cp, cluster.nodes)
+        with cp.client() as kube:
+            ns = kube.create_namespace()
+        plugin = DevicePluginStandIn(cp, ns, stop_event) if hami else None
+        times = _BoundTimes(cp, ns, stop_event)
+        time.sleep(1.0)  # the watches are open
+        pids = {"kube-apiserver": cp.apiserver.pid, "etcd": cp.etcd.pid, "kube-scheduler": scheduler.process.pid}
+        pids = {k: v for k, v in pids.items() if v is not None} | {"bench": os.getpid()}
+        if hami:
+            pids["hami"] = hami.process.pid
+        cpu0 = {name: _cpu_seconds(pid) for name, pid in pids.items()}
+        audit0, failed0 = cluster.audit_log.stat().st_size, _failed_attempts(cp, scheduler.port)
+        log0 = hami.log.stat().st_size if hami else 0
+        scrape: dict[str, float] = {}
+        if hami:
+            threading.Thread(target=_scrape_midway, args=(hami, times, pods, scrape, stop_event), daemon=True).start()
+        t0 = time.perf_counter()
+        create_burst(cp, ns, pods, HAMI_LIMITS if hami else BARE_LIMITS, times)
+        bound = times.wait_all(pods, timeout=max(300.0, pods / 2))
+        elapsed = max(times.bound.values(), default=t0) - t0
+        if plugin is not None:
+            _until(lambda: len(plugin.done) >= bound, 60)
+        cpu = {name: 1e3 * (_cpu_seconds(pid) - cpu0[name]) / max(bound, 1) for name, pid in pids.items()}
+        time.sleep(0.5)  # the audit log has the last requests
+        who = audited_requests(cluster.audit_log, audit0)
+        lat = times.latencies()
+        result |= {
+            "bound": bound,
+            "seconds": elapsed,
+            "pods_per_s": bound / elapsed if elapsed > 0 else 0.0,
+            "p50_s": _quantile(lat, 0.50),
+            "p99_s": _quantile(lat, 0.99),
+            "failed_attempts": _failed_attempts(cp, scheduler.port) - failed0,
+            "cpu_ms_per_pod": cpu,
+            "requests_per_pod": {name: sum(kinds.values()) / max(bound, 1) for name, kinds in sorted(who.items())},
+            "requests_per_pod_by_kind": {
+                name: {k: round(v / max(bound, 1), 3) for k, v in sorted(kinds.items())}
+                for name, kinds in sorted(who.items())
+            },
+            "loadavg": os.getloadavg()[0],
+        }
+        if hami:
+            stalls = _stalls(hami.log, log0)
+            held = [cpu for _, cpu in stalls if cpu >= 0.1]
+            result |= {f"burst_{k}": v for k, v in _rss_mb(hami.process.pid).items()}
+            result |= {"stalls": len(stalls), "longest_stall_s": max((w for w, _ in stalls), default=0.0)}
+            result |= {"cpu_stalls": len(held), "longest_cpu_stall_s": max(held, default=0.0)} | scrape
+        cluster.pods += bound
+        return result
+    finally:
+        stop_event.set()
+        scheduler.stop()
+        cp.schedulers.remove(scheduler)
+        if hami:
+            stop(hami.process)
+
+
+def _until(done: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+# --- the leader kill ------------------------------------------------------------------------------------------
+
+
+def _as_host(name: str, namespace: str) -> list[str]:
+    """Run a command under its own host name (a UTS namespace), as if in pod ``namespace/name``: kube-scheduler
+    campaigns for the Lease as ``<host>_<uuid>`` and hami follows it by that host name."""
+    script = f'hostname {name} && exec env POD_NAME={name} POD_NAMESPACE={namespace} "$@"'
+    return ["unshare", "--uts", "sh", "-c", script, "sh"]
+
+
+@contextmanager
+def _replicas(cluster: Cluster, system: str) -> Iterator[dict[str, tuple[subprocess.Popen[bytes], Scheduler, Hami]]]:
+    """Two replicas, each a hami and a kube-scheduler sharing a host name as in one pod, both following
+    kube-scheduler's Lease in ``system`` (kube-scheduler's default timings: 15 s lease, 10 s renew, 2 s retry)."""
+    cp = cluster.cp
+    replicas: dict[str, tuple[subprocess.Popen[bytes], Scheduler, Hami]] = {}
+    try:
+        for name in ("hami-a", "hami-b"):
+            with cp.client() as kube:
+                kube.create_pod(system, name, scheduler_name="nobody")
+            hami = _start_wrapped(cluster, name, system)
+            config = _scheduler_config(hami.port) | {
+                "leaderElection": {
+                    "leaderElect": True,
+                    "resourceName": "hami-scheduler",
+                    "resourceNamespace": system,
+                }
+            }
+            scheduler = cp.start_scheduler(config, name=f"kube-scheduler-{name}", wrapper=_as_host(name, system))
+            replicas[name] = (hami.process, scheduler, hami)
+        yield replicas
+    finally:
+        for process, scheduler, _ in replicas.values():
+            if process.poll() is None:
+                stop(process)
+            scheduler.stop()
+            if scheduler in cp.schedulers:
+                cp.schedulers.remove(scheduler)
+
+
+def _start_wrapped(cluster: Cluster, name: str, system: str) -> Hami:
+    port, metrics_port = free_port(), free_port()
+    log = cluster.tmp / f"{name}.log"
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        [
+            *_as_host(name, system),
+            sys.executable,
+            "-c",
+            "from hami.cli import main; main()",
+            "scheduler",
+            f"--kubeconfig={cluster.cp.kubeconfig}",
+            f"--http_bind=127.0.0.1:{free_port()}",
+            f"--extender-bind=127.0.0.1:{port}",
+            f"--metrics-bind-address=127.0.0.1:{metrics_port}",
+            "--leader-elect",
+            f"--leader-elect-resource-namespace={system}",
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env=os.environ | {"PYTHONUNBUFFERED": "1"},
+        start_new_session=True,
+    )
+    _until(lambda: _ready(port) or process.poll() is not None, 300)
+    if process.poll() is not None:
+        raise RuntimeError(f"hami replica {name} exited; see {log}")
+    return Hami(process, port, metrics_port, log, time.perf_counter() - started)
+
+
+def _ready(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _role(kube: KubeClient, system: str, name: str) -> str:
+    return str((kube.get_pod(system, name)["metadata"].get("labels") or {}).get("hami.io/scheduler-role", ""))
+
+
+def leader_kill(cluster: Cluster, pods: int) -> dict[str, Any]:
+    """A burst of ``pods`` under two replicas; the leader's hami and kube-scheduler SIGKILLed once a quarter is
+    bound. Measured: seconds from the kill until the follower is labelled leader and until the next pod is bound,
+    and until every pod is."""
+    cp = cluster.cp
+    stop_event = threading.Event()
+    with cp.client() as kube:
+        system, ns = kube.create_namespace(), kube.create_namespace()
+        with _replicas(cluster, system) as replicas:
+            _until(lambda: any(_role(kube, system, n) == "leader" for n in replicas), 120)
+            leader = next((n for n in replicas if _role(kube, system, n) == "leader"), None)
+            if leader is None:
+                return {"error": "no replica became leader in 120 s"}
+            follower = next(n for n in replicas if n != leader)
+            DevicePluginStandIn(cp, ns, stop_event)
+            times = _BoundTimes(cp, ns, stop_event)
+            time.sleep(1.0)
+            creator = threading.Thread(target=create_burst, args=(cp, ns, pods, HAMI_LIMITS, times), daemon=True)
+            creator.start()
+            _until(lambda: len(times.bound) >= pods // 4, 300)
+            process, scheduler, _ = replicas[leader]
+            killed = time.perf_counter()
+            os.killpg(process.pid, 9)
+            assert scheduler.process.popen is not None
+            os.killpg(scheduler.process.popen.pid, 9)
+            with times.lock:
+                before = len(times.bound)
+            _until(lambda: _role(kube, system, follower) == "leader", 120)
+            labelled = time.perf_counter() - killed
+            _until(lambda: any(t >= killed + labelled for t in times.bound.values()), 120)
+            with times.lock:
+                after = sorted(t - killed for t in times.bound.values() if t > killed)
+            creator.join()
+            bound = times.wait_all(pods, timeout=max(300.0, pods / 2))
+            all_bound = max(times.bound.values(), default=killed) - killed
+            stop_event.set()
+            cluster.pods += bound
+            return {
+                "pods": pods,
+                "bound": bound,
+                "killed_at_bound": before,
+                "follower_leader_s": labelled,
+                "in_flight_bound": sum(1 for t in after if t < labelled),
+                "follower_first_bound_s": next((t for t in after if t >= labelled), -1.0),
+                "all_bound_s": all_bound,
+            }
+
+
+# --- the report -----------------------------------------------------------------------------------------------
+
+
+def _f(x: float) -> str:
+    return f"{x:.3f}" if abs(x) < 10 else f"{x:.1f}"
+
+
+def report(results: dict[str, Any]) -> None:
+    bursts: list[dict[str, Any]] = results["bursts"]
+    bare = {r["pods"]: r["pods_per_s"] for r in bursts if r["pipeline"] == "bare"}
+    rows = []
+    for r in bursts:
+        req = r["requests_per_pod"]
+        cpu = r["cpu_ms_per_pod"]
+        ratio = r["pods_per_s"] / bare[r["pods"]] if bare.get(r["pods"]) else 0.0
+        rows.append(
+            [
+                r["pipeline"],
+                f"{r['bound']}/{r['pods']}",
+                f"{r['listed_pods']:,}",
+                _f(r["pods_per_s"]),
+                f"{ratio:.2f}",
+                f"{_f(r['p50_s'])} / {_f(r['p99_s'])}",
+                f"{r['failed_attempts']:.0f}",
+                f"{req.get('hami', 0):.2f} / {req.get('device plugin stand-in', 0):.2f} / "
+                f"{req.get('kube-scheduler', 0):.2f} / {sum(req.values()):.2f}",
+                " / ".join(_f(cpu.get(p, 0.0)) for p in ("kube-apiserver", "etcd", "kube-scheduler", "hami")),
+                "-" if "ready_s" not in r else f"{_f(r['ready_s'])} / {_f(r['ready_cpu_s'])}",
+                "-" if "burst_peak_rss_mb" not in r else f"{r['burst_rss_mb']:.0f} / {r['burst_peak_rss_mb']:.0f}",
+                "-"
+                if "stalls" not in r
+                else f"{r['stalls']} / {_f(r['longest_stall_s'])}; {r['cpu_stalls']} / {_f(r['longest_cpu_stall_s'])}",
+                f"{r['loadavg']:.1f}",
+            ]
+        )
+    table(
+        f"Scale, {results['nodes']:,} nodes x {results['gpus']} GPUs (API-only), {results['pods']:,} pods bound "
+        "first, bursts created at once; ratio = pods/s x bare kube-scheduler's same-size burst in this run",
+        [
+            "pipeline",
+            "bound",
+            "pods listed",
+            "pods/s",
+            "x bare",
+            "p50 / p99 s",
+            "failed",
+            "API req/pod: hami / plugin / kube-sched / all",
+            "CPU ms/pod: apiserver / etcd / kube-sched / hami",
+            "hami ready s / CPU s",
+            "hami RSS / peak MiB",
+            "stalls >= 100 ms / longest s: wall; on the CPU",
+            "load",
+        ],
+        rows,
+    )
+    kill = results.get("leader_kill")
+    if kill and "error" not in kill:
+        print(
+            f"\nleader killed at {kill['killed_at_bound']}/{kill['pods']} bound: {kill['in_flight_bound']} binds in "
+            f"flight landed, the follower labelled itself leader after {_f(kill['follower_leader_s'])} s and bound "
+            f"its first pod after {_f(kill['follower_first_bound_s'])} s; all {kill['bound']} bound after "
+            f"{_f(kill['all_bound_s'])} s"
+        )
+    elif kill:
+        print(f"\nleader kill: {kill['error']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=5000, help="API-only GPU nodes (default 5000)")
+    parser.add_argument("--gpus", type=int, default=8, help="GPUs per node (default 8)")
+    parser.add_argument("--pods", type=int, default=50000, help="GPU pods bound before the bursts (default 50000)")
+    parser.add_argument("--bursts", type=int, nargs="+", default=[1000, 5000], help="burst sizes (default 1000 5000)")
+    parser.add_argument("--pipelines", nargs="+", default=list(PIPELINES), choices=PIPELINES)
+    parser.add_argument("--no-leader-kill", action="store_true", help="leave out the leader kill")
+    parser.add_argument("--hami-args", default="", help="extra flags for hami, one string (e.g. '--no-success-events')")
+    args = parser.parse_args(argv)
+    results: dict[str, Any] = {
+        "machine": machine(),
+        "started": datetime.datetime.now(datetime.UTC).isoformat(),
+        "nodes": args.nodes,
+        "gpus": args.gpus,
+        "pods": args.pods,
+        "hami_args": args.hami_args,
+        "bursts": [],
+    }
+    print(f"machine: {results['machine']}", flush=True)
+    extra = tuple(args.hami_args.split())
+    with tempfile.TemporaryDirectory(prefix="hami-scale-") as tmp:
+        cluster = build_cluster(Path(tmp), args.nodes, args.gpus, args.pods)
+        results["setup"] = cluster.setup
+        try:
+            for size in args.bursts:
+                for pipeline in args.pipelines:
+                    r = run_burst(cluster, pipeline, size, extra)
+                    results["bursts"].append(r)
+                    print(
+                        f"  {pipeline} {size}: {r['bound']} bound, {r['pods_per_s']:.1f} pods/s, p99 "
+                        f"{r['p99_s']:.2f} s, load {r['loadavg']:.1f}",
+                        flush=True,
+                    )
+            if not args.no_leader_kill:
+                results["leader_kill"] = leader_kill(cluster, min(args.bursts))
+        finally:
+            cluster.cp.stop()
+    report(results)
+    out = Path(__file__).parent / "results"
+    out.mkdir(exist_ok=True)
+    path = out / f"scale-{datetime.datetime.now(datetime.UTC):%Y%m%dT%H%M%SZ}.json"
+    path.write_text(json.dumps(results, indent=2))
+    print(f"\nraw results: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
