@@ -77,7 +77,7 @@ class Cluster:
     gpus: int
     pods: int = 0
     bursts: int = 0
-    setup: dict[str, float] = field(default_factory=dict)
+    setup: dict[str, Any] = field(default_factory=dict)
 
 
 def _node_body(n: int, gpus: int) -> dict[str, Any]:
@@ -272,7 +272,9 @@ def _scrape_midway(hami: Hami, times: _BoundTimes, pods: int, out: dict[str, flo
         out["scrape_s"] = -1.0
 
 
-def run_burst(cluster: Cluster, pipeline: str, pods: int, hami_args: tuple[str, ...] = ()) -> dict[str, Any]:
+def run_burst(
+    cluster: Cluster, pipeline: str, pods: int, hami_args: tuple[str, ...] = (), timeout: float = 900
+) -> dict[str, Any]:
     """One burst of ``pods`` through ``pipeline`` (``bare``, ``spread`` or ``binpack``); its figures."""
     cp = cluster.cp
     cluster.bursts += 1
@@ -303,7 +305,7 @@ def run_burst(cluster: Cluster, pipeline: str, pods: int, hami_args: tuple[str, 
             threading.Thread(target=_scrape_midway, args=(hami, times, pods, scrape, stop_event), daemon=True).start()
         t0 = time.perf_counter()
         create_burst(cp, ns, pods, HAMI_LIMITS if hami else BARE_LIMITS, times)
-        bound = times.wait_all(pods, timeout=max(300.0, pods / 2))
+        bound = times.wait_all(pods, timeout=timeout)
         elapsed = max(times.bound.values(), default=t0) - t0
         if plugin is not None:
             _until(lambda: len(plugin.done) >= bound, 60)
@@ -326,6 +328,8 @@ def run_burst(cluster: Cluster, pipeline: str, pods: int, hami_args: tuple[str, 
             },
             "loadavg": os.getloadavg()[0],
         }
+        if scheduler.process.pid is not None:  # kube-scheduler's cache of every node and pod, beside hami's
+            result["kube_scheduler_rss_mb"] = _rss_mb(scheduler.process.pid)["rss_mb"]
         if hami:
             stalls = _stalls(hami.log, log0)
             held = [cpu for _, cpu in stalls if cpu >= 0.1]
@@ -428,7 +432,7 @@ def _role(kube: KubeClient, system: str, name: str) -> str:
     return str((kube.get_pod(system, name)["metadata"].get("labels") or {}).get("hami.io/scheduler-role", ""))
 
 
-def leader_kill(cluster: Cluster, pods: int) -> dict[str, Any]:
+def leader_kill(cluster: Cluster, pods: int, timeout: float = 900) -> dict[str, Any]:
     """A burst of ``pods`` under two replicas; the leader's hami and kube-scheduler SIGKILLed once a quarter is
     bound. Measured: seconds from the kill until the follower is labelled leader and until the next pod is bound,
     and until every pod is."""
@@ -461,7 +465,7 @@ def leader_kill(cluster: Cluster, pods: int) -> dict[str, Any]:
             with times.lock:
                 after = sorted(t - killed for t in times.bound.values() if t > killed)
             creator.join()
-            bound = times.wait_all(pods, timeout=max(300.0, pods / 2))
+            bound = times.wait_all(pods, timeout=timeout)
             all_bound = max(times.bound.values(), default=killed) - killed
             stop_event.set()
             cluster.pods += bound
@@ -551,6 +555,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bursts", type=int, nargs="+", default=[1000, 5000], help="burst sizes (default 1000 5000)")
     parser.add_argument("--pipelines", nargs="+", default=list(PIPELINES), choices=PIPELINES)
     parser.add_argument("--no-leader-kill", action="store_true", help="leave out the leader kill")
+    parser.add_argument(
+        "--burst-timeout", type=float, default=900, help="seconds a burst may take to bind (default 900)"
+    )
     parser.add_argument("--hami-args", default="", help="extra flags for hami, one string (e.g. '--no-success-events')")
     args = parser.parse_args(argv)
     results: dict[str, Any] = {
@@ -564,27 +571,28 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(f"machine: {results['machine']}", flush=True)
     extra = tuple(args.hami_args.split())
+    out = Path(__file__).parent / "results"
+    out.mkdir(exist_ok=True)
+    path = out / f"scale-{datetime.datetime.now(datetime.UTC):%Y%m%dT%H%M%SZ}.json"
     with tempfile.TemporaryDirectory(prefix="hami-scale-") as tmp:
         cluster = build_cluster(Path(tmp), args.nodes, args.gpus, args.pods)
         results["setup"] = cluster.setup
         try:
             for size in args.bursts:
                 for pipeline in args.pipelines:
-                    r = run_burst(cluster, pipeline, size, extra)
+                    r = run_burst(cluster, pipeline, size, extra, args.burst_timeout)
                     results["bursts"].append(r)
+                    path.write_text(json.dumps(results, indent=2))  # what a stopped run got so far
                     print(
                         f"  {pipeline} {size}: {r['bound']} bound, {r['pods_per_s']:.1f} pods/s, p99 "
                         f"{r['p99_s']:.2f} s, load {r['loadavg']:.1f}",
                         flush=True,
                     )
             if not args.no_leader_kill:
-                results["leader_kill"] = leader_kill(cluster, min(args.bursts))
+                results["leader_kill"] = leader_kill(cluster, min(args.bursts), args.burst_timeout)
         finally:
             cluster.cp.stop()
     report(results)
-    out = Path(__file__).parent / "results"
-    out.mkdir(exist_ok=True)
-    path = out / f"scale-{datetime.datetime.now(datetime.UTC):%Y%m%dT%H%M%SZ}.json"
     path.write_text(json.dumps(results, indent=2))
     print(f"\nraw results: {path}")
     return 0
