@@ -1108,3 +1108,18 @@ def test_the_acknowledged_fake_nvml_reaches_the_plugin_and_the_monitor() -> None
 def test_the_plugin_runs_as_root_whatever_the_images_user() -> None:
     security = daemonset_container(render(), "device-plugin")["securityContext"]
     assert security == {"privileged": True, "runAsUser": 0, "runAsGroup": 0}
+
+
+def test_a_plugin_security_context_naming_no_user_runs_as_root() -> None:
+    """A context written for HAMi, whose image runs as root, names no user: root is added, or the plugin would run
+    as the image's user and never register (kubelet's socket directory is root's)."""
+    given = daemonset_container(render("devicePlugin.securityContext.privileged=true"), "device-plugin")
+    assert given["securityContext"] == {"privileged": True, "runAsUser": 0, "runAsGroup": 0}
+    own_group = render("devicePlugin.securityContext.privileged=true", "devicePlugin.securityContext.runAsGroup=5")
+    assert daemonset_container(own_group, "device-plugin")["securityContext"]["runAsGroup"] == 5
+    for chosen in ("runAsUser=1000", "runAsNonRoot=true"):
+        docs = render(f"devicePlugin.securityContext.{chosen}")
+        security = daemonset_container(docs, "device-plugin")["securityContext"]
+        assert "runAsGroup" not in security, chosen  # a user named: the context is taken as given
+        key, value = chosen.split("=")
+        assert str(security[key]).lower() == value

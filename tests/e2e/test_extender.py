@@ -557,11 +557,13 @@ def test_a_lock_left_behind_by_the_device_plugin_is_released_without_another_bin
 # --- switching from HAMi (README "Coming from HAMi") --------------------------------------------------------
 
 
-def test_a_pod_hami_placed_before_hami_started_keeps_its_share(
+def test_a_switch_from_hami_to_hami_and_back_keeps_every_allocation(
     stack: StackFactory, kube: KubeClient, namespace: str, make_node: Callable[..., dict[str, Any]]
 ) -> None:
-    """HAMi stopped, hami started: hami reads the allocation HAMi wrote from the API and never places a new pod
-    over it."""
+    """README "Switching a running cluster from HAMi to hami, and back", steps 3 and back. HAMi stopped, hami
+    started: hami reads the allocation HAMi wrote from the API and never places a new pod over it. hami stopped
+    (its uninstall): every allocation, HAMi's and hami's own, is left on the pods in HAMi's format byte for byte,
+    no node lock is left, and a scheduler started afresh from the API alone counts both."""
     node = f"{namespace}-from-hami"
     uuid = f"GPU-{node}-0"
     make_node(
@@ -598,3 +600,19 @@ def test_a_pod_hami_placed_before_hami_started_keeps_its_share(
     assert not is_bound(s.get("too-big"))
     assert s.usage() == {uuid: (2, 16000, 100)}
     assert s.hami.ledger() == s.usage()
+    wait_until(lambda: s.get("fits")["metadata"]["annotations"].get(keys.BIND_PHASE) == "success", description="fits")
+    hamis = s.get("placed-by-hami")["metadata"]["annotations"]
+
+    s.hami.stop()  # back to HAMi: hami's scheduler goes first
+    fits = s.get("fits")["metadata"]["annotations"]
+    # what HAMi's scheduler decodes when it starts (its EncodePodDevices format: uuid,type,mem,cores: per device,
+    # ; per container), the node it charges, and a finished bind
+    assert fits["hami.io/vgpu-devices-allocated"] == f"{uuid},NVIDIA,4000,20:;"
+    assert (fits[keys.VGPU_NODE], fits[keys.BIND_PHASE]) == (node, "success")
+    assert s.get("placed-by-hami")["metadata"]["annotations"] == hamis  # HAMi's own writes untouched
+    node_annotations = kube.get(f"/api/v1/nodes/{node}")["metadata"]["annotations"]
+    assert keys.NODE_LOCK not in node_annotations
+    assert node_annotations[keys.NVIDIA_REGISTER] == register_annotation(node, 1, 16000)
+    s.hami.start()  # a scheduler that knows nothing but the API, as HAMi's is when it comes back
+    wait_until(lambda: s.hami.ledger() == {uuid: (2, 16000, 100)}, description="both allocations in a fresh ledger")
+    assert not is_bound(s.get("too-big"))
