@@ -413,6 +413,28 @@ def test_restarts_rebuild_the_ledger_and_deleted_pods_free_capacity(stack: Stack
     assert s.hami.ledger() == full
 
 
+def test_a_pod_turned_down_for_lack_of_gpu_is_retried_when_the_holder_is_deleted(stack: StackFactory) -> None:
+    """kube-scheduler parks a pod its extender turned down and retries it on the next Pod or Node event, else after
+    its 5-minute flush. The holder's deletion is such an event, but it reaches kube-scheduler as early as hami, whose
+    ledger may not have freed the card yet when the retry comes; hami's leader then annotates the node that freed
+    capacity (``hami.io/capacity-freed``), a Node event that comes after its ledger has (README "Where hami differs
+    from HAMi"). The wait below is far under the flush."""
+    s = stack()
+    node = s.node("one", gpus=1, mem=16000)
+    s.pod("holder", gpu_limits(mem=12000, cores=10))
+    s.bound("holder")
+    s.pod("waiter", gpu_limits(mem=8000, cores=10))  # 12000 + 8000 MiB > 16000
+    s.kube.wait_for_pod_unschedulable(s.namespace, "waiter")
+    time.sleep(3)  # past its backoff (podMaxBackoffSeconds: 2 here): the deletion sends it straight to the extender
+
+    s.kube.delete_pod(s.namespace, "holder")
+
+    assert s.kube.wait_for_pod_scheduled(s.namespace, "waiter", timeout=90)["spec"]["nodeName"] == node
+    assert s.usage() == {f"GPU-{node}-0": (1, 8000, 10)}
+    nudged = s.kube.get(f"/api/v1/nodes/{node}")["metadata"]["annotations"][keys.CAPACITY_FREED]
+    assert datetime.fromisoformat(nudged) > datetime.now(UTC) - timedelta(minutes=5)
+
+
 # --- a broken node ----------------------------------------------------------------------------------------
 
 

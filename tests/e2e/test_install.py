@@ -245,10 +245,11 @@ def check_deleting_frees_the_ledger(kube: KubeClient, namespace: str, image: str
         lambda: _unschedulable(kube, namespace, "gpu-whole"), timeout=WAIT_S, description="gpu-whole unschedulable"
     )
     kube.delete(f"/api/v1/namespaces/{namespace}/pods/{holder}", {"gracePeriodSeconds": 0})
-    # kube-scheduler retries a pod its extender rejected on a Node event or after its 5-minute flush of unschedulable
-    # pods (podMaxInUnschedulablePodsDuration), not when the pod holding the share is deleted: wait past that bound
+    # kube-scheduler's retry on the deletion may reach hami before hami's ledger freed the card; hami's leader then
+    # marks the node (hami.io/capacity-freed), a Node event, and the pod is retried within seconds, not at
+    # kube-scheduler's 5-minute flush of unschedulable pods (README "Where hami differs from HAMi")
     whole = wait_until(
-        lambda: pod_phase(kube, namespace, "gpu-whole", "Running"), timeout=330, description="gpu-whole Running"
+        lambda: pod_phase(kube, namespace, "gpu-whole", "Running"), timeout=WAIT_S, description="gpu-whole Running"
     )
     (both,) = decode_pod_devices(whole["metadata"]["annotations"][keys.NVIDIA_KEYS.allocated])
     assert sorted(d.uuid for d in both) == sorted(GPU_UUIDS)
