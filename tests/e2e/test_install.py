@@ -251,6 +251,8 @@ def check_deleting_frees_the_ledger(kube: KubeClient, namespace: str, image: str
     whole = wait_until(
         lambda: pod_phase(kube, namespace, "gpu-whole", "Running"), timeout=WAIT_S, description="gpu-whole Running"
     )
+    node = kube.get(f"/api/v1/nodes/{whole['spec']['nodeName']}")
+    assert keys.CAPACITY_FREED in node["metadata"]["annotations"]  # hami's leader marked the node the card freed on
     (both,) = decode_pod_devices(whole["metadata"]["annotations"][keys.NVIDIA_KEYS.allocated])
     assert sorted(d.uuid for d in both) == sorted(GPU_UUIDS)
     assert all(d.usedmem == GPU_MEMORY_MIB for d in both)
