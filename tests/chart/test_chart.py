@@ -109,6 +109,7 @@ def test_default_objects() -> None:
         ("Role", "hami-kube-scheduler-leases"),
         ("Role", "hami-scheduler-leases"),
         ("RoleBinding", "hami-certs"),
+        ("RoleBinding", "hami-kube-scheduler-authentication-reader"),
         ("RoleBinding", "hami-kube-scheduler-leases"),
         ("RoleBinding", "hami-scheduler-leases"),
         ("Secret", "hami-kube-scheduler-token"),
@@ -484,6 +485,12 @@ def test_rbac_grants_exactly_the_verbs_hami_uses() -> None:
         assert crb["subjects"] == subjects
     assert one(docs, "RoleBinding", "hami-scheduler-leases")["subjects"] == hami
     assert one(docs, "RoleBinding", "hami-kube-scheduler-leases")["subjects"] == kube_scheduler
+    reader = one(docs, "RoleBinding", "hami-kube-scheduler-authentication-reader")
+    assert (reader["metadata"]["namespace"], reader["roleRef"]["name"], reader["subjects"]) == (
+        "kube-system",
+        "extension-apiserver-authentication-reader",
+        kube_scheduler,
+    )
 
 
 def test_each_scheduler_container_gets_only_its_own_identitys_token() -> None:
