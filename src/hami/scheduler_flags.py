@@ -176,6 +176,16 @@ _SuccessEvents = Annotated[
         " writes its two). Off saves two or three API requests per pod." + _default("success_events"),
     ),
 ]
+_RequeueInterval = Annotated[
+    str | None,
+    typer.Option(
+        "--requeue-interval",
+        metavar="DURATION",
+        help="Once capacity frees on a node while pods wait, mark the node so kube-scheduler retries them now, at "
+        "most once per node per this; 0 leaves them to kube-scheduler's own retries (up to 5 minutes)."
+        + _default("requeue_interval", "5s"),
+    ),
+]
 _ForceOverwriteDefaultScheduler = Annotated[
     bool | None,
     typer.Option(
@@ -291,6 +301,7 @@ def scheduler(
     kube_timeout: _KubeTimeout = None,
     bind_lock_wait: _BindLockWait = None,
     success_events: _SuccessEvents = None,
+    requeue_interval: _RequeueInterval = None,
     force_overwrite_default_scheduler: _ForceOverwriteDefaultScheduler = None,
     leader_elect: _LeaderElect = None,
     leader_elect_resource_name: _LeaderElectResourceName = None,

@@ -180,6 +180,10 @@ class SchedulerSettings(BaseSettings):
     success_events: bool = True
     """Write the Normal events of a scheduled pod: HAMi's ``FilteringSucceed`` and ``BindingSucceed``, hami's
     ``FilteredNodes``. Failures are always written."""
+    requeue_interval: Annotated[float, Field(ge=0)] = 5.0
+    """Once capacity frees on a node while pods wait for hami, the leader writes ``hami.io/capacity-freed`` on it (a
+    Node event: kube-scheduler retries the pods it parked after hami turned them down), at most once per node per
+    this many seconds; 0 writes none (kube-scheduler then retries them at its next event, within 5 minutes)."""
     force_overwrite_default_scheduler: bool = True
     """Whether the webhook may replace ``spec.schedulerName: default-scheduler``."""
     leader_elect: bool = False
@@ -207,7 +211,14 @@ class SchedulerSettings(BaseSettings):
             raise ValueError(_UNSUPPORTED[info.field_name])
         return value
 
-    @field_validator("node_lock_timeout", "node_lock_retry_timeout", "bind_lock_wait", "kube_timeout", mode="before")
+    @field_validator(
+        "node_lock_timeout",
+        "node_lock_retry_timeout",
+        "bind_lock_wait",
+        "kube_timeout",
+        "requeue_interval",
+        mode="before",
+    )
     @classmethod
     def _durations(cls, value: object, info: Any) -> object:
         try:
