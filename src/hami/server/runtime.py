@@ -70,6 +70,9 @@ log = logging.getLogger("hami.scheduler")
 
 SELF_CHECK_SECONDS = 60.0
 """How often the ledger is compared with a full recount (drift is exported as ``hami_ledger_drift``)."""
+RECOUNT_SLICE = 100
+"""Nodes recounted between two turns of the event loop (about 1,000 pods at Kubernetes' 5,000 nodes / 50,000 pods:
+a few ms); ten times as many records for the quota recount."""
 TLS_RELOAD_SECONDS = 10.0
 """How often the certificate files are checked for a change (cert-manager renews days before expiry)."""
 
@@ -156,13 +159,26 @@ class Runtime:
         audited = time.monotonic()
         while True:
             await asyncio.sleep(SELF_CHECK_SECONDS)
-            diffs = self.state.verify()
+            diffs = await self._verify_sliced()
             self.metrics.ledger_drift.set(len(diffs))
             for line in diffs[:20]:
                 log.error("ledger drift: %s", line)
             if audit is not None and time.monotonic() - audited >= API_AUDIT_SECONDS:
                 audited = time.monotonic()
                 await audit.run()
+
+    async def _verify_sliced(self) -> list[str]:
+        """``ClusterState.verify`` a slice of :data:`RECOUNT_SLICE` nodes at a time, the event loop free between
+        slices (the whole recount held it 0.7 s at 100,000 pods on a loaded machine)."""
+        names = list(self.state.nodes)
+        diffs: list[str] = []
+        for start in range(0, len(names), RECOUNT_SLICE):
+            diffs += self.state.verify_nodes(names[start : start + RECOUNT_SLICE])
+            await asyncio.sleep(0)
+        for part in self.state.verify_rest_sliced(RECOUNT_SLICE * 10):
+            diffs += part
+            await asyncio.sleep(0)
+        return diffs
 
     # --- run ------------------------------------------------------------------------------------------
     async def run(self) -> None:
