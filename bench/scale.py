@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -452,11 +452,15 @@ def leader_kill(cluster: Cluster, pods: int, timeout: float = 900) -> dict[str, 
             creator = threading.Thread(target=create_burst, args=(cp, ns, pods, HAMI_LIMITS, times), daemon=True)
             creator.start()
             _until(lambda: len(times.bound) >= pods // 4, 300)
+            # the leader now: a loaded API server may have failed a lease renewal and moved it meanwhile
+            leader = next((n for n in replicas if _role(kube, system, n) == "leader"), leader)
+            follower = next(n for n in replicas if n != leader)
             process, scheduler, _ = replicas[leader]
             killed = time.perf_counter()
-            os.killpg(process.pid, 9)
             assert scheduler.process.popen is not None
-            os.killpg(scheduler.process.popen.pid, 9)
+            for group in (process.pid, scheduler.process.popen.pid):
+                with suppress(ProcessLookupError):  # kube-scheduler exits by itself when it loses its lease
+                    os.killpg(group, 9)
             with times.lock:
                 before = len(times.bound)
             _until(lambda: _role(kube, system, follower) == "leader", 120)
