@@ -176,6 +176,15 @@ _ForceOverwriteDefaultScheduler = Annotated[
         + _default("force_overwrite_default_scheduler"),
     ),
 ]
+_Preemption = Annotated[
+    str | None,
+    typer.Option(
+        "--preemption",
+        metavar="MODE",
+        help="Who preempts for pods that fit nowhere: extender (kube-scheduler 1.38+ asks hami), self (hami "
+        "evicts: 1.36, 1.37), off; auto picks by the API server's version." + _default("preemption"),
+    ),
+]
 _LeaderElect = Annotated[
     bool | None,
     typer.Option(
@@ -283,6 +292,7 @@ def scheduler(
     kube_timeout: _KubeTimeout = None,
     bind_lock_wait: _BindLockWait = None,
     force_overwrite_default_scheduler: _ForceOverwriteDefaultScheduler = None,
+    preemption: _Preemption = None,
     leader_elect: _LeaderElect = None,
     leader_elect_resource_name: _LeaderElectResourceName = None,
     leader_elect_resource_namespace: _LeaderElectResourceNamespace = None,

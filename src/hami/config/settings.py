@@ -47,6 +47,7 @@ __all__ = [
     "GATED_FAMILIES",
     "GPU_POLICY_TOKENS",
     "NodeSchedulerPolicy",
+    "PreemptionMode",
     "SchedulerSettings",
     "did_you_mean",
     "env_names",
@@ -56,6 +57,7 @@ __all__ = [
 ]
 
 NodeSchedulerPolicy = Literal["binpack", "spread"]
+PreemptionMode = Literal["auto", "extender", "self", "off"]
 
 GPU_POLICY_TOKENS: Final = frozenset({"binpack", "spread", "topology-aware", "mutex", "numa"})
 """Words a GPU scheduler policy may use, alone or as a comma chain (``numa,binpack``; spec §5.4)."""
@@ -179,6 +181,9 @@ class SchedulerSettings(BaseSettings):
     lock after Allocate); 0 fails at once, as HAMi does. Keep it well below the extender ``httpTimeout``."""
     force_overwrite_default_scheduler: bool = True
     """Whether the webhook may replace ``spec.schedulerName: default-scheduler``."""
+    preemption: PreemptionMode = "auto"
+    """Who carries out preemption for pods that fit nowhere: ``extender`` (kube-scheduler 1.38+ calls hami's
+    /preempt and evicts), ``self`` (hami evicts: 1.36, 1.37), ``off``; ``auto`` picks by the API server's version."""
     leader_elect: bool = False
     leader_elect_resource_name: str = ""
     """Lease to follow; "" = ``scheduler_name``."""

@@ -92,8 +92,15 @@ def fits_without(state: ClusterState, req: PodRequest, node: str, leaving: Colle
     return verdict if isinstance(verdict, NodeFit) else None
 
 
-def preempt(state: ClusterState, req: PodRequest, nodes: Iterable[str], budgets: Sequence[Budget] = ()) -> Preemption:
-    """Victims for ``req`` on each of ``nodes`` and the best candidate among them (see the module docstring)."""
+def preempt(
+    state: ClusterState,
+    req: PodRequest,
+    nodes: Iterable[str],
+    budgets: Sequence[Budget] = (),
+    keep: Collection[str] = (),
+) -> Preemption:
+    """Victims for ``req`` on each of ``nodes`` and the best candidate among them (see the module docstring).
+    The pods ``keep`` (UIDs: reserved but not bound yet, already evicted) stay where they are: never victims."""
     if not req.preempts:
         return Preemption(req.key, None, reason="preemptionPolicy is Never: the pod waits and preempts no pod")
     if not req.wants_devices:
@@ -101,7 +108,7 @@ def preempt(state: ClusterState, req: PodRequest, nodes: Iterable[str], budgets:
     candidates: list[Candidate] = []
     refused: dict[str, str] = {}
     for name in sorted(set(nodes)):
-        found = victims_on(state, req, name, budgets)
+        found = victims_on(state, req, name, budgets, keep)
         if isinstance(found, Candidate):
             candidates.append(found)
         else:
@@ -112,8 +119,11 @@ def preempt(state: ClusterState, req: PodRequest, nodes: Iterable[str], budgets:
     return Preemption(req.key, candidates[0], tuple(candidates), refused)
 
 
-def victims_on(state: ClusterState, req: PodRequest, node: str, budgets: Sequence[Budget] = ()) -> Candidate | str:
-    """The minimal set of lower-priority pods of ``node`` whose removal makes ``req`` fit, or why there is none."""
+def victims_on(
+    state: ClusterState, req: PodRequest, node: str, budgets: Sequence[Budget] = (), keep: Collection[str] = ()
+) -> Candidate | str:
+    """The minimal set of lower-priority pods of ``node`` (none of ``keep``) whose removal makes ``req`` fit, or
+    why there is none."""
     if node not in state.nodes:
         return "node unknown to hami"
     if not req.preempts:
@@ -122,7 +132,7 @@ def victims_on(state: ClusterState, req: PodRequest, node: str, budgets: Sequenc
         return "the pod does not fit even on the empty node"
     on_node = sorted((state.pods[uid] for uid in state.pods_by_node.get(node, ())), key=lambda r: r.uid)
     leaving = frozenset(r.uid for r in on_node if r.terminating)
-    lower = [r for r in on_node if not r.terminating and r.priority < req.priority]
+    lower = [r for r in on_node if not r.terminating and r.priority < req.priority and r.uid not in keep]
     removed = {r.uid for r in lower}
     if fits_without(state, req, node, leaving | removed) is None:
         return "the pod does not fit even with every pod of lower priority gone"

@@ -29,7 +29,17 @@ from hami.protocol.reasons import Reason
 from hami.scheduling.cycle import Cycle
 from hami.scheduling.decide import Decision
 from hami.scheduling.dra import DraLedger, DraProblem, DraWarning
-from hami.scheduling.outcomes import ApiFailure, BindOutcome, Bound, Cleanup, Cleared, Filtered, FilterOutcome
+from hami.scheduling.outcomes import (
+    ApiFailure,
+    BindOutcome,
+    Bound,
+    Cleanup,
+    Cleared,
+    Filtered,
+    FilterOutcome,
+    Preempting,
+    PreemptionNote,
+)
 from hami.scheduling.parts import Clocks, CycleSettings
 from hami.scheduling.ports import ClusterPort, LockWaits
 from hami.scheduling.request import SchedulingDefaults
@@ -82,6 +92,7 @@ class Extender:
         bind_lock_wait: float = 0.0,
         lock_waits: LockWaits | None = None,
         dra: DraConfig | None = None,
+        preemption: bool = False,
     ) -> None:
         self.state = state
         self.vendors = vendors
@@ -90,7 +101,10 @@ class Extender:
         self.metrics = metrics
         self.readiness = readiness or Readiness()
         settings = CycleSettings(
-            background_commit=background_commit, lock_retry_timeout=lock_retry_timeout, bind_lock_wait=bind_lock_wait
+            background_commit=background_commit,
+            lock_retry_timeout=lock_retry_timeout,
+            bind_lock_wait=bind_lock_wait,
+            preemption=preemption,
         )
         clocks = Clocks(wall=clock, stopwatch=time.perf_counter, sleep=asyncio.sleep)
         self.cycle = Cycle(state, vendors, defaults, cluster, clocks, settings, self, lock_waits)
@@ -113,6 +127,10 @@ class Extender:
         self.metrics.lock_wait.observe(seconds)
         if timed_out:
             self.metrics.lock_wait_timeouts.inc()
+
+    def evictions_wasted(self, count: int, why: str) -> None:
+        self.metrics.preemption_wasted.labels(why).inc(count)
+        log.warning("%d eviction(s) made by hami's preemption did not lead to a placement there (%s)", count, why)
 
     def cleanup_retried(self, cleanup: Cleanup) -> None:
         """Log lines and metrics of one background retry of a clean-up."""
@@ -153,10 +171,23 @@ class Extender:
             log.warning("/filter refused: %s", outcome.error)
         elif outcome.result is Filtered.UNSCHEDULABLE and decision is not None:
             self._failed_events(pod, decision, len(outcome.candidates))
+            if outcome.preemption is not None:
+                self._preempted(pod, outcome.preemption)
         elif outcome.result is Filtered.SCHEDULED and decision is not None:
             self._event(pod, SUCCEED, decision.message)
             if decision.rejected:
                 self._event(pod, EventReason.FILTERED_NODES, _rejection_text(decision))
+
+    def _preempted(self, pod: Pod, note: PreemptionNote) -> None:
+        """Metrics, log line and event of hami's own preemption for ``pod`` (a standing hold counts no attempt)."""
+        if note.result is Preempting.WAITING:
+            return
+        self.metrics.preemption_attempts.labels(note.result.value).inc()
+        if note.evicted:
+            self.metrics.preemption_victims.inc(note.evicted)
+        if note.result is Preempting.PREEMPTED:
+            log.info("preemption for %s: %s", pod.key, note.message)
+            self._event(pod, EventReason.PREEMPTING, note.message)
 
     def _api_errors(self, failures: Iterable[ApiFailure]) -> None:
         for failure in failures:
@@ -297,6 +328,9 @@ def _filter_answer(outcome: FilterOutcome, args: FilterArgs) -> FilterResult:
     never = {n: r.summary for n, r in decision.rejected.items() if r.unresolvable}
     chosen = decision.node
     if chosen is None:
+        note = outcome.preemption
+        if note is not None and note.node in outcome.candidates:
+            failed[note.node] = note.message  # the victims terminate there; the room is held for this pod
         return FilterResult(failed_nodes=failed or None, failed_and_unresolvable_nodes=never or None)
     # One shared text for every node that fits but was not chosen (the scores are in the FilteringSucceed event).
     not_chosen = f"fits, but hami chose {chosen} under the {decision.node_policy or 'configured'} node policy"

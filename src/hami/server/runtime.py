@@ -33,6 +33,7 @@ from starlette.types import ASGIApp
 
 from hami.config import DeviceConfig, SchedulerSettings
 from hami.devices import vendors_from_config
+from hami.errors import ApiError
 from hami.k8s.client import ClientSettings, KubeClient
 from hami.k8s.cluster import KubeCluster
 from hami.k8s.config import KubeConfig
@@ -58,6 +59,7 @@ from hami.server.listen import guarded_h11, listen
 from hami.server.metrics import Metrics
 from hami.server.nodelocks import LockHousekeeping
 from hami.server.nodes import NodeHandling
+from hami.server.preemptmode import Resolved, resolve_preemption
 from hami.server.tls import CertificateReloader
 from hami.server.webhook import admission_for, webhook_route
 
@@ -104,6 +106,8 @@ class Runtime:
     nodes: NodeHandling = field(init=False)
     dra: DraWatches | None = None
     """The DRA watches, once started (None with DRA off)."""
+    preemption: Resolved = "off"
+    """``--preemption`` as resolved at start-up (``hami.server.preemptmode``)."""
 
     def __post_init__(self) -> None:
         if self.transport is None:  # read the files now: a missing or bad one is a ConfigError at start-up
@@ -208,6 +212,7 @@ class Runtime:
                 bind_lock_wait=s.bind_lock_wait,
                 lock_waits=self.housekeeping.lock_waits,
                 dra=self.device_config.dra,
+                preemption=await self._preemption_mode(client) == "self",
             )
             self.extender = extender
             watched_nodes, watched_pods = self._start_watches(
@@ -223,6 +228,18 @@ class Runtime:
             self.housekeeping.stop_checks()
             await extender.settle_all()
             await events.aclose()
+
+    async def _preemption_mode(self, client: KubeClient) -> Resolved:
+        """``--preemption`` resolved (``auto`` by the API server's version), logged; kept in ``preemption``."""
+        version = None
+        if self.settings.preemption == "auto":
+            try:
+                version = await client.server_version()
+            except ApiError as err:
+                log.warning("reading the API server's version for --preemption=auto failed: %s", err)
+        self.preemption, why = resolve_preemption(self.settings.preemption, version)
+        log.info("preemption: %s (%s)", self.preemption, why)
+        return self.preemption
 
     def _start_watches(
         self,
