@@ -8,7 +8,7 @@ victims still terminate, the device is charged twice (their usage and the hold):
 they have left, what remains charged is the hold, exactly the preemptor's need; its own /filter lifts the hold
 first and then finds that room.
 
-The hold charges no partition slices (MIG and the like): its victims may still occupy the very slices it would
+The hold charges no partition slices (of partitioned devices): its victims may still occupy the very slices it would
 take, and a charge that overlaps a slice in use takes the device out of service. Memory, cores and slots are
 charged, which keeps every other pod off the freed room all the same.
 
