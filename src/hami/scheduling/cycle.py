@@ -228,6 +228,9 @@ class Cycle(CycleParts):
             await self.settle(next(iter(self.commits)))
         for uid in list(self.cleanups):
             self.cancel_cleanup(uid)
+        for task in self.nominations.values():
+            task.cancel()
+        self.nominations.clear()
 
     async def bind(self, ns: str, name: str, uid: str, node: str) -> BindOutcome:
         """/bind: see ``hami.scheduling.bind``."""

@@ -88,6 +88,8 @@ class CycleParts:
     """Capacity held for preemptors while their victims terminate (``hami.scheduling.holds``)."""
     nominated: dict[str, Pod] = field(default_factory=dict)
     """Pending pods with a ``status.nominatedNodeName``, by UID: the holds are rebuilt from them after a restart."""
+    nominations: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    """Preemptors whose ``nominatedNodeName`` is checked again after /filter answered (``renominate``), by UID."""
 
     async def settle(self, uid: str) -> FilterOutcome | None:
         """Wait for the pod's commit still in flight, if any; returns its failure or None."""

@@ -22,6 +22,7 @@ so in its /filter answer (``Preempting.WAITING``) and preempts nothing more.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection, Iterable, Sequence
 from datetime import UTC, datetime
 
@@ -46,6 +47,8 @@ __all__ = [
 
 CANDIDATES_TRIED = 3
 """Candidates tried in one /filter when PodDisruptionBudgets refuse the evictions of the better ones."""
+RENOMINATE_AFTER_S = (1.0, 2.0, 4.0)
+"""Pauses before each check of a preemptor's nomination after /filter answered (see ``_renominate_later``)."""
 DEFAULT_GRACE_S = 30.0
 """A pod's termination grace period when it sets none (Kubernetes' default)."""
 
@@ -186,10 +189,8 @@ async def _carry_out(
             return PreemptionNote(Preempting.FAILED, message, node, hold.victims, len(evicted)), tuple(failures)
         evicted.append(victim.uid)
     _owe(parts, uid, node, evicted)
-    try:
-        await parts.port.nominate(pod.metadata.namespace, pod.metadata.name, uid, node)
-    except ApiError as err:
-        failures.append(ApiFailure("nominate", f"setting the nominated node of {pod.key} failed: {err}"))
+    failures += await _nominate(parts, pod, node)
+    _renominate_later(parts, pod, node)
     message = f"preempting {_victims_text(hold)} on {node} for this pod; {_held_text(hold)}"
     return PreemptionNote(Preempting.PREEMPTED, message, node, hold.victims, len(evicted), hold.deadline), tuple(
         failures
@@ -213,6 +214,47 @@ async def _evict(parts: CycleParts, pod: Pod, victim: PodRecord, node: str, fail
     target = parts.port.watched_pod(ns, name) or Pod(metadata=ObjectMeta(name=name, namespace=ns, uid=uid))
     reason = EventReason.PREEMPTED
     parts.port.event(target, reason.type, reason, preempted_text(pod.metadata.uid, node))
+
+
+async def _nominate(parts: CycleParts, pod: Pod, node: str) -> list[ApiFailure]:
+    try:
+        await parts.port.nominate(pod.metadata.namespace, pod.metadata.name, pod.metadata.uid, node)
+    except ApiError as err:
+        return [ApiFailure("nominate", f"setting the nominated node of {pod.key} failed: {err}")]
+    return []
+
+
+def _renominate_later(parts: CycleParts, pod: Pod, node: str) -> None:
+    """Check the nomination again after /filter has answered (``RENOMINATE_AFTER_S``).
+
+    kube-scheduler handles the /filter failure after hami's answer: its DefaultPreemption, seeing no victim it
+    understands, may clear ``nominatedNodeName`` just after hami set it (when its cache does not show the
+    victims terminating by preemption yet). Set again, it stays: from then on kube-scheduler finds the victims
+    terminating with ``PreemptionByScheduler`` and leaves the nomination alone. hami's holds after a restart
+    are rebuilt from it."""
+    old = parts.nominations.pop(pod.metadata.uid, None)
+    if old is not None:
+        old.cancel()
+    task = asyncio.get_running_loop().create_task(_renominate(parts, pod, node), name=f"nominate-{pod.metadata.uid}")
+    parts.nominations[pod.metadata.uid] = task
+    task.add_done_callback(lambda done: _renominated(parts, pod.metadata.uid, done))
+
+
+async def _renominate(parts: CycleParts, pod: Pod, node: str) -> None:
+    uid = pod.metadata.uid
+    for pause in RENOMINATE_AFTER_S:
+        await parts.clocks.sleep(pause)
+        hold = parts.holds.holds.get(uid)
+        if hold is None or hold.node != node:
+            return
+        watched = parts.port.watched_pod(pod.metadata.namespace, pod.metadata.name)
+        if watched is not None and watched.metadata.uid == uid and watched.status.nominated_node_name != node:
+            await _nominate(parts, pod, node)  # a failure is tried again after the next pause
+
+
+def _renominated(parts: CycleParts, uid: str, task: asyncio.Task[None]) -> None:
+    if parts.nominations.get(uid) is task:
+        del parts.nominations[uid]
 
 
 def _owe(parts: CycleParts, uid: str, node: str, evicted: Sequence[str]) -> None:

@@ -4,6 +4,8 @@ capacity held for it until it is placed, deleted, or the hold lapses (``hami.sch
 
 from __future__ import annotations
 
+import asyncio
+
 import msgspec
 import pytest
 
@@ -280,3 +282,20 @@ async def test_after_a_restart_the_hold_is_rebuilt_from_the_nominated_node(full_
     assert holds(restarted) == {"urgent": ("n1", 6000)}
     assert (await restarted.filter(restarted.pod("urgent"), ["n1"])).node_names == ["n1"]
     assert restarted.state.verify() == []
+
+
+async def test_a_nomination_kube_scheduler_clears_right_after_the_answer_is_set_again(full_card: World) -> None:
+    world = full_card
+    pauses: list[float] = []
+
+    async def no_wait(seconds: float) -> None:
+        pauses.append(seconds)
+
+    world.extender.cycle.clocks.sleep = no_wait
+    await world.filter(pending(world, "urgent", 6000, 100), ["n1"], settle=False)
+    # kube-scheduler's failure handling, seeing no victim it understands, clears the nomination
+    await world.cluster.patch_pod_status(NS, "urgent", "uid-urgent", {"nominatedNodeName": None})
+    world.deliver(NS, "urgent")
+    await asyncio.gather(*world.extender.cycle.nominations.values())
+    assert world.pod("urgent").status.nominated_node_name == "n1"
+    assert pauses == [1.0, 2.0, 4.0]
