@@ -263,9 +263,14 @@ class Cycle(CycleParts):
 
     def _watch_preemption(self, pod: Pod, gone: bool) -> None:
         """Preemption's part of the pod watch: a preemptor that is gone or bound has its hold lifted (evictions
-        made for it wasted unless it is bound where they were made); nominated pending pods are remembered (the
-        holds are rebuilt from them after a restart); a victim gone is forgotten."""
-        uid, bound = pod.metadata.uid, pod.spec.node_name
+        made for it wasted unless it is bound where they were made); nominated pending pods and the victims
+        still terminating are remembered (the holds are rebuilt from them after a restart)."""
+        uid, bound, meta = pod.metadata.uid, pod.spec.node_name, pod.metadata
+        preemptor = meta.annotations.get(keys.PREEMPTED_FOR)
+        if preemptor and bound and meta.deletion_timestamp and not gone:
+            self.victims[uid] = (preemptor, bound, pod.key)
+        else:
+            self.victims.pop(uid, None)
         if gone or bound:
             self.nominated.pop(uid, None)
             self.holds.lift(self.state, uid)

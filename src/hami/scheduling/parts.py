@@ -88,6 +88,9 @@ class CycleParts:
     """Capacity held for preemptors while their victims terminate (``hami.scheduling.holds``)."""
     nominated: dict[str, Pod] = field(default_factory=dict)
     """Pending pods with a ``status.nominatedNodeName``, by UID: the holds are rebuilt from them after a restart."""
+    victims: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    """Terminating pods hami evicted (``hami.io/preempted-for``), by UID → (preemptor ``namespace/name``, node,
+    the victim's ``namespace/name``): with the nominations, what the holds are rebuilt from after a restart."""
     nominations: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     """Preemptors whose ``nominatedNodeName`` is checked again after /filter answered (``renominate``), by UID."""
 

@@ -27,6 +27,7 @@ from collections.abc import Collection, Iterable, Sequence
 from datetime import UTC, datetime
 
 from hami.errors import ApiError, BudgetRefused, Conflict, InvalidInput, NotFound
+from hami.protocol import keys
 from hami.protocol.events import EventReason, disruption_text, preempted_text
 from hami.protocol.objects import ObjectMeta, Pod
 from hami.scheduling.holds import HOLD_MARGIN_S, Hold, hold_record, terminating_on
@@ -209,6 +210,9 @@ async def _evict(parts: CycleParts, pod: Pod, victim: PodRecord, node: str, fail
     scheduler = pod.spec.scheduler_name or "hami-scheduler"
     try:
         await parts.port.mark_preempted(ns, name, uid, disruption_text(scheduler))
+        await parts.port.patch_pod_metadata(ns, name, {keys.PREEMPTED_FOR: pod.key}, uid=uid)
+    except (NotFound, Conflict):
+        pass  # gone already: the kubelet (or a grace period of 0) finished it
     except ApiError as err:
         failures.append(ApiFailure("patch_pod_status", f"marking {victim.key} as preempted failed: {err}"))
     target = parts.port.watched_pod(ns, name) or Pod(metadata=ObjectMeta(name=name, namespace=ns, uid=uid))
@@ -287,25 +291,38 @@ def expire_holds(parts: CycleParts, now: float) -> list[Hold]:
 
 
 def rebuild_holds(parts: CycleParts, now: float) -> int:
-    """Once per process, at the first /filter it answers: a hold for every pending pod whose
-    ``status.nominatedNodeName`` names a node where it fits once that node's terminating pods are gone (hami's
-    holds after a restart, as kube-scheduler's nominations survive it). Returns how many were placed."""
+    """Once per process, at the first /filter it answers: the holds of the preemptions in flight, rebuilt from
+    the victims still terminating (``hami.io/preempted-for`` names their preemptor) and from the pending pods'
+    ``status.nominatedNodeName``; each where the pod fits once that node's terminating pods are gone. Returns
+    how many were placed."""
     if parts.holds.rebuilt:
         return 0
     parts.holds.rebuilt = True
+    wanted: dict[tuple[str, str], tuple[str, list[str]]] = {}
+    for preemptor, node, victim in parts.victims.values():
+        ns, _, name = preemptor.partition("/")
+        wanted.setdefault((ns, name), (node, []))[1].append(victim)
+    for pod in parts.nominated.values():
+        wanted.setdefault((pod.metadata.namespace, pod.metadata.name), (pod.status.nominated_node_name, []))
     placed = 0
-    for pod in sorted(parts.nominated.values(), key=lambda p: -(p.spec.priority or 0)):
-        node = pod.status.nominated_node_name
-        try:
-            req = prefilter(pod, parts.vendors, parts.defaults)
-        except InvalidInput:
-            continue
-        if not eligible(parts, req) or node not in parts.state.nodes or parts.holds.busy(node):
-            continue
-        if req.uid in parts.state.pods:
-            continue  # reserved already
-        record = hold_record(parts.state, req, node, terminating_on(parts.state, node))
-        if record is not None:
-            parts.holds.place(parts.state, Hold(record, (), now + DEFAULT_GRACE_S + HOLD_MARGIN_S))
+    for (ns, name), (node, victims) in sorted(wanted.items()):
+        found = parts.port.watched_pod(ns, name)
+        if found is not None and not found.spec.node_name and _rebuild(parts, found, node, victims, now):
             placed += 1
     return placed
+
+
+def _rebuild(parts: CycleParts, pod: Pod, node: str, victims: Sequence[str], now: float) -> bool:
+    try:
+        req = prefilter(pod, parts.vendors, parts.defaults)
+    except InvalidInput:
+        return False
+    if not eligible(parts, req) or node not in parts.state.nodes or parts.holds.busy(node):
+        return False
+    if req.uid in parts.state.pods:
+        return False  # reserved already
+    record = hold_record(parts.state, req, node, terminating_on(parts.state, node))
+    if record is None:
+        return False
+    parts.holds.place(parts.state, Hold(record, tuple(sorted(victims)), now + DEFAULT_GRACE_S + HOLD_MARGIN_S))
+    return True

@@ -299,3 +299,22 @@ async def test_a_nomination_kube_scheduler_clears_right_after_the_answer_is_set_
     await asyncio.gather(*world.extender.cycle.nominations.values())
     assert world.pod("urgent").status.nominated_node_name == "n1"
     assert pauses == [1.0, 2.0, 4.0]
+
+
+async def test_after_a_restart_the_hold_is_rebuilt_from_the_victims_still_terminating(full_card: World) -> None:
+    world = full_card
+    await world.filter(pending(world, "urgent", 6000, 100), ["n1"])
+    assert world.pod("low").metadata.annotations[keys.PREEMPTED_FOR] == f"{NS}/urgent"
+    # kube-scheduler cleared the nomination (a /filter failed while hami was down); the victim still terminates
+    await world.cluster.patch_pod_status(NS, "urgent", "uid-urgent", {"nominatedNodeName": None})
+    restarted = preempting(backing=world.cluster)
+    restarted.add_node(world.cluster.nodes["n1"])
+    for pod in world.cluster.pods.values():
+        restarted.add_pod(pod)
+    other = pending(restarted, "other", 6000, 50)
+    assert (await restarted.filter(other, ["n1"])).node_names is None  # the victim still terminates
+    finish_termination(restarted, "low")
+    result = await restarted.filter(restarted.pod("other"), ["n1"])
+    assert result.node_names is None  # the rebuilt hold keeps the freed room for the preemptor
+    assert holds(restarted) == {"urgent": ("n1", 6000)}
+    assert (await restarted.filter(restarted.pod("urgent"), ["n1"])).node_names == ["n1"]
