@@ -120,7 +120,9 @@ class Cycle(CycleParts):
         is reported, or victims are evicted and the room held."""
         if hold is not None:
             return replace(outcome, preemption=waiting_note(hold))
-        note, failed = await preempt_for(self, outcome.pod, req, outcome.candidates)
+        rejected = outcome.decision.rejected if outcome.decision is not None else {}
+        helps = [n for n in outcome.candidates if n not in rejected or not rejected[n].unresolvable]
+        note, failed = await preempt_for(self, outcome.pod, req, helps)  # no node the pod never fits on
         if note is None:
             return outcome
         return replace(outcome, preemption=note, api_errors=outcome.api_errors + failed)

@@ -9,6 +9,7 @@ import asyncio
 import msgspec
 import pytest
 
+from hami.errors import ApiError
 from hami.k8s.memory import MemoryCluster
 from hami.protocol import keys
 from hami.protocol.objects import (
@@ -318,3 +319,15 @@ async def test_after_a_restart_the_hold_is_rebuilt_from_the_victims_still_termin
     assert result.node_names is None  # the rebuilt hold keeps the freed room for the preemptor
     assert holds(restarted) == {"urgent": ("n1", 6000)}
     assert (await restarted.filter(restarted.pod("urgent"), ["n1"])).node_names == ["n1"]
+
+
+async def test_an_eviction_that_fails_lifts_the_hold_and_says_why(full_card: World) -> None:
+    world = full_card
+    world.cluster.fail("evict_pod", ApiError("etcdserver: request timed out", 500))
+    result = await world.filter(pending(world, "urgent", 6000, 100), ["n1"])
+    assert holds(world) == {}
+    assert evicted(world) == []
+    assert sample(world, "hami_preemption_attempts_total", result="failed") == 1
+    assert sample(world, "hami_kube_api_errors_total", operation="evict_pod") == 1
+    assert result.failed_nodes == {"n1": f"preemption on n1 failed: evicting {NS}/low: etcdserver: request timed out"}
+    assert world.state.verify() == []
