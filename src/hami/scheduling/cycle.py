@@ -55,6 +55,10 @@ class Cycle(CycleParts):
     a bind waits for a node locked by another hami bind in progress (``bind_lock_wait``), a PodGroup member's for
     any locked node (``lock_retry_timeout``), woken through ``lock_waits``. The pauses go through the injected
     ``Clocks.sleep``, the waits are measured with ``Clocks.stopwatch``: the cycle reads no clock itself.
+
+    Preemption (``CycleSettings.preemption``, ``--preemption=self``): a pod that fits nowhere preempts through
+    ``hami.scheduling.preempting``; the capacity held for it (``holds``) is lifted for its own decision and put
+    back, in the same step, while its victims still terminate.
     """
 
     # --- /filter ---------------------------------------------------------------------------------------------
