@@ -34,7 +34,10 @@ from hami.scheduling.filter import NodeFit, filter_node
 from hami.scheduling.request import PodRequest
 from hami.scheduling.state import ClusterState, PodRecord
 
-__all__ = ["Budget", "Candidate", "Preemption", "fits_without", "preempt", "victims_on"]
+__all__ = ["NOT_EVEN_ALL_LOWER", "Budget", "Candidate", "Preemption", "fits_without", "preempt", "victims_on"]
+
+NOT_EVEN_ALL_LOWER = "the pod does not fit even with every pod of lower priority gone"
+"""Why a node has no candidate when removing every pod of lower priority is not enough (or there is none)."""
 
 _OFFSET = 2**31
 """Added to every priority before summing (kube-scheduler's ``MaxInt32 + 1``), so negative priorities sum sanely."""
@@ -129,7 +132,7 @@ def victims_on(
     lower = [r for r in on_node if r.uid not in leaving and r.priority < req.priority]
     removed = {r.uid for r in lower}
     if fits_without(state, req, node, leaving | removed) is None:
-        return "the pod does not fit even with every pod of lower priority gone"
+        return NOT_EVEN_ALL_LOWER
     order = _reprieve_order(state, node, lower, budgets)
     for record in order:
         removed.discard(record.uid)
