@@ -14,6 +14,7 @@ import pytest
 
 from hami.protocol import keys
 from hami.protocol.objects import Pod
+from hami.scheduling.preemption import Budget
 from hami.server.access import BearerTokenGate, TokenFile
 from hami.server.app import build_app, build_service_app
 from tests.unit.server.support import World, gpu_node, gpu_pod, plain_pod
@@ -194,6 +195,22 @@ async def test_the_answer_lists_the_best_node_first(world: World, http: httpx.As
     answer = await preempt(http, meta_args(preemptor(4000), "n1", "n2"))
 
     assert list(answer["NodeNameToMetaVictims"]) == ["n2", "n1"]  # the lower highest victim priority first
+
+
+async def test_disruption_budgets_given_to_the_extender_are_counted_and_steer_the_order(
+    world: World, http: httpx.AsyncClient
+) -> None:
+    guarded = placed(world, "guarded", 8000, node="n1", priority=1)
+    placed(world, "free", 8000, node="n2", priority=3)
+    world.extender.budgets = lambda: [Budget("keep-one", frozenset({guarded.metadata.uid}), allowed=0)]
+
+    answer = await preempt(http, meta_args(preemptor(4000), "n1", "n2"))
+
+    assert answer["NodeNameToMetaVictims"] == {
+        "n2": {"Pods": [{"UID": "uid-free"}], "NumPDBViolations": 0},
+        "n1": {"Pods": [{"UID": "uid-guarded"}], "NumPDBViolations": 1},
+    }
+    assert list(answer["NodeNameToMetaVictims"]) == ["n2", "n1"]
 
 
 # --- what kube-scheduler reads when hami cannot answer -------------------------------------------------------
