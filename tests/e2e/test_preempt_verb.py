@@ -1,6 +1,7 @@
 """The preempt verb against the real kube-scheduler: kube-scheduler (1.36, the version built here) calling ``hami
 scheduler``'s ``/preempt`` with the victims its own dry run chose, taking hami's answer, deleting those pods and
-placing the preemptor through ``/filter`` on the node it freed.
+placing the preemptor through ``/filter`` on the node it freed; and ``hami explain`` on the live cluster showing
+the victim hami's devices need for a pending pod of high priority.
 
 kube-scheduler asks the verb for a node only when its dry run found victims there: before 1.38 only for its own
 resources (here CPU); from 1.38 also for nodes where only hami's are short (kubernetes#135486), which the chart's
@@ -11,7 +12,11 @@ grace period of 0, so kube-scheduler's delete removes them at once.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -60,7 +65,7 @@ def test_kube_scheduler_takes_hamis_victims_and_the_preemptor_lands_on_the_freed
         config["extenders"][0]["preemptVerb"] = "preempt"
         start_scheduler(config)
         plugin.start()
-        node = _preempt_on_one_card(kube, namespace, make_node, priority_classes)
+        node = _preempt_on_one_card(kube, namespace, make_node, priority_classes, control_plane.kubeconfig)
         # kube-scheduler offered cpu-hog alone; hami answered it and gpu-hog
         assert f"/preempt {namespace}/urgent: candidates {node} (2 victims)" in hami.log()
     finally:
@@ -71,7 +76,11 @@ def test_kube_scheduler_takes_hamis_victims_and_the_preemptor_lands_on_the_freed
 
 
 def _preempt_on_one_card(
-    kube: KubeClient, namespace: str, make_node: Callable[..., dict[str, Any]], classes: dict[str, str]
+    kube: KubeClient,
+    namespace: str,
+    make_node: Callable[..., dict[str, Any]],
+    classes: dict[str, str],
+    kubeconfig: Path,
 ) -> str:
     """One node with 2 CPUs and one 8000 MiB card: ``cpu-hog`` (2 CPUs, 3000 MiB) and ``gpu-hog`` (4000 MiB) of
     low priority, then ``urgent`` (1 CPU, 5000 MiB) of high priority. kube-scheduler's dry run picks ``cpu-hog``
@@ -91,6 +100,7 @@ def _preempt_on_one_card(
     for name in ("cpu-hog", "gpu-hog"):
         assert kube.wait_for_pod_scheduled(namespace, name)["spec"]["nodeName"] == node
     victims = {p["metadata"]["uid"] for p in kube.list_pods(namespace)}
+    _explained_live(kube, namespace, classes, kubeconfig)
 
     pod("urgent", "1", 5000, "high")
 
@@ -105,3 +115,25 @@ def _preempt_on_one_card(
     assert urgent["metadata"]["annotations"][keys.NVIDIA_KEYS.allocated] == f"GPU-{node}-0,NVIDIA,5000,0:;"
     assert victims.isdisjoint(p["metadata"]["uid"] for p in kube.list_pods(namespace))
     return node
+
+
+def _explained_live(kube: KubeClient, namespace: str, classes: dict[str, str], kubeconfig: Path) -> None:
+    """``hami explain`` on the live cluster, for a pod of the high class no scheduler picks up: the Priority
+    admission plugin gave it priority 100; hami's own view (devices only, no CPU) takes ``gpu-hog`` alone, the
+    smaller ``cpu-hog`` staying because the pod fits with it."""
+    spec = {"nodeSelector": {"hami-e2e/run": namespace}, "priorityClassName": classes["high"]}
+    kube.create_pod(namespace, "waiting", limits=gpu_limits(mem=5000, cores=0), scheduler_name="nobody", spec=spec)
+    try:
+        command = [str(Path(sys.executable).parent / "hami"), "explain", f"{namespace}/waiting", "-o", "json"]
+        command += ["--kubeconfig", str(kubeconfig)]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+        assert result.returncode == 0, result.stderr
+        preemption = json.loads(result.stdout)["preemption"]
+        assert preemption["priority"] == 100
+        (best,) = preemption["candidates"]
+        assert [v["pod"] for v in best["victims"]] == [f"{namespace}/gpu-hog"]
+        assert [(k["pod"], k["why"]) for k in best["kept"]] == [
+            (f"{namespace}/cpu-hog", "not needed: the pod fits with it staying")
+        ]
+    finally:
+        kube.delete_pod(namespace, "waiting")
