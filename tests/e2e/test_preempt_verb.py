@@ -57,7 +57,8 @@ def test_kube_scheduler_takes_hamis_victims_and_the_preemptor_lands_on_the_freed
     start_scheduler: Callable[..., Scheduler],
     priority_classes: dict[str, str],
 ) -> None:
-    hami = HamiScheduler(control_plane, ["--node-lock-timeout=60s"])
+    # kube-scheduler evicts (its preemptVerb is set below): hami only answers /preempt, as the chart runs it on 1.38+
+    hami = HamiScheduler(control_plane, ["--node-lock-timeout=60s", "--preemption=extender"])
     hami.start()
     plugin = FakeDevicePlugin(control_plane, f"hami-e2e/run={namespace}")
     try:
