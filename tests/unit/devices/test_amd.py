@@ -9,7 +9,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from hami.config import AmdConfig, default_device_config
+from hami.config import default_device_config
+from hami.devices.amd import AmdConfig
 from hami.devices import registered_keys, vendors_from_config
 from hami.devices.admission import ContainerEdit, PodContext
 from hami.devices.amd import AMD, AMD_KEYS, AmdAdmitter, AmdVendor, compute_units

@@ -14,8 +14,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from hami.config import VnpuChipConfig, VnpusConfig, default_device_config
-from hami.config.vendors import default_vnpu_chips
+from hami.config import default_device_config
+from hami.devices.ascend.config import VnpuChipConfig, VnpusConfig, default_vnpu_chips
 from hami.devices import registered_keys, vendors_from_config
 from hami.devices.admission import ContainerEdit, PodContext
 from hami.devices.ascend import (

@@ -11,7 +11,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from hami.config import AwsNeuronConfig, default_device_config
+from hami.config import default_device_config
+from hami.devices.awsneuron import AwsNeuronConfig
 from hami.devices import registered_keys, vendors_from_config
 from hami.devices.awsneuron import (
     ALLOC_TIME,

@@ -12,7 +12,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from hami.config import EnflameConfig, default_device_config
+from hami.config import default_device_config
+from hami.devices.enflame import EnflameConfig
 from hami.devices import registered_keys, vendors_from_config
 from hami.devices.base import ContainerRequest, FitContext, Fitted, NodeInventory, Selector, Unfit
 from hami.devices.enflame import (
