@@ -157,7 +157,8 @@ def _rendered_sections(body: str) -> dict[str, list[str]]:
     variables = dict(re.findall(r"\$(\w+) := (\.Values\.[\w.]+)", body))
     sections: dict[str, list[str]] = {}
     current: list[str] | None = None
-    for line in body.splitlines():
+    for raw in body.splitlines():
+        line = raw
         for name, target in variables.items():
             line = re.sub(rf"\${name}\b", target, line)
         top = re.match(r"^(\w+):", line)

@@ -12,7 +12,6 @@ import msgspec
 import pytest
 
 from hami.config import default_device_config
-from hami.devices.awsneuron import AwsNeuronConfig
 from hami.devices import registered_keys, vendors_from_config
 from hami.devices.awsneuron import (
     ALLOC_TIME,
@@ -21,6 +20,7 @@ from hami.devices.awsneuron import (
     NEURON_KEYS,
     PREDICATE_NODE,
     RESOURCE_TYPE,
+    AwsNeuronConfig,
     AwsNeuronVendor,
     contiguous_run,
 )

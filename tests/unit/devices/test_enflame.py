@@ -13,7 +13,6 @@ import msgspec
 import pytest
 
 from hami.config import default_device_config
-from hami.devices.enflame import EnflameConfig
 from hami.devices import registered_keys, vendors_from_config
 from hami.devices.base import ContainerRequest, FitContext, Fitted, NodeInventory, Selector, Unfit
 from hami.devices.enflame import (
@@ -27,6 +26,7 @@ from hami.devices.enflame import (
     DRS_KEYS,
     GCU_KEYS,
     REQUEST_SIZE,
+    EnflameConfig,
     EnflameDrsVendor,
     EnflameGcuVendor,
     choose_profile,

@@ -72,8 +72,8 @@ def test_the_charts_vendor_blocks_match_the_registry_key_by_key() -> None:
 
 
 def test_the_families_and_sections_are_the_registrys() -> None:
-    assert DEVICE_FAMILIES == tuple(f.family for f in REGISTRY)
-    assert GATED_FAMILIES == {f.family: f.gate.setting for f in REGISTRY if f.gate is not None}
+    assert tuple(f.family for f in REGISTRY) == DEVICE_FAMILIES
+    assert {f.family: f.gate.setting for f in REGISTRY if f.gate is not None} == GATED_FAMILIES
     assert list(DeviceConfig.model_fields) == ["dra", *(f.section for f in REGISTRY)]
 
 
