@@ -1,6 +1,9 @@
 """HAMi's ``device-config.yaml``: every vendor section, parsed from text, validated, unknown keys reported.
 
-:func:`parse_device_config` is pure (YAML text in, :class:`LoadedConfig` out); the shell reads the file.
+The sections are the vendors' own: each registry entry (``hami.devices.REGISTRY``, a ``VendorFamily`` declared in
+its vendor's module) names its section key, model and default, and :func:`device_config_model` makes one field of
+each (``DeviceConfig`` is the model of the registry). :func:`parse_device_config` is pure (YAML text in,
+:class:`LoadedConfig` out); the shell reads the file.
 
 * Invalid values raise :class:`~hami.errors.ConfigError` naming the key path and the value
   (``nvidia.defaultGPUNum: must be >= 0 (got -1)``). So do YAML syntax errors and duplicate keys
