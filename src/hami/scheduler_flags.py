@@ -16,6 +16,7 @@ import typer
 
 from hami.config.settings import SchedulerSettings
 from hami.devices import REGISTRY, Registry
+from hami.devices.family import Gate
 
 if TYPE_CHECKING:
     from hami.simulate.devconfig import Families
@@ -289,20 +290,7 @@ def family_parameters(registry: Registry = REGISTRY, *, simulated: bool = False)
     its ``SchedulerSettings`` field, then ``--disable-devices``. For ``hami scheduler`` a switch not given is None
     (the environment or the default decides); ``simulated``: for a command that schedules as a default install
     does (``hami simulate``: off, and ``--disable-devices`` empty, unless given)."""
-    params: list[inspect.Parameter] = []
-    for f in registry:
-        if f.gate is None:
-            continue
-        switch = f"{f.gate.flag}/--no-{f.gate.flag[2:]}"
-        if simulated:
-            text = f"{f.gate.help}, as `hami scheduler {f.gate.flag}` (the chart's devices.{f.family}.enabled). "
-            option: Any = Annotated[bool, typer.Option(switch, help=text + _OFF, show_default=False)]
-            params.append(inspect.Parameter(f.gate.setting, _KEYWORD, default=False, annotation=option))
-        else:
-            option = Annotated[
-                bool | None, typer.Option(switch, help=f"{f.gate.help} (HAMi's switch). [default: false]")
-            ]
-            params.append(inspect.Parameter(f.gate.setting, _KEYWORD, default=None, annotation=option))
+    params = [_switch(f.gate, f.family, simulated) for f in registry if f.gate is not None]
     ungated = ", ".join(f.family for f in registry if f.gate is None)
     text = "Device families not to schedule, " + (
         "as `hami scheduler --disable-devices` (the chart's devices.<family>.enabled: false): "
@@ -317,6 +305,17 @@ def family_parameters(registry: Registry = REGISTRY, *, simulated: bool = False)
     ]
     params.append(inspect.Parameter("disable_devices", _KEYWORD, default="" if simulated else None, annotation=disable))
     return params
+
+
+def _switch(gate: Gate, family: str, simulated: bool) -> inspect.Parameter:
+    """A gated family's ``--enable-<family>/--no-enable-<family>``, named as its settings field."""
+    switch = f"{gate.flag}/--no-{gate.flag[2:]}"
+    if simulated:
+        text = f"{gate.help}, as `hami scheduler {gate.flag}` (the chart's devices.{family}.enabled). {_OFF}"
+        option: Any = Annotated[bool, typer.Option(switch, help=text, show_default=False)]
+        return inspect.Parameter(gate.setting, _KEYWORD, default=False, annotation=option)
+    option = Annotated[bool | None, typer.Option(switch, help=f"{gate.help} (HAMi's switch). [default: false]")]
+    return inspect.Parameter(gate.setting, _KEYWORD, default=None, annotation=option)
 
 
 _KEYWORD = inspect.Parameter.KEYWORD_ONLY
