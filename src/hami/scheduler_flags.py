@@ -178,6 +178,16 @@ _BindLockWait = Annotated[
         + _default("bind_lock_wait", "20s"),
     ),
 ]
+_RequeueInterval = Annotated[
+    str | None,
+    typer.Option(
+        "--requeue-interval",
+        metavar="DURATION",
+        help="Once capacity frees on a node while pods wait, mark the node so kube-scheduler retries them now, at "
+        "most once per node per this; 0 leaves them to kube-scheduler's own retries (up to 5 minutes)."
+        + _default("requeue_interval", "5s"),
+    ),
+]
 _ForceOverwriteDefaultScheduler = Annotated[
     bool | None,
     typer.Option(
@@ -270,6 +280,7 @@ def _options(
     node_lock_retry_timeout: _NodeLockRetryTimeout = None,
     kube_timeout: _KubeTimeout = None,
     bind_lock_wait: _BindLockWait = None,
+    requeue_interval: _RequeueInterval = None,
     force_overwrite_default_scheduler: _ForceOverwriteDefaultScheduler = None,
     leader_elect: _LeaderElect = None,
     leader_elect_resource_name: _LeaderElectResourceName = None,

@@ -173,6 +173,10 @@ class SchedulerSettingsBase(BaseSettings):
     bind_lock_wait: Annotated[float, Field(ge=0)] = 20.0
     """How long a bind waits for a node locked by another hami bind in progress (the device plugin releases the
     lock after Allocate); 0 fails at once, as HAMi does. Keep it well below the extender ``httpTimeout``."""
+    requeue_interval: Annotated[float, Field(ge=0)] = 5.0
+    """Once capacity frees on a node while pods wait for hami, the leader writes ``hami.io/capacity-freed`` on it (a
+    Node event: kube-scheduler retries the pods it parked after hami turned them down), at most once per node per
+    this many seconds; 0 writes none (kube-scheduler then retries them at its next event, within 5 minutes)."""
     force_overwrite_default_scheduler: bool = True
     """Whether the webhook may replace ``spec.schedulerName: default-scheduler``."""
     leader_elect: bool = False
@@ -197,7 +201,14 @@ class SchedulerSettingsBase(BaseSettings):
             raise ValueError(_UNSUPPORTED[info.field_name])
         return value
 
-    @field_validator("node_lock_timeout", "node_lock_retry_timeout", "bind_lock_wait", "kube_timeout", mode="before")
+    @field_validator(
+        "node_lock_timeout",
+        "node_lock_retry_timeout",
+        "bind_lock_wait",
+        "kube_timeout",
+        "requeue_interval",
+        mode="before",
+    )
     @classmethod
     def _durations(cls, value: object, info: Any) -> object:
         try:

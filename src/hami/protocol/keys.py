@@ -13,6 +13,7 @@ from typing import Final
 __all__ = [
     "BIND_PHASE",
     "BIND_TIME",
+    "CAPACITY_FREED",
     "DEVICE_CORDON",
     "DEVICE_SCORING_WEIGHTS",
     "GPU_SCHEDULER_POLICY",
@@ -45,6 +46,8 @@ NVIDIA_MIG_ALLOCATIONS: Final = "hami.io/vgpu-mig-allocations"
 
 # --- node annotations -------------------------------------------------------------------------
 NODE_LOCK: Final = "hami.io/mutex.lock"
+CAPACITY_FREED: Final = "hami.io/capacity-freed"  # hami's own (HAMi has none): its leader freed capacity here, then
+# (RFC 3339 time); the Node event makes kube-scheduler retry the pods hami turned down (hami.scheduling.requeue)
 DEVICE_CORDON: Final = "hami.io/device-cordon"
 NVIDIA_REGISTER: Final = "hami.io/node-nvidia-register"
 NVIDIA_SCORE: Final = "hami.io/node-nvidia-score"

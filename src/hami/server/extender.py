@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from hami.config.dra import DraConfig
 from hami.devices.base import Vendor
+from hami.protocol import keys
 from hami.protocol.dra import DeviceClass, ResourceClaim, ResourceSlice
 from hami.protocol.events import EventReason, filtering_failed_texts, no_available_node_text
 from hami.protocol.extender import BindingArgs, BindingResult, FilterArgs, FilterResult
@@ -94,7 +95,9 @@ class Extender:
         )
         clocks = Clocks(wall=clock, stopwatch=time.perf_counter, sleep=asyncio.sleep)
         self.cycle = Cycle(state, vendors, defaults, cluster, clocks, settings, self, lock_waits)
-        self._lock_keys = frozenset(v.keys.lock for v in vendors.values() if v.keys.lock is not None)
+        locks = {v.keys.lock for v in vendors.values() if v.keys.lock is not None}
+        self._unread_keys = frozenset({*locks, keys.CAPACITY_FREED})
+        """Node annotations the state never reads: hami's own writes (locks, the requeue nudge)."""
         self._node_inputs: dict[str, tuple[object, ...]] = {}
         """Per node, what the state reads from it as last applied (see ``on_node``)."""
         self.dra = DraLedger(state, dra if dra is not None else DraConfig())
@@ -232,10 +235,11 @@ class Extender:
 
     def _inputs_of(self, node: Node) -> tuple[object, ...]:
         """Everything of ``node`` that ``ClusterState.upsert_node`` (and the vendors' decoders) can read: the
-        decoded view holds labels, annotations, ``spec`` and ``status`` only; the lock annotations are left out.
+        decoded view holds labels, annotations, ``spec`` and ``status`` only; the lock annotations and the requeue
+        nudge are left out.
         Copies, so a view changed in place later still compares unequal."""
         meta, status = node.metadata, node.status
-        annotations = {k: v for k, v in meta.annotations.items() if k not in self._lock_keys}
+        annotations = {k: v for k, v in meta.annotations.items() if k not in self._unread_keys}
         return dict(meta.labels), annotations, node.spec.unschedulable, dict(status.capacity), dict(status.allocatable)
 
     def on_quota(self, quota: ResourceQuota, deleted: bool = False) -> None:
