@@ -1,4 +1,5 @@
-"""The scheduler extender's edge: ``/filter`` and ``/bind`` mapped to and from the cycle.
+"""The scheduler extender's edge: ``/filter`` and ``/bind`` mapped to and from the cycle, ``/preempt`` to the
+preemption core (``hami.scheduling.preemptverb``).
 
 ``hami.scheduling.cycle.Cycle`` composes the cycle and returns an outcome as data; this module only turns an
 outcome into the HTTP answer, the events on the pod and the metrics, and feeds the watch handlers' objects to the
@@ -16,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hami.config.dra import DraConfig
@@ -24,7 +25,16 @@ from hami.devices.base import Vendor
 from hami.protocol import keys
 from hami.protocol.dra import DeviceClass, ResourceClaim, ResourceSlice
 from hami.protocol.events import EventReason, filtering_failed_texts, no_available_node_text
-from hami.protocol.extender import BindingArgs, BindingResult, FilterArgs, FilterResult
+from hami.protocol.extender import (
+    BindingArgs,
+    BindingResult,
+    FilterArgs,
+    FilterResult,
+    MetaPod,
+    MetaVictims,
+    PreemptionArgs,
+    PreemptionResult,
+)
 from hami.protocol.objects import Node, Pod, ResourceQuota
 from hami.protocol.reasons import Reason
 from hami.scheduling.cycle import Cycle
@@ -33,7 +43,9 @@ from hami.scheduling.dra import DraLedger, DraProblem, DraWarning
 from hami.scheduling.outcomes import ApiFailure, BindOutcome, Bound, Cleanup, Cleared, Filtered, FilterOutcome
 from hami.scheduling.parts import Clocks, CycleSettings
 from hami.scheduling.ports import ClusterPort, LockWaits
-from hami.scheduling.request import SchedulingDefaults
+from hami.scheduling.preemption import Budget
+from hami.scheduling.preemptverb import VerbAnswer, answer_preempt_verb
+from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState
 from hami.server.metrics import Metrics
 
@@ -104,6 +116,9 @@ class Extender:
         """DRA claims charged beside hami's pods (``hami.scheduling.dra``); fed by the ``on_resource_*`` handlers."""
         self.dra.pod_lookup = self._live_pod_uid
         self.dra.settled = self._synced
+        self.budgets: Callable[[], Sequence[Budget]] = tuple
+        """The PodDisruptionBudgets preemption weighs (``hami.scheduling.preemption.Budget``); none until a
+        shell that watches them sets this. kube-scheduler's own count for its victims is kept either way."""
 
     # --- CycleObserver ---------------------------------------------------------------------------------------
     def commit_failed_late(self, outcome: FilterOutcome) -> None:
@@ -182,6 +197,28 @@ class Extender:
         self._event(pod, FAILED, no_available_node_text(total))
         if decision.rejected:
             self._event(pod, FAILED, _rejection_text(decision))
+
+    # --- /preempt (kube-scheduler 1.38+) ---------------------------------------------------------------------
+    def preempt(self, args: PreemptionArgs) -> PreemptionResult | str:
+        """hami's victims per candidate node (``hami.scheduling.preemptverb``), or why hami cannot answer now
+        (not synced, not the leader: the caller answers 503 and kube-scheduler retries the pod later). A pod
+        that cannot be read raises ``InvalidInput``. Nothing is reserved or written: kube-scheduler evicts."""
+        started = time.perf_counter()
+        try:
+            problem = self.readiness.problem()
+            if problem is not None:
+                return problem
+            req = prefilter(args.pod, self.vendors, self.defaults)
+            answer = answer_preempt_verb(self.state, req, args.victims, args.violations, self.budgets())
+            _log_preempt(args.pod, answer)
+            return PreemptionResult(
+                {
+                    node: MetaVictims([MetaPod(uid) for uid in uids], answer.violations.get(node, 0))
+                    for node, uids in answer.victims.items()
+                }
+            )
+        finally:
+            self.metrics.latency.labels("preempt").observe(time.perf_counter() - started)
 
     # --- /bind ---------------------------------------------------------------------------------------------
     async def bind(self, args: BindingArgs) -> BindingResult:
@@ -313,6 +350,12 @@ def _filter_answer(outcome: FilterOutcome, args: FilterArgs) -> FilterResult:
         failed_nodes=failed or None,
         failed_and_unresolvable_nodes=never or None,
     )
+
+
+def _log_preempt(pod: Pod, answer: VerbAnswer) -> None:
+    kept = [f"{node} ({len(uids)} victims)" for node, uids in answer.victims.items()]
+    left = [f"{node}: {why}" for node, why in sorted(answer.refused.items())]
+    log.info("/preempt %s: candidates %s; left out %s", pod.key, ", ".join(kept) or "none", "; ".join(left) or "none")
 
 
 def _log_dra(problems: Iterable[DraProblem]) -> None:
