@@ -461,6 +461,9 @@ def test_rbac_grants_exactly_the_verbs_hami_uses() -> None:
         ("", "nodes", ("get", "list", "watch", "patch"), ()),
         ("", "events", ("create", "patch"), ()),
         ("", "resourcequotas", ("list", "watch"), ()),
+        ("", "pods/eviction", ("create",), ()),
+        ("", "pods/status", ("patch",), ()),
+        ("policy", "poddisruptionbudgets", ("list",), ()),
         ("resource.k8s.io", "resourceslices", ("list", "watch"), ()),
         ("resource.k8s.io", "resourceclaims", ("list", "watch"), ()),
         ("resource.k8s.io", "deviceclasses", ("list", "watch"), ()),
@@ -710,6 +713,7 @@ def test_the_deployment_runs_kube_scheduler_and_hami() -> None:
         "--gpu-scheduler-policy=spread",
         "--node-lock-timeout=5m",
         "--bind-lock-wait=20s",
+        "--preemption=self",  # auto with kube-scheduler 1.36: hami evicts
         "--device-config-file=/device-config/device-config.yaml",
         "--leader-elect",
         "--leader-elect-resource-name=hami-scheduler",
@@ -825,7 +829,7 @@ def test_open_metrics_drop_the_review_rights() -> None:
     assert "--metrics-secure" not in container(docs, "hami")["args"]
     assert ("ClusterRole", "hami-metrics-reader") not in kinds(docs)
     groups = {group for group, *_ in rules(one(docs, "ClusterRole", "hami-scheduler"))}
-    assert groups == {"", "resource.k8s.io"}
+    assert groups == {"", "resource.k8s.io", "policy"}  # policy: the budgets of hami's own preemption
 
 
 def test_secure_metrics_without_the_webhooks_certificate_are_refused() -> None:

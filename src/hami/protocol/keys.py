@@ -30,6 +30,7 @@ __all__ = [
     "NVIDIA_USE_GPUUUID",
     "NVIDIA_VGPU_MODE",
     "POD_GROUP_LABEL",
+    "PREEMPTED_FOR",
     "SCHEDULER_ROLE_LABEL",
     "VGPU_NODE",
     "VGPU_TIME",
@@ -42,6 +43,7 @@ VGPU_NODE: Final = "hami.io/vgpu-node"  # annotation and label: the node chosen 
 VGPU_TIME: Final = "hami.io/vgpu-time"  # Filter decision time, Unix seconds
 BIND_PHASE: Final = "hami.io/bind-phase"  # allocating | success | failed
 BIND_TIME: Final = "hami.io/bind-time"  # Bind time, Unix seconds
+PREEMPTED_FOR: Final = "hami.io/preempted-for"  # hami's own: on a victim, the preemptor's <namespace>/<name>
 NVIDIA_MIG_ALLOCATIONS: Final = "hami.io/vgpu-mig-allocations"
 
 # --- node annotations -------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from starlette.types import ASGIApp
 
 from hami.config import DeviceConfig, SchedulerSettings
 from hami.devices import vendors_from_config
+from hami.errors import ApiError
 from hami.k8s.client import ClientSettings, KubeClient
 from hami.k8s.cluster import KubeCluster
 from hami.k8s.config import KubeConfig
@@ -60,6 +61,7 @@ from hami.server.looplag import watch_loop_lag
 from hami.server.metrics import Metrics
 from hami.server.nodelocks import LockHousekeeping
 from hami.server.nodes import NodeHandling
+from hami.server.preemptmode import Resolved, resolve_preemption
 from hami.server.requeue import RequeueNudges
 from hami.server.tls import CertificateReloader
 from hami.server.webhook import admission_for, webhook_route
@@ -111,6 +113,8 @@ class Runtime:
     requeue: RequeueNudges = field(init=False)
     dra: DraWatches | None = None
     """The DRA watches, once started (None with DRA off)."""
+    preemption: Resolved = "off"
+    """``--preemption`` as resolved at start-up (``hami.server.preemptmode``)."""
 
     def __post_init__(self) -> None:
         if self.transport is None:  # read the files now: a missing or bad one is a ConfigError at start-up
@@ -237,6 +241,7 @@ class Runtime:
                 success_events=s.success_events,
                 lock_waits=self.housekeeping.lock_waits,
                 dra=self.device_config.dra,
+                preemption=await self._preemption_mode(client) == "self",
             )
             self.extender = extender
             watched_nodes, watched_pods = self._start_watches(
@@ -253,6 +258,18 @@ class Runtime:
             self.housekeeping.stop_checks()
             await extender.settle_all()
             await events.aclose()
+
+    async def _preemption_mode(self, client: KubeClient) -> Resolved:
+        """``--preemption`` resolved (``auto`` by the API server's version), logged; kept in ``preemption``."""
+        version = None
+        if self.settings.preemption == "auto":
+            try:
+                version = await client.server_version()
+            except ApiError as err:
+                log.warning("reading the API server's version for --preemption=auto failed: %s", err)
+        self.preemption, why = resolve_preemption(self.settings.preemption, version)
+        log.info("preemption: %s (%s)", self.preemption, why)
+        return self.preemption
 
     def _start_watches(
         self,
