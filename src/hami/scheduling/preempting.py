@@ -71,14 +71,14 @@ async def preempt_for(
     if not eligible(parts, req):
         return None, ()
     nodes = _free_nodes(parts, names, ())
-    plan = preempt(parts.state, req, nodes, (), _keep(parts, nodes))
+    plan = preempt(parts.state, req, nodes, (), _keep(parts, nodes), bounded=True)
     if plan.chosen is None:
         return _no_candidate(plan), ()
     budgets, failures = await _budgets(parts, nodes)
     refused: list[str] = []
     for _ in range(CANDIDATES_TRIED):
         nodes = _free_nodes(parts, names, refused)
-        plan = preempt(parts.state, req, nodes, budgets, _keep(parts, nodes))
+        plan = preempt(parts.state, req, nodes, budgets, _keep(parts, nodes), bounded=True)
         if plan.chosen is None:
             break
         hold = _hold(parts, req, plan.chosen)  # right after the ranking: nothing ran in between
