@@ -235,6 +235,8 @@ class ManagedProcess:
     name: str
     args: list[str]
     log_file: Path
+    env: Mapping[str, str] | None = None
+    """the process's environment; None: this one's"""
     popen: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
 
     def start(self) -> None:
@@ -247,6 +249,7 @@ class ManagedProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                env=self.env,
                 start_new_session=True,  # own process group: killpg(pid) ends it and only it
                 preexec_fn=_die_with_parent if _LIBC is not None else None,  # noqa: PLW1509
             )
