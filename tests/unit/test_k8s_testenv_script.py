@@ -166,7 +166,7 @@ def test_the_installed_go_builds_what_it_can_and_a_newer_toolchain_the_rest(monk
         assert testenv.use_toolchain("1.27.0", (1, 26, 8)) == testenv.NEWER_GO_TOOLCHAIN.removeprefix("go")
         assert testenv.go_env()["GOTOOLCHAIN"] == testenv.NEWER_GO_TOOLCHAIN
         monkeypatch.setenv("HAMI_GO_TOOLCHAIN", "go1.27.0")
-        with pytest.raises(testenv.BuildError, match="HAMI_GO_TOOLCHAIN to a Go toolchain >= 1.28.0"):
+        with pytest.raises(testenv.BuildError, match=r"HAMI_GO_TOOLCHAIN to a Go toolchain >= 1\.28\.0"):
             testenv.use_toolchain("1.28.0", (1, 26, 8))
     finally:
         testenv.use_toolchain("1.0", (1, 26, 8))  # back to GOTOOLCHAIN=local for the other tests
@@ -254,3 +254,19 @@ def test_locate_node_finds_the_node_build_of_the_control_planes_version(
     assert capsys.readouterr().out.strip() == str(node)
     assert testenv.main(["locate"]) == 0  # the control plane is still complete and found as before
     assert capsys.readouterr().out.strip() == str(tmp_path / f"k8s-{version}")
+
+
+def test_a_failed_download_names_the_module_versions_the_proxy_refused() -> None:
+    lines = [
+        "go: hami.local/k8s-testenv imports",
+        "\tk8s.io/apiextensions-api/pkg/client: k8s.io/apiextensions-api@v0.38.0-beta.0: reading "
+        "https://proxy.example/k8s.io/apiextensions-api/@v/v0.38.0-beta.0.zip: 403 Forbidden",
+        "\tsigs.k8s.io/structured-merge-diff/v7/merge: sigs.k8s.io/structured-merge-diff/v7@v7.0.1: reading "
+        "https://proxy.example/sigs.k8s.io/structured-merge-diff/v7/@v/v7.0.1.zip: 403 Forbidden",
+        "\tk8s.io/apiextensions-api@v0.38.0-beta.0: reading https://proxy.example/x.zip: 403 Forbidden",
+    ]
+    assert testenv.unserved_summary(lines) == (
+        "\nthe Go module proxy does not serve: k8s.io/apiextensions-api@v0.38.0-beta.0, "
+        "sigs.k8s.io/structured-merge-diff/v7@v7.0.1"
+    )
+    assert testenv.unserved_summary(["go: downloading k8s.io/api v0.37.2"]) == ""
