@@ -41,6 +41,7 @@ from hami.k8s.ratelimit import Clock, Sleep, TokenBucket
 from hami.k8s.records import Binding, Bookmark, EventType, ObjectList, ObjectRef, Status, WatchLine
 from hami.k8s.resources import PODS, Resource
 from hami.k8s.wire import WireClient, WireResponse
+from hami.protocol.kubeversion import ServerVersionInfo
 from hami.protocol.objects import ObjectMeta
 
 __all__ = [
@@ -336,6 +337,10 @@ class KubeClient:
         return None
 
     # --- verbs --------------------------------------------------------------------------------------------
+
+    async def server_version(self) -> ServerVersionInfo:
+        """``GET /version`` (readable by every authenticated identity: ``system:public-info-viewer``)."""
+        return self._decode(ServerVersionInfo, await self._request("GET", "/version"), "GET /version")
 
     async def get(self, resource: Resource, name: str, *, type: type[T], namespace: str | None = None) -> T:
         path = resource.path(namespace, name)

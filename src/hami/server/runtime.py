@@ -42,8 +42,10 @@ from hami.k8s.nodelock import NodeLocker
 from hami.k8s.records import Lease
 from hami.k8s.resources import LEASES, NODES, PODS, RESOURCE_QUOTAS
 from hami.k8s.reviews import AccessReviewer
+from hami.k8s.serverversion import read_server_profile
 from hami.k8s.tasks import Supervisor
 from hami.k8s.watch import Callbacks, Reflector
+from hami.protocol.kubeversion import ServerProfile
 from hami.protocol.objects import Node, Pod, ResourceQuota, WatchedPod
 from hami.scheduling.admission import AdmissionSettings
 from hami.scheduling.request import SchedulingDefaults
@@ -51,7 +53,7 @@ from hami.scheduling.state import ClusterState
 from hami.server.access import BearerTokenGate, MetricsGate, Transport, load_transport
 from hami.server.app import build_app, build_metrics_app, build_service_app
 from hami.server.audit import API_AUDIT_SECONDS, LedgerAudit
-from hami.server.dra import DraWatches, start_dra
+from hami.server.dra import DraWatches, dra_mode, start_dra
 from hami.server.extender import Extender, Readiness
 from hami.server.leadership import Leadership
 from hami.server.listen import guarded_h11, listen
@@ -104,6 +106,8 @@ class Runtime:
     nodes: NodeHandling = field(init=False)
     dra: DraWatches | None = None
     """The DRA watches, once started (None with DRA off)."""
+    server: ServerProfile | None = None
+    """What hami chose for the API server's version (read at start; None: it could not be read)."""
 
     def __post_init__(self) -> None:
         if self.transport is None:  # read the files now: a missing or bad one is a ConfigError at start-up
@@ -183,6 +187,7 @@ class Runtime:
             Supervisor(log) as supervisor,
             contextlib.AsyncExitStack() as stack,
         ):
+            self.server = await read_server_profile(client)
             cluster = KubeCluster(client, instance=self.identity)
             locker = NodeLocker(cluster, timeout=timedelta(seconds=s.node_lock_timeout))
             events = EventRecorder(KubeCluster(event_client, instance=self.identity), s.scheduler_name)
@@ -263,13 +268,14 @@ class Runtime:
         supervisor.start(nodes.run(), name="watch-nodes")
         supervisor.start(pods.run(), name="watch-pods")
         supervisor.start(quotas.run(), name="watch-quotas")
-        if self.device_config.dra.active():  # ResourceSlices and ResourceClaims of the configured DRA drivers
+        mode = dra_mode(bool(self.device_config.dra.active()), self.server)
+        if mode == "watch":  # the ResourceSlices and ResourceClaims of the configured DRA drivers
             synced["dra"] = False
             self.dra = start_dra(
                 client, extender, events, self.metrics, supervisor, mark("dra"), self.leadership.is_leader
             )
         else:
-            log.info("DRA: off (dra.enabled is false or no driver is listed): ResourceClaims are not counted")
+            log.info("DRA: %s: ResourceClaims are not counted", mode)
         if s.leader_elect:
             synced["lease"] = False
             self._follow_lease(client, cluster, supervisor, mark("lease"))
