@@ -152,9 +152,9 @@ def test_a_prerelease_wrapper_pins_the_staging_prerelease_tags(tmp_path: Path) -
 
 
 @pytest.mark.parametrize(
-    ("version", "needs"), [("v1.35.4", False), ("v1.36.3", False), ("v1.37.2", True), ("v1.38.0-beta.0", True)]
+    ("version", "needs"), [("v1.36.3", False), ("v1.37.2", False), ("v1.38.0-beta.0", True), ("v1.39.0", True)]
 )
-def test_kubelet_137_and_newer_get_containerd_2(version: str, needs: bool) -> None:
+def test_the_real_node_of_1_38_and_newer_gets_containerd_2(version: str, needs: bool) -> None:
     assert testenv.needs_containerd_2(version) is needs
 
 
@@ -177,9 +177,9 @@ def test_locate_containerd_prints_the_build_only_for_releases_that_need_it(
 ) -> None:
     monkeypatch.setenv("HAMI_TESTENV_CACHE", str(tmp_path))
     monkeypatch.delenv("HAMI_K8S_VERSION", raising=False)
-    assert testenv.main(["locate", "--containerd", "--k8s-version=v1.36.3"]) == 0  # Debian's containerd will do
+    assert testenv.main(["locate", "--containerd", "--k8s-version=v1.37.2"]) == 0  # Debian's containerd will do
     assert capsys.readouterr().out == ""
-    assert testenv.main(["locate", "--containerd", "--k8s-version=v1.37.2"]) == 1
+    assert testenv.main(["locate", "--containerd", "--k8s-version=v1.38.0-beta.0"]) == 1
     assert f"containerd-{testenv.CONTAINERD_VERSION}/" in capsys.readouterr().err
     directory = tmp_path / f"containerd-{testenv.CONTAINERD_VERSION}"
     directory.mkdir()
@@ -187,7 +187,7 @@ def test_locate_containerd_prints_the_build_only_for_releases_that_need_it(
         (directory / name).write_text("#!/bin/sh\n")
         (directory / name).chmod(0o755)
     (directory / "manifest.json").write_text("{}")
-    assert testenv.main(["locate", "--containerd", "--k8s-version=v1.37.2"]) == 0
+    assert testenv.main(["locate", "--containerd", "--k8s-version=v1.38.0-beta.0"]) == 0
     assert capsys.readouterr().out.strip() == str(directory)
 
 
