@@ -103,9 +103,15 @@ image:
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; hami needs Python 3.11" >&2; exit 1; }
 	nice -n 10 $(PYTHON) scripts/build-image hami
 
+# The Python 3.13 unit run goes alongside the main suite (whose end-to-end tests mostly wait on the control
+# plane), its output printed after; the target fails when either fails.
 test: setup test-deps testenv helm lint typecheck imports
-	$(BIN)/pytest
-	$(MAKE) --no-print-directory test-newest-python
+	@log=$$(mktemp); \
+	$(MAKE) --no-print-directory test-newest-python >"$$log" 2>&1 & newest=$$!; \
+	rc=0; $(BIN)/pytest --durations=20 || rc=$$?; \
+	nrc=0; wait $$newest || nrc=$$?; \
+	echo "=== make test-newest-python (ran alongside the suite above): exit $$nrc ==="; cat "$$log"; rm -f "$$log"; \
+	exit $$(( rc || nrc ))
 
 # The tests that need no control plane and no helm, under the newest supported Python (the oldest, 3.11, runs
 # everything above), in a virtualenv of its own set up from the same pins (again when they change).
