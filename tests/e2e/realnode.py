@@ -437,7 +437,7 @@ class RealCluster:
     snapshot: hoststate.Snapshot
     node_binaries: Path
     containerd_binaries: Path | None = None
-    """containerd 2.x built by ``scripts/k8s-testenv`` for kubelet 1.37+; None: Debian's containerd on PATH"""
+    """containerd 2.x built by ``scripts/k8s-testenv`` for kubelet 1.38+; None: Debian's containerd on PATH"""
     processes: list[ManagedProcess] = field(default_factory=list)
     images: dict[str, str] = field(default_factory=dict)
     """archive file name (``hami.oci.tar``) → the image reference imported from it"""
