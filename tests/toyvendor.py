@@ -96,6 +96,7 @@ class ToyVendor(SharedDeviceVendor):
 
     name = TOY
     keys = TOY_KEYS
+    reads_slices = True  # declares its own decode_slices (which finds none)
 
     def __init__(self) -> None:
         super().__init__(_ToyConfig())

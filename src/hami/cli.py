@@ -17,7 +17,7 @@ from hami.clusterflags import ClusterFlags, Output, cluster_flags, dump
 from hami.config.klog import DEBUG_VERBOSITY, KlogFlagError, translate
 from hami.deviceplugin.command import device_plugin
 from hami.monitor.command import monitor
-from hami.scheduler_flags import scheduler
+from hami.scheduler_flags import family_switches, scheduler
 
 if TYPE_CHECKING:
     from hami.k8s.config import KubeConfig
@@ -183,50 +183,10 @@ _SIMULATE_HELP = "\n\n".join(
     ]
 )
 
-_EnableAscendOpt = Annotated[
-    bool,
-    typer.Option(
-        "--enable-ascend/--no-enable-ascend",
-        help="Schedule Huawei Ascend NPUs, as `hami scheduler --enable-ascend` (the chart's devices.ascend.enabled). "
-        "[default: off, as a default install]",
-        show_default=False,
-    ),
-]
-_EnableIluvatarOpt = Annotated[
-    bool,
-    typer.Option(
-        "--enable-iluvatar/--no-enable-iluvatar",
-        help="Schedule Iluvatar GPUs, as `hami scheduler --enable-iluvatar`. [default: off, as a default install]",
-        show_default=False,
-    ),
-]
-_DisableDevicesOpt = Annotated[
-    str,
-    typer.Option(
-        "--disable-devices",
-        metavar="FAMILY,...",
-        help="Device families not to schedule, as `hami scheduler --disable-devices` (the chart's "
-        "devices.<family>.enabled: false). [default: none]",
-        show_default=False,
-    ),
-]
-
-
-def _families(enable_ascend: bool, enable_iluvatar: bool, disable_devices: str) -> Families:
-    """The ``Families`` of the switches; a bad ``--disable-devices`` is a usage error naming the flag."""
-    from hami.errors import InvalidInput
-    from hami.simulate.devconfig import Families
-
-    families = Families(enable_ascend, enable_iluvatar, disable_devices)
-    try:
-        families.enabled()
-    except InvalidInput as err:
-        raise typer.BadParameter(err.reason, param_hint=err.field) from None
-    return families
-
 
 @app.command(help=_SIMULATE_HELP)
 @cluster_flags(scope=False)
+@family_switches
 def simulate(
     cluster: ClusterFlags,
     pods: Annotated[
@@ -310,9 +270,8 @@ def simulate(
             help="For CI: exit with status 3 when any pod is pending, denied at admission or invalid.",
         ),
     ] = False,
-    enable_ascend: _EnableAscendOpt = False,
-    enable_iluvatar: _EnableIluvatarOpt = False,
-    disable_devices: _DisableDevicesOpt = "",
+    *,
+    families: Families,
     live: Annotated[
         bool,
         typer.Option(
@@ -325,7 +284,6 @@ def simulate(
     """Place pods on a cluster snapshot offline (help text: ``_SIMULATE_HELP``)."""
     from hami.simulate import SimulateOptions, run_simulate
 
-    families = _families(enable_ascend, enable_iluvatar, disable_devices)
     if defrag:
         from hami.simulate.defrag import DefragOptions, run_defrag
 
@@ -507,6 +465,7 @@ def top(
     "when the pod was judged (whatever the verdict), 1 when it cannot be read, found or parsed."
 )
 @cluster_flags()
+@family_switches
 def explain(
     cluster: ClusterFlags,
     pod: Annotated[str | None, typer.Argument(metavar="POD", help="[NAMESPACE/]NAME of a pod in the cluster.")] = None,
@@ -517,9 +476,8 @@ def explain(
     snapshot: _SnapshotOpt = None,
     config: _ConfigOpt = None,
     output: _ViewOutputOpt = Output.table,
-    enable_ascend: _EnableAscendOpt = False,
-    enable_iluvatar: _EnableIluvatarOpt = False,
-    disable_devices: _DisableDevicesOpt = "",
+    *,
+    families: Families,
 ) -> None:
     from hami.clusterflags import pick_pod
     from hami.errors import HamiError
@@ -530,11 +488,10 @@ def explain(
     if (pod is None) == (file is None):
         raise typer.BadParameter("give a POD name or --file MANIFEST (one of them)", param_hint="POD")
     try:
-        switched = file is not None or enable_ascend or enable_iluvatar or bool(disable_devices)
+        switched = file is not None or families.switched_on or bool(families.disable_devices)
         # a manifest is judged as `simulate` places it (a default install's families unless switched); a pod of
         # the cluster with every family the cluster registers, unless a switch is given
-        families = _families(enable_ascend, enable_iluvatar, disable_devices) if switched else None
-        sim, warnings, pods, kube = _simulator_for(snapshot, cluster, config, families)
+        sim, warnings, pods, kube = _simulator_for(snapshot, cluster, config, families if switched else None)
         manifest = None
         if file is not None:  # read as `hami simulate` reads it (a workload making one pod will do)
             loaded = read_pods(read_files([file]), (), int(time.time()))  # its warnings: the pod's, below

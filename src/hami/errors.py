@@ -22,6 +22,8 @@ the modules that raise it::
     │   ├── NotFound            404
     │   ├── Gone                410: the watch must relist
     │   └── TooManyRequests     429: the API server sheds load; carries ``retry_after``
+    │       └── BudgetRefused   429 from the Eviction API: a PodDisruptionBudget allows no disruption now
+    │                           (hami.k8s.client; never retried there: preemption picks another node)
     ├── CannotListen            a listener could not be bound (hami.server.listen)
     ├── BodyTooLarge            a request body over the route's limit (hami.server.app)
     ├── NvmlError               an NVML call failed; carries ``code`` and ``call`` (hami.deviceplugin.nvml, .fakenvml)
@@ -51,6 +53,7 @@ __all__ = [
     "AnnotationError",
     "ApiError",
     "BodyTooLarge",
+    "BudgetRefused",
     "CannotListen",
     "ConfigError",
     "Conflict",
@@ -276,6 +279,11 @@ class TooManyRequests(ApiError):
     def __init__(self, message: str, status: int = 429, retry_after: float | None = None) -> None:
         self.retry_after = retry_after
         super().__init__(message, status)
+
+
+class BudgetRefused(TooManyRequests):
+    """HTTP 429 from the Eviction API: a PodDisruptionBudget allows no disruption of the pod now (the message names
+    the budget). Unlike other 429s it is not load shedding, so the client does not repeat it."""
 
 
 class CannotListen(HamiError):

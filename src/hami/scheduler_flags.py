@@ -1,21 +1,31 @@
 """The ``hami scheduler`` command: its flags, declared beside it, each named as HAMi's (scheduler-core.md §8.1) and
 as the ``SchedulerSettings`` field it sets; the help shows each default from the settings model, so help and
-behaviour cannot disagree. The work is ``hami.server.command.scheduler_main`` (imported when the command runs:
-``hami -h`` stays quick)."""
+behaviour cannot disagree. The family switches come from the vendor registry (``hami.devices.REGISTRY``): one
+``--enable-<family>`` per gated family (``VendorFamily.gate``) and ``--disable-devices`` naming the others
+(``family_parameters``, also used by ``hami simulate`` and ``hami explain``). The work is
+``hami.server.command.scheduler_main`` (imported when the command runs: ``hami -h`` stays quick)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+import functools
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 
 import typer
 
-from hami.config.settings import DEVICE_FAMILIES, GATED_FAMILIES, SchedulerSettings
+from hami.config.settings import SchedulerSettings
+from hami.devices import REGISTRY, Registry
+from hami.devices.family import Gate
 
-__all__ = ["scheduler"]
+if TYPE_CHECKING:
+    from hami.simulate.devconfig import Families
 
-_UNGATED = ", ".join(f for f in DEVICE_FAMILIES if f not in GATED_FAMILIES)
-"""The families ``--disable-devices`` turns off (the gated ones have their own ``--enable-*`` switch)."""
-_NOT_SETTINGS = frozenset({"kubeconfig", "json_logs"})
+__all__ = ["family_parameters", "family_switches", "scheduler", "scheduler_command"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_NOT_SETTINGS = ("kubeconfig", "json_logs")
 """Parameters of ``scheduler`` that are not ``SchedulerSettings`` fields."""
 
 
@@ -168,12 +178,31 @@ _BindLockWait = Annotated[
         + _default("bind_lock_wait", "20s"),
     ),
 ]
+_RequeueInterval = Annotated[
+    str | None,
+    typer.Option(
+        "--requeue-interval",
+        metavar="DURATION",
+        help="Once capacity frees on a node while pods wait, mark the node so kube-scheduler retries them now, at "
+        "most once per node per this; 0 leaves them to kube-scheduler's own retries (up to 5 minutes)."
+        + _default("requeue_interval", "5s"),
+    ),
+]
 _ForceOverwriteDefaultScheduler = Annotated[
     bool | None,
     typer.Option(
         "--force-overwrite-default-scheduler/--no-force-overwrite-default-scheduler",
         help="Let the webhook replace spec.schedulerName: default-scheduler."
         + _default("force_overwrite_default_scheduler"),
+    ),
+]
+_Preemption = Annotated[
+    str | None,
+    typer.Option(
+        "--preemption",
+        metavar="MODE",
+        help="Who preempts for pods that fit nowhere: extender (kube-scheduler 1.38+ asks hami), self (hami "
+        "evicts: 1.36, 1.37), off; auto picks by the API server's version." + _default("preemption"),
     ),
 ]
 _LeaderElect = Annotated[
@@ -202,28 +231,6 @@ _DeviceConfigFile = Annotated[
         "--device-config-file",
         metavar="FILE",
         help="HAMi's device-config.yaml (resource names, memory factor). [default: built-in defaults]",
-    ),
-]
-_EnableAscend = Annotated[
-    bool | None,
-    typer.Option(
-        "--enable-ascend/--no-enable-ascend",
-        help="Schedule Huawei Ascend NPUs (HAMi's switch)." + _default("enable_ascend"),
-    ),
-]
-_EnableIluvatar = Annotated[
-    bool | None,
-    typer.Option(
-        "--enable-iluvatar/--no-enable-iluvatar",
-        help="Schedule Iluvatar GPUs (HAMi's switch)." + _default("enable_iluvatar"),
-    ),
-]
-_DisableDevices = Annotated[
-    str | None,
-    typer.Option(
-        "--disable-devices",
-        metavar="FAMILY,...",
-        help=f"Device families not to schedule, their resources left alone: {_UNGATED}. [default: none]",
     ),
 ]
 _Kubeconfig = Annotated[
@@ -263,7 +270,7 @@ _JsonLogs = Annotated[
 ]
 
 
-def scheduler(
+def _options(
     scheduler_name: _SchedulerName = None,
     node_scheduler_policy: _NodeSchedulerPolicy = None,
     gpu_scheduler_policy: _GpuSchedulerPolicy = None,
@@ -282,22 +289,110 @@ def scheduler(
     node_lock_retry_timeout: _NodeLockRetryTimeout = None,
     kube_timeout: _KubeTimeout = None,
     bind_lock_wait: _BindLockWait = None,
+    requeue_interval: _RequeueInterval = None,
     force_overwrite_default_scheduler: _ForceOverwriteDefaultScheduler = None,
+    preemption: _Preemption = None,
     leader_elect: _LeaderElect = None,
     leader_elect_resource_name: _LeaderElectResourceName = None,
     leader_elect_resource_namespace: _LeaderElectResourceNamespace = None,
     device_config_file: _DeviceConfigFile = None,
-    enable_ascend: _EnableAscend = None,
-    enable_iluvatar: _EnableIluvatar = None,
-    disable_devices: _DisableDevices = None,
     kubeconfig: _Kubeconfig = None,
     profiling: _Profiling = None,
     legacy_metrics: _LegacyMetrics = None,
     debug: _Debug = None,
     json_logs: _JsonLogs = True,
 ) -> None:
-    """Run the scheduler extender (and webhook) that kube-scheduler calls. Flags are HAMi's where they exist."""
-    given = {name: value for name, value in locals().items() if value is not None and name not in _NOT_SETTINGS}
-    from hami.server.command import scheduler_main
+    """The scheduler's own options, in the order ``--help`` lists them (the family switches follow
+    ``--device-config-file``); declared here, run by ``scheduler_command``'s command."""
 
-    raise typer.Exit(scheduler_main(given, kubeconfig, json_logs))
+
+def family_parameters(registry: Registry = REGISTRY, *, simulated: bool = False) -> list[inspect.Parameter]:
+    """The family switches of ``registry`` as command parameters: ``--enable-<family>`` per gated family, named as
+    its ``SchedulerSettings`` field, then ``--disable-devices``. For ``hami scheduler`` a switch not given is None
+    (the environment or the default decides); ``simulated``: for a command that schedules as a default install
+    does (``hami simulate``: off, and ``--disable-devices`` empty, unless given)."""
+    params = [_switch(f.gate, f.family, simulated) for f in registry if f.gate is not None]
+    ungated = ", ".join(f.family for f in registry if f.gate is None)
+    text = "Device families not to schedule, " + (
+        "as `hami scheduler --disable-devices` (the chart's devices.<family>.enabled: false): "
+        if simulated
+        else "their resources left alone: "
+    )
+    disable: Any = Annotated[
+        str if simulated else str | None,
+        typer.Option(
+            "--disable-devices", metavar="FAMILY,...", help=f"{text}{ungated}. [default: none]", show_default=False
+        ),
+    ]
+    params.append(inspect.Parameter("disable_devices", _KEYWORD, default="" if simulated else None, annotation=disable))
+    return params
+
+
+def _switch(gate: Gate, family: str, simulated: bool) -> inspect.Parameter:
+    """A gated family's ``--enable-<family>/--no-enable-<family>``, named as its settings field."""
+    switch = f"{gate.flag}/--no-{gate.flag[2:]}"
+    if simulated:
+        text = f"{gate.help}, as `hami scheduler {gate.flag}` (the chart's devices.{family}.enabled). {_OFF}"
+        option: Any = Annotated[bool, typer.Option(switch, help=text, show_default=False)]
+        return inspect.Parameter(gate.setting, _KEYWORD, default=False, annotation=option)
+    option = Annotated[bool | None, typer.Option(switch, help=f"{gate.help} (HAMi's switch). [default: false]")]
+    return inspect.Parameter(gate.setting, _KEYWORD, default=None, annotation=option)
+
+
+_KEYWORD = inspect.Parameter.KEYWORD_ONLY
+_OFF = "[default: off, as a default install]"
+
+
+def scheduler_command(registry: Registry = REGISTRY) -> Callable[..., None]:
+    """``hami scheduler`` for ``registry``: ``_options`` with the registry's family switches after
+    ``--device-config-file``. Each parameter is named as the settings field it sets."""
+    own = [p.replace(kind=_KEYWORD) for p in inspect.signature(_options, eval_str=True).parameters.values()]
+    at = [p.name for p in own].index("device_config_file") + 1
+
+    def scheduler(**options: Any) -> None:
+        """Run the scheduler extender (and webhook) that kube-scheduler calls. Flags are HAMi's where they exist."""
+        kubeconfig, json_logs = (options.pop(name) for name in _NOT_SETTINGS)
+        given = {name: value for name, value in options.items() if value is not None}
+        from hami.server.command import scheduler_main
+
+        raise typer.Exit(scheduler_main(given, kubeconfig, json_logs))
+
+    scheduler.__signature__ = inspect.Signature([*own[:at], *family_parameters(registry), *own[at:]])  # type: ignore[attr-defined]
+    return scheduler
+
+
+scheduler: Callable[..., None] = scheduler_command()
+"""``hami scheduler`` for ``hami.devices.REGISTRY``."""
+
+
+def family_switches(func: F) -> F:
+    """For a command that schedules as ``hami scheduler`` does (``hami simulate``, ``hami explain``): its parameter
+    ``families: Families`` becomes the registry's switches (``family_parameters(simulated=True)``), and it receives
+    the ``Families`` they make. A bad ``--disable-devices`` is a usage error naming the flag."""
+    own = list(inspect.signature(func).parameters.values())
+    at = [p.name for p in own].index("families")
+    switches = [p.replace(kind=own[at].kind) for p in family_parameters(simulated=True)]
+    params = [*own[:at], *switches, *own[at + 1 :]]
+
+    @functools.wraps(func)
+    def wrapper(**kwargs: Any) -> Any:
+        given = {p.name: kwargs.pop(p.name) for p in switches}
+        kwargs["families"] = _families(given.pop("disable_devices"), given)
+        return func(**kwargs)
+
+    # Typer reads the new signature; __wrapped__ stays, so the old annotations resolve in the command's module
+    wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in params if p.annotation is not inspect.Parameter.empty}
+    return cast(F, wrapper)
+
+
+def _families(disable_devices: str, switches: dict[str, bool]) -> Families:
+    from hami.errors import InvalidInput
+    from hami.simulate.devconfig import Families
+
+    families = Families(disable_devices, **switches)
+    try:
+        families.enabled()
+    except InvalidInput as err:
+        raise typer.BadParameter(err.reason, param_hint=err.field) from None
+    return families

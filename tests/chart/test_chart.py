@@ -109,6 +109,7 @@ def test_default_objects() -> None:
         ("Role", "hami-kube-scheduler-leases"),
         ("Role", "hami-scheduler-leases"),
         ("RoleBinding", "hami-certs"),
+        ("RoleBinding", "hami-kube-scheduler-authentication-reader"),
         ("RoleBinding", "hami-kube-scheduler-leases"),
         ("RoleBinding", "hami-scheduler-leases"),
         ("Secret", "hami-kube-scheduler-token"),
@@ -460,6 +461,9 @@ def test_rbac_grants_exactly_the_verbs_hami_uses() -> None:
         ("", "nodes", ("get", "list", "watch", "patch"), ()),
         ("", "events", ("create", "patch"), ()),
         ("", "resourcequotas", ("list", "watch"), ()),
+        ("", "pods/eviction", ("create",), ()),
+        ("", "pods/status", ("patch",), ()),
+        ("policy", "poddisruptionbudgets", ("list",), ()),
         ("resource.k8s.io", "resourceslices", ("list", "watch"), ()),
         ("resource.k8s.io", "resourceclaims", ("list", "watch"), ()),
         ("resource.k8s.io", "deviceclasses", ("list", "watch"), ()),
@@ -484,6 +488,12 @@ def test_rbac_grants_exactly_the_verbs_hami_uses() -> None:
         assert crb["subjects"] == subjects
     assert one(docs, "RoleBinding", "hami-scheduler-leases")["subjects"] == hami
     assert one(docs, "RoleBinding", "hami-kube-scheduler-leases")["subjects"] == kube_scheduler
+    reader = one(docs, "RoleBinding", "hami-kube-scheduler-authentication-reader")
+    assert (reader["metadata"]["namespace"], reader["roleRef"]["name"], reader["subjects"]) == (
+        "kube-system",
+        "extension-apiserver-authentication-reader",
+        kube_scheduler,
+    )
 
 
 def test_each_scheduler_container_gets_only_its_own_identitys_token() -> None:
@@ -703,6 +713,7 @@ def test_the_deployment_runs_kube_scheduler_and_hami() -> None:
         "--gpu-scheduler-policy=spread",
         "--node-lock-timeout=5m",
         "--bind-lock-wait=20s",
+        "--preemption=self",  # auto with kube-scheduler 1.36: hami evicts
         "--device-config-file=/device-config/device-config.yaml",
         "--leader-elect",
         "--leader-elect-resource-name=hami-scheduler",
@@ -818,7 +829,7 @@ def test_open_metrics_drop_the_review_rights() -> None:
     assert "--metrics-secure" not in container(docs, "hami")["args"]
     assert ("ClusterRole", "hami-metrics-reader") not in kinds(docs)
     groups = {group for group, *_ in rules(one(docs, "ClusterRole", "hami-scheduler"))}
-    assert groups == {"", "resource.k8s.io"}
+    assert groups == {"", "resource.k8s.io", "policy"}  # policy: the budgets of hami's own preemption
 
 
 def test_secure_metrics_without_the_webhooks_certificate_are_refused() -> None:
@@ -1139,3 +1150,18 @@ def test_the_acknowledged_fake_nvml_reaches_the_plugin_and_the_monitor() -> None
 def test_the_plugin_runs_as_root_whatever_the_images_user() -> None:
     security = daemonset_container(render(), "device-plugin")["securityContext"]
     assert security == {"privileged": True, "runAsUser": 0, "runAsGroup": 0}
+
+
+def test_a_plugin_security_context_naming_no_user_runs_as_root() -> None:
+    """A context written for HAMi, whose image runs as root, names no user: root is added, or the plugin would run
+    as the image's user and never register (kubelet's socket directory is root's)."""
+    given = daemonset_container(render("devicePlugin.securityContext.privileged=true"), "device-plugin")
+    assert given["securityContext"] == {"privileged": True, "runAsUser": 0, "runAsGroup": 0}
+    own_group = render("devicePlugin.securityContext.privileged=true", "devicePlugin.securityContext.runAsGroup=5")
+    assert daemonset_container(own_group, "device-plugin")["securityContext"]["runAsGroup"] == 5
+    for chosen in ("runAsUser=1000", "runAsNonRoot=true"):
+        docs = render(f"devicePlugin.securityContext.{chosen}")
+        security = daemonset_container(docs, "device-plugin")["securityContext"]
+        assert "runAsGroup" not in security, chosen  # a user named: the context is taken as given
+        key, value = chosen.split("=")
+        assert str(security[key]).lower() == value

@@ -227,10 +227,12 @@ def test_hamis_defaults_device_plugin() -> None:
     assert "NVIDIA_DRIVER_ROOT" not in plugin_env  # "auto" on a host driver: /
     assert plugin_env["PASS_DEVICE_SPECS"] == "true"
     assert plugin_env["DEVICE_LIST_STRATEGY"] == "envvar"
-    assert plugin["securityContext"] == {
+    assert plugin["securityContext"] == {  # HAMi's, run as root as HAMi's image does (hami's image user is 10001)
         "privileged": True,
         "allowPrivilegeEscalation": True,
         "capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]},
+        "runAsUser": 0,
+        "runAsGroup": 0,
     }
     assert spec["hostPID"] is True
     assert "hostNetwork" not in spec

@@ -62,8 +62,9 @@ def object_path(obj: dict[str, Any], namespace: str) -> tuple[str, str]:
 
 
 def apply(kube: KubeClient, obj: dict[str, Any], namespace: str) -> None:
-    """Create ``obj``, or replace it when it exists (a second control plane in one session, a re-run)."""
-    collection, path = object_path(obj, namespace)
+    """Create ``obj``, or replace it when it exists (a second control plane in one session, a re-run). An object
+    that names its own namespace (the chart's RoleBinding in kube-system) goes there."""
+    collection, path = object_path(obj, obj["metadata"].get("namespace") or namespace)
     try:
         kube.post(collection, obj)
     except ApiError as err:

@@ -413,6 +413,28 @@ def test_restarts_rebuild_the_ledger_and_deleted_pods_free_capacity(stack: Stack
     assert s.hami.ledger() == full
 
 
+def test_a_pod_turned_down_for_lack_of_gpu_is_retried_when_the_holder_is_deleted(stack: StackFactory) -> None:
+    """kube-scheduler parks a pod its extender turned down and retries it on the next Pod or Node event, else after
+    its 5-minute flush. The holder's deletion is such an event, but it reaches kube-scheduler as early as hami, whose
+    ledger may not have freed the card yet when the retry comes; hami's leader then annotates the node that freed
+    capacity (``hami.io/capacity-freed``), a Node event that comes after its ledger has (README "Where hami differs
+    from HAMi"). The wait below is far under the flush."""
+    s = stack()
+    node = s.node("one", gpus=1, mem=16000)
+    s.pod("holder", gpu_limits(mem=12000, cores=10))
+    s.bound("holder")
+    s.pod("waiter", gpu_limits(mem=8000, cores=10))  # 12000 + 8000 MiB > 16000
+    s.kube.wait_for_pod_unschedulable(s.namespace, "waiter")
+    time.sleep(3)  # past its backoff (podMaxBackoffSeconds: 2 here): the deletion sends it straight to the extender
+
+    s.kube.delete_pod(s.namespace, "holder")
+
+    assert s.kube.wait_for_pod_scheduled(s.namespace, "waiter", timeout=90)["spec"]["nodeName"] == node
+    assert s.usage() == {f"GPU-{node}-0": (1, 8000, 10)}
+    nudged = s.kube.get(f"/api/v1/nodes/{node}")["metadata"]["annotations"][keys.CAPACITY_FREED]
+    assert datetime.fromisoformat(nudged) > datetime.now(UTC) - timedelta(minutes=5)
+
+
 # --- a broken node ----------------------------------------------------------------------------------------
 
 
@@ -557,11 +579,13 @@ def test_a_lock_left_behind_by_the_device_plugin_is_released_without_another_bin
 # --- switching from HAMi (README "Coming from HAMi") --------------------------------------------------------
 
 
-def test_a_pod_hami_placed_before_hami_started_keeps_its_share(
+def test_a_switch_from_hami_to_hami_and_back_keeps_every_allocation(
     stack: StackFactory, kube: KubeClient, namespace: str, make_node: Callable[..., dict[str, Any]]
 ) -> None:
-    """HAMi stopped, hami started: hami reads the allocation HAMi wrote from the API and never places a new pod
-    over it."""
+    """README "Switching a running cluster from HAMi to hami, and back", steps 3 and back. HAMi stopped, hami
+    started: hami reads the allocation HAMi wrote from the API and never places a new pod over it. hami stopped
+    (its uninstall): every allocation, HAMi's and hami's own, is left on the pods in HAMi's format byte for byte,
+    no node lock is left, and a scheduler started afresh from the API alone counts both."""
     node = f"{namespace}-from-hami"
     uuid = f"GPU-{node}-0"
     make_node(
@@ -598,3 +622,19 @@ def test_a_pod_hami_placed_before_hami_started_keeps_its_share(
     assert not is_bound(s.get("too-big"))
     assert s.usage() == {uuid: (2, 16000, 100)}
     assert s.hami.ledger() == s.usage()
+    wait_until(lambda: s.get("fits")["metadata"]["annotations"].get(keys.BIND_PHASE) == "success", description="fits")
+    hamis = s.get("placed-by-hami")["metadata"]["annotations"]
+
+    s.hami.stop()  # back to HAMi: hami's scheduler goes first
+    fits = s.get("fits")["metadata"]["annotations"]
+    # what HAMi's scheduler decodes when it starts (its EncodePodDevices format: uuid,type,mem,cores: per device,
+    # ; per container), the node it charges, and a finished bind
+    assert fits["hami.io/vgpu-devices-allocated"] == f"{uuid},NVIDIA,4000,20:;"
+    assert (fits[keys.VGPU_NODE], fits[keys.BIND_PHASE]) == (node, "success")
+    assert s.get("placed-by-hami")["metadata"]["annotations"] == hamis  # HAMi's own writes untouched
+    node_annotations = kube.get(f"/api/v1/nodes/{node}")["metadata"]["annotations"]
+    assert keys.NODE_LOCK not in node_annotations
+    assert node_annotations[keys.NVIDIA_REGISTER] == register_annotation(node, 1, 16000)
+    s.hami.start()  # a scheduler that knows nothing but the API, as HAMi's is when it comes back
+    wait_until(lambda: s.hami.ledger() == {uuid: (2, 16000, 100)}, description="both allocations in a fresh ledger")
+    assert not is_bound(s.get("too-big"))

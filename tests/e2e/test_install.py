@@ -9,6 +9,7 @@ and its container prints the environment and mounts it got.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import threading
@@ -244,11 +245,14 @@ def check_deleting_frees_the_ledger(kube: KubeClient, namespace: str, image: str
         lambda: _unschedulable(kube, namespace, "gpu-whole"), timeout=WAIT_S, description="gpu-whole unschedulable"
     )
     kube.delete(f"/api/v1/namespaces/{namespace}/pods/{holder}", {"gracePeriodSeconds": 0})
-    # kube-scheduler retries a pod its extender rejected on a Node event or after its 5-minute flush of unschedulable
-    # pods (podMaxInUnschedulablePodsDuration), not when the pod holding the share is deleted: wait past that bound
+    # kube-scheduler's retry on the deletion may reach hami before hami's ledger freed the card; hami's leader then
+    # marks the node (hami.io/capacity-freed), a Node event, and the pod is retried within seconds, not at
+    # kube-scheduler's 5-minute flush of unschedulable pods (README "Where hami differs from HAMi")
     whole = wait_until(
-        lambda: pod_phase(kube, namespace, "gpu-whole", "Running"), timeout=330, description="gpu-whole Running"
+        lambda: pod_phase(kube, namespace, "gpu-whole", "Running"), timeout=WAIT_S, description="gpu-whole Running"
     )
+    node = kube.get(f"/api/v1/nodes/{whole['spec']['nodeName']}")
+    assert keys.CAPACITY_FREED in node["metadata"]["annotations"]  # hami's leader marked the node the card freed on
     (both,) = decode_pod_devices(whole["metadata"]["annotations"][keys.NVIDIA_KEYS.allocated])
     assert sorted(d.uuid for d in both) == sorted(GPU_UUIDS)
     assert all(d.usedmem == GPU_MEMORY_MIB for d in both)
@@ -303,6 +307,79 @@ def test_helm_upgrade_rolls_while_a_burst_of_gpu_pods_never_exceeds_capacity(
     assert_within_capacity(kube)
     for name in rest:
         kube.delete(f"/api/v1/namespaces/{namespace}/pods/{name}", {"gracePeriodSeconds": 0})
+
+
+HAMI_VALUES = Path(__file__).resolve().parents[1] / "data" / "hami-v2.10.0-values.yaml"
+HAMI_STYLE_VALUES = Path(__file__).resolve().parents[1] / "data" / "hami-style-values.yaml"
+HAMI_STYLE_SPLIT = 4  # tests/data/hami-style-values.yaml: devicePlugin.deviceSplitCount
+HAMI_STYLE_REPLICAS = 1  # its scheduler.replicas
+
+
+def test_helm_upgrade_to_a_values_file_written_for_hami(
+    installed: RealCluster, kube_real: KubeClient, tmp_path: Path
+) -> None:
+    """The release re-rendered from HAMi v2.10's own defaults plus a user's file in HAMi's spelling (string
+    booleans, seconds as numbers, klog flags, HAMi's device-plugin securityContext and node selector ``gpu: "on"``,
+    split count 4): every object comes from HAMi's values, and a plain GPU pod runs on the real node with its
+    allocation. An upgrade of the installed release, not a new install cycle: the uninstall below then removes a
+    release made from HAMi's values."""
+    kube = kube_real
+    node = kube.get(f"/api/v1/nodes/{installed.node_name}")
+    assert node["metadata"]["labels"].get("gpu") == "on"  # HAMi's devicePlugin.nvidiaNodeSelector matches the node
+    fixture_file = tmp_path / "fixture.yaml"
+    fixture_file.write_text(FAKE_NVML)
+    args = ["upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE, "--wait", "--timeout", f"{WAIT_S:.0f}s"]
+    args += ["-f", str(HAMI_VALUES), "-f", str(HAMI_STYLE_VALUES)]
+    args += ["--set-file", f"devicePlugin.testing.fakeNvml={fixture_file}"]
+    for value in helm_values(installed):
+        args += ["--set", value]
+    run_helm(installed, *args)
+
+    selector = "app.kubernetes.io/component=hami-scheduler"
+    wait_until(
+        lambda: len(live_pods(kube, selector)) == HAMI_STYLE_REPLICAS,
+        timeout=WAIT_S,
+        description="HAMi's scheduler.replicas",
+    )
+    with release_pods_on_timeout(installed):
+        wait_until(
+            lambda: (
+                kube.get(f"/api/v1/nodes/{installed.node_name}")["status"]["allocatable"].get("nvidia.com/gpu")
+                == str(len(GPU_UUIDS) * HAMI_STYLE_SPLIT)
+            ),
+            timeout=WAIT_S,
+            description="the node's allocatable nvidia.com/gpu under HAMi's deviceSplitCount",
+        )
+    namespace = kube.create_namespace()
+    image = installed.images["hami.oci.tar"]
+    created = kube.post(f"/api/v1/namespaces/{namespace}/pods", gpu_pod("hami-values", image, 1, 3000))
+    assert created["spec"]["schedulerName"] == "hami-scheduler"
+    pod = wait_until(
+        lambda: pod_phase(kube, namespace, "hami-values", "Running"), timeout=WAIT_S, description="the pod Running"
+    )
+    annotations = pod["metadata"]["annotations"]
+    assert annotations[keys.BIND_PHASE] == "success"
+    ((device,),) = decode_pod_devices(annotations[keys.NVIDIA_KEYS.allocated])
+    assert device.uuid in GPU_UUIDS
+    assert device.usedmem == 3000
+    env = container_output(kube, namespace, "hami-values")["env"]
+    assert env["NVIDIA_VISIBLE_DEVICES"] == device.uuid
+    assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
+    kube.delete(f"/api/v1/namespaces/{namespace}/pods/hami-values", {"gracePeriodSeconds": 0})
+
+
+@contextlib.contextmanager
+def release_pods_on_timeout(cluster: RealCluster) -> Iterator[None]:
+    """A wait that times out fails with the release's pods, their states and last log lines."""
+    try:
+        yield
+    except TimeoutError as err:
+        raise AssertionError(f"{err}\n{describe_release_pods(cluster)}") from err
+
+
+def live_pods(kube: KubeClient, selector: str) -> list[dict[str, Any]]:
+    pods = kube.get(f"/api/v1/namespaces/{NAMESPACE}/pods", labelSelector=selector)["items"]
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
 
 
 def test_helm_uninstall_leaves_nothing_and_plain_pods_still_run(installed: RealCluster, kube_real: KubeClient) -> None:

@@ -26,7 +26,7 @@ from typing import Final, Literal
 
 from pydantic import Field, StrictBool, StrictStr, field_validator
 
-from hami.config._model import ConfigModel
+from hami.devices.configmodel import ConfigModel
 
 __all__ = ["MEMORY_UNITS_MIB", "CoresUnit", "DraConfig", "DraDriverConfig", "MemoryUnit", "default_dra_drivers"]
 

@@ -21,9 +21,10 @@ Deliberate differences from HAMi:
 * ``profiling`` and ``legacy_metrics`` are accepted only as ``false`` (HAMi's default, so HAMi's chart and
   environment load unchanged): hami has no pprof routes and exports only HAMi's current metric names. ``true``
   is refused with an error saying so, rather than accepted and ignored.
-* ``enable_ascend`` and ``enable_iluvatar`` switch those families on, as HAMi's flags do; every other family is
-  on unless named in ``disable_devices`` (hami's, for the chart's ``devices.<family>.enabled: false``; HAMi
-  registers those vendors whatever the chart says and only leaves their resources out of ``managedResources``).
+* the gated families' switches (``enable_ascend``, ``enable_iluvatar``: each family's ``VendorFamily.gate``)
+  switch those families on, as HAMi's flags do; every other family is on unless named in ``disable_devices``
+  (hami's, for the chart's ``devices.<family>.enabled: false``; HAMi registers those vendors whatever the chart
+  says and only leaves their resources out of ``managedResources``).
 * ``/filter`` and ``/bind`` have their own listener (``extender_bind``, loopback by default); ``http_bind``
   serves the webhook and health only. HAMi serves all of them on ``http_bind`` without client authentication.
 """
@@ -33,13 +34,14 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any, Final, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Final, Literal
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic import AliasChoices, Field, ValidationError, create_model, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from hami.config._model import config_error, did_you_mean
 from hami.config.duration import parse_go_duration
+from hami.devices import REGISTRY, Registry
+from hami.devices.configmodel import config_error, did_you_mean
 from hami.errors import ConfigError
 
 __all__ = [
@@ -47,15 +49,19 @@ __all__ = [
     "GATED_FAMILIES",
     "GPU_POLICY_TOKENS",
     "NodeSchedulerPolicy",
+    "PreemptionMode",
     "SchedulerSettings",
+    "SchedulerSettingsBase",
     "did_you_mean",
     "env_names",
     "flag_name",
     "is_loopback",
     "load_settings",
+    "settings_model",
 ]
 
 NodeSchedulerPolicy = Literal["binpack", "spread"]
+PreemptionMode = Literal["auto", "extender", "self", "off"]
 
 GPU_POLICY_TOKENS: Final = frozenset({"binpack", "spread", "topology-aware", "mutex", "numa"})
 """Words a GPU scheduler policy may use, alone or as a comma chain (``numa,binpack``; spec §5.4)."""
@@ -87,25 +93,12 @@ _UNSUPPORTED: Final = {
     "ones (GPUDeviceMemoryLimit, vGPUMemoryAllocated, …); leave it false",
 }
 
-DEVICE_FAMILIES: Final = (
-    "nvidia",
-    "hygon",
-    "cambricon",
-    "ascend",
-    "iluvatar",
-    "metax",
-    "mthreads",
-    "enflame",
-    "kunlun",
-    "awsneuron",
-    "amd",
-    "vastai",
-    "biren",
-)
-"""Every device family HAMi knows, by the chart's ``devices.<family>`` key (``disable_devices`` names them)."""
+DEVICE_FAMILIES: Final = tuple(f.family for f in REGISTRY)
+"""Every device family hami schedules, by the chart's ``devices.<family>`` key (``disable_devices`` names them), in
+registry order (derived from ``hami.devices.REGISTRY``)."""
 
-GATED_FAMILIES: Final = {"ascend": "enable_ascend", "iluvatar": "enable_iluvatar"}
-"""Families off unless their HAMi switch is on (``--enable-ascend``, ``--enable-iluvatar``)."""
+GATED_FAMILIES: Final = {f.family: f.gate.setting for f in REGISTRY if f.gate is not None}
+"""Families off unless their HAMi switch is on (``--enable-ascend``, ``--enable-iluvatar``), by their switch."""
 
 
 _FLAG_SPELLING: Final = {"http_bind": "--http_bind", "cert_file": "--cert_file", "key_file": "--key_file"}
@@ -130,8 +123,13 @@ def _env_alias(name: str) -> AliasChoices:
     return AliasChoices(*env_names(name))
 
 
-class SchedulerSettings(BaseSettings):
-    """Settings of the scheduler process. Times are seconds (a number or a Go duration string)."""
+class SchedulerSettingsBase(BaseSettings):
+    """Settings of the scheduler process. Times are seconds (a number or a Go duration string).
+
+    ``settings_model`` adds one boolean per gated family of the registry (``enable_ascend``: HAMi's switch, off by
+    default); ``SchedulerSettings`` is the model of ``hami.devices.REGISTRY``."""
+
+    registry: ClassVar[Registry] = ()
 
     model_config = SettingsConfigDict(
         env_prefix="HAMI_",
@@ -177,8 +175,15 @@ class SchedulerSettings(BaseSettings):
     bind_lock_wait: Annotated[float, Field(ge=0)] = 20.0
     """How long a bind waits for a node locked by another hami bind in progress (the device plugin releases the
     lock after Allocate); 0 fails at once, as HAMi does. Keep it well below the extender ``httpTimeout``."""
+    requeue_interval: Annotated[float, Field(ge=0)] = 5.0
+    """Once capacity frees on a node while pods wait for hami, the leader writes ``hami.io/capacity-freed`` on it (a
+    Node event: kube-scheduler retries the pods it parked after hami turned them down), at most once per node per
+    this many seconds; 0 writes none (kube-scheduler then retries them at its next event, within 5 minutes)."""
     force_overwrite_default_scheduler: bool = True
     """Whether the webhook may replace ``spec.schedulerName: default-scheduler``."""
+    preemption: PreemptionMode = "auto"
+    """Who carries out preemption for pods that fit nowhere: ``extender`` (kube-scheduler 1.38+ calls hami's
+    /preempt and evicts), ``self`` (hami evicts: 1.36, 1.37), ``off``; ``auto`` picks by the API server's version."""
     leader_elect: bool = False
     leader_elect_resource_name: str = ""
     """Lease to follow; "" = ``scheduler_name``."""
@@ -191,9 +196,6 @@ class SchedulerSettings(BaseSettings):
     legacy_metrics: bool = False
     """HAMi's pre-2.4 metric names; hami exports the current names only (only ``false`` is accepted)."""
     debug: bool = False
-    enable_ascend: bool = False
-    enable_iluvatar: bool = False
-    """HAMi's switches: schedule Huawei Ascend / Iluvatar devices (off by default, as in HAMi)."""
     disable_devices: Annotated[frozenset[str], NoDecode] = frozenset()
     """Device families not to schedule (``nvidia,hygon``; the chart's ``devices.<family>.enabled: false``)."""
 
@@ -204,7 +206,14 @@ class SchedulerSettings(BaseSettings):
             raise ValueError(_UNSUPPORTED[info.field_name])
         return value
 
-    @field_validator("node_lock_timeout", "node_lock_retry_timeout", "bind_lock_wait", "kube_timeout", mode="before")
+    @field_validator(
+        "node_lock_timeout",
+        "node_lock_retry_timeout",
+        "bind_lock_wait",
+        "kube_timeout",
+        "requeue_interval",
+        mode="before",
+    )
     @classmethod
     def _durations(cls, value: object, info: Any) -> object:
         try:
@@ -246,18 +255,25 @@ class SchedulerSettings(BaseSettings):
         names = [p.strip() for p in value.split(",")] if isinstance(value, str) else value
         if not isinstance(names, (list, tuple, set, frozenset)):
             return value
-        unknown = sorted(str(n) for n in names if n and n not in DEVICE_FAMILIES)
+        families = [f.family for f in cls.registry]
+        unknown = sorted(str(n) for n in names if n and n not in families)
         if unknown:
-            hint = did_you_mean(unknown[0], DEVICE_FAMILIES)
-            raise ValueError(f"unknown device family {unknown[0]!r}; use {', '.join(DEVICE_FAMILIES)}{hint}")
+            hint = did_you_mean(unknown[0], families)
+            raise ValueError(f"unknown device family {unknown[0]!r}; use {', '.join(families)}{hint}")
         return frozenset(n for n in names if n)
 
     @property
     def enabled_families(self) -> frozenset[str]:
         """The device families to schedule: every family HAMi knows but the gated ones not switched on and those
         in ``disable_devices``."""
-        gated_off = {family for family, switch in GATED_FAMILIES.items() if not getattr(self, switch)}
-        return frozenset(DEVICE_FAMILIES) - gated_off - self.disable_devices
+        families = {f.family for f in self.registry}
+        gated_off = {family for family, switch in self.gates().items() if not getattr(self, switch)}
+        return frozenset(families) - gated_off - self.disable_devices
+
+    @classmethod
+    def gates(cls) -> dict[str, str]:
+        """The gated families of the registry, by their switch (``{"ascend": "enable_ascend"}``)."""
+        return {f.family: f.gate.setting for f in cls.registry if f.gate is not None}
 
     @property
     def lease_name(self) -> str:
@@ -269,13 +285,33 @@ class SchedulerSettings(BaseSettings):
             missing = "key_file" if self.cert_file else "cert_file"
             raise ConfigError(flag_name(missing), "", "--cert_file and --key_file must be given together")
         _check_access(self)
-        for family, switch in GATED_FAMILIES.items():
+        for family, switch in self.gates().items():
             if getattr(self, switch) and family in self.disable_devices:
                 raise ConfigError(
                     "--disable-devices",
                     ",".join(sorted(self.disable_devices)),
                     f"names {family}, which --{switch.replace('_', '-')} switches on: give one or the other",
                 )
+
+
+def settings_model(registry: Registry) -> type[SchedulerSettingsBase]:
+    """The settings of ``registry``: ``SchedulerSettingsBase`` and one switch per gated family, off by default
+    (``enable_ascend``, read from ``--enable-ascend`` or ``HAMI_ENABLE_ASCEND``)."""
+    gates: dict[str, Any] = {
+        f.gate.setting: (bool, Field(default=False, description=f"{f.gate.help} (HAMi's switch; off by default)."))
+        for f in registry
+        if f.gate is not None
+    }
+    model = create_model("SchedulerSettings", __base__=SchedulerSettingsBase, __module__=__name__, **gates)
+    model.registry = tuple(registry)
+    return model
+
+
+if TYPE_CHECKING:
+    SchedulerSettings = SchedulerSettingsBase
+else:
+    SchedulerSettings = settings_model(REGISTRY)
+    SchedulerSettings.__doc__ = SchedulerSettingsBase.__doc__
 
 
 def is_loopback(host: str) -> bool:
@@ -288,7 +324,7 @@ def _host_port(bind: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _check_access(s: SchedulerSettings) -> None:
+def _check_access(s: SchedulerSettingsBase) -> None:
     """Listener combinations that would expose the extender or half-configure an authentication."""
     host, _ = _host_port(s.extender_bind)
     authenticated = bool(s.extender_client_ca_file or s.extender_token_file)
@@ -316,7 +352,7 @@ def _check_access(s: SchedulerSettings) -> None:
     _check_distinct(s)
 
 
-def _check_distinct(s: SchedulerSettings) -> None:
+def _check_distinct(s: SchedulerSettingsBase) -> None:
     listeners = {
         "--http_bind": s.http_bind,
         "--extender-bind": s.extender_bind,
@@ -350,16 +386,19 @@ def given_as(setting: str, overrides: Mapping[str, object], env: Mapping[str, st
     return next((name for name in env_names(setting) if name in present), flag_name(setting))
 
 
-def load_settings(overrides: Mapping[str, object] | None = None) -> SchedulerSettings:
-    """Settings from ``overrides`` (command-line values by setting name), then ``HAMI_*`` variables, then defaults.
+def load_settings(
+    overrides: Mapping[str, object] | None = None, model: type[SchedulerSettingsBase] = SchedulerSettings
+) -> SchedulerSettingsBase:
+    """Settings from ``overrides`` (command-line values by setting name), then ``HAMI_*`` variables, then defaults;
+    ``model`` is the registry's (``settings_model``; the default: ``hami.devices.REGISTRY``'s).
 
     Raises :class:`~hami.errors.ConfigError` naming the value and the flag or variable it came from.
     """
     given: dict[str, Any] = dict(overrides or {})
     try:
-        return SchedulerSettings(**given)
+        return model(**given)
     except ValidationError as exc:
-        names = {name: given_as(name, given, os.environ) for name in SchedulerSettings.model_fields}
+        names = {name: given_as(name, given, os.environ) for name in model.model_fields}
         # a setting read under several variables reports its first one; name the one that was set
         names.update({alias: names[name] for name in _LEGACY_ENV for alias in env_names(name)})
         raise config_error(exc, rename=names) from None

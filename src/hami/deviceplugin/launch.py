@@ -30,6 +30,7 @@ from hami.deviceplugin.register import desired_annotations
 from hami.deviceplugin.response import HostFiles
 from hami.deviceplugin.server import KubeletPaths
 from hami.deviceplugin.settings import NodeSettings, apply_node_config, settings_from_device_config
+from hami.devices.nvidia import NVIDIA_FAMILY
 from hami.errors import ConfigError, HamiError
 from hami.k8s.client import KubeClient
 from hami.k8s.cluster import KubeCluster
@@ -81,7 +82,7 @@ def load_settings(
         loaded = parse_device_config(_read(device_config_file), str(device_config_file))
         for warning in loaded.warnings:
             log.warning("%s", warning)
-        settings = settings_from_device_config(loaded.config.nvidia, settings)
+        settings = settings_from_device_config(NVIDIA_FAMILY.section_of(loaded.config), settings)
     if node_config_file is not None:
         if node_config_file.exists():
             settings = apply_node_config(settings, _read(node_config_file), node_name, str(node_config_file))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,6 +116,10 @@ class DevicePluginService:
         return api.PreStartContainerResponse()
 
 
+SOCKET_PATH_MAX = 107
+"""The longest path a unix socket can be bound to on Linux (``sun_path`` holds 108 bytes with the final NUL)."""
+
+
 @dataclass(frozen=True, slots=True)
 class KubeletPaths:
     """Where kubelet and this plugin meet."""
@@ -163,7 +168,10 @@ class PluginEndpoint:
             path.unlink()  # a stale socket of an earlier run
         self._server = grpc.aio.server()
         api.add_device_plugin_servicer(self._service, self._server)
-        self._server.add_insecure_port(f"unix://{path}")
+        try:
+            self._server.add_insecure_port(f"unix://{path}")
+        except RuntimeError as exc:  # grpc reports a failed bind as RuntimeError, with no reason
+            raise OSError(_cannot_listen(path)) from exc
         await self._server.start()
         return self
 
@@ -234,6 +242,18 @@ async def serve_kubelet(
         except (grpc.aio.AioRpcError, OSError, HamiError) as exc:
             log.error("kubelet registration failed, retrying in %gs: %s", timing.retry, _short(exc))
             await sleep(timing.retry)
+
+
+def _cannot_listen(path: Path) -> str:
+    """Why the plugin cannot listen on ``path``, for a person: most often it does not run as root."""
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        return (
+            f"cannot listen on {path}: {path.parent} is not writable by uid {os.geteuid()} "
+            "(the device plugin must run as root to serve kubelet)"
+        )
+    if len(os.fsencode(path)) > SOCKET_PATH_MAX:
+        return f"cannot listen on {path}: a unix socket path may be at most {SOCKET_PATH_MAX} bytes"
+    return f"cannot listen on {path}"
 
 
 def _short(exc: BaseException) -> str:

@@ -23,7 +23,7 @@ from hami.errors import ConfigError
 from hami.protocol.inventory import MAX_DEVCORE, MAX_SLOTS
 
 if TYPE_CHECKING:
-    from hami.config import NvidiaConfig
+    from hami.devices.nvidia.config import NvidiaConfig
 
 __all__ = [
     "DEVICE_LIST_STRATEGIES",

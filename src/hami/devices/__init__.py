@@ -1,62 +1,87 @@
 """Device vendors behind one interface (``base.Vendor``). Pure: no I/O.
 
-The registry is explicit: ``FAMILIES`` maps each family — the chart's ``devices.<family>`` key — to the vendors
-it builds from the device config (one for most families; one per chip where HAMi keys a vendor per chip).
-``vendors_from_config`` builds the enabled families' vendors. Adding a vendor means adding its module and one
-line in ``FAMILIES``.
+The registry is explicit: ``REGISTRY`` lists one ``VendorFamily`` per family (``hami.devices.family``), each
+declared in its vendor's module with everything hami derives from it — its ``device-config.yaml`` section (model
+and defaults; ``hami.config.DeviceConfig`` has one field per entry), how its vendors are built, its scheduler
+switch (``hami scheduler --enable-ascend``, ``--disable-devices``) and its chart values. Adding a vendor means its
+module, its test file, one line here and its chart values (``charts/hami``; checked against the entry by
+``tests/unit/devices/test_family_lists.py``).
+
+The order of ``REGISTRY`` is the order vendors are tried and listed, and the order families are named in messages.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
-from typing import Final
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, Final
 
-from hami.config import DeviceConfig, default_device_config
-from hami.devices.amd import AmdVendor
-from hami.devices.ascend import ascend_vendors
-from hami.devices.awsneuron import AwsNeuronVendor
+from hami.devices.amd import AMD_FAMILY
+from hami.devices.ascend import ASCEND_FAMILY
+from hami.devices.awsneuron import AWSNEURON_FAMILY
 from hami.devices.base import Vendor
-from hami.devices.biren import BirenVendor
-from hami.devices.cambricon import CambriconVendor
-from hami.devices.enflame import EnflameDrsVendor, EnflameGcuVendor
-from hami.devices.hygon import HygonVendor
-from hami.devices.iluvatar import IluvatarVendor
-from hami.devices.kunlun import KunlunVendor, XpuVendor
-from hami.devices.metax import MetaxGpuVendor, MetaxSgpuVendor
-from hami.devices.mthreads import MthreadsVendor
-from hami.devices.nvidia.vendor import NvidiaVendor
-from hami.devices.vastai import VastaiVendor
+from hami.devices.biren import BIREN_FAMILY
+from hami.devices.cambricon import CAMBRICON_FAMILY
+from hami.devices.enflame import ENFLAME_FAMILY
+from hami.devices.family import VendorFamily
+from hami.devices.hygon import HYGON_FAMILY
+from hami.devices.iluvatar import ILUVATAR_FAMILY
+from hami.devices.kunlun import KUNLUN_FAMILY
+from hami.devices.metax import METAX_FAMILY
+from hami.devices.mthreads import MTHREADS_FAMILY
+from hami.devices.nvidia import NVIDIA_FAMILY
+from hami.devices.vastai import VASTAI_FAMILY
 from hami.protocol.keys import VendorKeys
 
-__all__ = ["FAMILIES", "registered_keys", "vendors_from_config"]
+__all__ = ["FAMILIES", "REGISTRY", "Registry", "default_sections", "registered_keys", "vendors_from_config"]
 
-FAMILIES: Final[dict[str, Callable[[DeviceConfig], Sequence[Vendor]]]] = {
-    "nvidia": lambda c: (NvidiaVendor(c.nvidia),),
-    "hygon": lambda c: (HygonVendor(c.hygon),),
-    "kunlun": lambda c: (KunlunVendor(c.kunlun), XpuVendor(c.kunlun)),
-    "enflame": lambda c: (EnflameGcuVendor(c.enflame), EnflameDrsVendor(c.enflame)),
-    "awsneuron": lambda c: (AwsNeuronVendor(c.awsneuron),),
-    "cambricon": lambda c: (CambriconVendor(c.cambricon),),
-    "mthreads": lambda c: (MthreadsVendor(c.mthreads),),
-    "amd": lambda c: (AmdVendor(c.amd),),
-    "biren": lambda c: (BirenVendor(c.biren),),
-    "vastai": lambda c: (VastaiVendor(c.vastai),),
-    "iluvatar": lambda c: tuple(IluvatarVendor(chip) for chip in c.iluvatars),
-    "metax": lambda c: (MetaxGpuVendor(c.metax), MetaxSgpuVendor(c.metax)),
-    "ascend": lambda c: tuple(ascend_vendors(c.vnpus)),
-}
-"""Every vendor family hami schedules, in registry order (the order vendors are tried and listed)."""
+Registry = Sequence[VendorFamily[Any]]
+"""Registry entries in order (``REGISTRY``, or a test's registry with a vendor of its own)."""
+
+REGISTRY: Final[tuple[VendorFamily[Any], ...]] = (
+    NVIDIA_FAMILY,
+    HYGON_FAMILY,
+    CAMBRICON_FAMILY,
+    ASCEND_FAMILY,
+    ILUVATAR_FAMILY,
+    METAX_FAMILY,
+    MTHREADS_FAMILY,
+    ENFLAME_FAMILY,
+    KUNLUN_FAMILY,
+    AWSNEURON_FAMILY,
+    AMD_FAMILY,
+    VASTAI_FAMILY,
+    BIREN_FAMILY,
+)
+"""Every vendor family hami schedules, one entry each."""
+
+FAMILIES: Final[Mapping[str, Callable[[Any], Sequence[Vendor]]]] = {f.family: f.vendors for f in REGISTRY}
+"""Family → how its vendors are built from a ``DeviceConfig``, in registry order (derived from ``REGISTRY``)."""
 
 
-def vendors_from_config(config: DeviceConfig, enabled: Collection[str] | None = None) -> dict[str, Vendor]:
-    """The vendors of the ``enabled`` families (``FAMILIES`` keys; None: every family), keyed by vendor key, in
-    registry order. A family switched off is not registered: its resources, registrations and allocations are
-    not hami's (``hami scheduler``'s ``--enable-ascend``, ``--disable-devices``; see ``SchedulerSettings``)."""
-    vendors = [v for family, build in FAMILIES.items() if enabled is None or family in enabled for v in build(config)]
+def vendors_from_config(
+    config: object, enabled: Collection[str] | None = None, registry: Registry = REGISTRY
+) -> dict[str, Vendor]:
+    """The vendors of the ``enabled`` families (None: every family) of ``registry``, keyed by vendor key, in registry
+    order; ``config`` is a ``hami.config.DeviceConfig``. A family switched off is not registered: its resources,
+    registrations and allocations are not hami's (``hami scheduler``'s ``--enable-ascend``, ``--disable-devices``;
+    see ``SchedulerSettings``)."""
+    vendors = [v for f in registry if enabled is None or f.family in enabled for v in f.vendors(config)]
     return {v.name: v for v in vendors}
 
 
-def registered_keys() -> tuple[VendorKeys, ...]:
+def default_sections(registry: Registry = REGISTRY) -> dict[str, object]:
+    """Every family's section as a file that leaves it out gets it, by section key."""
+    return {f.section: f.default() for f in registry}
+
+
+class _Defaults:
+    """The default sections as attributes, for building vendors without ``hami.config`` (which sits above)."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.__dict__.update(default_sections(registry))
+
+
+def registered_keys(registry: Registry = REGISTRY) -> tuple[VendorKeys, ...]:
     """Every registered vendor's annotation keys, in registry order (the node agent reads the other vendors'
     allocations to leave their work alone). Keys do not depend on the config."""
-    return tuple(v.keys for v in vendors_from_config(default_device_config()).values())
+    return tuple(v.keys for v in vendors_from_config(_Defaults(registry), registry=registry).values())

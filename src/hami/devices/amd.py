@@ -26,7 +26,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from hami.config import AmdConfig
+from pydantic import StrictStr
+
 from hami.devices.admission import Admitter, ContainerEdit, PodContext
 from hami.devices.base import (
     MEM_PERCENTAGE_UNSET,
@@ -40,6 +41,8 @@ from hami.devices.base import (
     too_few_devices,
 )
 from hami.devices.common import SharedDeviceVendor, policy_order
+from hami.devices.configmodel import ConfigModel
+from hami.devices.family import ChartValues, VendorFamily
 from hami.devices.resources import lookup_resource, mib_hint, whole_quantity
 from hami.devices.scoring import device_scores
 from hami.devices.table import DeviceTable
@@ -51,7 +54,16 @@ from hami.protocol.objects import Container, Node, QuantityValue
 from hami.protocol.quantity import quantity_as_int
 from hami.protocol.reasons import Reason, Rejection
 
-__all__ = ["AMD", "AMD_KEYS", "AmdAdmitter", "AmdVendor", "compute_units"]
+__all__ = ["AMD", "AMD_FAMILY", "AMD_KEYS", "AmdAdmitter", "AmdConfig", "AmdVendor", "compute_units"]
+
+
+class AmdConfig(ConfigModel):
+    """``amd:`` — AMD GPUs; ``gpucores`` is a percentage converted to compute units."""
+
+    resource_count_name: StrictStr = "amd.com/gpu"
+    resource_memory_name: StrictStr = "amd.com/gpumem"
+    resource_core_name: StrictStr = "amd.com/gpucores"
+
 
 AMD: Final = "AMD"
 _INT32_MAX: Final = 2**31 - 1
@@ -275,3 +287,17 @@ class _AmdFit:
         if info.devcore <= 0 or free_cus < cus:
             return (Reason.CARD_INSUFFICIENT_CORE, cus, max(free_cus, 0))
         return None
+
+
+AMD_FAMILY: Final = VendorFamily[AmdConfig](
+    family="amd",
+    section="amd",
+    model=AmdConfig,
+    default=AmdConfig,
+    build=lambda c: (AmdVendor(c),),
+    chart=ChartValues(
+        {"resourceCountName": None, "resourceCoreName": None, "resourceMemoryName": None},
+        ("resourceCountName", "resourceMemoryName", "resourceCoreName"),
+    ),
+)
+"""The registry entry: the ``amd:`` section, one vendor."""

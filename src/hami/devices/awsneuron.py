@@ -37,7 +37,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from hami.config import AwsNeuronConfig
+from pydantic import StrictStr
+
 from hami.devices.admission import Admitter, ContainerEdit, PodContext, lookup
 from hami.devices.base import (
     AnnotationContext,
@@ -53,6 +54,8 @@ from hami.devices.base import (
     too_few_devices,
 )
 from hami.devices.common import SharedDeviceVendor, policy_order
+from hami.devices.configmodel import ConfigModel
+from hami.devices.family import ChartValues, VendorFamily
 from hami.devices.resources import lookup_resource, whole_quantity
 from hami.devices.scoring import device_scores
 from hami.devices.table import DeviceTable
@@ -66,13 +69,23 @@ from hami.protocol.reasons import Reason, Rejection
 __all__ = [
     "ALLOC_TIME",
     "ASSIGNED_IDS",
+    "AWSNEURON_FAMILY",
     "NEURON_ALLOCATED",
     "NEURON_KEYS",
     "PREDICATE_NODE",
     "RESOURCE_TYPE",
+    "AwsNeuronConfig",
     "AwsNeuronVendor",
     "contiguous_run",
 ]
+
+
+class AwsNeuronConfig(ConfigModel):
+    """``awsneuron:`` — Neuron devices and cores."""
+
+    resource_count_name: StrictStr = "aws.amazon.com/neuron"
+    resource_core_name: StrictStr = "aws.amazon.com/neuroncore"
+
 
 NEURON: Final = "AWSNeuron"
 ASSIGNED_IDS: Final = "AWS_NEURON_IDS"
@@ -378,3 +391,14 @@ def _index_of(uuid: str) -> int:
     """The device index in ``<node>-AWSNeuron-<i>``."""
     tail = uuid.rpartition("-")[2]
     return int(tail) if tail.isdigit() else 0
+
+
+AWSNEURON_FAMILY: Final = VendorFamily[AwsNeuronConfig](
+    family="awsneuron",
+    section="awsneuron",
+    model=AwsNeuronConfig,
+    default=AwsNeuronConfig,
+    build=lambda c: (AwsNeuronVendor(c),),
+    chart=ChartValues({"resourceCountName": None, "resourceCoreName": None}, ("resourceCountName", "resourceCoreName")),
+)
+"""The registry entry: the ``awsneuron:`` section, one vendor."""

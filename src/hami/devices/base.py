@@ -7,8 +7,11 @@ handshake or none, allocation, extra pod annotations, node lock), its inventory 
 whole Node, so a vendor may decode a registration annotation or derive devices from ``status.capacity``), its
 admission (``admitter``), its partition hook (``Partitions``: devices handed out in fixed slices), its node score
 contribution (``Fitted.score``) and its annotation codecs. The core (``hami.scheduling``, ``hami.server``) sees
-"device, amount, placement" and never a vendor's name. The registry is an explicit dict in ``hami.devices``
-(no import side effects).
+"device, amount, placement" and never a vendor's name. The registry is the explicit tuple ``hami.devices.REGISTRY``
+of ``VendorFamily`` entries (``hami.devices.family``; no import side effects), each declared in its vendor's module
+with the family's config section, switch and chart values. Capabilities are declared, never detected:
+``SharedDeviceVendor.screens``, ``ordered_by_policy`` and ``reads_slices`` (``hami.devices.common``), the
+``Screening`` protocol (``hami.devices.screening``).
 
 What the core hands a vendor, beyond the request:
 
@@ -459,7 +462,8 @@ class Vendor(Protocol):
     """One device vendor. Implementations are stateless apart from their configuration.
 
     Adding a vendor: its module in ``hami.devices`` implementing this protocol (most reuse
-    ``common.SharedDeviceVendor``), its test file, its line in ``hami.devices.FAMILIES`` and its chart values.
+    ``common.SharedDeviceVendor``) and declaring its ``VendorFamily`` (config model, defaults, switch, chart values),
+    its test file, its line in ``hami.devices.REGISTRY`` and its chart values.
     """
 
     @property

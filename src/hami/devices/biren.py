@@ -20,16 +20,25 @@ from collections.abc import Mapping
 from typing import Final
 
 import msgspec
+from pydantic import StrictStr
 
-from hami.config import BirenConfig
 from hami.devices.base import ContainerRequest, NodeInventory, Selector
 from hami.devices.common import SharedDeviceVendor
+from hami.devices.configmodel import ConfigModel
 from hami.devices.countonly import CountOnlyResources, count_request
+from hami.devices.family import ChartValues, VendorFamily
 from hami.protocol import keys
 from hami.protocol.inventory import decode_inventory_json
 from hami.protocol.objects import Container, Node
 
-__all__ = ["BIREN", "BIREN_KEYS", "BirenVendor"]
+__all__ = ["BIREN", "BIREN_FAMILY", "BIREN_KEYS", "BirenConfig", "BirenVendor"]
+
+
+class BirenConfig(ConfigModel):
+    """``biren:`` — count-only time slicing."""
+
+    resource_count_name: StrictStr = "birentech.com/gpu"
+
 
 BIREN: Final = "Biren"
 BIREN_KEYS: Final = keys.VendorKeys(
@@ -67,3 +76,14 @@ class BirenVendor(SharedDeviceVendor):
 
     def selector(self, annotations: Mapping[str, str]) -> Selector:
         return Selector.from_annotations(annotations, (USE_UUID, NOUSE_UUID))
+
+
+BIREN_FAMILY: Final = VendorFamily[BirenConfig](
+    family="biren",
+    section="biren",
+    model=BirenConfig,
+    default=BirenConfig,
+    build=lambda c: (BirenVendor(c),),
+    chart=ChartValues({"resourceCountName": "birenResourceName"}, ("resourceCountName",)),
+)
+"""The registry entry: the ``biren:`` section, one vendor."""

@@ -27,7 +27,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from hami.config import CambriconConfig
+from pydantic import StrictStr
+
 from hami.devices.base import (
     MEM_PERCENTAGE_UNSET,
     AnnotationContext,
@@ -38,20 +39,33 @@ from hami.devices.base import (
 )
 from hami.devices.capacity import CapacityLayout, synthesized_index, unit_memory
 from hami.devices.common import SharedDeviceVendor
+from hami.devices.configmodel import ConfigModel
+from hami.devices.family import ChartValues, VendorFamily
 from hami.devices.resources import INT32_TOO_LARGE, read_int32
 from hami.errors import QuantityError
 from hami.protocol import keys
 from hami.protocol.objects import Container, Node
 
 __all__ = [
+    "CAMBRICON_FAMILY",
     "CAMBRICON_KEYS",
     "DSMLU_ASSIGNED",
     "DSMLU_LOCK",
     "DSMLU_PROFILE",
     "MLU",
     "MLU_UNIT_MIB",
+    "CambriconConfig",
     "CambriconVendor",
 ]
+
+
+class CambriconConfig(ConfigModel):
+    """``cambricon:`` — MLU (vendor key ``MLU``); memory counts 256 MiB units."""
+
+    resource_count_name: StrictStr = "cambricon.com/vmlu"
+    resource_memory_name: StrictStr = "cambricon.com/mlu.smlu.vmemory"
+    resource_core_name: StrictStr = "cambricon.com/mlu.smlu.vcore"
+
 
 MLU: Final = "MLU"
 MLU_UNIT_MIB: Final = 256
@@ -144,3 +158,21 @@ class CambriconVendor(SharedDeviceVendor):
             DSMLU_ASSIGNED: "false",
             DSMLU_PROFILE: f"{index}_{first.usedcores}_{first.usedmem // MLU_UNIT_MIB}",
         }
+
+
+CAMBRICON_FAMILY: Final = VendorFamily[CambriconConfig](
+    family="cambricon",
+    section="cambricon",
+    model=CambriconConfig,
+    default=CambriconConfig,
+    build=lambda c: (CambriconVendor(c),),
+    chart=ChartValues(
+        {
+            "resourceCountName": "mluResourceName",
+            "resourceMemoryName": "mluResourceMem",
+            "resourceCoreName": "mluResourceCores",
+        },
+        ("resourceCountName", "resourceMemoryName", "resourceCoreName"),
+    ),
+)
+"""The registry entry: the ``cambricon:`` section, one vendor."""

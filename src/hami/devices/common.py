@@ -405,6 +405,10 @@ class SharedDeviceVendor:
     cannot declare it (``__init_subclass__`` refuses); one with its own screen overrides ``screener``."""
     ordered_by_policy: ClassVar[bool] = True
     """Whether devices are tried in ``policy_order``; a vendor that overrides ``order`` declares False."""
+    reads_slices: ClassVar[bool] = False
+    """Declared (True) by a vendor whose ``decode_slices`` may find slices in a pod's annotations (NVIDIA's MIG
+    instances): a placed pod's record asks only those (``reads_slices``). A vendor with its own ``decode_slices``
+    must declare it (``__init_subclass__`` refuses otherwise)."""
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -412,6 +416,8 @@ class SharedDeviceVendor:
             raise TypeError(f"{cls.__name__} has its own fit and declares screens: a summary cannot speak for its fit")
         if cls.ordered_by_policy and "order" in vars(cls):
             raise TypeError(f"{cls.__name__} has its own order: declare ordered_by_policy = False")
+        if not cls.reads_slices and "decode_slices" in vars(cls):
+            raise TypeError(f"{cls.__name__} has its own decode_slices: declare reads_slices = True")
 
     def fit(self, table: DeviceTable, request: ContainerRequest, ctx: FitContext, selector: Selector) -> Fitted | Unfit:
         return fit_shared(table, request, ctx, selector, self.name, self.partitions, self.order)
@@ -459,6 +465,6 @@ class _ResourceConfig(Protocol):
 
 
 def reads_slices(vendor: object) -> bool:
-    """Whether ``vendor.decode_slices`` may find slices: False only for a vendor that keeps
-    ``SharedDeviceVendor``'s, which never does (a pod's record need not ask it)."""
-    return getattr(type(vendor), "decode_slices", None) is not SharedDeviceVendor.decode_slices
+    """Whether ``vendor.decode_slices`` may find slices, as the vendor declares (``SharedDeviceVendor.reads_slices``);
+    a vendor that declares nothing is asked (a pod's record need not ask one that declares False)."""
+    return bool(getattr(vendor, "reads_slices", True))

@@ -45,11 +45,11 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Annotated, Final
 
 import msgspec
+from pydantic import StrictStr
 
-from hami.config import EnflameConfig
 from hami.devices.admission import Admitter, ContainerEdit, PodContext, lookup
 from hami.devices.base import (
     MEM_PERCENTAGE_UNSET,
@@ -66,6 +66,8 @@ from hami.devices.base import (
     too_few_devices,
 )
 from hami.devices.common import SharedDeviceVendor, fit_shared, policy_order
+from hami.devices.configmodel import ConfigModel, yaml_key
+from hami.devices.family import ChartValues, VendorFamily
 from hami.devices.resources import lookup_resource, whole_quantity
 from hami.devices.scoring import device_scores
 from hami.devices.table import DeviceTable
@@ -86,13 +88,27 @@ __all__ = [
     "ASSIGNED_TIME",
     "DRS_CAPACITY",
     "DRS_KEYS",
+    "ENFLAME_FAMILY",
     "GCU_KEYS",
     "REQUEST_SIZE",
+    "EnflameConfig",
     "EnflameDrsVendor",
     "EnflameGcuVendor",
     "Profile",
     "profiles_of",
 ]
+
+
+class EnflameConfig(ConfigModel):
+    """``enflame:`` — whole GCUs, DRS hard partitions, and the legacy shared-GCU names."""
+
+    resource_name_gcu: Annotated[StrictStr, yaml_key("resourceNameGCU")] = "enflame.com/gcu"
+    resource_name_drs_gcu: Annotated[StrictStr, yaml_key("resourceNameDRSGCU")] = "enflame.com/drs-gcu"
+    resource_name_gcu_memory: Annotated[StrictStr, yaml_key("resourceNameGCUMemory")] = "enflame.com/gcu-memory"
+    resource_name_gcu_core: Annotated[StrictStr, yaml_key("resourceNameGCUCore")] = "enflame.com/gcu-core"
+    resource_name_vgcu: Annotated[StrictStr, yaml_key("resourceNameVGCU")] = ""
+    resource_name_vgcu_percentage: Annotated[StrictStr, yaml_key("resourceNameVGCUPercentage")] = ""
+
 
 GCU: Final = "GCU"
 ENFLAME: Final = "Enflame"
@@ -499,3 +515,22 @@ def drs_annotations(ctx: AnnotationContext) -> dict[str, str]:
         # Go's json.Marshal of map[string]assignedContainerInfo: keys sorted, struct field order kept.
         out[ASSIGNED_CONTAINERS] = _gojson.encode(assigned)
     return out
+
+
+ENFLAME_FAMILY: Final = VendorFamily[EnflameConfig](
+    family="enflame",
+    section="enflame",
+    model=EnflameConfig,
+    default=EnflameConfig,
+    build=lambda c: (EnflameGcuVendor(c), EnflameDrsVendor(c)),
+    chart=ChartValues(
+        {
+            "resourceNameGCU": None,
+            "resourceNameDRSGCU": "enflameResourceNameDRSGCU",
+            "resourceNameGCUMemory": "enflameResourceNameGCUMemory",
+            "resourceNameGCUCore": "enflameResourceNameGCUCore",
+        },
+        ("resourceNameGCU", "resourceNameDRSGCU", "resourceNameGCUMemory", "resourceNameGCUCore"),
+    ),
+)
+"""The registry entry: the ``enflame:`` section, whole GCUs and DRS partitions."""

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from hami.config import HygonConfig
+from pydantic import StrictStr
+
 from hami.devices.base import (
     MEM_PERCENTAGE_UNSET,
     ContainerRequest,
@@ -21,13 +22,25 @@ from hami.devices.base import (
     Selector,
 )
 from hami.devices.common import SharedDeviceVendor
+from hami.devices.configmodel import ConfigModel, Int32
+from hami.devices.family import ChartValues, VendorFamily
 from hami.devices.resources import lookup_resource, mib_hint, whole_quantity
 from hami.errors import QuantityError
 from hami.protocol import keys
 from hami.protocol.inventory import decode_inventory_legacy
 from hami.protocol.objects import Container, Node, QuantityValue
 
-__all__ = ["HYGON_KEYS", "HygonVendor"]
+__all__ = ["HYGON_FAMILY", "HYGON_KEYS", "HygonConfig", "HygonVendor"]
+
+
+class HygonConfig(ConfigModel):
+    """``hygon:`` — Hygon DCU (vendor key ``DCU``). ``dcumem`` is multiplied by ``memoryFactor`` (0 means 1)."""
+
+    resource_count_name: StrictStr = "hygon.com/dcunum"
+    resource_memory_name: StrictStr = "hygon.com/dcumem"
+    resource_core_name: StrictStr = "hygon.com/dcucores"
+    memory_factor: Int32 = 1
+
 
 _INT32_MAX: Final = 2**31 - 1
 HYGON_KEYS: Final = keys.VendorKeys(
@@ -95,3 +108,22 @@ class HygonVendor(SharedDeviceVendor):
 
     def selector(self, annotations: Mapping[str, str]) -> Selector:
         return Selector.from_annotations(annotations, (USE_UUID, NOUSE_UUID), (USE_TYPE, NOUSE_TYPE))
+
+
+HYGON_FAMILY: Final = VendorFamily[HygonConfig](
+    family="hygon",
+    section="hygon",
+    model=HygonConfig,
+    default=HygonConfig,
+    build=lambda c: (HygonVendor(c),),
+    chart=ChartValues(
+        {
+            "resourceCountName": "dcuResourceName",
+            "resourceMemoryName": "dcuResourceMem",
+            "resourceCoreName": "dcuResourceCores",
+            "memoryFactor": "devices.hygon.memoryFactor",
+        },
+        ("resourceCountName", "resourceMemoryName", "resourceCoreName"),
+    ),
+)
+"""The registry entry: the ``hygon:`` section, one vendor."""

@@ -21,11 +21,13 @@ so ``binpack`` spread the pods), and the shared loop's health, cordon and ``mute
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Annotated, Final
 
-from hami.config import IluvatarChipConfig
+from pydantic import AfterValidator, StrictStr, field_validator
+
 from hami.devices.admission import Admitter, ContainerEdit, PodContext
 from hami.devices.base import (
     MEM_PERCENTAGE_UNSET,
@@ -35,6 +37,8 @@ from hami.devices.base import (
     Selector,
 )
 from hami.devices.common import SharedDeviceVendor
+from hami.devices.configmodel import ConfigModel
+from hami.devices.family import ChartValues, Gate, VendorFamily
 from hami.devices.resources import lookup_resource, whole_quantity
 from hami.errors import QuantityError
 from hami.protocol import keys
@@ -42,7 +46,67 @@ from hami.protocol.inventory import decode_inventory_legacy
 from hami.protocol.objects import Container, Node, QuantityValue
 from hami.protocol.quantity import INT32_MAX
 
-__all__ = ["CONTAINER_NAME_ENV", "MEMORY_UNIT_MIB", "IluvatarAdmitter", "IluvatarVendor", "iluvatar_keys"]
+__all__ = [
+    "CONTAINER_NAME_ENV",
+    "ILUVATAR_FAMILY",
+    "MEMORY_UNIT_MIB",
+    "IluvatarAdmitter",
+    "IluvatarChipConfig",
+    "IluvatarVendor",
+    "default_iluvatar_chips",
+    "iluvatar_keys",
+]
+
+
+_COMMON_WORD: Final = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,41}[A-Za-z0-9])?")
+"""A chip's ``commonWord`` names its annotation keys (``hami.io/<commonWord>-devices-to-allocate`` must stay within
+the 63 characters of a key name)."""
+
+
+class IluvatarChipConfig(ConfigModel):
+    """One ``iluvatars:`` entry: a chip model and its resource names (vendor key = ``commonWord``)."""
+
+    chip_name: StrictStr
+    common_word: StrictStr
+    resource_count_name: StrictStr
+    resource_memory_name: StrictStr
+    resource_core_name: StrictStr
+
+    @field_validator("common_word")
+    @classmethod
+    def _annotation_safe(cls, value: str) -> str:
+        if not _COMMON_WORD.fullmatch(value):
+            raise ValueError(
+                "must be 1 to 43 letters, digits, '-', '_' or '.', starting and ending with a letter or digit: it "
+                "names the chip's annotation keys (hami.io/node-<commonWord>-register, …)"
+            )
+        return value
+
+
+def default_iluvatar_chips() -> tuple[IluvatarChipConfig, ...]:
+    """The four Iluvatar chips of HAMi's chart and built-in defaults."""
+    return tuple(
+        IluvatarChipConfig(
+            chip_name=chip,
+            common_word=chip,
+            resource_count_name=f"iluvatar.ai/{chip}-vgpu",
+            resource_memory_name=f"iluvatar.ai/{chip}.vMem",
+            resource_core_name=f"iluvatar.ai/{chip}.vCore",
+        )
+        for chip in ("MR-V100", "MR-V50", "BI-V150", "BI-V100")
+    )
+
+
+def _distinct_chips(chips: tuple[IluvatarChipConfig, ...]) -> tuple[IluvatarChipConfig, ...]:
+    seen: set[str] = set()
+    for chip in chips:
+        if chip.common_word in seen:
+            raise ValueError(
+                f"commonWord {chip.common_word!r} is given twice: each chip is its own vendor, keyed by it"
+            )
+        seen.add(chip.common_word)
+    return chips
+
 
 MEMORY_UNIT_MIB: Final = 256
 """One ``vMem`` unit, in MiB."""
@@ -152,3 +216,25 @@ class IluvatarVendor(SharedDeviceVendor):
 
     def admitter(self) -> Admitter:
         return IluvatarAdmitter(self.chip.resource_count_name, self.chip.resource_core_name)
+
+
+ILUVATAR_FAMILY: Final = VendorFamily[tuple[IluvatarChipConfig, ...]](
+    family="iluvatar",
+    section="iluvatars",
+    model=Annotated[tuple[IluvatarChipConfig, ...], AfterValidator(_distinct_chips)],
+    default=default_iluvatar_chips,
+    build=lambda chips: tuple(IluvatarVendor(chip) for chip in chips),
+    gate=Gate("enable_iluvatar", "Schedule Iluvatar GPUs"),
+    chart=ChartValues(
+        {
+            "chipName": "devices.iluvatar.chips",
+            "commonWord": "devices.iluvatar.chips",
+            "resourceCountName": None,
+            "resourceMemoryName": None,
+            "resourceCoreName": None,
+        },
+        ("resourceCountName", "resourceMemoryName", "resourceCoreName"),
+    ),
+)
+"""The registry entry: the ``iluvatars:`` list, one vendor per chip (keyed by ``commonWord``), off unless
+``--enable-iluvatar``."""

@@ -44,7 +44,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from hami.config import KunlunConfig
+from pydantic import StrictStr
+
 from hami.devices.admission import Admitter, ContainerEdit, PodContext, lookup
 from hami.devices.base import (
     MEM_PERCENTAGE_UNSET,
@@ -60,6 +61,8 @@ from hami.devices.base import (
     too_few_devices,
 )
 from hami.devices.common import SharedDeviceVendor
+from hami.devices.configmodel import ConfigModel
+from hami.devices.family import ChartValues, VendorFamily
 from hami.devices.resources import lookup_resource, mib_hint, whole_quantity
 from hami.devices.table import DeviceTable
 from hami.errors import QuantityError
@@ -73,10 +76,12 @@ __all__ = [
     "CROSS_PAIRS",
     "DEVICE_IDX",
     "KUNLUN",
+    "KUNLUN_FAMILY",
     "KUNLUN_KEYS",
     "LINKED_QUADS",
     "XPU",
     "XPU_KEYS",
+    "KunlunConfig",
     "KunlunVendor",
     "VxpuAdmitter",
     "XpuVendor",
@@ -85,6 +90,15 @@ __all__ = [
     "choose_group",
     "round_vxpu_memory",
 ]
+
+
+class KunlunConfig(ConfigModel):
+    """``kunlun:`` — whole XPUs (``kunlun``) and vXPU slices (vendor key ``XPU``)."""
+
+    resource_count_name: StrictStr = "kunlunxin.com/xpu"
+    resource_v_count_name: StrictStr = "kunlunxin.com/vxpu"
+    resource_v_memory_name: StrictStr = "kunlunxin.com/vxpu-memory"
+
 
 KUNLUN: Final = "kunlun"
 XPU: Final = "XPU"
@@ -484,3 +498,21 @@ def _room_problem(table: DeviceTable, i: int, request: ContainerRequest) -> tupl
     if free_cores < request.coresreq:
         return Reason.CARD_INSUFFICIENT_CORE, request.coresreq, free_cores
     return None
+
+
+KUNLUN_FAMILY: Final = VendorFamily[KunlunConfig](
+    family="kunlun",
+    section="kunlun",
+    model=KunlunConfig,
+    default=KunlunConfig,
+    build=lambda c: (KunlunVendor(c), XpuVendor(c)),
+    chart=ChartValues(
+        {
+            "resourceCountName": "kunlunResourceName",
+            "resourceVCountName": "kunlunResourceVCountName",
+            "resourceVMemoryName": "kunlunResourceVMemoryName",
+        },
+        ("resourceCountName", "resourceVCountName", "resourceVMemoryName"),
+    ),
+)
+"""The registry entry: the ``kunlun:`` section, whole XPUs and vXPU slices."""

@@ -32,9 +32,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Annotated, Final
 
-from hami.config import MthreadsConfig
+from pydantic import Field, StrictStr
+
 from hami.devices.admission import ContainerEdit, PodContext, lookup
 from hami.devices.base import (
     MEM_PERCENTAGE_UNSET,
@@ -50,6 +51,8 @@ from hami.devices.base import (
 )
 from hami.devices.capacity import CapacityLayout, synthesized_index, unit_memory
 from hami.devices.common import SharedDeviceVendor, fit_shared
+from hami.devices.configmodel import ConfigModel
+from hami.devices.family import ChartValues, VendorFamily
 from hami.devices.resources import INT32_TOO_LARGE, read_int32, whole_quantity
 from hami.devices.screening import Screener, shared_screener
 from hami.devices.table import DeviceTable
@@ -65,14 +68,27 @@ __all__ = [
     "GPU_INDEX",
     "MEMORY_UNITS_PER_CARD",
     "MTHREADS",
+    "MTHREADS_FAMILY",
     "MTHREADS_KEYS",
     "MTHREADS_UNIT_MIB",
     "PREDICATE_NODE",
     "PREDICATE_TIME",
     "REQUEST_GPU_NUM",
     "MthreadsAdmitter",
+    "MthreadsConfig",
     "MthreadsVendor",
 ]
+
+
+class MthreadsConfig(ConfigModel):
+    """``mthreads:`` — Moore Threads sGPU; memory counts 512 MiB units."""
+
+    resource_count_name: StrictStr = "mthreads.com/vgpu"
+    resource_memory_name: StrictStr = "mthreads.com/sgpu-memory"
+    resource_core_name: StrictStr = "mthreads.com/sgpu-core"
+    memory_per_card: tuple[Annotated[int, Field(strict=True, ge=1, le=INT32_MAX)], ...] = (96,)
+    """Per-card memory capacities in 512 MiB units (the chart's ``memoryPerCard``)."""
+
 
 MTHREADS: Final = "Mthreads"
 MTHREADS_UNIT_MIB: Final = 512
@@ -244,3 +260,17 @@ def _same_card(ctx: FitContext) -> Callable[[DeviceInfo], bool] | None:
 
 def _uuids(chosen: Sequence[Sequence[Placement]]) -> set[str]:
     return {p.device.uuid for placements in chosen for p in placements}
+
+
+MTHREADS_FAMILY: Final = VendorFamily[MthreadsConfig](
+    family="mthreads",
+    section="mthreads",
+    model=MthreadsConfig,
+    default=MthreadsConfig,
+    build=lambda c: (MthreadsVendor(c),),
+    chart=ChartValues(
+        {"resourceCountName": None, "resourceMemoryName": None, "resourceCoreName": None, "memoryPerCard": None},
+        ("resourceCountName", "resourceMemoryName", "resourceCoreName"),
+    ),
+)
+"""The registry entry: the ``mthreads:`` section, one vendor (``memoryPerCard`` rendered only when given)."""

@@ -30,8 +30,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import msgspec
+from pydantic import StrictStr
 
-from hami.config import VastaiConfig
 from hami.devices.base import (
     ContainerRequest,
     FitContext,
@@ -43,7 +43,9 @@ from hami.devices.base import (
     too_few_devices,
 )
 from hami.devices.common import SharedDeviceVendor, policy_order
+from hami.devices.configmodel import ConfigModel
 from hami.devices.countonly import CountOnlyResources, count_request
+from hami.devices.family import ChartValues, VendorFamily
 from hami.devices.scoring import device_scores
 from hami.devices.table import DeviceTable
 from hami.errors import AnnotationError
@@ -53,7 +55,14 @@ from hami.protocol.inventory import DeviceInfo, decode_inventory_json
 from hami.protocol.objects import Container, Node
 from hami.protocol.reasons import Reason, Rejection
 
-__all__ = ["VASTAI", "VASTAI_KEYS", "VastaiVendor", "aic_score"]
+__all__ = ["VASTAI", "VASTAI_FAMILY", "VASTAI_KEYS", "VastaiConfig", "VastaiVendor", "aic_score"]
+
+
+class VastaiConfig(ConfigModel):
+    """``vastai:`` — count-only time slicing."""
+
+    resource_count_name: StrictStr = "vastaitech.com/va"
+
 
 VASTAI: Final = "Vastai"
 VASTAI_KEYS: Final = keys.VendorKeys(
@@ -218,3 +227,14 @@ class _VastaiFit:
     def _fitted(self, chosen: Sequence[int]) -> Fitted:
         placements = tuple(Placement(i, ContainerDevice(self.table.infos[i].id, VASTAI, 0, 0)) for i in chosen)
         return Fitted(placements, aic_score([p.device for p in placements], self.ctx.node_info))
+
+
+VASTAI_FAMILY: Final = VendorFamily[VastaiConfig](
+    family="vastai",
+    section="vastai",
+    model=VastaiConfig,
+    default=VastaiConfig,
+    build=lambda c: (VastaiVendor(c),),
+    chart=ChartValues({"resourceCountName": "vastaiResourceName"}, ("resourceCountName",)),
+)
+"""The registry entry: the ``vastai:`` section, one vendor."""

@@ -35,13 +35,12 @@ import httpx
 import msgspec
 
 from hami import __version__
-from hami.errors import ApiError, Conflict, Gone, InvalidInput, NotFound, TooManyRequests
+from hami.errors import ApiError, BudgetRefused, Conflict, Gone, InvalidInput, NotFound, TooManyRequests
 from hami.k8s.config import KubeConfig
 from hami.k8s.ratelimit import Clock, Sleep, TokenBucket
 from hami.k8s.records import Binding, Bookmark, EventType, ObjectList, ObjectRef, Status, WatchLine
 from hami.k8s.resources import PODS, Resource
 from hami.k8s.wire import WireClient, WireResponse
-from hami.protocol.kubeversion import ServerVersionInfo
 from hami.protocol.objects import ObjectMeta
 
 __all__ = [
@@ -145,8 +144,14 @@ def api_error(status: int, body: bytes, what: str) -> ApiError:
 
 
 def _error_for(status: int, message: str) -> ApiError:
+    if status == 429 and _BUDGET_REFUSAL in message:
+        return BudgetRefused(message, status)
     cls = {409: Conflict, 404: NotFound, 410: Gone, 429: TooManyRequests}.get(status, ApiError)
     return cls(message, status)
+
+
+_BUDGET_REFUSAL = "violate the pod's disruption budget"
+"""What kube-apiserver's Eviction API says when a PodDisruptionBudget refuses (``pod/storage/eviction.go``)."""
 
 
 def retry_after(value: str | None) -> float | None:
@@ -330,6 +335,8 @@ class KubeClient:
         """Seconds to wait before sending the request again, or ``None`` if it must not be repeated."""
         status = response.status_code
         after = retry_after(response.headers.get("Retry-After"))
+        if isinstance(error, BudgetRefused):
+            return None  # not load shedding: the budget decides, and preemption tries another node
         if status == 429 or (status >= 500 and after is not None):
             return self._backoff(attempt) if after is None else min(after, self.settings.retry_wait_max)
         if status in (500, 502, 503, 504) and method == "GET":
@@ -337,10 +344,6 @@ class KubeClient:
         return None
 
     # --- verbs --------------------------------------------------------------------------------------------
-
-    async def server_version(self) -> ServerVersionInfo:
-        """``GET /version`` (readable by every authenticated identity: ``system:public-info-viewer``)."""
-        return self._decode(ServerVersionInfo, await self._request("GET", "/version"), "GET /version")
 
     async def get(self, resource: Resource, name: str, *, type: type[T], namespace: str | None = None) -> T:
         path = resource.path(namespace, name)
@@ -587,6 +590,22 @@ class KubeClient:
             body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": grace_period_seconds}
         await self._request("DELETE", resource.path(namespace, name), body=body)
 
+    async def server_version(self) -> str:
+        """The API server's ``gitVersion`` (``GET /version``: ``v1.36.3``)."""
+        return _version_decoder.decode(await self._request("GET", "/version")).git_version
+
+    async def evict(self, namespace: str, pod: str, uid: str) -> None:
+        """Evict ``namespace/pod`` through the ``policy/v1`` Eviction subresource, gracefully (the pod's own
+        grace period) and only if it is still the pod ``uid`` (a precondition). ``BudgetRefused`` when a
+        PodDisruptionBudget allows no disruption now."""
+        eviction = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod, "namespace": namespace},
+            "deleteOptions": {"preconditions": {"uid": uid}},
+        }
+        await self._request("POST", PODS.path(namespace, pod, "eviction"), body=eviction)
+
     async def create_binding(
         self, namespace: str, pod: str, uid: str, node: str, resource_version: str | None = None
     ) -> None:
@@ -598,6 +617,13 @@ class KubeClient:
             target=ObjectRef("Node", node),
         )
         await self._request("POST", PODS.path(namespace, pod, "binding"), body=binding)
+
+
+class _Version(msgspec.Struct, rename="camel"):
+    git_version: str = ""
+
+
+_version_decoder = msgspec.json.Decoder(_Version)
 
 
 def _page_params(params: Mapping[str, str], limit: int, token: str) -> dict[str, str]:

@@ -27,10 +27,10 @@ from typing import Protocol
 import msgspec
 
 from hami.errors import ApiError, PodReplaced
-from hami.k8s.client import KubeClient, ListPage
+from hami.k8s.client import KubeClient, ListPage, PatchType
 from hami.k8s.records import ObjectRef, make_event
-from hami.k8s.resources import EVENTS, NODES, PODS
-from hami.protocol.objects import Node, Pod
+from hami.k8s.resources import EVENTS, NODES, POD_DISRUPTION_BUDGETS, PODS
+from hami.protocol.objects import Node, Pod, PodDisruptionBudget
 from hami.scheduling.ports import PodWriter
 
 __all__ = ["LIVE_PODS", "ClusterClient", "KubeCluster", "WallClock", "pod_replaced", "utc_now"]
@@ -74,6 +74,18 @@ class ClusterClient(PodWriter, Protocol):
     ) -> None:
         """Create the pod's Binding to ``node``; ``uid`` must be the pod's and, with ``resource_version``, the pod
         must still be at that version (``Conflict`` otherwise)."""
+        ...
+
+    async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Evict the pod (Eviction API, graceful) if it is still the pod ``uid``: see ``ClusterPort.evict_pod``."""
+        ...
+
+    async def patch_pod_status(self, namespace: str, name: str, uid: str, status: Mapping[str, object]) -> None:
+        """Strategic-merge-patch the pod's status (conditions merge by ``type``), only while it is the pod ``uid``."""
+        ...
+
+    async def disruption_budgets(self) -> list[PodDisruptionBudget]:
+        """Every PodDisruptionBudget of the cluster."""
         ...
 
     async def emit_event(self, involved: ObjectRef, type: str, reason: str, message: str, component: str) -> str:
@@ -145,6 +157,24 @@ class KubeCluster:
         self, namespace: str, name: str, uid: str, node: str, *, resource_version: str | None = None
     ) -> None:
         await self.client.create_binding(namespace, name, uid, node, resource_version)
+
+    async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        await self.client.evict(namespace, name, uid)
+
+    async def patch_pod_status(self, namespace: str, name: str, uid: str, status: Mapping[str, object]) -> None:
+        body = {"metadata": {"uid": uid}, "status": dict(status)}
+        try:
+            await self.client.patch(
+                PODS, name, body, namespace=namespace, type=msgspec.Raw, patch_type=PatchType.STRATEGIC,
+                subresource="status",
+            )  # fmt: skip
+        except ApiError as err:
+            if err.status == 422 and "metadata.uid" in str(err):
+                raise pod_replaced(namespace, name, uid, str(err), err.status) from None
+            raise
+
+    async def disruption_budgets(self) -> list[PodDisruptionBudget]:
+        return (await self.client.list(POD_DISRUPTION_BUDGETS, type=PodDisruptionBudget)).items
 
     async def emit_event(self, involved: ObjectRef, type: str, reason: str, message: str, component: str) -> str:
         event = make_event(

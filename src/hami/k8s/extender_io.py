@@ -10,15 +10,15 @@ cluster (``KubeCluster``) and the unit tests' in-memory one (``MemoryCluster``).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import timedelta
+from datetime import UTC, timedelta
 
-from hami.k8s.cluster import ClusterClient
+from hami.k8s.cluster import ClusterClient, WallClock, utc_now
 from hami.k8s.events import EventRecorder
 from hami.k8s.nodelock import NodeLocker
 from hami.k8s.records import ObjectRef
 from hami.protocol.events import EventReason, EventType
 from hami.protocol.keys import NODE_LOCK
-from hami.protocol.objects import Node, Pod
+from hami.protocol.objects import Node, Pod, PodDisruptionBudget
 
 __all__ = ["ExtenderIO"]
 
@@ -34,6 +34,7 @@ class ExtenderIO:
         recorder: EventRecorder,
         node_hint: Callable[[str], Node | None] | None = None,
         pod_hint: Callable[[str, str], Pod | None] | None = None,
+        clock: WallClock = utc_now,
     ) -> None:
         self.cluster = cluster
         self.locker = locker
@@ -42,6 +43,8 @@ class ExtenderIO:
         """The node as the watch last saw it (saves the lock's first GET when it shows no lock)."""
         self.pod_hint = pod_hint
         """``(namespace, name)`` → the pod as the watch last saw it (the identity checks of /filter and /bind)."""
+        self.clock = clock
+        """Stamps a condition's ``lastTransitionTime``."""
 
     async def patch_pod_metadata(
         self,
@@ -80,3 +83,24 @@ class ExtenderIO:
 
     def event(self, pod: Pod, type: EventType, reason: EventReason, message: str) -> None:
         self.recorder.record(ObjectRef.for_pod(pod), type, reason, message)
+
+    async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        await self.cluster.evict_pod(namespace, name, uid)
+
+    async def mark_preempted(self, namespace: str, name: str, uid: str, message: str) -> None:
+        """kube-scheduler's condition on a victim (``preemption/executor.go``), written after the eviction: the
+        Eviction API writes its own ``DisruptionTarget`` (reason ``EvictionByEvictionAPI``), which this replaces."""
+        condition = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "PreemptionByScheduler",
+            "message": message,
+            "lastTransitionTime": self.clock().astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        await self.cluster.patch_pod_status(namespace, name, uid, {"conditions": [condition]})
+
+    async def nominate(self, namespace: str, name: str, uid: str, node: str) -> None:
+        await self.cluster.patch_pod_status(namespace, name, uid, {"nominatedNodeName": node or None})
+
+    async def disruption_budgets(self) -> list[PodDisruptionBudget]:
+        return await self.cluster.disruption_budgets()

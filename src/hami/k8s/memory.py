@@ -15,11 +15,11 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from hami.errors import ApiError, Conflict, NotFound
+from hami.errors import ApiError, BudgetRefused, Conflict, NotFound
 from hami.k8s.client import ListPage
 from hami.k8s.cluster import pod_replaced
 from hami.k8s.records import ObjectRef
-from hami.protocol.objects import Node, Pod
+from hami.protocol.objects import Node, Pod, PodDisruptionBudget
 
 __all__ = ["MemoryCluster", "RecordedEvent"]
 
@@ -65,6 +65,10 @@ class MemoryCluster:
         self.events: list[RecordedEvent] = []
         self.calls: list[str] = []
         """Names of the ``ClusterClient`` operations called, in order (``"get_node"``, ``"bind"``…)."""
+        self.budgets: list[PodDisruptionBudget] = []
+        """PodDisruptionBudgets: ``evict_pod`` honours them as the Eviction API does (and counts them down)."""
+        self.statuses: list[tuple[str, str, dict[str, object]]] = []
+        """Every status patch that landed: (namespace, name, the patch's ``status``)."""
         for node in nodes:
             self.put_node(node)
         for pod in pods:
@@ -199,6 +203,42 @@ class MemoryCluster:
             )
         pod.spec.node_name = node
         self._stamp(pod)
+
+    async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        """As the Eviction API: the UID precondition, then every budget selecting the pod must allow one more
+        disruption (``BudgetRefused`` otherwise); then a graceful delete (``deletionTimestamp`` set, pod kept)."""
+        self._enter("evict_pod")
+        pod = self._pod(namespace, name)
+        if uid != pod.metadata.uid:
+            raise Conflict(f"the UID in the precondition ({uid}) does not match the UID in record", 409)
+        selecting = [
+            b
+            for b in self.budgets
+            if b.metadata.namespace == namespace and b.spec.selector is not None
+            if b.spec.selector.selects(pod.metadata.labels)
+        ]
+        for budget in selecting:
+            if budget.status.disruptions_allowed <= 0:
+                raise BudgetRefused("Cannot evict pod as it would violate the pod's disruption budget.", 429)
+        for budget in selecting:
+            budget.status.disruptions_allowed -= 1
+        pod.metadata.deletion_timestamp = pod.metadata.deletion_timestamp or "2026-01-01T00:00:00Z"
+        self._stamp(pod)
+
+    async def patch_pod_status(self, namespace: str, name: str, uid: str, status: Mapping[str, object]) -> None:
+        self._enter("patch_pod_status")
+        pod = self._pod(namespace, name)
+        if uid != pod.metadata.uid:
+            detail = f'Pod "{name}" is invalid: metadata.uid: Invalid value: "{uid}": field is immutable'
+            raise pod_replaced(namespace, name, uid, detail, 422)
+        if "nominatedNodeName" in status:
+            pod.status.nominated_node_name = str(status["nominatedNodeName"] or "")
+        self.statuses.append((namespace, name, copy.deepcopy(dict(status))))
+        self._stamp(pod)
+
+    async def disruption_budgets(self) -> list[PodDisruptionBudget]:
+        self._enter("disruption_budgets")
+        return copy.deepcopy(self.budgets)
 
     async def emit_event(self, involved: ObjectRef, type: str, reason: str, message: str, component: str) -> str:
         self._enter("emit_event")

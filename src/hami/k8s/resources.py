@@ -12,6 +12,7 @@ __all__ = [
     "LEASES",
     "NODES",
     "PODS",
+    "POD_DISRUPTION_BUDGETS",
     "RESOURCE_CLAIMS",
     "RESOURCE_QUOTAS",
     "RESOURCE_SLICES",
@@ -47,6 +48,7 @@ class Resource:
 
 
 PODS: Final = Resource("", "v1", "pods", namespaced=True)
+POD_DISRUPTION_BUDGETS: Final = Resource("policy", "v1", "poddisruptionbudgets", namespaced=True)
 NODES: Final = Resource("", "v1", "nodes", namespaced=False)
 RESOURCE_QUOTAS: Final = Resource("", "v1", "resourcequotas", namespaced=True)
 EVENTS: Final = Resource("", "v1", "events", namespaced=True)

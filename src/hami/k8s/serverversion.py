@@ -17,8 +17,7 @@ async def read_server_profile(client: KubeClient) -> ServerProfile | None:
     """``GET /version`` -> the profile, logged as one line (a WARNING outside the tested window). None, with a
     WARNING, when the version cannot be read or parsed: hami then acts as on a tested release."""
     try:
-        info = await client.server_version()
-        profile = server_profile(parse_kube_version(info.git_version))
+        profile = server_profile(parse_kube_version(await client.server_version()))
     except (ApiError, ValueError) as err:
         log.warning(
             "could not tell the API server's Kubernetes version (%s); acting as on a tested release (%s)",

@@ -16,10 +16,12 @@ __all__ = [
     "EventReason",
     "EventType",
     "binding_succeed_text",
+    "disruption_text",
     "filtering_failed_texts",
     "filtering_succeed_text",
     "no_available_node_text",
     "nodes_failed_text",
+    "preempted_text",
 ]
 
 
@@ -37,11 +39,25 @@ class EventReason(enum.StrEnum):
     BINDING_SUCCEED = "BindingSucceed"
     FILTERED_NODES = "FilteredNodes"
     """hami's own: the candidates not chosen and why, when a node was chosen (HAMi has no such event)."""
+    PREEMPTED = "Preempted"
+    """On a victim of hami's preemption, with kube-scheduler's reason and message (``preemption/executor.go``)."""
+    PREEMPTING = "Preempting"
+    """hami's own, on the preemptor: which pods it evicts on which node (kube-scheduler's action word)."""
 
     @property
     def type(self) -> EventType:
         failed = self in (EventReason.FILTERING_FAILED, EventReason.BINDING_FAILED)
         return EventType.WARNING if failed else EventType.NORMAL
+
+
+def preempted_text(preemptor_uid: str, node: str) -> str:
+    """kube-scheduler's ``Preempted`` message on a victim: ``Preempted by pod <uid> on node <node>``."""
+    return f"Preempted by pod {preemptor_uid} on node {node}"
+
+
+def disruption_text(scheduler: str) -> str:
+    """kube-scheduler's ``DisruptionTarget`` message on a victim (its own name first)."""
+    return f"{scheduler}: preempting to accommodate a higher priority pod"
 
 
 def nodes_failed_text(reason: Reason, nodes: Iterable[str]) -> str:

@@ -20,10 +20,16 @@ __all__ = [
     "BindingResult",
     "FilterArgs",
     "FilterResult",
+    "MetaPod",
+    "MetaVictims",
+    "PreemptionArgs",
+    "PreemptionResult",
     "decode_binding_args",
     "decode_filter_args",
+    "decode_preemption_args",
     "encode_binding_result",
     "encode_filter_result",
+    "encode_preemption_result",
 ]
 
 
@@ -98,11 +104,109 @@ class BindingResult(msgspec.Struct, omit_defaults=True, rename={"error": "Error"
     error: str = ""
 
 
+class MetaPod(msgspec.Struct, rename={"uid": "UID"}):
+    """``MetaPod``: a victim named by its UID (kube-scheduler finds the pod on the node by it)."""
+
+    uid: str
+
+
+class MetaVictims(msgspec.Struct, rename={"pods": "Pods", "violations": "NumPDBViolations"}):
+    """``MetaVictims``: the pods to preempt on one node and how many PodDisruptionBudgets their eviction breaks."""
+
+    pods: list[MetaPod]
+    violations: int = 0
+
+
+class PreemptionResult(msgspec.Struct, rename={"victims": "NodeNameToMetaVictims"}):
+    """``ExtenderPreemptionResult``: kube-scheduler reads only ``NodeNameToMetaVictims`` (whatever its
+    nodeCacheCapable); a node left out is one where preemption cannot help. Always present, ``{}`` for none."""
+
+    victims: dict[str, MetaVictims]
+
+
+class PreemptionArgs:
+    """``ExtenderPreemptionArgs``: the pod and, per candidate node, the victims kube-scheduler's own dry run chose
+    (UIDs; from ``NodeNameToMetaVictims`` when nodeCacheCapable, else from the pods of ``NodeNameToVictims``) with
+    their budget violations. From kube-scheduler 1.38 a node's list may be empty: its in-tree filters pass, only
+    the extender's resources are short."""
+
+    __slots__ = ("pod", "victims", "violations")
+
+    def __init__(self, pod: Pod, victims: dict[str, tuple[str, ...]], violations: dict[str, int]) -> None:
+        self.pod = pod
+        self.victims = victims
+        self.violations = violations
+
+
 def _lower_keys(raw: bytes, what: str) -> dict[str, Any]:
     obj = decode_body(raw, what)
     if not isinstance(obj, dict):
         raise InvalidInput(what, type(obj).__name__, "expected a JSON object")
     return {str(k).lower(): v for k, v in obj.items()}
+
+
+def _lowered(obj: object, where: str) -> dict[str, Any]:
+    if not isinstance(obj, dict):
+        raise InvalidInput(where, _kind(obj), "expected a JSON object")
+    return {str(k).lower(): v for k, v in obj.items()}
+
+
+def _kind(obj: object) -> str:
+    return "null" if obj is None else type(obj).__name__
+
+
+def _victim_uid(item: object, where: str, meta: bool) -> str:
+    """The UID of one victim: ``{"UID": …}`` (MetaPod) or a Pod's ``metadata.uid``."""
+    fields = _lowered(item, where)
+    if meta:
+        uid, field = fields.get("uid"), f"{where}.UID"
+    else:
+        uid, field = _lowered(fields.get("metadata"), f"{where}.metadata").get("uid"), f"{where}.metadata.uid"
+    if not isinstance(uid, str) or not uid:
+        raise InvalidInput(field, uid, "expected the victim pod's UID, a non-empty string")
+    return uid
+
+
+def _node_victims(obj: object, name: str, meta: bool) -> tuple[tuple[str, ...], int]:
+    where = f"ExtenderPreemptionArgs.{name}"
+    fields = _lowered(obj, where) if obj is not None else {}
+    pods = fields.get("pods")
+    if pods is None:
+        pods = []  # Go encodes a nil slice as null: a placeholder node without victims
+    if not isinstance(pods, list):
+        raise InvalidInput(f"{where}.Pods", _kind(pods), "expected a list of pods")
+    violations = fields.get("numpdbviolations", 0)
+    if violations is None:
+        violations = 0
+    if not isinstance(violations, int) or isinstance(violations, bool) or violations < 0:
+        raise InvalidInput(f"{where}.NumPDBViolations", violations, "expected a count, a whole number ≥ 0")
+    return tuple(_victim_uid(p, f"{where}.Pods[{i}]", meta) for i, p in enumerate(pods)), violations
+
+
+def decode_preemption_args(raw: bytes) -> PreemptionArgs:
+    """Decode ``ExtenderPreemptionArgs``; raises ``InvalidInput`` naming the field that is wrong."""
+    obj = _lower_keys(raw, "ExtenderPreemptionArgs")
+    if obj.get("pod") is None:
+        raise InvalidInput("ExtenderPreemptionArgs.Pod", None, "the pod to place is missing")
+    pod = convert_body(obj["pod"], Pod, "ExtenderPreemptionArgs.Pod")
+    full, meta = obj.get("nodenametovictims"), obj.get("nodenametometavictims")
+    if full and meta:
+        raise InvalidInput(
+            "ExtenderPreemptionArgs", "both", "NodeNameToVictims and NodeNameToMetaVictims both given; send one"
+        )
+    is_meta = bool(meta) or not full
+    name, nodes = ("NodeNameToMetaVictims", meta) if is_meta else ("NodeNameToVictims", full)
+    if nodes is None:
+        nodes = {}
+    if not isinstance(nodes, dict):
+        raise InvalidInput(f"ExtenderPreemptionArgs.{name}", _kind(nodes), "expected an object of node names")
+    victims: dict[str, tuple[str, ...]] = {}
+    violations: dict[str, int] = {}
+    for node, entry in nodes.items():
+        if not node:
+            raise InvalidInput(f"ExtenderPreemptionArgs.{name}", node, "a node name is empty")
+        victims[node], violations[node] = _node_victims(entry, f"{name}[{node}]", is_meta)
+    return PreemptionArgs(pod, victims, violations)
 
 
 def decode_filter_args(raw: bytes) -> FilterArgs:
@@ -137,4 +241,8 @@ def encode_filter_result(result: FilterResult) -> bytes:
 
 
 def encode_binding_result(result: BindingResult) -> bytes:
+    return _ENCODER.encode(result)
+
+
+def encode_preemption_result(result: PreemptionResult) -> bytes:
     return _ENCODER.encode(result)

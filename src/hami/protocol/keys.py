@@ -13,6 +13,7 @@ from typing import Final
 __all__ = [
     "BIND_PHASE",
     "BIND_TIME",
+    "CAPACITY_FREED",
     "DEVICE_CORDON",
     "DEVICE_SCORING_WEIGHTS",
     "GPU_SCHEDULER_POLICY",
@@ -29,6 +30,7 @@ __all__ = [
     "NVIDIA_USE_GPUUUID",
     "NVIDIA_VGPU_MODE",
     "POD_GROUP_LABEL",
+    "PREEMPTED_FOR",
     "SCHEDULER_ROLE_LABEL",
     "VGPU_NODE",
     "VGPU_TIME",
@@ -41,10 +43,13 @@ VGPU_NODE: Final = "hami.io/vgpu-node"  # annotation and label: the node chosen 
 VGPU_TIME: Final = "hami.io/vgpu-time"  # Filter decision time, Unix seconds
 BIND_PHASE: Final = "hami.io/bind-phase"  # allocating | success | failed
 BIND_TIME: Final = "hami.io/bind-time"  # Bind time, Unix seconds
+PREEMPTED_FOR: Final = "hami.io/preempted-for"  # hami's own: on a victim, the preemptor's <namespace>/<name>
 NVIDIA_MIG_ALLOCATIONS: Final = "hami.io/vgpu-mig-allocations"
 
 # --- node annotations -------------------------------------------------------------------------
 NODE_LOCK: Final = "hami.io/mutex.lock"
+CAPACITY_FREED: Final = "hami.io/capacity-freed"  # hami's own (HAMi has none): its leader freed capacity here, then
+# (RFC 3339 time); the Node event makes kube-scheduler retry the pods hami turned down (hami.scheduling.requeue)
 DEVICE_CORDON: Final = "hami.io/device-cordon"
 NVIDIA_REGISTER: Final = "hami.io/node-nvidia-register"
 NVIDIA_SCORE: Final = "hami.io/node-nvidia-score"

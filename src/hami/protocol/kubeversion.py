@@ -24,14 +24,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import msgspec
-
 __all__ = [
     "TESTED",
     "TESTED_WINDOW",
     "KubeVersion",
     "ServerProfile",
-    "ServerVersionInfo",
     "parse_kube_version",
     "server_profile",
 ]
@@ -42,12 +39,6 @@ TESTED_WINDOW = ((1, 36), (1, 38))
 """The oldest and newest minor release hami is tested on."""
 
 _GIT_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-((?:alpha|beta|rc)\.\d+))?")
-
-
-class ServerVersionInfo(msgspec.Struct, rename="camel", gc=False):
-    """The body of ``GET /version`` (only what hami reads)."""
-
-    git_version: str = ""
 
 
 @dataclass(frozen=True, order=True)

@@ -18,11 +18,16 @@ __all__ = [
     "Container",
     "ContainerStatus",
     "EnvVar",
+    "LabelRequirement",
+    "LabelSelector",
     "Node",
     "NodeSpec",
     "NodeStatus",
     "ObjectMeta",
     "Pod",
+    "PodDisruptionBudget",
+    "PodDisruptionBudgetSpec",
+    "PodDisruptionBudgetStatus",
     "PodSpec",
     "PodStatus",
     "QuantityValue",
@@ -88,6 +93,7 @@ class PodSpec(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
     node_selector: dict[str, str] = {}
     priority: int | None = None
     preemption_policy: str | None = None  # "Never" or "PreemptLowerPriority" (admission sets it from the class)
+    termination_grace_period_seconds: int | None = None  # how long a preemption waits for its victims
     scheduling_group: SchedulingGroup | None = None
 
 
@@ -99,6 +105,7 @@ class ContainerStatus(msgspec.Struct, omit_defaults=True, gc=False):
 class PodStatus(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
     phase: str = ""
     start_time: str | None = None  # RFC 3339, set by the kubelet when it accepts the pod
+    nominated_node_name: str = ""  # where a preemption made room for the pod (hami's holds are rebuilt from it)
     init_container_statuses: list[ContainerStatus] = []
 
 
@@ -158,3 +165,53 @@ class ResourceQuota(msgspec.Struct, omit_defaults=True, gc=False):
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
     spec: ResourceQuotaSpec = msgspec.field(default_factory=ResourceQuotaSpec)
     kind: str = "ResourceQuota"
+
+
+class LabelRequirement(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
+    """One ``matchExpressions`` entry of a label selector."""
+
+    key: str = ""
+    operator: str = ""  # In, NotIn, Exists, DoesNotExist
+    values: list[str] = []
+
+
+class LabelSelector(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
+    match_labels: dict[str, str] = {}
+    match_expressions: list[LabelRequirement] = []
+
+    def selects(self, labels: dict[str, str]) -> bool:
+        """Whether ``labels`` satisfy every requirement (an empty selector selects everything, as in policy/v1).
+        An operator Kubernetes does not define selects nothing."""
+        if any(labels.get(k) != v for k, v in self.match_labels.items()):
+            return False
+        return all(_requirement_holds(r, labels) for r in self.match_expressions)
+
+
+def _requirement_holds(req: LabelRequirement, labels: dict[str, str]) -> bool:
+    present = req.key in labels
+    if req.operator == "In":
+        return present and labels[req.key] in req.values
+    if req.operator == "NotIn":
+        return not present or labels[req.key] not in req.values
+    if req.operator == "Exists":
+        return present
+    if req.operator == "DoesNotExist":
+        return not present
+    return False
+
+
+class PodDisruptionBudgetSpec(msgspec.Struct, omit_defaults=True, gc=False):
+    selector: LabelSelector | None = None  # None selects no pod
+
+
+class PodDisruptionBudgetStatus(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
+    disruptions_allowed: int = 0
+
+
+class PodDisruptionBudget(msgspec.Struct, omit_defaults=True, gc=False):
+    """A ``policy/v1`` PodDisruptionBudget as preemption reads it (which pods, how many may be disrupted now)."""
+
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: PodDisruptionBudgetSpec = msgspec.field(default_factory=PodDisruptionBudgetSpec)
+    status: PodDisruptionBudgetStatus = msgspec.field(default_factory=PodDisruptionBudgetStatus)
+    kind: str = "PodDisruptionBudget"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hami.errors import ApiError, InvalidInput, NotFound
 from hami.protocol import keys
@@ -23,8 +23,10 @@ from hami.protocol.objects import Pod
 from hami.scheduling.bind import NOT_PENDING, bind
 from hami.scheduling.cleanup import pod_gone, release_allocation
 from hami.scheduling.decide import Decision, decide, reserve, unreserve
+from hami.scheduling.holds import Hold
 from hami.scheduling.outcomes import ApiFailure, BindOutcome, Filtered, FilterOutcome
 from hami.scheduling.parts import CycleParts
+from hami.scheduling.preempting import expire_holds, preempt_for, rebuild_holds, waiting_note
 from hami.scheduling.records import RecordReader, holds_devices, is_terminal
 from hami.scheduling.request import PodRequest, prefilter
 from hami.scheduling.state import PodRecord
@@ -53,6 +55,10 @@ class Cycle(CycleParts):
     a bind waits for a node locked by another hami bind in progress (``bind_lock_wait``), a PodGroup member's for
     any locked node (``lock_retry_timeout``), woken through ``lock_waits``. The pauses go through the injected
     ``Clocks.sleep``, the waits are measured with ``Clocks.stopwatch``: the cycle reads no clock itself.
+
+    Preemption (``CycleSettings.preemption``, ``--preemption=self``): a pod that fits nowhere preempts through
+    ``hami.scheduling.preempting``; the capacity held for it (``holds``) is lifted for its own decision and put
+    back, in the same step, while its victims still terminate.
     """
 
     # --- /filter ---------------------------------------------------------------------------------------------
@@ -77,20 +83,31 @@ class Cycle(CycleParts):
         self.cancel_cleanup(req.uid)
         await self.settle(req.uid)
         self.forget(req.uid)
-        decision = self._decide_and_reserve(req, names)
+        decision, hold = self._decide_and_reserve(req, names)
         if decision.node is None:
-            return await self._unschedulable(pod, watched, decision, names, guard)
+            outcome = await self._unschedulable(pod, watched, decision, names, guard)
+            return await self._preempt_stage(outcome, req, hold)
+        self._placed(req.uid, decision.node)
         return await self._commit_stage(FilterOutcome(Filtered.SCHEDULED, pod, names, decision), guard)
 
-    def _decide_and_reserve(self, req: PodRequest, names: Sequence[str]) -> Decision:
-        """decide → reserve, with no ``await`` in between (see the class docstring)."""
+    def _decide_and_reserve(self, req: PodRequest, names: Sequence[str]) -> tuple[Decision, Hold | None]:
+        """decide → reserve, with no ``await`` in between (see the class docstring). The pod's own preemption
+        hold, if any, is lifted for the decision and put back when the pod still fits nowhere (returned then)."""
         t0 = self.clocks.stopwatch()
-        now, now_ns = _instant(self.clocks.wall())
+        wall = self.clocks.wall()
+        now, now_ns = _instant(wall)
+        if self.settings.preemption:
+            rebuild_holds(self, wall)
+            expire_holds(self, wall)
+        hold = self.holds.lift(self.state, req.uid)
         decision = decide(self.state, req, names, now, self.memo, now_ns=now_ns)
         self.observer.stage_timed("decide", self.clocks.stopwatch() - t0)
         if reserve(self.state, req, decision) is not None:
             self.pending.add(req.uid)
-        return decision
+        elif hold is not None and decision.node is None:
+            self.holds.place(self.state, hold)  # its victims are still terminating: the room stays held
+            return decision, hold
+        return decision, None
 
     async def _unschedulable(
         self, pod: Pod, watched: Pod | None, decision: Decision, names: tuple[str, ...], guard: str | None
@@ -101,6 +118,24 @@ class Cycle(CycleParts):
             # would charge it again and hold the devices while the pod stays pending. HAMi leaves it too.
             failed = await self.release_allocation(pod, pod.metadata.uid, guard)
         return FilterOutcome(Filtered.UNSCHEDULABLE, pod, names, decision, api_errors=failed)
+
+    async def _preempt_stage(self, outcome: FilterOutcome, req: PodRequest, hold: Hold | None) -> FilterOutcome:
+        """hami's own preemption for a pod that fits nowhere (``hami.scheduling.preempting``): the standing hold
+        is reported, or victims are evicted and the room held."""
+        if hold is not None:
+            return replace(outcome, preemption=waiting_note(hold))
+        rejected = outcome.decision.rejected if outcome.decision is not None else {}
+        helps = [n for n in outcome.candidates if n not in rejected or not rejected[n].unresolvable]
+        note, failed = await preempt_for(self, outcome.pod, req, helps)  # no node the pod never fits on
+        if note is None:
+            return outcome
+        return replace(outcome, preemption=note, api_errors=outcome.api_errors + failed)
+
+    def _placed(self, uid: str, node: str) -> None:
+        """The pod was given ``node``: the evictions made for it elsewhere, if any, were wasted."""
+        wasted = self.holds.settle(uid, node)
+        if wasted:
+            self.observer.evictions_wasted(wasted, "elsewhere")
 
     async def _commit_stage(self, outcome: FilterOutcome, guard: str | None) -> FilterOutcome:
         uid = outcome.pod.metadata.uid
@@ -199,6 +234,9 @@ class Cycle(CycleParts):
             await self.settle(next(iter(self.commits)))
         for uid in list(self.cleanups):
             self.cancel_cleanup(uid)
+        for task in self.nominations.values():
+            task.cancel()
+        self.nominations.clear()
 
     async def bind(self, ns: str, name: str, uid: str, node: str) -> BindOutcome:
         """/bind: see ``hami.scheduling.bind``."""
@@ -213,6 +251,7 @@ class Cycle(CycleParts):
         """Apply one pod event to the ledger (O(pod)). Returns why the pod's allocation annotations could not be
         fully decoded (what could be is charged), or None."""
         uid = pod.metadata.uid
+        self._watch_preemption(pod, deleted or is_terminal(pod))
         if deleted or is_terminal(pod):
             # its commit task, if any, goes too (a PATCH still in flight fails on the deleted pod and rolls
             # back nothing that is still held)
@@ -227,6 +266,29 @@ class Cycle(CycleParts):
         else:
             return self._watch_allocation(pod)
         return None
+
+    def _watch_preemption(self, pod: Pod, gone: bool) -> None:
+        """Preemption's part of the pod watch: a preemptor that is gone or bound has its hold lifted (evictions
+        made for it wasted unless it is bound where they were made); nominated pending pods and the victims
+        still terminating are remembered (the holds are rebuilt from them after a restart)."""
+        uid, bound, meta = pod.metadata.uid, pod.spec.node_name, pod.metadata
+        preemptor = meta.annotations.get(keys.PREEMPTED_FOR)
+        if preemptor and bound and meta.deletion_timestamp and not gone:
+            self.victims[uid] = (preemptor, bound, pod.key)
+        else:
+            self.victims.pop(uid, None)
+        if gone or bound:
+            self.nominated.pop(uid, None)
+            self.holds.lift(self.state, uid)
+            wasted = self.holds.settle(uid, bound or None)
+            if wasted:
+                self.observer.evictions_wasted(wasted, "elsewhere" if bound else "deleted")
+            if gone:
+                self.holds.evicted.discard(uid)
+        elif pod.status.nominated_node_name:
+            self.nominated[uid] = pod
+        else:
+            self.nominated.pop(uid, None)
 
     def _watch_allocation(self, pod: Pod) -> str | None:
         """A pod that carries an allocation: the ledger takes it, unless our newer reservation is pending."""

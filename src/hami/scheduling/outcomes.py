@@ -18,6 +18,8 @@ __all__ = [
     "Cleared",
     "FilterOutcome",
     "Filtered",
+    "Preempting",
+    "PreemptionNote",
     "Refused",
 ]
 
@@ -43,6 +45,30 @@ class Filtered(enum.StrEnum):
     COMMIT_FAILED = "commit-failed"
 
 
+class Preempting(enum.StrEnum):
+    """How hami's own preemption for an unschedulable pod ended (also the ``hami_preemption_attempts`` label)."""
+
+    PREEMPTED = "preempted"  # victims evicted (or already leaving), the freed capacity held for the pod
+    WAITING = "waiting"  # a hold of an earlier attempt stands: its victims are still terminating
+    NO_CANDIDATE = "no-candidate"  # no node where evicting lower-priority pods makes the pod fit
+    BUDGET_REFUSED = "budget-refused"  # every candidate tried was refused by a PodDisruptionBudget (429)
+    FAILED = "failed"  # an eviction failed otherwise (``api_errors``)
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionNote:
+    """What hami's preemption did for the pod of a /filter: the node, the victims (``namespace/name``) and how many
+    were evicted now, the hold's deadline (Unix seconds), and the words for a person (the node's failure reason in
+    the answer, the ``Preempting`` event)."""
+
+    result: Preempting
+    message: str
+    node: str = ""
+    victims: tuple[str, ...] = ()
+    evicted: int = 0
+    deadline: float = 0.0
+
+
 @dataclass(frozen=True, slots=True)
 class FilterOutcome:
     """One /filter as data: the decision (chosen node, devices, every rejection with its numbers), what went
@@ -54,6 +80,7 @@ class FilterOutcome:
     decision: Decision | None = None
     error: str = ""
     api_errors: tuple[ApiFailure, ...] = ()
+    preemption: PreemptionNote | None = None
 
 
 class Bound(enum.StrEnum):

@@ -13,7 +13,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from hami.devices.base import Vendor
+from hami.protocol.objects import Pod
 from hami.scheduling.decide import unreserve
+from hami.scheduling.holds import HoldBook
 from hami.scheduling.memo import Verdicts
 from hami.scheduling.outcomes import FilterOutcome
 from hami.scheduling.ports import ClusterPort, CycleObserver, LockWaits, Unobserved
@@ -39,6 +41,9 @@ class CycleSettings:
     """Pause between two tries of such a wait (HAMi's 100 ms) when there is no ``LockWaits``."""
     bind_lock_wait: float = 0.0
     """``--bind-lock-wait``: how long a bind waits for a node locked by another hami bind in progress (0: not)."""
+    preemption: bool = False
+    """``--preemption`` resolved to ``self``: a pod that fits nowhere preempts lower-priority pods through hami
+    (``hami.scheduling.preempting``). False with ``extender`` (kube-scheduler evicts) and ``off``."""
 
 
 @dataclass(slots=True)
@@ -79,6 +84,15 @@ class CycleParts:
     up (or rewritten) meanwhile."""
     records: RecordReader | None = None
     """Reads the watched pods' records for ``vendors`` (built on first use, again if ``vendors`` is replaced)."""
+    holds: HoldBook = field(default_factory=HoldBook)
+    """Capacity held for preemptors while their victims terminate (``hami.scheduling.holds``)."""
+    nominated: dict[str, Pod] = field(default_factory=dict)
+    """Pending pods with a ``status.nominatedNodeName``, by UID: the holds are rebuilt from them after a restart."""
+    victims: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    """Terminating pods hami evicted (``hami.io/preempted-for``), by UID → (preemptor ``namespace/name``, node,
+    the victim's ``namespace/name``): with the nominations, what the holds are rebuilt from after a restart."""
+    nominations: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    """Preemptors whose ``nominatedNodeName`` is checked again after /filter answered (``renominate``), by UID."""
 
     async def settle(self, uid: str) -> FilterOutcome | None:
         """Wait for the pod's commit still in flight, if any; returns its failure or None."""

@@ -9,7 +9,7 @@ from typing import Protocol
 
 from hami.protocol import keys
 from hami.protocol.events import EventReason, EventType
-from hami.protocol.objects import Pod
+from hami.protocol.objects import Pod, PodDisruptionBudget
 from hami.scheduling.outcomes import Cleanup, FilterOutcome
 
 __all__ = ["ClusterPort", "CycleObserver", "LockWaits", "PodWriter", "Unobserved"]
@@ -62,7 +62,21 @@ class ClusterPort(PodWriter, Protocol):
         (``Conflict`` otherwise: kube-apiserver takes the Binding's ``metadata.resourceVersion`` as a precondition)."""
 
     def event(self, pod: Pod, type: EventType, reason: EventReason, message: str) -> None:
-        """Record an event on the pod (fire and forget; never raises). Used by the edge, never by the cycle."""
+        """Record an event on the pod (fire and forget; never raises). Used by the edge and by preemption."""
+
+    async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Evict the pod through the Eviction API (``policy/v1``, graceful: the pod's own grace period), only if it
+        is still the pod ``uid``. ``BudgetRefused`` when a PodDisruptionBudget allows no disruption now;
+        ``NotFound`` or ``Conflict`` when the pod is gone or another one."""
+
+    async def mark_preempted(self, namespace: str, name: str, uid: str, message: str) -> None:
+        """Set the pod's ``DisruptionTarget`` condition (``True``, reason ``PreemptionByScheduler``) (pods/status)."""
+
+    async def nominate(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Set the pod's ``status.nominatedNodeName`` (pods/status; ``""`` clears it)."""
+
+    async def disruption_budgets(self) -> list[PodDisruptionBudget]:
+        """Every PodDisruptionBudget (policy/v1) of the cluster."""
 
 
 class LockWaits(Protocol):
@@ -91,6 +105,10 @@ class CycleObserver(Protocol):
     def lock_waited(self, seconds: float, timed_out: bool) -> None:
         """One wait for a node lock: how long it took (``Clocks.stopwatch``) and whether it ran out."""
 
+    def evictions_wasted(self, count: int, why: str) -> None:
+        """``count`` evictions made for a preemptor did not lead to its placement where they were made (``why``:
+        ``deleted``, ``elsewhere``)."""
+
 
 class Unobserved:
     """A ``CycleObserver`` that hears nothing (the default; tests override the methods they watch)."""
@@ -105,4 +123,7 @@ class Unobserved:
         pass
 
     def lock_waited(self, seconds: float, timed_out: bool) -> None:
+        pass
+
+    def evictions_wasted(self, count: int, why: str) -> None:
         pass

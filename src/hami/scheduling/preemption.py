@@ -34,7 +34,10 @@ from hami.scheduling.filter import NodeFit, filter_node
 from hami.scheduling.request import PodRequest
 from hami.scheduling.state import ClusterState, PodRecord
 
-__all__ = ["Budget", "Candidate", "Preemption", "fits_without", "preempt", "victims_on"]
+__all__ = ["NOT_EVEN_ALL_LOWER", "Budget", "Candidate", "Preemption", "fits_without", "preempt", "victims_on"]
+
+NOT_EVEN_ALL_LOWER = "the pod does not fit even with every pod of lower priority gone"
+"""Why a node has no candidate when removing every pod of lower priority is not enough (or there is none)."""
 
 _OFFSET = 2**31
 """Added to every priority before summing (kube-scheduler's ``MaxInt32 + 1``), so negative priorities sum sanely."""
@@ -92,8 +95,15 @@ def fits_without(state: ClusterState, req: PodRequest, node: str, leaving: Colle
     return verdict if isinstance(verdict, NodeFit) else None
 
 
-def preempt(state: ClusterState, req: PodRequest, nodes: Iterable[str], budgets: Sequence[Budget] = ()) -> Preemption:
-    """Victims for ``req`` on each of ``nodes`` and the best candidate among them (see the module docstring)."""
+def preempt(
+    state: ClusterState,
+    req: PodRequest,
+    nodes: Iterable[str],
+    budgets: Sequence[Budget] = (),
+    keep: Collection[str] = (),
+) -> Preemption:
+    """Victims for ``req`` on each of ``nodes`` and the best candidate among them (see the module docstring).
+    The pods ``keep`` (UIDs: reserved but not bound yet, already evicted) stay where they are: never victims."""
     if not req.preempts:
         return Preemption(req.key, None, reason="preemptionPolicy is Never: the pod waits and preempts no pod")
     if not req.wants_devices:
@@ -101,7 +111,7 @@ def preempt(state: ClusterState, req: PodRequest, nodes: Iterable[str], budgets:
     candidates: list[Candidate] = []
     refused: dict[str, str] = {}
     for name in sorted(set(nodes)):
-        found = victims_on(state, req, name, budgets)
+        found = victims_on(state, req, name, budgets, keep=keep)
         if isinstance(found, Candidate):
             candidates.append(found)
         else:
@@ -112,8 +122,18 @@ def preempt(state: ClusterState, req: PodRequest, nodes: Iterable[str], budgets:
     return Preemption(req.key, candidates[0], tuple(candidates), refused)
 
 
-def victims_on(state: ClusterState, req: PodRequest, node: str, budgets: Sequence[Budget] = ()) -> Candidate | str:
-    """The minimal set of lower-priority pods of ``node`` whose removal makes ``req`` fit, or why there is none."""
+def victims_on(
+    state: ClusterState,
+    req: PodRequest,
+    node: str,
+    budgets: Sequence[Budget] = (),
+    gone: Collection[str] = (),
+    keep: Collection[str] = (),
+) -> Candidate | str:
+    """The minimal set of lower-priority pods of ``node`` whose removal makes ``req`` fit, or why there is none.
+    ``gone`` (UIDs) leave anyway, as terminating pods do: the victims kube-scheduler's own dry run already chose
+    when it asks the extender's preempt verb; they are never among the victims returned. ``keep`` (UIDs: reserved
+    but not bound yet, already evicted) stay where they are: never victims either."""
     if node not in state.nodes:
         return "node unknown to hami"
     if not req.preempts:
@@ -121,11 +141,11 @@ def victims_on(state: ClusterState, req: PodRequest, node: str, budgets: Sequenc
     if not isinstance(filter_node(state, state.nodes[node], req, empty=True), NodeFit):
         return "the pod does not fit even on the empty node"
     on_node = sorted((state.pods[uid] for uid in state.pods_by_node.get(node, ())), key=lambda r: r.uid)
-    leaving = frozenset(r.uid for r in on_node if r.terminating)
-    lower = [r for r in on_node if not r.terminating and r.priority < req.priority]
+    leaving = frozenset(r.uid for r in on_node if r.terminating) | frozenset(gone)
+    lower = [r for r in on_node if r.uid not in leaving and r.uid not in keep and r.priority < req.priority]
     removed = {r.uid for r in lower}
     if fits_without(state, req, node, leaving | removed) is None:
-        return "the pod does not fit even with every pod of lower priority gone"
+        return NOT_EVEN_ALL_LOWER
     order = _reprieve_order(state, node, lower, budgets)
     for record in order:
         removed.discard(record.uid)

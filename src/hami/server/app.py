@@ -1,9 +1,12 @@
-"""The HTTP surface (starlette): the extender listener (``/filter``, ``/bind``, ``/healthz``, ``/readyz``), the
-Service listener (``/webhook``, ``/healthz``, ``/readyz``; ``/filter`` and ``/bind`` answer 404) and ``/metrics``.
+"""The HTTP surface (starlette): the extender listener (``/filter``, ``/bind``, ``/preempt``, ``/healthz``,
+``/readyz``), the Service listener (``/webhook``, ``/healthz``, ``/readyz``; the extender's paths answer 404) and
+``/metrics``.
 
 Malformed bodies get HTTP 200 with a JSON ``{"Error": "..."}`` naming what is wrong (kube-scheduler reads
-the error from the body, as with HAMi); bodies over the size limit are refused with 413 before decoding. No
-request can crash or block the server: every handler catches hami's own errors and answers.
+the error from the body, as with HAMi); bodies over the size limit are refused with 413 before decoding. The
+preempt verb's answer has no error field, so there a malformed body is a 400 whose text names the field, a
+replica that cannot answer yet (not synced, not the leader) a 503, and a bug a 500. No request can crash or block
+the server: every handler catches hami's own errors and answers.
 """
 
 from __future__ import annotations
@@ -22,10 +25,13 @@ from hami.errors import BodyTooLarge, HamiError
 from hami.protocol.extender import (
     BindingResult,
     FilterResult,
+    PreemptionResult,
     decode_binding_args,
     decode_filter_args,
+    decode_preemption_args,
     encode_binding_result,
     encode_filter_result,
+    encode_preemption_result,
 )
 from hami.server.extender import Extender
 from hami.server.metrics import Metrics
@@ -144,9 +150,16 @@ def build_app(
             return body
         return Response(encode_binding_result(await _bind(extender, body)), media_type=_JSON)
 
+    async def preempt_route(request: Request) -> Response:
+        body = await _extender_body(request)
+        if isinstance(body, Response):
+            return body
+        return _preempt(extender, body)
+
     routes = [
         Route("/filter", filter_route, methods=["POST"]),
         Route("/bind", bind_route, methods=["POST"]),
+        Route("/preempt", preempt_route, methods=["POST"]),
         *_health_routes(extender),
         *(extra_routes or []),
     ]
@@ -184,6 +197,23 @@ async def _bind(extender: Extender, body: bytes) -> BindingResult:
         return BindingResult(error=f"internal error: {type(err).__name__}: {err}")
 
 
+def _preempt(extender: Extender, body: bytes) -> Response:
+    """The preempt verb's answer: 200 with ``NodeNameToMetaVictims``, else a status kube-scheduler logs
+    (``failed preempt with extender at URL …, code N``) with the reason in the body for a person."""
+    try:
+        answer = extender.preempt(decode_preemption_args(body))
+    except HamiError as err:
+        log.warning("/preempt refused: %s", err)
+        return PlainTextResponse(str(err), status_code=400)
+    except Exception as err:  # a bug: answer, log, keep serving
+        log.exception("preempt failed")
+        return PlainTextResponse(f"internal error: {type(err).__name__}: {err}", status_code=500)
+    if isinstance(answer, PreemptionResult):
+        return Response(encode_preemption_result(answer), media_type=_JSON)
+    log.warning("/preempt not answered: %s", answer)
+    return PlainTextResponse(answer, status_code=503)
+
+
 def _health_routes(extender: Extender) -> list[Route]:
     async def healthz(_: Request) -> Response:
         return PlainTextResponse("ok")
@@ -198,8 +228,8 @@ def _health_routes(extender: Extender) -> list[Route]:
 
 
 def build_service_app(extender: Extender, routes: list[Route]) -> Starlette:
-    """The Service-facing listener: ``routes`` (the webhook) and health. ``/filter`` and ``/bind`` answer 404
-    without reading the body: they are served on the extender listener only (``--extender-bind``)."""
+    """The Service-facing listener: ``routes`` (the webhook) and health. ``/filter``, ``/bind`` and ``/preempt``
+    answer 404 without reading the body: they are served on the extender listener only (``--extender-bind``)."""
 
     async def not_here(request: Request) -> Response:
         log.warning("%s %s on the Service listener from %s refused (the extender listens on --extender-bind)",
@@ -210,7 +240,7 @@ def build_service_app(extender: Extender, routes: list[Route]) -> Starlette:
         )
 
     every = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
-    extender_paths = [Route(path, not_here, methods=every) for path in ("/filter", "/bind")]
+    extender_paths = [Route(path, not_here, methods=every) for path in ("/filter", "/bind", "/preempt")]
     return Starlette(routes=[*routes, *_health_routes(extender), *extender_paths])
 
 

@@ -1,4 +1,5 @@
-"""The scheduler extender's edge: ``/filter`` and ``/bind`` mapped to and from the cycle.
+"""The scheduler extender's edge: ``/filter`` and ``/bind`` mapped to and from the cycle, ``/preempt`` to the
+preemption core (``hami.scheduling.preemptverb``).
 
 ``hami.scheduling.cycle.Cycle`` composes the cycle and returns an outcome as data; this module only turns an
 outcome into the HTTP answer, the events on the pod and the metrics, and feeds the watch handlers' objects to the
@@ -16,23 +17,45 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hami.config.dra import DraConfig
 from hami.devices.base import Vendor
+from hami.protocol import keys
 from hami.protocol.dra import DeviceClass, ResourceClaim, ResourceSlice
 from hami.protocol.events import EventReason, filtering_failed_texts, no_available_node_text
-from hami.protocol.extender import BindingArgs, BindingResult, FilterArgs, FilterResult
+from hami.protocol.extender import (
+    BindingArgs,
+    BindingResult,
+    FilterArgs,
+    FilterResult,
+    MetaPod,
+    MetaVictims,
+    PreemptionArgs,
+    PreemptionResult,
+)
 from hami.protocol.objects import Node, Pod, ResourceQuota
 from hami.protocol.reasons import Reason
 from hami.scheduling.cycle import Cycle
 from hami.scheduling.decide import Decision
 from hami.scheduling.dra import DraLedger, DraProblem, DraWarning
-from hami.scheduling.outcomes import ApiFailure, BindOutcome, Bound, Cleanup, Cleared, Filtered, FilterOutcome
+from hami.scheduling.outcomes import (
+    ApiFailure,
+    BindOutcome,
+    Bound,
+    Cleanup,
+    Cleared,
+    Filtered,
+    FilterOutcome,
+    Preempting,
+    PreemptionNote,
+)
 from hami.scheduling.parts import Clocks, CycleSettings
 from hami.scheduling.ports import ClusterPort, LockWaits
-from hami.scheduling.request import SchedulingDefaults
+from hami.scheduling.preemption import Budget
+from hami.scheduling.preemptverb import VerbAnswer, answer_preempt_verb
+from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState
 from hami.server.metrics import Metrics
 
@@ -82,6 +105,7 @@ class Extender:
         bind_lock_wait: float = 0.0,
         lock_waits: LockWaits | None = None,
         dra: DraConfig | None = None,
+        preemption: bool = False,
     ) -> None:
         self.state = state
         self.vendors = vendors
@@ -90,17 +114,25 @@ class Extender:
         self.metrics = metrics
         self.readiness = readiness or Readiness()
         settings = CycleSettings(
-            background_commit=background_commit, lock_retry_timeout=lock_retry_timeout, bind_lock_wait=bind_lock_wait
+            background_commit=background_commit,
+            lock_retry_timeout=lock_retry_timeout,
+            bind_lock_wait=bind_lock_wait,
+            preemption=preemption,
         )
         clocks = Clocks(wall=clock, stopwatch=time.perf_counter, sleep=asyncio.sleep)
         self.cycle = Cycle(state, vendors, defaults, cluster, clocks, settings, self, lock_waits)
-        self._lock_keys = frozenset(v.keys.lock for v in vendors.values() if v.keys.lock is not None)
+        locks = {v.keys.lock for v in vendors.values() if v.keys.lock is not None}
+        self._unread_keys = frozenset({*locks, keys.CAPACITY_FREED})
+        """Node annotations the state never reads: hami's own writes (locks, the requeue nudge)."""
         self._node_inputs: dict[str, tuple[object, ...]] = {}
         """Per node, what the state reads from it as last applied (see ``on_node``)."""
         self.dra = DraLedger(state, dra if dra is not None else DraConfig())
         """DRA claims charged beside hami's pods (``hami.scheduling.dra``); fed by the ``on_resource_*`` handlers."""
         self.dra.pod_lookup = self._live_pod_uid
         self.dra.settled = self._synced
+        self.budgets: Callable[[], Sequence[Budget]] = tuple
+        """The PodDisruptionBudgets preemption weighs (``hami.scheduling.preemption.Budget``); none until a
+        shell that watches them sets this. kube-scheduler's own count for its victims is kept either way."""
 
     # --- CycleObserver ---------------------------------------------------------------------------------------
     def commit_failed_late(self, outcome: FilterOutcome) -> None:
@@ -113,6 +145,10 @@ class Extender:
         self.metrics.lock_wait.observe(seconds)
         if timed_out:
             self.metrics.lock_wait_timeouts.inc()
+
+    def evictions_wasted(self, count: int, why: str) -> None:
+        self.metrics.preemption_wasted.labels(why).inc(count)
+        log.warning("%d eviction(s) made by hami's preemption did not lead to a placement there (%s)", count, why)
 
     def cleanup_retried(self, cleanup: Cleanup) -> None:
         """Log lines and metrics of one background retry of a clean-up."""
@@ -153,10 +189,23 @@ class Extender:
             log.warning("/filter refused: %s", outcome.error)
         elif outcome.result is Filtered.UNSCHEDULABLE and decision is not None:
             self._failed_events(pod, decision, len(outcome.candidates))
+            if outcome.preemption is not None:
+                self._preempted(pod, outcome.preemption)
         elif outcome.result is Filtered.SCHEDULED and decision is not None:
             self._event(pod, SUCCEED, decision.message)
             if decision.rejected:
                 self._event(pod, EventReason.FILTERED_NODES, _rejection_text(decision))
+
+    def _preempted(self, pod: Pod, note: PreemptionNote) -> None:
+        """Metrics, log line and event of hami's own preemption for ``pod`` (a standing hold counts no attempt)."""
+        if note.result is Preempting.WAITING:
+            return
+        self.metrics.preemption_attempts.labels(note.result.value).inc()
+        if note.evicted:
+            self.metrics.preemption_victims.inc(note.evicted)
+        if note.result is Preempting.PREEMPTED:
+            log.info("preemption for %s: %s", pod.key, note.message)
+            self._event(pod, EventReason.PREEMPTING, note.message)
 
     def _api_errors(self, failures: Iterable[ApiFailure]) -> None:
         for failure in failures:
@@ -179,6 +228,28 @@ class Extender:
         self._event(pod, FAILED, no_available_node_text(total))
         if decision.rejected:
             self._event(pod, FAILED, _rejection_text(decision))
+
+    # --- /preempt (kube-scheduler 1.38+) ---------------------------------------------------------------------
+    def preempt(self, args: PreemptionArgs) -> PreemptionResult | str:
+        """hami's victims per candidate node (``hami.scheduling.preemptverb``), or why hami cannot answer now
+        (not synced, not the leader: the caller answers 503 and kube-scheduler retries the pod later). A pod
+        that cannot be read raises ``InvalidInput``. Nothing is reserved or written: kube-scheduler evicts."""
+        started = time.perf_counter()
+        try:
+            problem = self.readiness.problem()
+            if problem is not None:
+                return problem
+            req = prefilter(args.pod, self.vendors, self.defaults)
+            answer = answer_preempt_verb(self.state, req, args.victims, args.violations, self.budgets())
+            _log_preempt(args.pod, answer)
+            return PreemptionResult(
+                {
+                    node: MetaVictims([MetaPod(uid) for uid in uids], answer.violations.get(node, 0))
+                    for node, uids in answer.victims.items()
+                }
+            )
+        finally:
+            self.metrics.latency.labels("preempt").observe(time.perf_counter() - started)
 
     # --- /bind ---------------------------------------------------------------------------------------------
     async def bind(self, args: BindingArgs) -> BindingResult:
@@ -232,10 +303,11 @@ class Extender:
 
     def _inputs_of(self, node: Node) -> tuple[object, ...]:
         """Everything of ``node`` that ``ClusterState.upsert_node`` (and the vendors' decoders) can read: the
-        decoded view holds labels, annotations, ``spec`` and ``status`` only; the lock annotations are left out.
+        decoded view holds labels, annotations, ``spec`` and ``status`` only; the lock annotations and the requeue
+        nudge are left out.
         Copies, so a view changed in place later still compares unequal."""
         meta, status = node.metadata, node.status
-        annotations = {k: v for k, v in meta.annotations.items() if k not in self._lock_keys}
+        annotations = {k: v for k, v in meta.annotations.items() if k not in self._unread_keys}
         return dict(meta.labels), annotations, node.spec.unschedulable, dict(status.capacity), dict(status.allocatable)
 
     def on_quota(self, quota: ResourceQuota, deleted: bool = False) -> None:
@@ -297,6 +369,9 @@ def _filter_answer(outcome: FilterOutcome, args: FilterArgs) -> FilterResult:
     never = {n: r.summary for n, r in decision.rejected.items() if r.unresolvable}
     chosen = decision.node
     if chosen is None:
+        note = outcome.preemption
+        if note is not None and note.node in outcome.candidates:
+            failed[note.node] = note.message  # the victims terminate there; the room is held for this pod
         return FilterResult(failed_nodes=failed or None, failed_and_unresolvable_nodes=never or None)
     # One shared text for every node that fits but was not chosen (the scores are in the FilteringSucceed event).
     not_chosen = f"fits, but hami chose {chosen} under the {decision.node_policy or 'configured'} node policy"
@@ -309,6 +384,12 @@ def _filter_answer(outcome: FilterOutcome, args: FilterArgs) -> FilterResult:
         failed_nodes=failed or None,
         failed_and_unresolvable_nodes=never or None,
     )
+
+
+def _log_preempt(pod: Pod, answer: VerbAnswer) -> None:
+    kept = [f"{node} ({len(uids)} victims)" for node, uids in answer.victims.items()]
+    left = [f"{node}: {why}" for node, why in sorted(answer.refused.items())]
+    log.info("/preempt %s: candidates %s; left out %s", pod.key, ", ".join(kept) or "none", "; ".join(left) or "none")
 
 
 def _log_dra(problems: Iterable[DraProblem]) -> None:

@@ -24,6 +24,7 @@ from hami import __version__
 from hami.devices.base import cores_shown
 from hami.scheduling.audit import DriftKind
 from hami.scheduling.fragmentation import card_fragments, fragmentation_index, model_fragments
+from hami.scheduling.holds import PreemptionHold
 from hami.scheduling.state import ClusterState
 
 __all__ = ["Metrics"]
@@ -239,6 +240,7 @@ class Metrics:
         ).labels(__version__, "", "", "", "cpython", "linux").set(1)
         self._request_metrics()
         self._ledger_metrics()
+        self._preemption_metrics()
 
     def _request_metrics(self) -> None:
         """What /filter, /bind and the webhook did, and how long it took."""
@@ -294,3 +296,39 @@ class Metrics:
         for kind in DriftKind:
             self.ledger_api_drift.labels(kind.value).set(0)
             self.ledger_api_repairs.labels(kind.value)
+
+    def _preemption_metrics(self) -> None:
+        """hami's own preemption (``--preemption=self``): attempts, victims, capacity held, wasted evictions."""
+        self.preemption_attempts = Counter(
+            "hami_preemption_attempts",
+            "Preemptions hami tried for pods that fit nowhere, by result (preempted, no-candidate, budget-refused, "
+            "failed)",
+            ["result"],
+            registry=self.own,
+        )
+        self.preemption_victims = Counter(
+            "hami_preemption_victims_evicted",
+            "Pods hami evicted to make room for higher-priority pods",
+            registry=self.own,
+        )
+        self.preemption_wasted = Counter(
+            "hami_preemption_wasted_evictions",
+            "Evictions that did not lead to their preemptor's placement on that node (why: deleted, elsewhere); "
+            "should stay 0",
+            ["why"],
+            registry=self.own,
+        )
+        for why in ("deleted", "elsewhere"):
+            self.preemption_wasted.labels(why)
+        Gauge(
+            "hami_preemption_holds", "Preemptors for which hami holds freed capacity", registry=self.own
+        ).set_function(lambda: float(len(_holds(self.state()))))
+        Gauge(
+            "hami_preemption_held_memory_bytes",
+            "Device memory held for preemptors while their victims terminate",
+            registry=self.own,
+        ).set_function(lambda: float(sum(ch.mem for r in _holds(self.state()) for ch in r.charges) * _MIB))
+
+
+def _holds(state: ClusterState) -> list[PreemptionHold]:
+    return [r for r in state.held.values() if isinstance(r, PreemptionHold)]

@@ -9,7 +9,8 @@ tasks. Every background task, loop or one-shot write, is started through one ``S
 
 This module only assembles; each job has its home: ``hami.server.leadership`` (the Lease, the role label),
 ``hami.server.nodelocks`` (lock hand-over and release), ``hami.server.nodes`` (quarantine report, handshake),
-``hami.server.extender`` (the cycle's edge), ``hami.server.dra`` (the DRA watches).
+``hami.server.extender`` (the cycle's edge), ``hami.server.dra`` (the DRA watches), ``hami.server.requeue`` (the
+nudge to kube-scheduler once capacity frees).
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ from hami.server.listen import guarded_h11, listen
 from hami.server.metrics import Metrics
 from hami.server.nodelocks import LockHousekeeping
 from hami.server.nodes import NodeHandling
+from hami.server.preemptmode import Resolved, resolve_preemption
+from hami.server.requeue import RequeueNudges
 from hami.server.tls import CertificateReloader
 from hami.server.webhook import admission_for, webhook_route
 
@@ -104,10 +107,13 @@ class Runtime:
     leadership: Leadership = field(init=False)
     housekeeping: LockHousekeeping = field(init=False)
     nodes: NodeHandling = field(init=False)
+    requeue: RequeueNudges = field(init=False)
     dra: DraWatches | None = None
     """The DRA watches, once started (None with DRA off)."""
     server: ServerProfile | None = None
     """What hami chose for the API server's version (read at start; None: it could not be read)."""
+    preemption: Resolved = "off"
+    """``--preemption`` as resolved at start-up (``hami.server.preemptmode``)."""
 
     def __post_init__(self) -> None:
         if self.transport is None:  # read the files now: a missing or bad one is a ConfigError at start-up
@@ -118,18 +124,23 @@ class Runtime:
         self.leadership = Leadership(self.settings.leader_elect, self.identity)
         self.housekeeping = LockHousekeeping(sorted({v.keys.lock for v in self.vendors.values() if v.keys.lock}))
         self.nodes = NodeHandling(self.vendors, self.state, self.metrics, self.leadership.is_leader)
+        s = self.settings
+        self.requeue = RequeueNudges(s.scheduler_name, s.requeue_interval, self.leadership.is_leader, self.metrics)
 
     def watch_handlers(
         self, extender: Extender, cluster: KubeCluster, locker: NodeLocker, events: EventRecorder, tasks: Supervisor
     ) -> tuple[Callable[[Node, bool], None], Callable[[Pod, bool], None]]:
-        """The node and pod watches' handlers: the extender's ledger first, then locks and node reports."""
+        """The node and pod watches' handlers: the extender's ledger first, then locks, node reports and the nudge
+        to kube-scheduler once the ledger freed capacity."""
         self.housekeeping.attach(locker, tasks)
         self.nodes.attach(cluster, events, tasks)
+        self.requeue.attach(cluster, tasks)
 
         def on_node(obj: Node, deleted: bool) -> None:
             if deleted:
                 self.housekeeping.node_gone(obj.metadata.name)
                 self.nodes.node_gone(obj.metadata.name)
+                self.requeue.node_gone(obj.metadata.name)
                 extender.on_node(obj, deleted=True)
                 return
             self.housekeeping.node_seen(obj)
@@ -137,8 +148,11 @@ class Runtime:
             self.nodes.node_seen(obj)
 
         def on_pod(obj: Pod, deleted: bool) -> None:
+            held = self.state.pods.get(obj.metadata.uid)
             extender.on_pod(obj, deleted)
             self.housekeeping.pod_seen(obj, deleted)
+            freed = held is not None and obj.metadata.uid not in self.state.pods
+            self.requeue.pod_seen(obj, deleted, held.node if held is not None and freed else None)
 
         return on_node, on_pod
 
@@ -213,6 +227,7 @@ class Runtime:
                 bind_lock_wait=s.bind_lock_wait,
                 lock_waits=self.housekeeping.lock_waits,
                 dra=self.device_config.dra,
+                preemption=self._preemption_mode() == "self",
             )
             self.extender = extender
             watched_nodes, watched_pods = self._start_watches(
@@ -228,6 +243,14 @@ class Runtime:
             self.housekeeping.stop_checks()
             await extender.settle_all()
             await events.aclose()
+
+    def _preemption_mode(self) -> Resolved:
+        """``--preemption`` resolved (``auto`` by the API server's version), logged; kept in ``preemption``."""
+        # the version read at start (read_server_profile; None: it could not be read, which that logged)
+        version = None if self.server is None else str(self.server.version)
+        self.preemption, why = resolve_preemption(self.settings.preemption, version)
+        log.info("preemption: %s (%s)", self.preemption, why)
+        return self.preemption
 
     def _start_watches(
         self,

@@ -43,6 +43,7 @@ from hami.scheduling.filter import NodeRejection
 from hami.scheduling.request import PodRequest, prefilter
 from hami.scheduling.state import ClusterState, NodeState, PodRecord
 from hami.simulate.loading import Sourced
+from hami.simulate.preempting import PreemptionView, explain_preemption, preemption_json, render_preemption
 from hami.simulate.report import cores_text
 from hami.simulate.simulator import DEFAULT_NAMESPACE, Outcome, Simulator
 from hami.simulate.whatif import judge, put_back, take_out
@@ -128,6 +129,8 @@ class Explanation:
     already admitted, or a manifest the webhook denied)."""
     warnings: tuple[str, ...] = ()
     """What the manifest likely gets wrong (as ``hami simulate`` warns: resource typos, a zero count)."""
+    preemption: PreemptionView | None = None
+    """For a pending pod that fits nowhere: the pods hami would preempt and why (``hami.simulate.preempting``)."""
 
 
 def _describe_need(req: PodRequest) -> tuple[str, ...]:
@@ -293,6 +296,8 @@ def explain(sim: Simulator, pod: Pod, suggest: bool = True, pinned: str | None =
         decision = judge(state, req, names)
         verdicts = _verdicts(sim, pod, req, names, decision, suggest and decision.node is None)
         suggestions = _suggestions(sim, pod, names, verdicts) if suggest and decision.node is None else ()
+        pending = record is None and decision.node is None
+        preemption = explain_preemption(state, pod, req, names) if pending else None
     finally:
         put_back(state, removed)
     if record is not None:
@@ -305,7 +310,15 @@ def explain(sim: Simulator, pod: Pod, suggest: bool = True, pinned: str | None =
     else:
         status, message = "pending", decision.message
     return Explanation(
-        key, status, message, decision.node, record.node if record else None, _describe_need(req), verdicts, suggestions
+        key,
+        status,
+        message,
+        decision.node,
+        record.node if record else None,
+        _describe_need(req),
+        verdicts,
+        suggestions,
+        preemption=preemption,
     )
 
 
@@ -445,6 +458,8 @@ def render_explain(e: Explanation, wide: bool = False) -> str:
     if e.suggestions:
         lines += ["", "What would make it fit:"]
         lines += [f"  - {s}" for s in e.suggestions]
+    if e.preemption is not None:
+        lines += render_preemption(e.preemption)
     return "\n".join(lines)
 
 
@@ -493,4 +508,5 @@ def explain_json(e: Explanation) -> dict[str, Any]:
         "suggestions": list(e.suggestions),
         "admission": list(e.admission) if e.admission is not None else None,
         "warnings": list(e.warnings),
+        "preemption": preemption_json(e.preemption) if e.preemption is not None else None,
     }

@@ -6,14 +6,13 @@ import pytest
 
 from hami.config import (
     DeviceConfig,
-    HygonConfig,
     LoadedConfig,
-    MigProfileAllowlistEntry,
-    NvidiaConfig,
     default_device_config,
     parse_device_config,
 )
-from hami.config._model import ConfigModel
+from hami.devices.configmodel import ConfigModel
+from hami.devices.hygon import HygonConfig
+from hami.devices.nvidia.config import MigProfileAllowlistEntry, NvidiaConfig
 from hami.errors import ConfigError
 
 CHART_FILE = Path(__file__).parents[2] / "data" / "device-config.yaml"

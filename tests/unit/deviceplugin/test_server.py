@@ -270,3 +270,19 @@ async def test_allocate_a_mig_pod_with_cdi(short_dir: Path, tmp_path: Path) -> N
     assert names == ["GPU-0", instance.mig_uuid]
     assert annotations(cluster)[keys.BIND_PHASE] == "success"
     assert f'"migUUID":"{instance.mig_uuid}"' in annotations(cluster)[keys.NVIDIA_MIG_ALLOCATIONS]
+
+
+async def test_a_socket_it_cannot_listen_on_is_a_clear_error_and_retried(
+    short_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # kubelet's socket fits in a unix socket path here, the plugin's longer name does not
+    deep = short_dir / ("d" * (92 - len(str(short_dir)) - 1))
+    deep.mkdir()
+    socket = deep / "hami-nvidia.sock"
+    expected = (
+        f"kubelet registration failed, retrying in 0.05s: cannot listen on {socket}: "
+        "a unix socket path may be at most 107 bytes"
+    )
+    async with fake_kubelet(deep), running_plugin(deep, tmp_path, MemoryCluster(nodes=[node()])):
+        await eventually(lambda: [r.getMessage() for r in caplog.records].count(expected) >= 2)
+    assert "Traceback" not in caplog.text

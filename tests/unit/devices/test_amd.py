@@ -9,10 +9,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from hami.config import AmdConfig, default_device_config
+from hami.config import default_device_config
 from hami.devices import registered_keys, vendors_from_config
 from hami.devices.admission import ContainerEdit, PodContext
-from hami.devices.amd import AMD, AMD_KEYS, AmdAdmitter, AmdVendor, compute_units
+from hami.devices.amd import AMD, AMD_KEYS, AmdAdmitter, AmdConfig, AmdVendor, compute_units
 from hami.devices.base import MEM_PERCENTAGE_UNSET, ContainerRequest, Fitted, Placement, Unfit
 from hami.devices.table import DeviceTable
 from hami.errors import InvalidInput, QuantityError

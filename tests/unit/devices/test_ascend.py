@@ -14,8 +14,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from hami.config import VnpuChipConfig, VnpusConfig, default_device_config
-from hami.config.vendors import default_vnpu_chips
+from hami.config import default_device_config
 from hami.devices import registered_keys, vendors_from_config
 from hami.devices.admission import ContainerEdit, PodContext
 from hami.devices.ascend import (
@@ -25,6 +24,7 @@ from hami.devices.ascend import (
     ascend_vendors,
     trim_memory,
 )
+from hami.devices.ascend.config import VnpuChipConfig, VnpusConfig, default_vnpu_chips
 from hami.devices.base import (
     MEM_PERCENTAGE_UNSET,
     AnnotationContext,

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from hami.config import AwsNeuronConfig, default_device_config
+from hami.config import default_device_config
 from hami.devices import registered_keys, vendors_from_config
 from hami.devices.awsneuron import (
     ALLOC_TIME,
@@ -20,6 +20,7 @@ from hami.devices.awsneuron import (
     NEURON_KEYS,
     PREDICATE_NODE,
     RESOURCE_TYPE,
+    AwsNeuronConfig,
     AwsNeuronVendor,
     contiguous_run,
 )

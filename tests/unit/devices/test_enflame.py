@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from hami.config import EnflameConfig, default_device_config
+from hami.config import default_device_config
 from hami.devices import registered_keys, vendors_from_config
 from hami.devices.base import ContainerRequest, FitContext, Fitted, NodeInventory, Selector, Unfit
 from hami.devices.enflame import (
@@ -26,6 +26,7 @@ from hami.devices.enflame import (
     DRS_KEYS,
     GCU_KEYS,
     REQUEST_SIZE,
+    EnflameConfig,
     EnflameDrsVendor,
     EnflameGcuVendor,
     choose_profile,

@@ -1,10 +1,12 @@
-"""Every list of device families agrees with the registry (``hami.devices.FAMILIES``): the settings' families and
+"""Every list of device families agrees with the registry (``hami.devices.REGISTRY``): the settings' families and
 their switches, the device config's sections, the ``hami scheduler`` help, and the chart (``devices.<family>``
-values, the managed-resources table and the family switches in ``_helpers.tpl``). A family added to the registry
-and forgotten in one of them fails here, by name."""
+values, the rendered device config, the managed-resources table and the family switches in ``_helpers.tpl``,
+checked key by key by ``tests/chartcheck.py``). A family added to the registry and forgotten in one of them fails
+here, by name."""
 
 from __future__ import annotations
 
+import copy
 import re
 
 import pytest
@@ -14,7 +16,8 @@ from typer.testing import CliRunner
 from hami.cli import app
 from hami.config import DeviceConfig
 from hami.config.settings import DEVICE_FAMILIES, GATED_FAMILIES
-from hami.devices import FAMILIES
+from hami.devices import FAMILIES, REGISTRY
+from tests.chartcheck import chart_problems
 from tests.helm import CHART
 
 HELPERS = (CHART / "templates" / "_helpers.tpl").read_text()
@@ -62,3 +65,88 @@ def test_the_scheduler_help_lists_each_family_that_can_be_disabled(family: str) 
     text = " ".join(result.stdout.split())
     listed = text.split("Device families not to schedule, their resources left alone:", 1)[1].split(".", 1)[0]
     assert family in {name.strip() for name in listed.split(",")}
+
+
+def test_the_charts_vendor_blocks_match_the_registry_key_by_key() -> None:
+    assert chart_problems(REGISTRY, VALUES, HELPERS) == []
+
+
+def test_the_families_and_sections_are_the_registrys() -> None:
+    assert tuple(f.family for f in REGISTRY) == DEVICE_FAMILIES
+    assert {f.family: f.gate.setting for f in REGISTRY if f.gate is not None} == GATED_FAMILIES
+    assert list(DeviceConfig.model_fields) == ["dra", *(f.section for f in REGISTRY)]
+
+
+def _values_with(path: str, value: object) -> dict[str, object]:
+    values = copy.deepcopy(VALUES)
+    *parents, last = path.split(".")
+    node = values
+    for part in parents:
+        node = node[part]
+    if value is _DELETE:
+        del node[last]
+    else:
+        node[last] = value
+    return values
+
+
+_DELETE = object()
+
+
+@pytest.mark.parametrize(
+    ("values", "helpers", "problem"),
+    [
+        pytest.param(
+            _values_with("vastaiResourceName", "vastaitech.com/vb"),
+            HELPERS,
+            "vastai: vastai.resourceCountName: values.yaml vastaiResourceName is 'vastaitech.com/vb', the model's "
+            "default is 'vastaitech.com/va'",
+            id="a-value-that-is-not-the-default",
+        ),
+        pytest.param(
+            _values_with("devices.hygon.memoryFactor", _DELETE),
+            HELPERS,
+            "hygon: hygon.memoryFactor: values.yaml has no devices.hygon.memoryFactor",
+            id="a-value-missing",
+        ),
+        pytest.param(
+            _values_with("devices.biren", _DELETE),
+            HELPERS,
+            "biren: values.yaml has no devices.biren.enabled",
+            id="a-family-without-values",
+        ),
+        pytest.param(
+            _values_with("devices.ascend.enabled", True),
+            HELPERS,
+            "ascend: devices.ascend.enabled is True, not False",
+            id="a-gated-family-on-by-default",
+        ),
+        pytest.param(
+            VALUES,
+            HELPERS.replace("  resourceCountName: {{ .Values.vastaiResourceName }}\n", ""),
+            "vastai: the template writes [] under vastai:, the entry declares ['resourceCountName']",
+            id="a-key-not-rendered",
+        ),
+        pytest.param(
+            VALUES,
+            HELPERS.replace("resourceNameGCU: enflame.com/gcu", "resourceNameGCU: enflame.com/gpu"),
+            "enflame: enflame.resourceNameGCU: the template writes enflame.com/gpu, the model's default is "
+            "'enflame.com/gcu'",
+            id="a-literal-that-is-not-the-default",
+        ),
+        pytest.param(
+            VALUES,
+            HELPERS.replace('(list "vastai" "vastai" (list "resourceCountName"))', ""),
+            "vastai: hami.managedResources has no row for the family",
+            id="a-family-not-managed",
+        ),
+        pytest.param(
+            VALUES,
+            HELPERS.replace(' "vastai" "biren"', ' "biren"'),
+            "vastai: hami.familyArgs does not list it as ungated",
+            id="a-family-without-its-switch",
+        ),
+    ],
+)
+def test_a_chart_drifting_from_the_registry_is_reported(values: dict[str, object], helpers: str, problem: str) -> None:
+    assert problem in chart_problems(REGISTRY, values, helpers)

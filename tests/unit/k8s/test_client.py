@@ -6,7 +6,7 @@ from collections.abc import Callable
 import msgspec
 import pytest
 
-from hami.errors import ApiError, Conflict, Gone, InvalidInput, NotFound, TooManyRequests
+from hami.errors import ApiError, BudgetRefused, Conflict, Gone, InvalidInput, NotFound, TooManyRequests
 from hami.k8s.client import ClientSettings, KubeClient, PatchType, api_error
 from hami.k8s.config import KubeConfig
 from hami.k8s.records import EventType
@@ -313,6 +313,19 @@ async def test_retry_after_is_capped_and_without_one_the_wait_doubles(
                Reply(201, {"kind": "Status", "code": 201}))  # fmt: skip
     await client.create_binding("default", "p", "uid-p", "n1")
     assert sleep.delays == pytest.approx([10.0, 0.4, 0.8])  # capped at retry_wait_max; then 0.2 × 2^attempt
+
+
+async def test_an_eviction_a_budget_refuses_is_not_repeated_and_says_so(
+    api: FakeApi, client: KubeClient, sleep: FakeSleep
+) -> None:
+    path = "/api/v1/namespaces/default/pods/p/eviction"
+    refused = status_body(429, "Cannot evict pod as it would violate the pod's disruption budget.", "TooManyRequests")
+    api.script("POST", path, Reply(429, refused, headers={"Retry-After": "10"}))
+    with pytest.raises(BudgetRefused):
+        await client.evict("default", "p", "uid-p")
+    assert sleep.delays == []
+    [call] = api.calls("POST", path)
+    assert msgspec.json.decode(call.body)["deleteOptions"] == {"preconditions": {"uid": "uid-p"}}
 
 
 async def test_a_storm_longer_than_the_budget_raises_too_many_requests(

@@ -65,6 +65,9 @@ def pod(
     cards: Sequence[int] = (0,),
     annotations: dict[str, str] | None = None,
     node_selector: dict[str, str] | None = None,
+    priority: int | None = None,
+    policy: str | None = None,
+    deleting: bool = False,
 ) -> dict[str, Any]:
     """A pod asking for ``gpus`` × (``mem`` MiB, ``cores``%); with ``on`` it already holds ``cards`` of that node."""
     notes = dict(annotations or {})
@@ -85,10 +88,17 @@ def pod(
         spec["nodeName"] = on
     if node_selector:
         spec["nodeSelector"] = node_selector
+    if priority is not None:
+        spec["priority"] = priority
+    if policy is not None:
+        spec["preemptionPolicy"] = policy
+    meta = {"name": name, "namespace": namespace, "uid": f"uid-{namespace}-{name}", "annotations": notes}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-27T12:00:00Z"
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{namespace}-{name}", "annotations": notes},
+        "metadata": meta,
         "spec": spec,
         "status": {"phase": "Running" if on else "Pending"},
     }

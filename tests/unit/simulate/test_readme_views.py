@@ -1,4 +1,5 @@
-"""The README's `hami top`, `hami explain` and `--defrag` examples are what the commands print today."""
+"""The README's `hami top`, `hami explain` (with its preemption part) and `--defrag` examples are what the
+commands print today."""
 
 from __future__ import annotations
 
@@ -18,10 +19,11 @@ SNAPSHOT = "tests/data/simulate/fragmented.yaml"
     [
         f"hami top --snapshot {SNAPSHOT}",
         f"hami explain ml/big-infer --snapshot {SNAPSHOT}",
+        "hami explain ml/infer --snapshot tests/data/simulate/preemption.yaml",
         f"hami simulate --snapshot {SNAPSHOT} --defrag",
         "hami simulate --snapshot tests/data/simulate/dra.json tests/data/simulate/pods-dra.yaml",
     ],
-    ids=["top", "explain", "defrag", "dra"],
+    ids=["top", "explain", "explain-preemption", "defrag", "dra"],
 )
 def test_readme_shows_the_real_output(command: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)

@@ -3,8 +3,31 @@ of a card (``Metax-SGPU``, ``sgpu``). See each module's docstring."""
 
 from __future__ import annotations
 
+from typing import Final
+
+from hami.devices.family import ChartValues, VendorFamily
+from hami.devices.metax.config import MetaxConfig
 from hami.devices.metax.gpu import GPU, GPU_KEYS, MetaxGpuVendor
 from hami.devices.metax.sgpu import SGPU_KEYS, MetaxSgpuVendor
 from hami.devices.metax.wire import SGPU
 
-__all__ = ["GPU", "GPU_KEYS", "SGPU", "SGPU_KEYS", "MetaxGpuVendor", "MetaxSgpuVendor"]
+__all__ = ["GPU", "GPU_KEYS", "METAX_FAMILY", "SGPU", "SGPU_KEYS", "MetaxConfig", "MetaxGpuVendor", "MetaxSgpuVendor"]
+
+METAX_FAMILY: Final = VendorFamily[MetaxConfig](
+    family="metax",
+    section="metax",
+    model=MetaxConfig,
+    default=MetaxConfig,
+    build=lambda c: (MetaxGpuVendor(c), MetaxSgpuVendor(c)),
+    chart=ChartValues(
+        {
+            "resourceCountName": None,
+            "resourceVCountName": "metaxResourceName",
+            "resourceVMemoryName": "metaxResourceMem",
+            "resourceVCoreName": "metaxResourceCore",
+            "sgpuTopologyAware": "metaxsGPUTopologyAware",
+        },
+        ("resourceCountName", "resourceVCountName", "resourceVMemoryName", "resourceVCoreName"),
+    ),
+)
+"""The registry entry: the ``metax:`` section, whole cards and sGPU slices."""

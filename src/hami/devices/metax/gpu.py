@@ -22,7 +22,6 @@ from typing import Final
 
 import msgspec
 
-from hami.config import MetaxConfig
 from hami.devices.admission import Admitter, CountInLimits
 from hami.devices.base import (
     ContainerRequest,
@@ -36,6 +35,7 @@ from hami.devices.base import (
     too_few_devices,
 )
 from hami.devices.common import SharedDeviceVendor, policy_order
+from hami.devices.metax.config import MetaxConfig
 from hami.devices.resources import lookup_resource, whole_quantity
 from hami.devices.scoring import device_scores
 from hami.devices.table import DeviceTable

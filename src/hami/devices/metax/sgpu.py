@@ -33,7 +33,6 @@ from collections.abc import Hashable, Mapping, Sequence
 from contextlib import suppress
 from typing import Final
 
-from hami.config import MetaxConfig
 from hami.devices.admission import Admitter
 from hami.devices.base import (
     MEM_PERCENTAGE_UNSET,
@@ -51,6 +50,7 @@ from hami.devices.base import (
 )
 from hami.devices.common import SharedDeviceVendor, policy_order
 from hami.devices.metax.admission import APP_CLASS, QOS_POLICY, SgpuAdmitter
+from hami.devices.metax.config import MetaxConfig
 from hami.devices.metax.topology import link_score, prefer_link_zones
 from hami.devices.metax.wire import (
     OFFLINE,
@@ -125,6 +125,7 @@ class MetaxSgpuVendor(SharedDeviceVendor):
 
     name = SGPU
     keys = SGPU_KEYS
+    reads_slices = True  # the QoS policy a card's pods share is in their annotations
 
     def __init__(self, config: MetaxConfig) -> None:
         self.config = config

@@ -29,8 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from hami.config import NvidiaConfig
 from hami.devices.admission import ContainerEdit, PodContext, lookup
+from hami.devices.nvidia.config import NvidiaConfig
 from hami.errors import InvalidInput, QuantityError
 from hami.protocol.objects import Container, QuantityValue
 from hami.protocol.quantity import quantity_as_int

@@ -30,8 +30,8 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Final
 
-from hami.config.nvidia import NvidiaConfig
 from hami.devices.base import MEM_PERCENTAGE_UNSET, ContainerRequest
+from hami.devices.nvidia.config import NvidiaConfig
 from hami.devices.resources import lookup_resource, mib_hint, whole_quantity
 from hami.errors import QuantityError
 from hami.protocol.keys import NVIDIA_KEYS

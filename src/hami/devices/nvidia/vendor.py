@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
 
-from hami.config import NvidiaConfig
 from hami.devices.admission import Admitter
 from hami.devices.base import (
     AnnotationContext,
@@ -23,6 +22,7 @@ from hami.devices.base import (
 )
 from hami.devices.common import SharedDeviceVendor
 from hami.devices.nvidia.admission import NvidiaAdmission, NvidiaAdmitter
+from hami.devices.nvidia.config import NvidiaConfig
 from hami.devices.nvidia.mig import MigPartitions, mig_allocations
 from hami.devices.nvidia.request import parse_nvidia_request
 from hami.protocol import keys
@@ -44,6 +44,7 @@ class NvidiaVendor(SharedDeviceVendor):
     """HAMi's NVIDIA backend, configured by the ``nvidia:`` section of device-config.yaml."""
 
     screens = True  # the shared fit: screened from the capacity summary
+    reads_slices = True  # MIG instances: the slices a pod holds are in its annotations
 
     name = "NVIDIA"
     keys = keys.NVIDIA_KEYS

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from hami.scheduling.dra.held import DraRecord
 from hami.scheduling.state import ClusterState, PodRecord
 
 __all__ = ["overcommitted"]
@@ -20,6 +21,8 @@ _DIMENSIONS: Final = ("slots", "MiB", "cores")
 def _held_on(state: ClusterState, node: str, vendor: str, uuid: str) -> tuple[int, int, int]:
     slots = mem = cores = 0
     for uid in state.held_by_node.get(node, ()):
+        if not isinstance(state.held[uid], DraRecord):
+            continue  # a preemption hold is not a claim
         for ch in state.held[uid].charges:
             if ch.vendor == vendor and ch.uuid == uuid:
                 slots, mem, cores = slots + ch.slots, mem + ch.mem, cores + ch.cores

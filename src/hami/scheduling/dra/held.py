@@ -31,6 +31,8 @@ def held_by_card(state: ClusterState) -> dict[tuple[str, str, str], HeldCard]:
     """DRA-held capacity per card, keyed by (node, vendor, uuid), summed over the held records."""
     out: dict[tuple[str, str, str], HeldCard] = {}
     for record in state.held.values():
+        if not isinstance(record, DraRecord):
+            continue  # a preemption hold (``hami.scheduling.holds``) is no claim
         for ch in record.charges:
             key = (record.node, ch.vendor, ch.uuid)
             have = out.get(key, HeldCard(0, 0, 0, 0))

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from hami.config import NvidiaConfig
 from hami.devices.base import MEM_PERCENTAGE_UNSET, ContainerRequest
 from hami.devices.nvidia import parse_nvidia_request, parse_pod_nvidia_requests
+from hami.devices.nvidia.config import NvidiaConfig
 from hami.errors import QuantityError
 from hami.protocol.objects import Container, Pod, PodSpec, QuantityValue, ResourceRequirements
 

@@ -14,7 +14,7 @@ from typing import Annotated, Final, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, StrictBool, StrictStr, field_validator
 
-from hami.config._model import ConfigModel
+from hami.devices.configmodel import ConfigModel
 from hami.protocol.inventory import MAX_DEVCORE, MAX_SLOTS
 from hami.protocol.quantity import INT32_MAX, INT64_MAX
 

@@ -1,5 +1,8 @@
 """What every configuration model shares: YAML key aliases, unknown-key reporting, readable errors.
 
+Vendor modules declare their ``device-config.yaml`` section on :class:`ConfigModel` (``hami.devices.hygon``'s
+``HygonConfig``); ``hami.config`` assembles the sections and the scheduler's settings with the same helpers.
+
 * :class:`ConfigModel` — frozen pydantic models whose YAML keys are the camelCase aliases HAMi uses
   (``resourceCountName``); Python code constructs them by field name. Values are type-strict (a quoted
   ``"1"`` is not an integer, ``yes`` in quotes is not a boolean), as Go's yaml.v2 is. Keys the model does not
@@ -14,14 +17,25 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import AliasGenerator, BaseModel, ConfigDict, ValidationError
+from pydantic import AliasGenerator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from hami.errors import ConfigError
+from hami.protocol.quantity import INT32_MAX, INT64_MAX
 
-__all__ = ["ConfigModel", "config_error", "did_you_mean", "key_path", "unknown_keys"]
+__all__ = ["ConfigModel", "Int32", "Int64", "config_error", "did_you_mean", "key_path", "unknown_keys", "yaml_key"]
+
+Int32 = Annotated[int, Field(strict=True, ge=0, le=INT32_MAX)]
+"""A non-negative Go ``int32`` key (strict: a quoted ``"1"`` is refused)."""
+Int64 = Annotated[int, Field(strict=True, ge=0, le=INT64_MAX)]
+"""A non-negative Go ``int64`` key."""
+
+
+def yaml_key(key: str) -> Any:
+    """A field whose YAML key is not the camelCase of its Python name (``resourceNameGCU``)."""
+    return Field(validation_alias=key, serialization_alias=key)
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

@@ -45,8 +45,9 @@ from typing import Final
 
 import msgspec
 
-from hami.config import VnpuChipConfig, VnpusConfig
 from hami.devices.admission import Admitter, ContainerEdit, PodContext, lookup
+from hami.devices.ascend.config import VnpuChipConfig, VnpusConfig
+from hami.devices.ascend.wire import RuntimeInfo, decode_register, encode_runtime_info
 from hami.devices.base import (
     MEM_PERCENTAGE_UNSET,
     AnnotationContext,
@@ -66,7 +67,6 @@ from hami.devices.resources import lookup_resource, mib_hint, whole_quantity
 from hami.devices.table import DeviceTable
 from hami.errors import AnnotationError, ConfigError, InvalidInput, QuantityError
 from hami.protocol import keys
-from hami.protocol.ascend import RuntimeInfo, decode_register, encode_runtime_info
 from hami.protocol.inventory import DeviceInfo
 from hami.protocol.objects import Container, Node, QuantityValue
 from hami.protocol.reasons import Reason
