@@ -84,7 +84,8 @@ def test_a_value_that_cannot_work_is_refused_naming_it(kube_version: str, sets: 
     assert message in result.stderr
 
 
-EVICTING = {"pods/eviction", "pods/status", "poddisruptionbudgets"}
+EVICTING = {"pods/eviction", "pods/status"}
+BUDGETS = {"poddisruptionbudgets"}
 
 
 @pytest.mark.parametrize(
@@ -96,7 +97,7 @@ EVICTING = {"pods/eviction", "pods/status", "poddisruptionbudgets"}
         pytest.param("1.36.3", ("scheduler.preemption=off",), "off", id="off"),
     ],
 )
-def test_hami_gets_the_same_mode_and_the_eviction_rights_only_when_it_evicts(
+def test_hami_gets_the_same_mode_the_eviction_rights_only_when_it_evicts_and_budgets_when_it_picks(
     kube_version: str, sets: tuple[str, ...], mode: str
 ) -> None:
     docs = template(NAMESPACE, kube_version, *sets)
@@ -106,3 +107,4 @@ def test_hami_gets_the_same_mode_and_the_eviction_rights_only_when_it_evicts(
     (role,) = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "hami-scheduler"]
     granted = {resource for rule in role["rules"] for resource in rule["resources"]}
     assert (EVICTING & granted) == (EVICTING if mode == "self" else set())
+    assert (BUDGETS & granted) == (BUDGETS if mode in ("self", "extender") else set())  # both rank by budgets

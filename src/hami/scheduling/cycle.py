@@ -98,7 +98,8 @@ class Cycle(CycleParts):
         now, now_ns = _instant(wall)
         if self.settings.preemption:
             rebuild_holds(self, wall)
-            expire_holds(self, wall)
+            for lapsed in expire_holds(self, wall):
+                self.observer.capacity_freed(lapsed.node)  # the room held is free for every pod now
         hold = self.holds.lift(self.state, req.uid)
         decision = decide(self.state, req, names, now, self.memo, now_ns=now_ns)
         self.observer.stage_timed("decide", self.clocks.stopwatch() - t0)
@@ -279,7 +280,9 @@ class Cycle(CycleParts):
             self.victims.pop(uid, None)
         if gone or bound:
             self.nominated.pop(uid, None)
-            self.holds.lift(self.state, uid)
+            lifted = self.holds.lift(self.state, uid)
+            if lifted is not None and gone and not bound:
+                self.observer.capacity_freed(lifted.node)  # the room held for it is free for every pod now
             wasted = self.holds.settle(uid, bound or None)
             if wasted:
                 self.observer.evictions_wasted(wasted, "elsewhere" if bound else "deleted")

@@ -109,6 +109,9 @@ class CycleObserver(Protocol):
         """``count`` evictions made for a preemptor did not lead to its placement where they were made (``why``:
         ``deleted``, ``elsewhere``)."""
 
+    def capacity_freed(self, node: str) -> None:
+        """Capacity of ``node`` freed with no pod event to tell: a preemption hold there ran out."""
+
 
 class Unobserved:
     """A ``CycleObserver`` that hears nothing (the default; tests override the methods they watch)."""
@@ -126,4 +129,7 @@ class Unobserved:
         pass
 
     def evictions_wasted(self, count: int, why: str) -> None:
+        pass
+
+    def capacity_freed(self, node: str) -> None:
         pass

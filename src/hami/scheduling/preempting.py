@@ -33,15 +33,17 @@ from hami.protocol.objects import ObjectMeta, Pod
 from hami.scheduling.holds import HOLD_MARGIN_S, Hold, hold_record, terminating_on
 from hami.scheduling.outcomes import ApiFailure, Preempting, PreemptionNote
 from hami.scheduling.parts import CycleParts
+from hami.scheduling.ports import ClusterPort
 from hami.scheduling.preemption import Budget, Candidate, Preemption, preempt
 from hami.scheduling.request import PodRequest, prefilter
-from hami.scheduling.state import PodRecord
+from hami.scheduling.state import ClusterState, PodRecord
 
 __all__ = [
     "CANDIDATES_TRIED",
     "DEFAULT_GRACE_S",
     "expire_holds",
     "preempt_for",
+    "read_budgets",
     "rebuild_holds",
     "waiting_note",
 ]
@@ -69,14 +71,14 @@ async def preempt_for(
     if not eligible(parts, req):
         return None, ()
     nodes = _free_nodes(parts, names, ())
-    plan = preempt(parts.state, req, nodes, (), _keep(parts, nodes))
+    plan = preempt(parts.state, req, nodes, (), _keep(parts, nodes), bounded=True)
     if plan.chosen is None:
         return _no_candidate(plan), ()
     budgets, failures = await _budgets(parts, nodes)
     refused: list[str] = []
     for _ in range(CANDIDATES_TRIED):
         nodes = _free_nodes(parts, names, refused)
-        plan = preempt(parts.state, req, nodes, budgets, _keep(parts, nodes))
+        plan = preempt(parts.state, req, nodes, budgets, _keep(parts, nodes), bounded=True)
         if plan.chosen is None:
             break
         hold = _hold(parts, req, plan.chosen)  # right after the ranking: nothing ran in between
@@ -121,17 +123,19 @@ def _bound(parts: CycleParts, record: PodRecord) -> bool:
 
 
 async def _budgets(parts: CycleParts, nodes: Iterable[str]) -> tuple[list[Budget], Failures]:
-    """The PodDisruptionBudgets as the ranking reads them: each with the UIDs of the pods on ``nodes`` it selects.
-    A failed read ranks without budgets (the Eviction API still enforces them)."""
+    return await read_budgets(parts.state, parts.port, nodes)
+
+
+async def read_budgets(state: ClusterState, port: ClusterPort, nodes: Iterable[str]) -> tuple[list[Budget], Failures]:
+    """The PodDisruptionBudgets as the ranking reads them: each with the UIDs of the pods on ``nodes`` it selects
+    (by the labels the pod watch shows). A failed read ranks without budgets (the Eviction API still enforces
+    them). Shared by hami's own preemption and the preempt verb."""
     try:
-        found = await parts.port.disruption_budgets()
+        found = await port.disruption_budgets()
     except ApiError as err:
         return [], (ApiFailure("list_budgets", f"reading PodDisruptionBudgets failed: {err}; ranking without"),)
-    pods = [
-        (parts.state.pods[uid], parts.port.watched_pod(parts.state.pods[uid].namespace, parts.state.pods[uid].name))
-        for node in nodes
-        for uid in parts.state.pods_by_node.get(node, ())
-    ]
+    records = [state.pods[uid] for node in nodes for uid in state.pods_by_node.get(node, ())]
+    pods = [(record, port.watched_pod(record.namespace, record.name)) for record in records]
     budgets = []
     for pdb in found:
         selector, ns = pdb.spec.selector, pdb.metadata.namespace
@@ -139,7 +143,7 @@ async def _budgets(parts: CycleParts, nodes: Iterable[str]) -> tuple[list[Budget
             record.uid
             for record, watched in pods
             if selector is not None and watched is not None and record.namespace == ns
-            if selector.selects(watched.metadata.labels)
+            if watched.metadata.uid == record.uid and selector.selects(watched.metadata.labels)
         )
         if selected:
             budgets.append(Budget(f"{ns}/{pdb.metadata.name}", selected, pdb.status.disruptions_allowed))

@@ -26,6 +26,7 @@ one big pod is preempted rather than several small ones.
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -34,10 +35,27 @@ from hami.scheduling.filter import NodeFit, filter_node
 from hami.scheduling.request import PodRequest
 from hami.scheduling.state import ClusterState, PodRecord
 
-__all__ = ["NOT_EVEN_ALL_LOWER", "Budget", "Candidate", "Preemption", "fits_without", "preempt", "victims_on"]
+__all__ = [
+    "MIN_CANDIDATE_NODES_ABSOLUTE",
+    "MIN_CANDIDATE_NODES_PERCENTAGE",
+    "NOT_EVEN_ALL_LOWER",
+    "Budget",
+    "Candidate",
+    "Preemption",
+    "candidate_limit",
+    "fits_without",
+    "preempt",
+    "victims_on",
+]
 
 NOT_EVEN_ALL_LOWER = "the pod does not fit even with every pod of lower priority gone"
 """Why a node has no candidate when removing every pod of lower priority is not enough (or there is none)."""
+
+MIN_CANDIDATE_NODES_PERCENTAGE = 10
+MIN_CANDIDATE_NODES_ABSOLUTE = 100
+"""How many candidates are enough (kube-scheduler's ``DefaultPreemptionArgs`` defaults): the search stops once it
+has found the larger of 10 % of the nodes and 100 nodes with victims, so a large cluster does not pay a victim
+search on every node for each pod of priority that fits nowhere."""
 
 _OFFSET = 2**31
 """Added to every priority before summing (kube-scheduler's ``MaxInt32 + 1``), so negative priorities sum sanely."""
@@ -88,6 +106,13 @@ class Preemption:
     reason: str = ""
 
 
+def candidate_limit(nodes: int) -> int:
+    """How many candidates a bounded search stops at, among ``nodes`` nodes (kube-scheduler's
+    ``calculateNumCandidates``: the larger of the percentage and the absolute minimum, never above ``nodes``)."""
+    wanted = max(nodes * MIN_CANDIDATE_NODES_PERCENTAGE // 100, MIN_CANDIDATE_NODES_ABSOLUTE)
+    return min(wanted, nodes)
+
+
 def fits_without(state: ClusterState, req: PodRequest, node: str, leaving: Collection[str]) -> NodeFit | None:
     """The vendors' fit of ``req`` on ``node`` once the pods ``leaving`` (UIDs) are gone, or None."""
     copy = state.what_if(node, leaving)
@@ -101,19 +126,31 @@ def preempt(
     nodes: Iterable[str],
     budgets: Sequence[Budget] = (),
     keep: Collection[str] = (),
+    bounded: bool = False,
 ) -> Preemption:
     """Victims for ``req`` on each of ``nodes`` and the best candidate among them (see the module docstring).
-    The pods ``keep`` (UIDs: reserved but not bound yet, already evicted) stay where they are: never victims."""
+    The pods ``keep`` (UIDs: reserved but not bound yet, already evicted) stay where they are: never victims.
+    ``bounded``: stop once ``candidate_limit`` candidates are found, searching the nodes in name order from an
+    offset fixed by the pod's UID (kube-scheduler starts at a random one), so different pods search different
+    nodes first; the nodes not searched are in neither ``candidates`` nor ``refused``."""
     if not req.preempts:
         return Preemption(req.key, None, reason="preemptionPolicy is Never: the pod waits and preempts no pod")
     if not req.wants_devices:
         return Preemption(req.key, None, reason="the pod requests no managed device")
     candidates: list[Candidate] = []
     refused: dict[str, str] = {}
-    for name in sorted(set(nodes)):
+    order = sorted(set(nodes))
+    limit = len(order)
+    if bounded and order:
+        limit = candidate_limit(len(order))
+        start = zlib.crc32(req.uid.encode()) % len(order)
+        order = order[start:] + order[:start]
+    for name in order:
         found = victims_on(state, req, name, budgets, keep=keep)
         if isinstance(found, Candidate):
             candidates.append(found)
+            if len(candidates) >= limit:
+                break
         else:
             refused[name] = found
     candidates.sort(key=Candidate.rank)

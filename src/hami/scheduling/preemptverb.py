@@ -16,7 +16,7 @@ priority, sum of priorities, count, latest start); the answer lists them best fi
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hami.scheduling.preemption import Budget, Candidate, victims_on
 from hami.scheduling.request import PodRequest
@@ -54,7 +54,7 @@ def answer_preempt_verb(
     refused: dict[str, str] = {}
     for node in sorted(offered):
         given = tuple(dict.fromkeys(offered[node]))
-        outcome = victims_on(state, req, node, budgets, gone=given)
+        outcome = victims_on(state, req, node, _after(budgets, given), gone=given)
         if isinstance(outcome, str):
             refused[node] = outcome
         elif not given and not outcome.victims:
@@ -65,3 +65,9 @@ def answer_preempt_verb(
     victims = {c.node: given + tuple(r.uid for r in c.victims) for c, given in found}
     violations = {c.node: offered_violations.get(c.node, 0) + c.violations for c, _ in found}
     return VerbAnswer(victims, violations, refused)
+
+
+def _after(budgets: Sequence[Budget], given: Sequence[str]) -> list[Budget]:
+    """The budgets as they stand once kube-scheduler's own victims of a node have gone: each allows that many
+    fewer disruptions (their breaches are in kube-scheduler's count already; hami's victims are counted on top)."""
+    return [replace(b, allowed=b.allowed - sum(1 for uid in given if uid in b.pods)) for b in budgets]

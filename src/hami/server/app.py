@@ -154,7 +154,7 @@ def build_app(
         body = await _extender_body(request)
         if isinstance(body, Response):
             return body
-        return _preempt(extender, body)
+        return await _preempt(extender, body)
 
     routes = [
         Route("/filter", filter_route, methods=["POST"]),
@@ -197,11 +197,11 @@ async def _bind(extender: Extender, body: bytes) -> BindingResult:
         return BindingResult(error=f"internal error: {type(err).__name__}: {err}")
 
 
-def _preempt(extender: Extender, body: bytes) -> Response:
+async def _preempt(extender: Extender, body: bytes) -> Response:
     """The preempt verb's answer: 200 with ``NodeNameToMetaVictims``, else a status kube-scheduler logs
     (``failed preempt with extender at URL …, code N``) with the reason in the body for a person."""
     try:
-        answer = extender.preempt(decode_preemption_args(body))
+        answer = await extender.preempt(decode_preemption_args(body))
     except HamiError as err:
         log.warning("/preempt refused: %s", err)
         return PlainTextResponse(str(err), status_code=400)

@@ -53,6 +53,7 @@ from hami.scheduling.outcomes import (
 )
 from hami.scheduling.parts import Clocks, CycleSettings
 from hami.scheduling.ports import ClusterPort, LockWaits
+from hami.scheduling.preempting import read_budgets
 from hami.scheduling.preemption import Budget
 from hami.scheduling.preemptverb import VerbAnswer, answer_preempt_verb
 from hami.scheduling.request import SchedulingDefaults, prefilter
@@ -130,9 +131,9 @@ class Extender:
         """DRA claims charged beside hami's pods (``hami.scheduling.dra``); fed by the ``on_resource_*`` handlers."""
         self.dra.pod_lookup = self._live_pod_uid
         self.dra.settled = self._synced
-        self.budgets: Callable[[], Sequence[Budget]] = tuple
-        """The PodDisruptionBudgets preemption weighs (``hami.scheduling.preemption.Budget``); none until a
-        shell that watches them sets this. kube-scheduler's own count for its victims is kept either way."""
+        self.freed: Callable[[str], None] = lambda node: None
+        """Told each node whose capacity freed with no pod event (a preemption hold ran out): the runtime's
+        requeue nudge (``hami.server.requeue``)."""
 
     # --- CycleObserver ---------------------------------------------------------------------------------------
     def commit_failed_late(self, outcome: FilterOutcome) -> None:
@@ -145,6 +146,9 @@ class Extender:
         self.metrics.lock_wait.observe(seconds)
         if timed_out:
             self.metrics.lock_wait_timeouts.inc()
+
+    def capacity_freed(self, node: str) -> None:
+        self.freed(node)
 
     def evictions_wasted(self, count: int, why: str) -> None:
         self.metrics.preemption_wasted.labels(why).inc(count)
@@ -230,17 +234,22 @@ class Extender:
             self._event(pod, FAILED, _rejection_text(decision))
 
     # --- /preempt (kube-scheduler 1.38+) ---------------------------------------------------------------------
-    def preempt(self, args: PreemptionArgs) -> PreemptionResult | str:
+    async def preempt(self, args: PreemptionArgs) -> PreemptionResult | str:
         """hami's victims per candidate node (``hami.scheduling.preemptverb``), or why hami cannot answer now
         (not synced, not the leader: the caller answers 503 and kube-scheduler retries the pod later). A pod
-        that cannot be read raises ``InvalidInput``. Nothing is reserved or written: kube-scheduler evicts."""
+        that cannot be read raises ``InvalidInput``. The PodDisruptionBudgets are read as hami's own preemption
+        reads them (a failed read answers without). Nothing is reserved or written: kube-scheduler evicts."""
         started = time.perf_counter()
         try:
             problem = self.readiness.problem()
             if problem is not None:
                 return problem
             req = prefilter(args.pod, self.vendors, self.defaults)
-            answer = answer_preempt_verb(self.state, req, args.victims, args.violations, self.budgets())
+            budgets: Sequence[Budget] = ()
+            if req.wants_devices and req.preempts:
+                budgets, failures = await read_budgets(self.state, self.cluster, args.victims)
+                self._api_errors(failures)
+            answer = answer_preempt_verb(self.state, req, args.victims, args.violations, budgets)
             _log_preempt(args.pod, answer)
             return PreemptionResult(
                 {

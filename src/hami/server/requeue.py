@@ -4,7 +4,9 @@ pace: ``hami.scheduling.requeue``).
 
 Every replica follows the pods waiting for hami's scheduler on its pod watch; only the leader writes, and only while
 some wait. The pod watch handler calls ``pod_seen`` after the ledger has taken the event, naming the node the event
-freed capacity on; the write runs in the background through the runtime's supervisor.
+freed capacity on; the extender calls ``capacity_freed`` for a freeing no pod event tells of (a preemption hold
+that ran out, or was lifted because its preemptor was deleted). The write runs in the background through the
+runtime's supervisor.
 """
 
 from __future__ import annotations
@@ -60,6 +62,11 @@ class RequeueNudges:
             self.waiting.discard(uid)
         if freed_on and self._wanted():
             self._nudge(freed_on)
+
+    def capacity_freed(self, node: str) -> None:
+        """Capacity of ``node`` freed with no pod event (a preemption hold ran out): nudged as a freeing pod is."""
+        if self._wanted():
+            self._nudge(node)
 
     def node_gone(self, name: str) -> None:
         self.pacer.forget(name)

@@ -135,6 +135,7 @@ class Runtime:
         self.housekeeping.attach(locker, tasks)
         self.nodes.attach(cluster, events, tasks)
         self.requeue.attach(cluster, tasks)
+        extender.freed = self.requeue.capacity_freed
 
         def on_node(obj: Node, deleted: bool) -> None:
             if deleted:

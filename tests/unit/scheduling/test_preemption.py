@@ -14,7 +14,15 @@ from hami.devices.base import NodeInventory
 from hami.protocol import keys
 from hami.protocol.inventory import MigPlacement
 from hami.scheduling.decide import decide, reserve
-from hami.scheduling.preemption import Budget, Candidate, Preemption, fits_without, preempt, victims_on
+from hami.scheduling.preemption import (
+    Budget,
+    Candidate,
+    Preemption,
+    candidate_limit,
+    fits_without,
+    preempt,
+    victims_on,
+)
 from hami.scheduling.records import record_from_pod
 from hami.scheduling.request import PodRequest, SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState, PodRecord
@@ -412,3 +420,30 @@ def _check_candidate(s: ClusterState, pending: PodRequest, candidate: Candidate)
     for uid in victims:  # minimal: any one victim back and the pod no longer fits
         assert _fits_by_decide(s, pending, node, leaving | (victims - {uid})) is None
         assert fits_without(s, pending, node, leaving | (victims - {uid})) is None
+
+
+# --- the bound on the search -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("nodes", "limit"), [(0, 0), (7, 7), (100, 100), (250, 100), (1000, 100), (2500, 250)])
+def test_the_search_stops_at_the_larger_of_10_percent_and_100_nodes(nodes: int, limit: int) -> None:
+    assert candidate_limit(nodes) == limit
+
+
+def test_a_bounded_search_stops_at_the_limit_and_an_unbounded_one_searches_every_node() -> None:
+    names = [f"n{i:03d}" for i in range(130)]
+    s = state({name: [gpu(f"GPU-{name}", devmem=8192)] for name in names})
+    for name in names:
+        place(s, f"low-{name}", name, 8192, priority=1)
+
+    bounded = preempt(s, preemptor(8192), names, bounded=True)
+    every = preempt(s, preemptor(8192), names)
+
+    assert len(bounded.candidates) == 100
+    assert bounded.refused == {}  # the 30 nodes not searched are in neither
+    skipped = [i for i, name in enumerate(names) if name not in {c.node for c in bounded.candidates}]
+    assert len(skipped) == 30
+    assert sum((b - a) % 130 != 1 for a, b in zip(skipped, skipped[1:] + skipped[:1], strict=True)) == 1  # one run
+    other = preempt(s, dataclasses.replace(preemptor(8192), uid="other"), names, bounded=True)
+    assert {c.node for c in other.candidates} != {c.node for c in bounded.candidates}  # another pod, another start
+    assert len(every.candidates) == 130

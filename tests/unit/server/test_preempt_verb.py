@@ -12,12 +12,19 @@ import httpx
 import msgspec
 import pytest
 
+from hami.errors import ApiError
 from hami.protocol import keys
-from hami.protocol.objects import Pod
-from hami.scheduling.preemption import Budget
+from hami.protocol.objects import (
+    LabelSelector,
+    ObjectMeta,
+    Pod,
+    PodDisruptionBudget,
+    PodDisruptionBudgetSpec,
+    PodDisruptionBudgetStatus,
+)
 from hami.server.access import BearerTokenGate, TokenFile
 from hami.server.app import build_app, build_service_app
-from tests.unit.server.support import World, gpu_node, gpu_pod, plain_pod
+from tests.unit.server.support import NS, World, gpu_node, gpu_pod, plain_pod
 
 NVIDIA = keys.NVIDIA_KEYS
 
@@ -32,6 +39,7 @@ def placed(
     priority: int = 0,
     started: str | None = "2026-11-27T10:00:00Z",
     deleting: bool = False,
+    labels: dict[str, str] | None = None,
 ) -> Pod:
     """A running pod holding ``mem`` MiB of card ``card`` of ``node`` (its allocation annotations, as hami wrote)."""
     allocation = f"GPU-{node}-{card},NVIDIA,{mem},0:;"
@@ -40,6 +48,7 @@ def placed(
     pod.spec.node_name = node
     pod.status.phase = "Running"
     pod.status.start_time = started
+    pod.metadata.labels = dict(labels or {})
     if deleting:
         pod.metadata.deletion_timestamp = "2026-11-27T12:00:00Z"
     return world.add_pod(pod)
@@ -101,7 +110,7 @@ async def test_a_card_full_of_low_priority_memory_gives_up_exactly_the_lowest_pr
 
     assert answer == {"NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": "uid-p1"}], "NumPDBViolations": 0}}}
     assert world.usage() == before  # nothing reserved, nothing released
-    assert world.cluster.calls == []  # nothing written: kube-scheduler evicts
+    assert world.cluster.calls == ["disruption_budgets"]  # the budgets read, nothing written: kube-scheduler evicts
 
 
 async def test_only_nodes_where_the_pod_fits_after_the_victims_leave_are_answered(
@@ -197,20 +206,53 @@ async def test_the_answer_lists_the_best_node_first(world: World, http: httpx.As
     assert list(answer["NodeNameToMetaVictims"]) == ["n2", "n1"]  # the lower highest victim priority first
 
 
-async def test_disruption_budgets_given_to_the_extender_are_counted_and_steer_the_order(
+def budget(name: str, allowed: int, **labels: str) -> PodDisruptionBudget:
+    selector = LabelSelector(match_labels=labels)
+    return PodDisruptionBudget(
+        ObjectMeta(name=name, namespace=NS), PodDisruptionBudgetSpec(selector), PodDisruptionBudgetStatus(allowed)
+    )
+
+
+async def test_the_cluster_s_disruption_budgets_are_read_counted_and_steer_the_order(
     world: World, http: httpx.AsyncClient
 ) -> None:
-    guarded = placed(world, "guarded", 8000, node="n1", priority=1)
-    placed(world, "free", 8000, node="n2", priority=3)
-    world.extender.budgets = lambda: [Budget("keep-one", frozenset({guarded.metadata.uid}), allowed=0)]
+    guarded = placed(world, "guarded", 8000, node="n1", priority=1, labels={"app": "db"})
+    placed(world, "free", 8000, node="n2", priority=3, labels={"app": "batch"})
+    world.cluster.budgets = [budget("db", 0, app="db"), budget("batch", 1, app="batch")]
 
     answer = await preempt(http, meta_args(preemptor(4000), "n1", "n2"))
 
-    assert answer["NodeNameToMetaVictims"] == {
+    assert "disruption_budgets" in world.cluster.calls
+    assert answer["NodeNameToMetaVictims"] == {  # without the budget n1's lower priority would come first
         "n2": {"Pods": [{"UID": "uid-free"}], "NumPDBViolations": 0},
-        "n1": {"Pods": [{"UID": "uid-guarded"}], "NumPDBViolations": 1},
+        "n1": {"Pods": [{"UID": guarded.metadata.uid}], "NumPDBViolations": 1},
     }
     assert list(answer["NodeNameToMetaVictims"]) == ["n2", "n1"]
+
+
+async def test_a_budget_spent_by_kube_scheduler_s_own_victims_is_broken_by_hami_s(
+    world: World, http: httpx.AsyncClient
+) -> None:
+    placed(world, "cpu-hog", 1000, node="n1", priority=1, labels={"app": "db"})
+    placed(world, "holder", 7000, node="n1", priority=1, labels={"app": "db"})
+    world.cluster.budgets = [budget("db", 1, app="db")]  # one of the two may go, not both
+
+    answer = await preempt(http, meta_args(preemptor(4000), "n1", given={"n1": ["uid-cpu-hog"]}))
+
+    assert answer["NodeNameToMetaVictims"] == {
+        "n1": {"Pods": [{"UID": "uid-cpu-hog"}, {"UID": "uid-holder"}], "NumPDBViolations": 1},
+    }
+
+
+async def test_an_unreadable_budget_list_answers_without_budgets(world: World, http: httpx.AsyncClient) -> None:
+    placed(world, "guarded", 8000, node="n1", priority=1, labels={"app": "db"})
+    world.cluster.budgets = [budget("db", 0, app="db")]
+    world.cluster.fail("disruption_budgets", ApiError("forbidden", 403))
+
+    answer = await preempt(http, meta_args(preemptor(4000), "n1"))
+
+    assert answer["NodeNameToMetaVictims"] == {"n1": {"Pods": [{"UID": "uid-guarded"}], "NumPDBViolations": 0}}
+    assert world.metrics.registry.get_sample_value("hami_kube_api_errors_total", {"operation": "list_budgets"}) == 1
 
 
 # --- what kube-scheduler reads when hami cannot answer -------------------------------------------------------

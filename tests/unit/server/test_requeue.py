@@ -13,7 +13,7 @@ from hami.errors import ApiError
 from hami.k8s.tasks import Supervisor
 from hami.protocol import keys
 from hami.protocol.objects import Pod
-from tests.unit.server.support import NS, gpu_node, gpu_pod, make_world
+from tests.unit.server.support import NOW, NS, gpu_node, gpu_pod, make_world
 from tests.unit.server.test_runtime import Wired, lease, make_runtime, stored
 
 SCHEDULER = "hami-scheduler"
@@ -177,3 +177,50 @@ async def test_the_ledger_does_not_read_the_nudge(wired: Wired) -> None:
     wired.node_event(stored(wired, node))
 
     assert wired.runtime.state.nodes["n1"] is state
+
+
+def preemptor(wired: Wired) -> Pod:
+    """A pod of priority 100 for hami's scheduler asking both cards of n1 (12000 MiB each), delivered to the watch."""
+    pod = gpu_pod("urgent", gpu=2, mem=12000, cores=None)
+    pod.spec.scheduler_name = SCHEDULER
+    pod.spec.priority = 100
+    pod = wired.world.cluster.put_pod(pod)
+    wired.pod_event(pod)
+    return pod
+
+
+async def held_for_preemptor(wired: Wired) -> Pod:
+    """n1's card 0 full with two pods of priority 0; the preemptor's /filter evicts one and holds the room."""
+    wired.world.extender.cycle.settings.preemption = True
+    for pod in (holder(wired, "low-a", mem=12000), holder(wired, "low-b", mem=12000), preemptor(wired)):
+        wired.world.watched[(NS, pod.metadata.name)] = pod  # what the pod watch shows the cycle
+    urgent = wired.world.pod("urgent")
+    outcome = await wired.world.filter(urgent, ["n1"])
+    assert outcome.node_names is None, outcome
+    await wired.settle()
+    assert [h.node for h in wired.world.extender.cycle.holds.holds.values()] == ["n1"]
+    assert nudge(wired) is None  # nothing freed yet: the victim is still terminating, the room is held
+    return urgent
+
+
+async def test_a_preemption_hold_that_runs_out_nudges_its_node(wired: Wired) -> None:
+    await held_for_preemptor(wired)
+    wired.world.extender.cycle.clocks.wall = lambda: NOW + 3600  # long past the hold's deadline
+    other = waiter(wired, "other")
+
+    await wired.world.filter(other, ["n1"])  # the /filter that finds the hold lapsed
+    await wired.settle()
+
+    assert wired.world.extender.cycle.holds.holds == {}
+    assert nudge(wired) is not None
+
+
+async def test_a_hold_lifted_because_its_preemptor_was_deleted_nudges_its_node(wired: Wired) -> None:
+    urgent = await held_for_preemptor(wired)
+    waiter(wired, "other")
+
+    delete(wired, urgent)
+    await wired.settle()
+
+    assert wired.world.extender.cycle.holds.holds == {}
+    assert nudge(wired) is not None
