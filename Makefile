@@ -21,7 +21,7 @@ PROTO  := src/hami/deviceplugin/api.proto
 GENDIR := src/hami/deviceplugin/_generated
 GEN    := $(GENDIR)/api_pb2.py
 
-.PHONY: help setup test-deps demo test test-fast test-e2e test-newest-python lint fmt typecheck imports testenv helm image bench bench-quick bench-profile bench-scale clean
+.PHONY: help setup test-deps demo test test-fast test-e2e test-matrix test-newest-python lint fmt typecheck imports testenv helm image bench bench-quick bench-profile bench-scale clean
 
 help:
 	@echo "make demo          run hami's main job on a built-in example cluster (no cluster needed)"
@@ -30,6 +30,8 @@ help:
 	@echo "make test-fast     lint, type checks and the tests that need no control plane and no helm"
 	@echo "make test-e2e      only the end-to-end tests (builds the control plane and helm first if needed)"
 	@echo "make test-newest-python  the unit tests under Python 3.13 (make test runs them too)"
+	@echo "make test-matrix   the end-to-end and chart tests on each tested Kubernetes release (v1.36.3, v1.37.2,"
+	@echo "                   v1.38.0-beta.0), building each if missing; long, not in CI (MATRIX_VERSIONS=v1.37.2)"
 	@echo "make setup         create $(VENV) and install hami with its dev tools"
 	@echo "make test-deps     install the Debian packages tests run (chromium, prometheus, containerd, runc,"
 	@echo "                   CNI plugins, iptables, conntrack) when missing"
@@ -132,6 +134,12 @@ test-fast: setup test-deps lint typecheck imports
 
 test-e2e: setup test-deps testenv helm
 	$(BIN)/pytest -m e2e
+
+# The end-to-end suite (real-node tests included) and the chart tests once per tested Kubernetes release; prints the
+# table the README shows and writes it to build/test-matrix.md. Not in CI: it builds releases and takes long.
+MATRIX_VERSIONS ?=
+test-matrix: setup test-deps helm
+	$(PYTHON) scripts/test-matrix $(if $(MATRIX_VERSIONS),--versions $(MATRIX_VERSIONS))
 
 bench: setup testenv helm
 	PYTHONPATH=. $(BIN)/python -m bench.run

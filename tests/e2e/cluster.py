@@ -71,7 +71,7 @@ class ControlPlaneError(RuntimeError):
 
 @dataclass(frozen=True)
 class Binaries:
-    """The control-plane binaries of one build (``~/.cache/hami/k8s-v1.36.N/``)."""
+    """The control-plane binaries of one build (``~/.cache/hami/k8s-v1.Y.Z/``)."""
 
     directory: Path
     kubernetes_version: str
@@ -91,7 +91,8 @@ class Binaries:
 
 
 def locate_binaries() -> Binaries:
-    """Find the newest complete build via ``scripts/k8s-testenv locate`` (offline, no Go needed).
+    """Find the build of the release ``HAMI_K8S_VERSION`` names (else ``scripts/k8s-testenv``'s default release) via
+    ``scripts/k8s-testenv locate`` (offline, no Go needed); ``make test-matrix`` sets it per release.
 
     ``HAMI_K8S_BIN_DIR`` points at a directory with the three binaries instead (a ``manifest.json``
     there is optional). Raises ControlPlaneError telling to run ``make testenv`` when there is none.
@@ -235,6 +236,8 @@ class ManagedProcess:
     name: str
     args: list[str]
     log_file: Path
+    env: Mapping[str, str] | None = None
+    """the process's environment; None: this one's"""
     popen: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
 
     def start(self) -> None:
@@ -247,6 +250,7 @@ class ManagedProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                env=self.env,
                 start_new_session=True,  # own process group: killpg(pid) ends it and only it
                 preexec_fn=_die_with_parent if _LIBC is not None else None,  # noqa: PLW1509
             )

@@ -75,6 +75,7 @@ SERVICE_IP = "10.233.78.1"
 CNI_BIN_DIR = "/usr/lib/cni"
 LOCK_WAIT_S = float(os.environ.get("HAMI_E2E_NODE_LOCK_WAIT", "900"))
 NODE_BINARIES = ("kubelet", "kube-proxy", "kube-controller-manager")
+CONTAINERD_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr")
 
 #: Host paths the node (or the chart's hostPath volumes) may create; removed afterwards when they were absent.
 TOUCHED_PATHS = (
@@ -128,6 +129,30 @@ def locate_node_binaries(control_plane: Binaries) -> Path:
             raise RealNodeError(f"the real node's binaries are not built: {proc.stderr.strip()}")
         directory = Path(proc.stdout.strip())
     missing = [name for name in NODE_BINARIES if not os.access(directory / name, os.X_OK)]
+    if missing:
+        raise RealNodeError(f"{directory} lacks {', '.join(missing)}; run `make testenv`")
+    return directory
+
+
+def locate_containerd(control_plane: Binaries) -> Path | None:
+    """The containerd 2.x build the node's kubelet needs (``scripts/k8s-testenv locate --containerd``), or None when
+    Debian's containerd (on PATH) will do. ``HAMI_CONTAINERD_BIN_DIR`` names a directory with ``containerd``,
+    ``containerd-shim-runc-v2`` and ``ctr`` to use instead, whatever the version."""
+    override = os.environ.get("HAMI_CONTAINERD_BIN_DIR")
+    if override:
+        directory = Path(override)
+    else:
+        script = Path(__file__).resolve().parents[2] / "scripts" / "k8s-testenv"
+        args = [sys.executable, str(script), "locate", "--containerd"]
+        if control_plane.kubernetes_version.startswith("v"):
+            args.append(f"--k8s-version={control_plane.kubernetes_version}")
+        proc = subprocess.run(args, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise RealNodeError(f"the real node's containerd is not built: {proc.stderr.strip()}")
+        if not proc.stdout.strip():
+            return None
+        directory = Path(proc.stdout.strip())
+    missing = [name for name in CONTAINERD_BINARIES if not os.access(directory / name, os.X_OK)]
     if missing:
         raise RealNodeError(f"{directory} lacks {', '.join(missing)}; run `make testenv`")
     return directory
@@ -411,6 +436,8 @@ class RealCluster:
     plane: ControlPlane
     snapshot: hoststate.Snapshot
     node_binaries: Path
+    containerd_binaries: Path | None = None
+    """containerd 2.x built by ``scripts/k8s-testenv`` for kubelet 1.38+; None: Debian's containerd on PATH"""
     processes: list[ManagedProcess] = field(default_factory=list)
     images: dict[str, str] = field(default_factory=dict)
     """archive file name (``hami.oci.tar``) → the image reference imported from it"""
@@ -431,8 +458,13 @@ class RealCluster:
     def client(self, timeout: float = 30.0) -> KubeClient:
         return self.plane.client(timeout=timeout)
 
+    def containerd_command(self, name: str) -> str:
+        """``containerd`` / ``ctr``: the build of ``containerd_binaries`` when there is one, else the one on PATH."""
+        return str(self.containerd_binaries / name) if self.containerd_binaries else name
+
     def ctr(self, *args: str) -> str:
-        return hoststate.run_command(["ctr", "--address", str(self.containerd_socket), "-n", "k8s.io", *args])
+        command = [self.containerd_command("ctr"), "--address", str(self.containerd_socket), "-n", "k8s.io", *args]
+        return hoststate.run_command(command)
 
     def import_image(self, archive: Path) -> str:
         """Import an OCI archive into containerd's ``k8s.io`` namespace; return its reference."""
@@ -506,6 +538,7 @@ def start_real_cluster(workdir: Path, images: Sequence[Path], base: Path = BASE)
         raise RealNodeError("a previous run's leftovers could not be removed:\n  " + "\n  ".join(problems))
     binaries = locate_binaries()
     node_binaries = locate_node_binaries(binaries)
+    containerd_binaries = locate_containerd(binaries)
     socket = base / "containerd" / "containerd.sock"
     snapshot = record_host(base, socket)
     cluster: RealCluster | None = None
@@ -530,7 +563,13 @@ def start_real_cluster(workdir: Path, images: Sequence[Path], base: Path = BASE)
                 f"--kubelet-certificate-authority={ca.cert_file}",
             ],
         )
-        cluster = RealCluster(base=base, plane=plane, snapshot=snapshot, node_binaries=node_binaries)
+        cluster = RealCluster(
+            base=base,
+            plane=plane,
+            snapshot=snapshot,
+            node_binaries=node_binaries,
+            containerd_binaries=containerd_binaries,
+        )
         _start_controllers(cluster)
         _start_containerd(cluster, images)
         _start_kubelet(cluster)
@@ -601,8 +640,17 @@ def _start_containerd(cluster: RealCluster, images: Sequence[Path]) -> None:
     pause = image_name(images[0])
     config = base / "containerd" / "config.toml"
     config.write_text(containerd_config(base, pause))
+    # containerd 2.x reads this version-2 file too (it migrates it at start); its own shim comes first on PATH
+    env = None
+    if cluster.containerd_binaries is not None:
+        env = {**os.environ, "PATH": f"{cluster.containerd_binaries}:{os.environ.get('PATH', '')}"}
     cluster.start(
-        ManagedProcess("containerd", ["containerd", "--config", str(config)], cluster.log_dir / "containerd.log")
+        ManagedProcess(
+            "containerd",
+            [cluster.containerd_command("containerd"), "--config", str(config)],
+            cluster.log_dir / "containerd.log",
+            env=env,
+        )
     )
     wait_until(
         lambda: cluster.containerd_socket.exists() and cluster.ctr("version"),

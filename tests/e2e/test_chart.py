@@ -45,14 +45,15 @@ CERT_MANAGER_KINDS = {"Issuer", "Certificate"}  # CRDs: not installed in the tes
 
 
 def dry_run(kube: KubeClient, namespace: str, obj: dict[str, Any]) -> None:
-    """Server-side dry-run of one object, in the namespace it names or else the test's. A cluster-scoped object gets
-    the test's namespace appended to its name: other tests in the session apply the chart's ClusterRoles for real,
-    and a dry-run create of an existing name is refused (409) whatever the object says."""
+    """Server-side dry-run of one object, in the namespace it names (the chart's RoleBinding in kube-system) or else
+    the test's. A cluster-scoped object, or one in a namespace other than the test's, gets the test's namespace
+    appended to its name: other tests in the session apply the chart's identities for real, and a dry-run create of
+    an existing name is refused (409) whatever the object says."""
     prefix, plural, namespaced = PATHS[obj["kind"]]
-    if not namespaced:
+    target = obj["metadata"].get("namespace") or namespace
+    if not namespaced or target != namespace:
         obj = {**obj, "metadata": {**obj["metadata"], "name": f"{obj['metadata']['name']}-{namespace}"}}
-    where = obj["metadata"].get("namespace", namespace)  # the chart names kube-system for one RoleBinding
-    path = f"{prefix}/namespaces/{where}/{plural}" if namespaced else f"{prefix}/{plural}"
+    path = f"{prefix}/namespaces/{target}/{plural}" if namespaced else f"{prefix}/{plural}"
     kube.request("POST", path, obj, params={"dryRun": "All", "fieldValidation": "Strict"})
 
 

@@ -81,18 +81,114 @@ def _fake_build(root: Path, version: str, *, complete: bool = True) -> Path:
     return directory
 
 
-def test_locate_prints_the_newest_complete_build(
+def test_locate_prints_the_default_releases_build_not_the_newest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("HAMI_TESTENV_CACHE", str(tmp_path))
+    monkeypatch.delenv("HAMI_K8S_VERSION", raising=False)
+    expected = _fake_build(tmp_path, testenv.DEFAULT_K8S_VERSION)
+    _fake_build(tmp_path, "v1.99.0")  # newer, but not the default: the tests run on the default
+    _fake_build(tmp_path, "v1.35.4")
+    (tmp_path / "k8s-v1.36.9.partial").mkdir()
+
+    assert testenv.main(["locate"]) == 0
+    assert capsys.readouterr().out.strip() == str(expected)
+
+
+def test_hami_k8s_version_picks_another_release_prereleases_included(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("HAMI_TESTENV_CACHE", str(tmp_path))
+    _fake_build(tmp_path, testenv.DEFAULT_K8S_VERSION)
+    beta = _fake_build(tmp_path, "v1.38.0-beta.0")
+    monkeypatch.setenv("HAMI_K8S_VERSION", "1.38.0-beta.0")  # the leading "v" may be left out
+
+    assert testenv.main(["locate"]) == 0
+    assert capsys.readouterr().out.strip() == str(beta)
+
+
+def test_locating_a_release_that_is_not_built_names_it_and_what_is_built(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("HAMI_TESTENV_CACHE", str(tmp_path))
     monkeypatch.delenv("HAMI_K8S_VERSION", raising=False)
     _fake_build(tmp_path, "v1.35.4")
-    expected = _fake_build(tmp_path, "v1.36.1")
-    _fake_build(tmp_path, "v1.36.3", complete=False)  # no manifest: an interrupted build
-    (tmp_path / "k8s-v1.36.9.partial").mkdir()
+    _fake_build(tmp_path, "v1.37.9", complete=False)
 
-    assert testenv.main(["locate"]) == 0
-    assert capsys.readouterr().out.strip() == str(expected)
+    assert testenv.main(["locate", "--k8s-version=v1.37.9"]) == 1
+    err = capsys.readouterr().err
+    assert "k8s-v1.37.9/" in err
+    assert "HAMI_K8S_VERSION=v1.37.9 make testenv" in err
+    assert "built: k8s-v1.35.4" in err
+
+
+def test_a_version_that_is_no_release_tag_is_refused_naming_the_flag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("HAMI_TESTENV_CACHE", str(tmp_path))
+    assert testenv.main(["locate", "--k8s-version=1.37"]) == 1
+    assert "--k8s-version 'v1.37' is not a Kubernetes release tag" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("version", "parts", "staging"),
+    [
+        ("v1.36.3", (1, 36, 3, ""), "v0.36.3"),
+        ("v1.37.2", (1, 37, 2, ""), "v0.37.2"),
+        ("v1.38.0-beta.0", (1, 38, 0, "beta.0"), "v0.38.0-beta.0"),
+        ("v1.39.0-rc.1", (1, 39, 0, "rc.1"), "v0.39.0-rc.1"),
+    ],
+)
+def test_release_tags_and_their_staging_module_tags(version: str, parts: tuple[object, ...], staging: str) -> None:
+    assert testenv.release_parts(version) == parts
+    assert testenv.staging_tag(version) == staging
+
+
+def test_a_prerelease_wrapper_pins_the_staging_prerelease_tags(tmp_path: Path) -> None:
+    testenv.write_k8s_wrapper(tmp_path, "v1.38.0-beta.0", UPSTREAM)
+    go_mod = (tmp_path / "go.mod").read_text()
+    assert "\tk8s.io/api => k8s.io/api v0.38.0-beta.0\n" in go_mod
+    assert "-X k8s.io/component-base/version.gitMinor=38" in testenv.k8s_ldflags("v1.38.0-beta.0")
+
+
+@pytest.mark.parametrize(
+    ("version", "needs"), [("v1.36.3", False), ("v1.37.2", False), ("v1.38.0-beta.0", True), ("v1.39.0", True)]
+)
+def test_the_real_node_of_1_38_and_newer_gets_containerd_2(version: str, needs: bool) -> None:
+    assert testenv.needs_containerd_2(version) is needs
+
+
+def test_the_installed_go_builds_what_it_can_and_a_newer_toolchain_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HAMI_GO_TOOLCHAIN", raising=False)
+    try:
+        assert testenv.use_toolchain("1.26.0", (1, 26, 8)) == "1.26.8"
+        assert testenv.go_env()["GOTOOLCHAIN"] == "local"
+        assert testenv.use_toolchain("1.27.0", (1, 26, 8)) == testenv.NEWER_GO_TOOLCHAIN.removeprefix("go")
+        assert testenv.go_env()["GOTOOLCHAIN"] == testenv.NEWER_GO_TOOLCHAIN
+        monkeypatch.setenv("HAMI_GO_TOOLCHAIN", "go1.27.0")
+        with pytest.raises(testenv.BuildError, match=r"HAMI_GO_TOOLCHAIN to a Go toolchain >= 1\.28\.0"):
+            testenv.use_toolchain("1.28.0", (1, 26, 8))
+    finally:
+        testenv.use_toolchain("1.0", (1, 26, 8))  # back to GOTOOLCHAIN=local for the other tests
+
+
+def test_locate_containerd_prints_the_build_only_for_releases_that_need_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("HAMI_TESTENV_CACHE", str(tmp_path))
+    monkeypatch.delenv("HAMI_K8S_VERSION", raising=False)
+    assert testenv.main(["locate", "--containerd", "--k8s-version=v1.37.2"]) == 0  # Debian's containerd will do
+    assert capsys.readouterr().out == ""
+    assert testenv.main(["locate", "--containerd", "--k8s-version=v1.38.0-beta.0"]) == 1
+    assert f"containerd-{testenv.CONTAINERD_VERSION}/" in capsys.readouterr().err
+    directory = tmp_path / f"containerd-{testenv.CONTAINERD_VERSION}"
+    directory.mkdir()
+    for name in testenv.CONTAINERD_BINARIES:
+        (directory / name).write_text("#!/bin/sh\n")
+        (directory / name).chmod(0o755)
+    (directory / "manifest.json").write_text("{}")
+    assert testenv.main(["locate", "--containerd", "--k8s-version=v1.38.0-beta.0"]) == 0
+    assert capsys.readouterr().out.strip() == str(directory)
 
 
 def test_locate_without_a_build_says_to_run_make_testenv(
@@ -142,18 +238,35 @@ def test_locate_node_finds_the_node_build_of_the_control_planes_version(
 ) -> None:
     monkeypatch.setenv("HAMI_TESTENV_CACHE", str(tmp_path))
     monkeypatch.delenv("HAMI_K8S_VERSION", raising=False)
-    _fake_build(tmp_path, "v1.36.3")
+    version = testenv.DEFAULT_K8S_VERSION
+    _fake_build(tmp_path, version)
     assert testenv.main(["locate", "--node"]) == 1  # the control plane alone is not enough
-    assert "scripts/k8s-testenv node" in capsys.readouterr().err
-    node = tmp_path / "k8s-node-v1.36.3"
+    assert f"k8s-node-{version}/" in capsys.readouterr().err
+    node = tmp_path / f"k8s-node-{version}"
     node.mkdir()
     for name in testenv.NODE_BINARIES:
         (node / name).write_text("#!/bin/sh\n")
         (node / name).chmod(0o755)
-    (node / "manifest.json").write_text(json.dumps({"kubernetes": "v1.36.3"}))
-    (tmp_path / "k8s-v1.36.3" / "kubelet").write_text("")  # the control plane's directory is never looked in
+    (node / "manifest.json").write_text(json.dumps({"kubernetes": version}))
+    (tmp_path / f"k8s-{version}" / "kubelet").write_text("")  # the control plane's directory is never looked in
 
     assert testenv.main(["locate", "--node"]) == 0
     assert capsys.readouterr().out.strip() == str(node)
     assert testenv.main(["locate"]) == 0  # the control plane is still complete and found as before
-    assert capsys.readouterr().out.strip() == str(tmp_path / "k8s-v1.36.3")
+    assert capsys.readouterr().out.strip() == str(tmp_path / f"k8s-{version}")
+
+
+def test_a_failed_download_names_the_module_versions_the_proxy_refused() -> None:
+    lines = [
+        "go: hami.local/k8s-testenv imports",
+        "\tk8s.io/apiextensions-api/pkg/client: k8s.io/apiextensions-api@v0.38.0-beta.0: reading "
+        "https://proxy.example/k8s.io/apiextensions-api/@v/v0.38.0-beta.0.zip: 403 Forbidden",
+        "\tsigs.k8s.io/structured-merge-diff/v7/merge: sigs.k8s.io/structured-merge-diff/v7@v7.0.1: reading "
+        "https://proxy.example/sigs.k8s.io/structured-merge-diff/v7/@v/v7.0.1.zip: 403 Forbidden",
+        "\tk8s.io/apiextensions-api@v0.38.0-beta.0: reading https://proxy.example/x.zip: 403 Forbidden",
+    ]
+    assert testenv.unserved_summary(lines) == (
+        "\nthe Go module proxy does not serve: k8s.io/apiextensions-api@v0.38.0-beta.0, "
+        "sigs.k8s.io/structured-merge-diff/v7@v7.0.1"
+    )
+    assert testenv.unserved_summary(["go: downloading k8s.io/api v0.37.2"]) == ""

@@ -282,3 +282,29 @@ def _sysctl(root: Path, name: str, value: str) -> None:
 def _process(root: Path, pid: int, *argv: str) -> None:
     (root / "proc" / str(pid)).mkdir(parents=True)
     (root / "proc" / str(pid) / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+
+
+def _binaries(version: str, tmp_path: Path) -> realnode.Binaries:
+    return realnode.Binaries(directory=tmp_path, kubernetes_version=version, etcd_version="v3.7.0")
+
+
+def test_the_node_keeps_debians_containerd_until_its_kubelet_needs_2_x(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HAMI_TESTENV_CACHE", str(tmp_path))
+    monkeypatch.delenv("HAMI_CONTAINERD_BIN_DIR", raising=False)
+    assert realnode.locate_containerd(_binaries("v1.37.2", tmp_path)) is None
+    with pytest.raises(realnode.RealNodeError, match=r"the real node's containerd is not built: .*containerd-v2"):
+        realnode.locate_containerd(_binaries("v1.38.0-beta.0", tmp_path))
+
+
+def test_a_containerd_directory_given_is_used_whatever_the_version_and_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HAMI_CONTAINERD_BIN_DIR", str(tmp_path))
+    with pytest.raises(realnode.RealNodeError, match="lacks containerd, containerd-shim-runc-v2, ctr"):
+        realnode.locate_containerd(_binaries("v1.36.3", tmp_path))
+    for name in realnode.CONTAINERD_BINARIES:
+        (tmp_path / name).write_text("#!/bin/sh\n")
+        (tmp_path / name).chmod(0o755)
+    assert realnode.locate_containerd(_binaries("v1.36.3", tmp_path)) == tmp_path

@@ -50,11 +50,13 @@ app.kubernetes.io/component: hami-scheduler
 {{- include "hami.imageOf" (list . "scheduler.extender") -}}
 {{- end -}}
 
-{{/* kube-scheduler of the cluster's own version unless a tag is given ("v1.36.3-eks-1" -> "v1.36.3"), from
-     global.imageRegistry when set (HAMi's mirror of every image). */}}
+{{/* kube-scheduler of the cluster's own version unless a tag is given ("v1.36.3-eks-1" -> "v1.36.3", a
+     pre-release keeps its suffix: "v1.38.0-beta.0"), from global.imageRegistry when set (HAMi's mirror of every
+     image). */}}
 {{- define "hami.kubeSchedulerImage" -}}
 {{- $image := .Values.scheduler.kubeScheduler.image -}}
-{{- $tag := $image.tag | default (regexFind "^v[0-9]+\\.[0-9]+\\.[0-9]+" .Capabilities.KubeVersion.Version) -}}
+{{- $release := "^v[0-9]+\\.[0-9]+\\.[0-9]+(-(alpha|beta|rc)\\.[0-9]+)?" -}}
+{{- $tag := $image.tag | default (regexFind $release .Capabilities.KubeVersion.Version) -}}
 {{- $registry := index (.Values.global | default dict) "imageRegistry" | default $image.registry -}}
 {{- printf "%s/%s:%s" $registry $image.repository $tag -}}
 {{- end -}}
@@ -266,4 +268,22 @@ dra:
 {{/* The kube-scheduler sidecar's own ServiceAccount (hami's is hami.scheduler). */}}
 {{- define "hami.kubeScheduler" -}}
 {{- printf "%s-kube-scheduler" (include "hami.fullname" .) -}}
+{{- end -}}
+
+{{/* The Kubernetes versions hami is tested on (make test-matrix: v1.36.3, v1.37.2, v1.38.0-beta.0). */}}
+{{- define "hami.testedKubeVersions" -}}
+>=1.36.0-0 <1.39.0-0
+{{- end -}}
+
+{{/* Empty on a tested cluster version; else a sentence saying so (kubeVersionCheck: warn prints it in the notes,
+     refuse fails the install with it). */}}
+{{- define "hami.kubeVersionWarning" -}}
+{{- $version := .Capabilities.KubeVersion.Version -}}
+{{- $check := .Values.kubeVersionCheck | default "warn" -}}
+{{- if not (has $check (list "warn" "refuse" "off")) -}}
+{{- fail (printf "kubeVersionCheck: %v is not one of warn, refuse, off" $check) -}}
+{{- end -}}
+{{- if and (ne $check "off") (not (semverCompare (include "hami.testedKubeVersions" .) $version)) -}}
+hami is tested on Kubernetes 1.36 to 1.38 (v1.36.3, v1.37.2, v1.38.0-beta.0); this cluster is {{ $version }}
+{{- end -}}
 {{- end -}}

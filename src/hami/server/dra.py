@@ -47,12 +47,22 @@ from hami.k8s.tasks import Supervisor
 from hami.k8s.watch import Callbacks, Reflector
 from hami.protocol.dra import DeviceClass, ResourceClaim, ResourceSlice
 from hami.protocol.events import EventType
+from hami.protocol.kubeversion import ServerProfile
 from hami.scheduling.dra import DraProblem, DraWarning, ProblemKind, held_by_card
 from hami.scheduling.state import ClusterState
 from hami.server.extender import Extender
 from hami.server.metrics import Metrics
 
-__all__ = ["REPROBE_S", "SWEEP_S", "DraCollector", "DraReports", "DraWatches", "event_reason", "start_dra"]
+__all__ = [
+    "REPROBE_S",
+    "SWEEP_S",
+    "DraCollector",
+    "DraReports",
+    "DraWatches",
+    "dra_mode",
+    "event_reason",
+    "start_dra",
+]
 
 log = logging.getLogger("hami.dra")
 
@@ -305,6 +315,16 @@ def _card(state: ClusterState, node: str, vendor: str, uuid: str) -> tuple[str, 
         if info.id == uuid:
             return str(info.index), info.type
     return "", ""
+
+
+def dra_mode(configured: bool, server: ServerProfile | None) -> str:
+    """``"watch"``, or why not: DRA is not configured, or the server's release has no ``resource.k8s.io/v1``
+    (older than 1.34). An unknown release (None) is watched: the probe then tells whether the API is served."""
+    if not configured:
+        return "off (dra.enabled is false or no driver is listed)"
+    if server is not None and not server.dra_api:
+        return f"not watched: Kubernetes {server.version} has no {API} (1.34+)"
+    return "watch"
 
 
 def start_dra(

@@ -34,7 +34,6 @@ from starlette.types import ASGIApp
 
 from hami.config import DeviceConfig, SchedulerSettings
 from hami.devices import vendors_from_config
-from hami.errors import ApiError
 from hami.k8s.client import ClientSettings, KubeClient
 from hami.k8s.cluster import KubeCluster
 from hami.k8s.config import KubeConfig
@@ -44,8 +43,10 @@ from hami.k8s.nodelock import NodeLocker
 from hami.k8s.records import Lease
 from hami.k8s.resources import LEASES, NODES, PODS, RESOURCE_QUOTAS
 from hami.k8s.reviews import AccessReviewer
+from hami.k8s.serverversion import read_server_profile
 from hami.k8s.tasks import Supervisor
 from hami.k8s.watch import Callbacks, Reflector
+from hami.protocol.kubeversion import ServerProfile
 from hami.protocol.objects import Node, Pod, ResourceQuota, WatchedPod
 from hami.scheduling.admission import AdmissionSettings
 from hami.scheduling.request import SchedulingDefaults
@@ -53,7 +54,7 @@ from hami.scheduling.state import ClusterState
 from hami.server.access import BearerTokenGate, MetricsGate, Transport, load_transport
 from hami.server.app import build_app, build_metrics_app, build_service_app
 from hami.server.audit import API_AUDIT_SECONDS, LedgerAudit
-from hami.server.dra import DraWatches, start_dra
+from hami.server.dra import DraWatches, dra_mode, start_dra
 from hami.server.extender import Extender, Readiness
 from hami.server.leadership import Leadership
 from hami.server.listen import guarded_h11, listen
@@ -113,6 +114,8 @@ class Runtime:
     requeue: RequeueNudges = field(init=False)
     dra: DraWatches | None = None
     """The DRA watches, once started (None with DRA off)."""
+    server: ServerProfile | None = None
+    """What hami chose for the API server's version (read at start; None: it could not be read)."""
     preemption: Resolved = "off"
     """``--preemption`` as resolved at start-up (``hami.server.preemptmode``)."""
 
@@ -216,6 +219,7 @@ class Runtime:
             Supervisor(log) as supervisor,
             contextlib.AsyncExitStack() as stack,
         ):
+            self.server = await read_server_profile(client)
             cluster = KubeCluster(client, instance=self.identity)
             locker = NodeLocker(cluster, timeout=timedelta(seconds=s.node_lock_timeout))
             events = EventRecorder(KubeCluster(event_client, instance=self.identity), s.scheduler_name)
@@ -242,7 +246,7 @@ class Runtime:
                 success_events=s.success_events,
                 lock_waits=self.housekeeping.lock_waits,
                 dra=self.device_config.dra,
-                preemption=await self._preemption_mode(client) == "self",
+                preemption=self._preemption_mode() == "self",
             )
             self.extender = extender
             watched_nodes, watched_pods = self._start_watches(
@@ -260,14 +264,10 @@ class Runtime:
             await extender.settle_all()
             await events.aclose()
 
-    async def _preemption_mode(self, client: KubeClient) -> Resolved:
+    def _preemption_mode(self) -> Resolved:
         """``--preemption`` resolved (``auto`` by the API server's version), logged; kept in ``preemption``."""
-        version = None
-        if self.settings.preemption == "auto":
-            try:
-                version = await client.server_version()
-            except ApiError as err:
-                log.warning("reading the API server's version for --preemption=auto failed: %s", err)
+        # the version read at start (read_server_profile; None: it could not be read, which that logged)
+        version = None if self.server is None else str(self.server.version)
         self.preemption, why = resolve_preemption(self.settings.preemption, version)
         log.info("preemption: %s (%s)", self.preemption, why)
         return self.preemption
@@ -311,13 +311,14 @@ class Runtime:
         supervisor.start(nodes.run(), name="watch-nodes")
         supervisor.start(pods.run(), name="watch-pods")
         supervisor.start(quotas.run(), name="watch-quotas")
-        if self.device_config.dra.active():  # ResourceSlices and ResourceClaims of the configured DRA drivers
+        mode = dra_mode(bool(self.device_config.dra.active()), self.server)
+        if mode == "watch":  # the ResourceSlices and ResourceClaims of the configured DRA drivers
             synced["dra"] = False
             self.dra = start_dra(
                 client, extender, events, self.metrics, supervisor, mark("dra"), self.leadership.is_leader
             )
         else:
-            log.info("DRA: off (dra.enabled is false or no driver is listed): ResourceClaims are not counted")
+            log.info("DRA: %s: ResourceClaims are not counted", mode)
         if s.leader_elect:
             synced["lease"] = False
             self._follow_lease(client, cluster, supervisor, mark("lease"))

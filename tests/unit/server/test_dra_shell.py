@@ -18,8 +18,9 @@ from prometheus_client import CollectorRegistry, Counter
 from hami.k8s.client import ClientSettings, KubeClient
 from hami.k8s.config import KubeConfig
 from hami.protocol.dra import ResourceClaim, ResourceSlice
+from hami.protocol.kubeversion import parse_kube_version, server_profile
 from hami.scheduling.dra import ProblemKind
-from hami.server.dra import REPROBE_S, DraCollector, DraReports, DraWatches, event_reason
+from hami.server.dra import REPROBE_S, DraCollector, DraReports, DraWatches, dra_mode, event_reason
 from tests.unit.k8s.fakeapi import FakeApi, Reply, serve, status_body
 from tests.unit.server.support import NS, World, gpu_node, make_world, plain_pod
 
@@ -317,3 +318,19 @@ async def test_claims_refused_while_slices_are_readable_do_not_hold_readiness_ei
     assert (synced, sleeps.delays) == ([True], [REPROBE_S])
     [line] = [r.getMessage() for r in caplog.records if r.name == "hami.dra"]
     assert "not allowed: listing resourceclaims.resource.k8s.io was refused (HTTP 403)" in line
+
+
+@pytest.mark.parametrize(
+    ("configured", "version", "mode"),
+    [
+        (True, "v1.37.2", "watch"),
+        (True, None, "watch"),  # the version could not be read: the probe tells whether the API is served
+        (True, "v1.33.4", "not watched: Kubernetes v1.33.4 has no resource.k8s.io/v1 (1.34+)"),
+        (False, "v1.37.2", "off (dra.enabled is false or no driver is listed)"),
+    ],
+)
+def test_dra_is_watched_when_configured_and_the_servers_release_has_the_api(
+    configured: bool, version: str | None, mode: str
+) -> None:
+    server = None if version is None else server_profile(parse_kube_version(version))
+    assert dra_mode(configured, server) == mode
