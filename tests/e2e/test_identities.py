@@ -64,6 +64,9 @@ ALLOWED: dict[str, list[Check]] = {
         ("get", "leases", LEASE), ("list", "leases", LEASE), ("watch", "leases", LEASE),
         ("list", "resourceslices", DRA), ("watch", "resourceslices", DRA), ("list", "resourceclaims", DRA),
         ("watch", "resourceclaims", DRA), ("list", "deviceclasses", DRA), ("watch", "deviceclasses", DRA),
+        # hami's own preemption, which the chart's scheduler.preemption=auto picks before Kubernetes 1.38
+        ("create", "pods/eviction", {"namespace": "tenant"}), ("patch", "pods/status", {"namespace": "tenant"}),
+        ("list", "poddisruptionbudgets", {"group": "policy"}),
     ],
     KUBE_SCHEDULER_SA: [
         ("list", "pods", {}), ("create", "pods/binding", {"namespace": "tenant"}),
@@ -85,8 +88,10 @@ ALLOWED: dict[str, list[Check]] = {
 REFUSED: dict[str, list[Check]] = {
     HAMI_SA: [
         ("create", "pods", {"namespace": "tenant"}), ("delete", "pods", {"namespace": "tenant"}),
-        ("update", "pods/status", {"namespace": "tenant"}), ("create", "pods/eviction", {"namespace": "tenant"}),
-        ("get", "secrets", {"namespace": NS}), ("list", "secrets", {}), ("delete", "nodes", {}),
+        ("update", "pods/status", {"namespace": "tenant"}), ("delete", "pods/eviction", {"namespace": "tenant"}),
+        ("get", "poddisruptionbudgets", {"group": "policy", "namespace": "tenant"}),
+        ("watch", "poddisruptionbudgets", {"group": "policy"}), ("get", "secrets", {"namespace": NS}),
+        ("list", "secrets", {}), ("delete", "nodes", {}),
         ("update", "nodes/status", {}), ("delete", "events", {"namespace": "tenant"}),
         ("get", "resourcequotas", {"namespace": "tenant"}),
         ("list", "leases", {"group": "coordination.k8s.io", "namespace": NS}),
