@@ -131,6 +131,9 @@ class Stack:
         value: str | None = (node_obj["metadata"].get("annotations") or {}).get(keys.NODE_LOCK)
         return value
 
+    def wait_unlocked(self, node: str) -> None:
+        wait_until(lambda: self.lock(node) is None, description=f"the node lock of {node} released")
+
     def usage(self) -> Usage:
         """Per-device usage recounted from every pod's allocation annotation."""
         return usage_from_annotations(self.pods())
@@ -248,9 +251,30 @@ def test_node_and_gpu_policies_place_a_sequence_of_pods(
         s.pod(f"p{i}")
         pod = s.bound(f"p{i}")  # one at a time: each decision sees the ones before
         (device,) = decode_pod_devices(pod["metadata"]["annotations"][NVIDIA.allocated])[0]
-        placed.append((pod["spec"]["nodeName"], device.uuid))
+        node = pod["spec"]["nodeName"]
+        placed.append((node, device.uuid))
+        # ... and its node lock released by the device plugin: a node a bind holds locked ranks after free ones
+        s.wait_unlocked(node)
 
     assert placed == [(names[n], f"GPU-{names[n]}-{i}") for n, i in expected]
+
+
+def test_a_node_locked_by_a_bind_in_progress_is_passed_over_for_a_free_one(stack: StackFactory) -> None:
+    # No device plugin: p1 keeps its node's lock after its bind, as while its device plugin has not allocated yet.
+    s = stack(plugin=False)
+    a, b = s.node("a"), s.node("b")
+    s.pod("p1")
+    assert s.bound("p1")["spec"]["nodeName"] == a  # binpack, a tie of empty nodes: the first by name
+    assert s.lock(a) is not None
+
+    s.pod("p2")
+
+    assert s.bound("p2")["spec"]["nodeName"] == b  # a is fuller, but its lock is held by p1's bind in progress
+    events = s.wait_for_event("p2", "FilteringSucceed")
+    (message,) = [m for c, _, r, m in events if c == SCHEDULER_NAME and r == "FilteringSucceed"]
+    assert message.startswith(f"find fit node({b}), 0 nodes not fit, 2 nodes fit({a}:"), message
+    assert message.endswith(f",{b}:0.00); passed over {a}: node lock held by a bind in progress"), message
+    assert s.hami.metrics()["hami_lock_busy_skips_total"] == [({}, 1.0)]
 
 
 # --- nothing fits -----------------------------------------------------------------------------------------

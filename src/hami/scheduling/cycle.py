@@ -53,7 +53,8 @@ class Cycle(CycleParts):
     Retries: an allocation clean-up that fails (429 storm, API down) keeps the reservation and is retried in the
     background until it lands (``cleanups``; stopped by a new /filter of the pod, its deletion or ``settle_all``);
     a bind waits for a node locked by another hami bind in progress (``bind_lock_wait``), a PodGroup member's for
-    any locked node (``lock_retry_timeout``), woken through ``lock_waits``. The pauses go through the injected
+    any locked node (``lock_retry_timeout``), woken through ``lock_waits``; /filter ranks a node whose lock is held
+    (``node_locks``) after the free ones, so a burst is not queued behind one node. The pauses go through the injected
     ``Clocks.sleep``, the waits are measured with ``Clocks.stopwatch``: the cycle reads no clock itself.
 
     Preemption (``CycleSettings.preemption``, ``--preemption=self``): a pod that fits nowhere preempts through
@@ -101,7 +102,7 @@ class Cycle(CycleParts):
             for lapsed in expire_holds(self, wall):
                 self.observer.capacity_freed(lapsed.node)  # the room held is free for every pod now
         hold = self.holds.lift(self.state, req.uid)
-        decision = decide(self.state, req, names, now, self.memo, now_ns=now_ns)
+        decision = decide(self.state, req, names, now, self.memo, now_ns=now_ns, busy=self._busy(req))
         self.observer.stage_timed("decide", self.clocks.stopwatch() - t0)
         if reserve(self.state, req, decision) is not None:
             self.pending.add(req.uid)
@@ -109,6 +110,16 @@ class Cycle(CycleParts):
             self.holds.place(self.state, hold)  # its victims are still terminating: the room stays held
             return decision, hold
         return decision, None
+
+    def _busy(self, req: PodRequest) -> frozenset[str]:
+        """The nodes where a lock the pod's bind would take (its vendors' ``VendorKeys.lock``) is held now, as the
+        node watch shows it: each takes one pod per lock hand-over, so they rank after the free ones."""
+        if not self.node_locks:
+            return frozenset()
+        wanted = {v.keys.lock for v in map(self.vendors.get, req.vendors) if v is not None and v.keys.lock}
+        if not wanted:
+            return frozenset()
+        return frozenset(node for node, held in self.node_locks.items() if not wanted.isdisjoint(held))
 
     async def _unschedulable(
         self, pod: Pod, watched: Pod | None, decision: Decision, names: tuple[str, ...], guard: str | None

@@ -8,12 +8,13 @@ Deliberate differences from HAMi (spec §11): ties between nodes are broken by n
 completion order); every rejected node keeps its reasons, also when another node fits; a node that could not
 run the pod even if empty is flagged ``unresolvable`` so the extender can spare kube-scheduler a pointless
 preemption; annotations are written only for the vendors the pod asks for (HAMi writes empty slots for every
-vendor on the node, §11 item 15).
+vendor on the node, §11 item 15); a fitting node in ``busy`` (its node lock held by a bind in progress) ranks
+after every fitting node that is not, HAMi's order kept within each group (see ``rank``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -35,6 +36,7 @@ __all__ = [
     "decide",
     "filter_nodes",
     "judge",
+    "rank",
     "reserve",
     "score",
     "select",
@@ -52,7 +54,9 @@ class Decision:
     ``node`` is None when nothing fits. ``devices`` has, per vendor, one entry per container (init first);
     ``slices``, per vendor, the slices chosen on partitioned devices. ``annotations`` are exactly what hami writes
     on the pod. ``rejected`` has every candidate that was not chosen *because it does not fit*; ``scores`` every
-    candidate that fits (the chosen one included), best first.
+    candidate that fits (the chosen one included), best first (``rank``: the busy ones after the others).
+    ``passed_over`` has the busy fitting nodes HAMi's order ranks before ``node``, best first: skipped because a
+    bind in progress holds their node lock.
     """
 
     uid: str
@@ -65,6 +69,7 @@ class Decision:
     scores: Mapping[str, float] = field(default_factory=dict)
     message: str = ""
     node_policy: str = ""
+    passed_over: tuple[str, ...] = ()
 
 
 def judge(state: ClusterState, node: NodeState, req: PodRequest) -> Verdict:
@@ -166,6 +171,25 @@ def select(scores: Mapping[str, float], node_policy: str) -> list[str]:
     return ranked
 
 
+def rank(ranked: Sequence[str], busy: Collection[str]) -> tuple[list[str], tuple[str, ...]]:
+    """HAMi's order (``select``) with the ``busy`` nodes moved after all the others, each group in HAMi's order; and
+    the busy nodes passed over: those HAMi's order puts before the first node that is not busy (all of them when
+    every fitting node is busy, then nothing is passed over).
+
+    Deliberate difference from HAMi: a node whose node lock is held takes one pod per lock hand-over (the device
+    plugin releases it after Allocate), so under ``binpack`` a burst sent to the one fullest node queues there
+    and its binds wait, or fail once the wait runs out; a free node takes the pod now. With ``busy`` empty (no
+    lock held) the order is HAMi's, unchanged."""
+    if not busy:
+        return list(ranked), ()
+    free = [n for n in ranked if n not in busy]
+    if not free:
+        return list(ranked), ()
+    held = [n for n in ranked if n in busy]
+    first = ranked.index(free[0])
+    return free + held, tuple(ranked[:first])
+
+
 def decide(
     state: ClusterState,
     req: PodRequest,
@@ -174,13 +198,15 @@ def decide(
     memo: Verdicts | None = None,
     *,
     now_ns: int | None = None,
+    busy: Collection[str] = (),
 ) -> Decision:
     """Choose one node and the devices for every container of ``req`` among ``candidates``.
 
     ``now`` (Unix seconds) is stamped into ``hami.io/vgpu-time``; ``now_ns`` is the same instant in Unix
     nanoseconds for the vendors' extra annotations (``AnnotationContext.now_ns``; default ``now × 10⁹``). A pod
     that asks for no device gets a decision with ``node=None`` and no rejections; callers pass such pods through
-    untouched.
+    untouched. ``busy`` names the nodes whose node lock (one the pod's bind would take) is held by a bind in
+    progress: they rank after every other fitting node (``rank``); which nodes fit does not depend on it.
     """
     names = sorted(set(candidates))
     if not req.wants_devices:
@@ -189,10 +215,10 @@ def decide(
     if not fits:
         return Decision(req.uid, req.key, None, rejected=rejected, message=no_available_node_text(len(names)))
     scores = score(state, fits, memo)
-    ranked = select(scores, req.node_policy)
+    ranked, passed_over = rank(select(scores, req.node_policy), busy)
     best = realize(state, req, next(f for f in fits if f.node == ranked[0]))
     if best is None:  # a screen disagreed with Fit: judge every node as without screening
-        return decide(state, req, names, now, Verdicts(per_node=0, screening=False))
+        return decide(state, req, names, now, Verdicts(per_node=0, screening=False), busy=busy)
     devices = best.pod_devices()
     slices = best.slices()
     stamp = _Stamp(now, now * 10**9 if now_ns is None else now_ns, req.names)
@@ -205,8 +231,9 @@ def decide(
         _annotations(state, best.node, devices, slices, stamp),
         rejected,
         dict(zip(ranked, map(scores.__getitem__, ranked), strict=True)),
-        _success_message(best.node, len(names), ranked, scores),
+        _success_message(best.node, len(names), ranked, scores, passed_over),
         req.node_policy,
+        passed_over,
     )
 
 
@@ -242,12 +269,21 @@ def _annotations(
     return annotations
 
 
-def _success_message(chosen: str, total: int, ranked: Sequence[str], scores: Mapping[str, float]) -> str:
-    """HAMi lists every fitting node in its final sort order, the chosen one last. Deliberate difference: with
+def _success_message(
+    chosen: str, total: int, ranked: Sequence[str], scores: Mapping[str, float], passed_over: Sequence[str] = ()
+) -> str:
+    """HAMi lists every fitting node in its final sort order, the chosen one last. Deliberate differences: with
     more than ``LISTED`` fitting nodes only the best ``LISTED`` are listed (an event message is not a node list);
-    the counts are always of every node."""
+    the counts are always of every node; the busy nodes passed over (``rank``) are named after it, the best
+    ``LISTED`` of them."""
     shown = [(n, scores[n]) for n in reversed(ranked[:LISTED])]
-    return filtering_succeed_text(chosen, total, shown, fitting=len(ranked))
+    text = filtering_succeed_text(chosen, total, shown, fitting=len(ranked))
+    if not passed_over:
+        return text
+    named = ",".join(passed_over[:LISTED])
+    if len(passed_over) > LISTED:
+        named += f",… {len(passed_over) - LISTED} more"
+    return f"{text}; passed over {named}: node lock held by a bind in progress"
 
 
 def reserve(state: ClusterState, req: PodRequest, decision: Decision) -> PodRecord | None:

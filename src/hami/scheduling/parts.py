@@ -93,6 +93,10 @@ class CycleParts:
     the victim's ``namespace/name``): with the nominations, what the holds are rebuilt from after a restart."""
     nominations: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     """Preemptors whose ``nominatedNodeName`` is checked again after /filter answered (``renominate``), by UID."""
+    node_locks: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """Node → lock annotation key → value of every node lock held, as the node watch shows them (the shell's view,
+    read only here): a node holding a lock the pod's bind would take ranks after the free ones (``decide``'s
+    ``busy``). Empty: no lock is ever seen, HAMi's order."""
 
     async def settle(self, uid: str) -> FilterOutcome | None:
         """Wait for the pod's commit still in flight, if any; returns its failure or None."""

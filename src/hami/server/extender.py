@@ -105,6 +105,7 @@ class Extender:
         lock_retry_timeout: float = 0.0,
         bind_lock_wait: float = 0.0,
         lock_waits: LockWaits | None = None,
+        node_locks: Mapping[str, Mapping[str, str]] | None = None,
         dra: DraConfig | None = None,
         success_events: bool = True,
         preemption: bool = False,
@@ -124,7 +125,9 @@ class Extender:
             preemption=preemption,
         )
         clocks = Clocks(wall=clock, stopwatch=time.perf_counter, sleep=asyncio.sleep)
-        self.cycle = Cycle(state, vendors, defaults, cluster, clocks, settings, self, lock_waits)
+        # node_locks: the node watch's view of the locks held (``LockHousekeeping.locks``), read only
+        locked: Mapping[str, Mapping[str, str]] = node_locks if node_locks is not None else {}
+        self.cycle = Cycle(state, vendors, defaults, cluster, clocks, settings, self, lock_waits, node_locks=locked)
         locks = {v.keys.lock for v in vendors.values() if v.keys.lock is not None}
         self._unread_keys = frozenset({*locks, keys.CAPACITY_FREED})
         """Node annotations the state never reads: hami's own writes (locks, the requeue nudge)."""
@@ -190,6 +193,8 @@ class Extender:
         self.metrics.decisions.labels(outcome.result.value).inc()
         self._api_errors(outcome.api_errors)
         pod, decision = outcome.pod, outcome.decision
+        if outcome.result is Filtered.SCHEDULED and decision is not None and decision.passed_over:
+            self.metrics.lock_busy_skips.inc()
         if outcome.result in (Filtered.INVALID, Filtered.COMMIT_FAILED):
             self._event(pod, FAILED, outcome.error)
         elif outcome.result is Filtered.REFUSED:
@@ -387,10 +392,14 @@ def _filter_answer(outcome: FilterOutcome, args: FilterArgs) -> FilterResult:
             failed[note.node] = note.message  # the victims terminate there; the room is held for this pod
         return FilterResult(failed_nodes=failed or None, failed_and_unresolvable_nodes=never or None)
     # One shared text for every node that fits but was not chosen (the scores are in the FilteringSucceed event).
-    not_chosen = f"fits, but hami chose {chosen} under the {decision.node_policy or 'configured'} node policy"
+    policy = decision.node_policy or "configured"
+    not_chosen = f"fits, but hami chose {chosen} under the {policy} node policy"
     for name in decision.scores:
         if name != chosen:
             failed[name] = not_chosen
+    passed = f"fits, ranks before {chosen} under the {policy} node policy, but a bind in progress holds its node lock"
+    for name in decision.passed_over:
+        failed[name] = passed
     return FilterResult(
         node_names=[chosen],
         nodes=args.nodes_raw([chosen]) if args.nodes is not None else None,

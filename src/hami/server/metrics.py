@@ -5,7 +5,8 @@ HAMi's Grafana dashboards work unchanged: same metric names, same labels, the co
 memory in bytes (MiB × 1048576). Pod-level gauges use hami's per-device effective charges, so like HAMi's they
 carry ``container_index="0"``.
 
-hami adds latency histograms per stage and endpoint, decisions by result, Kubernetes API errors, ledger
+hami adds latency histograms per stage and endpoint, decisions by result (and those that passed over a node whose
+node lock a bind held), lock hand-over waits, Kubernetes API errors, ledger
 drift (differences found by the periodic self-check), ledger drift against the API (pods on which the ledger and a
 periodic re-list of pods disagree, and the repairs made), quarantined nodes, and fragmentation (stranded memory and
 cores per card and per model, the largest slice per card, the cluster index).
@@ -270,6 +271,12 @@ class Metrics:
         self.lock_wait_timeouts = Counter(
             "hami_bind_lock_wait_timeouts",
             "Binds whose wait for a node lock hand-over ran out (--bind-lock-wait, --node-lock-retry-timeout)",
+            registry=self.own,
+        )
+        self.lock_busy_skips = Counter(
+            "hami_lock_busy_skips",
+            "Pods /filter placed on a free node, passing over better-ranked fitting nodes whose node lock a bind in "
+            "progress held",
             registry=self.own,
         )
         self.api_errors = Counter(

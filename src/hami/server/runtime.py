@@ -245,6 +245,7 @@ class Runtime:
                 bind_lock_wait=s.bind_lock_wait,
                 success_events=s.success_events,
                 lock_waits=self.housekeeping.lock_waits,
+                node_locks=self.housekeeping.locks,
                 dra=self.device_config.dra,
                 preemption=self._preemption_mode() == "self",
             )
