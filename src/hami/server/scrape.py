@@ -19,12 +19,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from functools import partial
 
 from prometheus_client import generate_latest
 from prometheus_client.utils import floatToGoString
 
-from hami.devices.base import Vendor, cores_shown
+from hami.devices.base import Vendor, core_counter
 from hami.protocol.inventory import DeviceInfo
 from hami.scheduling.fragmentation import (
     CardFragment,
@@ -144,7 +143,7 @@ _DEVICE_FAMILIES: tuple[tuple[_Family, Labels, Value], ...] = (
 
 
 def _devices(nodes: Sequence[NodeState], vendors: Mapping[str, Vendor]) -> Iterator[str]:
-    counters: dict[str, Count] = {name: partial(cores_shown, vendor) for name, vendor in vendors.items()}
+    counters: dict[str, Count] = {name: core_counter(vendor) for name, vendor in vendors.items()}
     for family, labels, value in _DEVICE_FAMILIES:
         out = [family.head]
         for node in nodes:
@@ -274,7 +273,11 @@ def state_text(state: ClusterState) -> Iterator[str]:
     nodes = list(state.nodes.values())
     records = list(state.pods.values())
     yield from _devices(nodes, state.vendors)
-    yield from _pods(records, device_cores(state))
+    devcores: dict[str, tuple[int, Count]] = {}
+    for k in range(0, len(nodes), _BATCH // 4):  # 40,000 devices took 0.3 s in one go
+        device_cores(state, nodes[k : k + _BATCH // 4], devcores)
+        yield ""
+    yield from _pods(records, devcores)
     yield from _quotas(state)
     yield from _problems(nodes, records)
     yield from _fragmentation(state, records)
