@@ -9,7 +9,7 @@ One real control plane (etcd, kube-apiserver with an audit log) on this machine.
 kube-scheduler (pods asking ``nvidia.com/gpu: 1`` as a plain extended resource), through kube-scheduler + hami
 under ``spread`` and under ``binpack`` (one-GPU pods as above; :class:`bench.e2e.DevicePluginStandIn` does the
 device plugin's part). Every burst stays bound, so the cluster grows by each one. After the first size, a leader
-kill: two replicas (hami + kube-scheduler each, kube-scheduler's default Lease timings, as the chart runs them), a
+kill: two replicas (hami + kube-scheduler each, the Lease timings of the chart's values), a
 burst, the leader's two processes SIGKILLed once a quarter is bound; the time until the follower binds a pod.
 
 Per burst: pods/s (first create → last bound), creation → bound p50/p99, kube-scheduler's failed attempts, API
@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 from tests.e2e.cluster import ControlPlane, KubeClient, Scheduler, free_port, start_control_plane
 
 from bench.e2e import (
@@ -58,6 +59,7 @@ from hami.protocol import keys
 from hami.protocol.inventory import encode_inventory_json
 from hami.protocol.scores import PairScore, encode_pair_scores
 
+CHART = Path(__file__).resolve().parent.parent / "charts" / "hami"
 WRITERS = 16
 """Client threads that write the nodes and the bound pods."""
 HAMI_LIMITS = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1024, "nvidia.com/gpucores": 10}
@@ -362,10 +364,16 @@ def _as_host(name: str, namespace: str) -> list[str]:
     return ["unshare", "--uts", "sh", "-c", script, "sh"]
 
 
+def chart_lease_timings() -> dict[str, str]:
+    """kube-scheduler's Lease timings as the chart sets them (``scheduler.leaderElection`` in its values)."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    return {k: str(v) for k, v in values["scheduler"]["leaderElection"].items()}
+
+
 @contextmanager
 def _replicas(cluster: Cluster, system: str) -> Iterator[dict[str, tuple[subprocess.Popen[bytes], Scheduler, Hami]]]:
     """Two replicas, each a hami and a kube-scheduler sharing a host name as in one pod, both following
-    kube-scheduler's Lease in ``system`` (kube-scheduler's default timings: 15 s lease, 10 s renew, 2 s retry)."""
+    kube-scheduler's Lease in ``system`` with the chart's timings (``scheduler.leaderElection``)."""
     cp = cluster.cp
     replicas: dict[str, tuple[subprocess.Popen[bytes], Scheduler, Hami]] = {}
     try:
@@ -378,6 +386,7 @@ def _replicas(cluster: Cluster, system: str) -> Iterator[dict[str, tuple[subproc
                     "leaderElect": True,
                     "resourceName": "hami-scheduler",
                     "resourceNamespace": system,
+                    **chart_lease_timings(),
                 }
             }
             scheduler = cp.start_scheduler(config, name=f"kube-scheduler-{name}", wrapper=_as_host(name, system))

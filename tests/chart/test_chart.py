@@ -124,6 +124,18 @@ def test_default_objects() -> None:
     ]
 
 
+def test_the_lease_timings_are_the_values_given() -> None:
+    config = scheduler_config(
+        render(
+            "scheduler.leaderElection.leaseDuration=15s",
+            "scheduler.leaderElection.renewDeadline=10s",
+            "scheduler.leaderElection.retryPeriod=3s",
+        )
+    )
+    timings = {k: config["leaderElection"][k] for k in ("leaseDuration", "renewDeadline", "retryPeriod")}
+    assert timings == {"leaseDuration": "15s", "renewDeadline": "10s", "retryPeriod": "3s"}
+
+
 def test_the_kube_scheduler_configuration_calls_hami_as_its_extender() -> None:
     config = scheduler_config(render())
     assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
@@ -133,6 +145,9 @@ def test_the_kube_scheduler_configuration_calls_hami_as_its_extender() -> None:
         "resourceLock": "leases",
         "resourceName": "hami-scheduler",
         "resourceNamespace": NAMESPACE,
+        "leaseDuration": "10s",
+        "renewDeadline": "7s",
+        "retryPeriod": "2s",
     }
     assert config["profiles"] == [{"schedulerName": "hami-scheduler"}]
     (extender,) = config["extenders"]
