@@ -44,6 +44,7 @@ import httpx
 import yaml
 from tests.e2e.cluster import ControlPlane, KubeClient, Scheduler, free_port, start_control_plane
 
+import hami
 from bench.e2e import (
     DevicePluginStandIn,
     _BoundTimes,
@@ -56,7 +57,6 @@ from bench.e2e import (
 )
 from bench.run import machine, table
 from bench.scenarios import node_devices, pair_scores
-import hami
 from hami.protocol import keys
 from hami.protocol.inventory import encode_inventory_json
 from hami.protocol.scores import PairScore, encode_pair_scores
