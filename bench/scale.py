@@ -63,6 +63,10 @@ from hami.protocol.scores import PairScore, encode_pair_scores
 
 CHART = Path(__file__).resolve().parent.parent / "charts" / "hami"
 WRITERS = 16
+STANDIN_WORKERS = 16
+"""The device plugin stand-in's threads. In a cluster each node's plugin works on its own; 4 threads sharing 5,000
+nodes fell behind in a 5,000-pod burst (each pod is three requests), so node locks stayed held for seconds longer
+than any node's own plugin would hold them."""
 """Client threads that write the nodes and the bound pods."""
 HAMI_LIMITS = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1024, "nvidia.com/gpucores": 10}
 BARE_LIMITS = {"nvidia.com/gpu": 1}
@@ -294,7 +298,7 @@ def run_burst(
         result["scheduler_sync_s"] = wait_synced(scheduler, cp, cluster.nodes)
         with cp.client() as kube:
             ns = kube.create_namespace()
-        plugin = DevicePluginStandIn(cp, ns, stop_event) if hami else None
+        plugin = DevicePluginStandIn(cp, ns, stop_event, STANDIN_WORKERS) if hami else None
         times = _BoundTimes(cp, ns, stop_event)
         time.sleep(1.0)  # the watches are open
         pids = {"kube-apiserver": cp.apiserver.pid, "etcd": cp.etcd.pid, "kube-scheduler": scheduler.process.pid}
@@ -457,7 +461,7 @@ def leader_kill(cluster: Cluster, pods: int, timeout: float = 900) -> dict[str, 
             if leader is None:
                 return {"error": "no replica became leader in 120 s"}
             follower = next(n for n in replicas if n != leader)
-            DevicePluginStandIn(cp, ns, stop_event)
+            DevicePluginStandIn(cp, ns, stop_event, STANDIN_WORKERS)
             times = _BoundTimes(cp, ns, stop_event)
             time.sleep(1.0)
             creator = threading.Thread(target=create_burst, args=(cp, ns, pods, HAMI_LIMITS, times), daemon=True)
