@@ -27,7 +27,7 @@ from hami.scheduling.records import holds_devices, pod_group
 from hami.scheduling.request import prefilter
 from hami.scheduling.state import PodRecord
 
-__all__ = ["BIND_VERSION_ATTEMPTS", "NOT_PENDING", "bind", "bind_refusal"]
+__all__ = ["BIND_VERSION_ATTEMPTS", "NOT_PENDING", "bind", "bind_lock_keys", "bind_refusal"]
 
 BIND_VERSION_ATTEMPTS = 3
 """Tries of a Binding conditional on the pod's version, while others' writes to the pod keep moving it on."""
@@ -106,6 +106,19 @@ def _allocation_check(parts: CycleParts, pod: Pod, node: str) -> bool | BindOutc
         )
         return BindOutcome(Bound.NO_ALLOCATION, pod, node, message)
     return wants_devices
+
+
+def bind_lock_keys(parts: CycleParts, ns: str, name: str, uid: str) -> frozenset[str]:
+    """The node lock keys a /bind of the pod ``uid`` will take, as known before it starts (no I/O): those of the
+    vendors its reservation uses (this process's /filter placed it), else those of the vendors its copy in the pod
+    watch asks for; empty when neither is known (the bind itself, which reads the pod, still takes its locks).
+    The /bind edge marks the node busy under these keys while the bind runs (``hami.server.busy``)."""
+    record = parts.state.pods.get(uid)
+    watched = parts.port.watched_pod(ns, name)
+    if record is None and (watched is None or watched.metadata.uid != uid):
+        return frozenset()
+    pod = watched or Pod(metadata=ObjectMeta(name=name, namespace=ns, uid=uid))
+    return frozenset(key for key, _ in _bind_locks(parts, pod, record))
 
 
 def _bind_locks(parts: CycleParts, pod: Pod, record: PodRecord | None) -> list[tuple[str, float | None]]:

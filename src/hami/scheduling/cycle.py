@@ -53,9 +53,10 @@ class Cycle(CycleParts):
     Retries: an allocation clean-up that fails (429 storm, API down) keeps the reservation and is retried in the
     background until it lands (``cleanups``; stopped by a new /filter of the pod, its deletion or ``settle_all``);
     a bind waits for a node locked by another hami bind in progress (``bind_lock_wait``), a PodGroup member's for
-    any locked node (``lock_retry_timeout``), woken through ``lock_waits``; /filter ranks a node whose lock is held
-    (``node_locks``) after the free ones, so a burst is not queued behind one node. The pauses go through the injected
-    ``Clocks.sleep``, the waits are measured with ``Clocks.stopwatch``: the cycle reads no clock itself.
+    any locked node (``lock_retry_timeout``), woken through ``lock_waits``; /filter ranks a node whose lock is held,
+    or being taken by a bind in progress (``node_locks``), after the free ones, so a burst is not queued behind one
+    node. The pauses go through the injected ``Clocks.sleep``, the waits are measured with ``Clocks.stopwatch``: the
+    cycle reads no clock itself.
 
     Preemption (``CycleSettings.preemption``, ``--preemption=self``): a pod that fits nowhere preempts through
     ``hami.scheduling.preempting``; the capacity held for it (``holds``) is lifted for its own decision and put
@@ -113,7 +114,9 @@ class Cycle(CycleParts):
 
     def _busy(self, req: PodRequest) -> frozenset[str]:
         """The nodes where a lock the pod's bind would take (its vendors' ``VendorKeys.lock``) is held now, as the
-        node watch shows it: each takes one pod per lock hand-over, so they rank after the free ones."""
+        node watch shows it, or being taken by a /bind of this process in progress (``node_locks``): each takes
+        one pod per lock hand-over, so they rank after the free ones. Nothing here marks a node: with no lock held
+        and no bind in progress the set is empty and the decision HAMi's."""
         if not self.node_locks:
             return frozenset()
         wanted = {v.keys.lock for v in map(self.vendors.get, req.vendors) if v is not None and v.keys.lock}

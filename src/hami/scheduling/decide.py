@@ -8,8 +8,8 @@ Deliberate differences from HAMi (spec §11): ties between nodes are broken by n
 completion order); every rejected node keeps its reasons, also when another node fits; a node that could not
 run the pod even if empty is flagged ``unresolvable`` so the extender can spare kube-scheduler a pointless
 preemption; annotations are written only for the vendors the pod asks for (HAMi writes empty slots for every
-vendor on the node, §11 item 15); a fitting node in ``busy`` (its node lock held by a bind in progress) ranks
-after every fitting node that is not, HAMi's order kept within each group (see ``rank``).
+vendor on the node, §11 item 15); a fitting node in ``busy`` (a bind in progress there holds or is about to take
+its node lock) ranks after every fitting node that is not, HAMi's order kept within each group (see ``rank``).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from hami.scheduling.usage import effective_charges
 
 __all__ = [
     "LISTED",
+    "PASSED_OVER",
     "Decision",
     "decide",
     "filter_nodes",
@@ -45,6 +46,8 @@ __all__ = [
 
 LISTED = 10
 """At most this many fitting nodes are listed with their scores in the ``FilteringSucceed`` message."""
+PASSED_OVER = "a bind in progress there holds or is about to take the node lock"
+"""Why the busy nodes named in the ``FilteringSucceed`` message (``…; passed over <nodes>: <this>``) were skipped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +59,7 @@ class Decision:
     on the pod. ``rejected`` has every candidate that was not chosen *because it does not fit*; ``scores`` every
     candidate that fits (the chosen one included), best first (``rank``: the busy ones after the others).
     ``passed_over`` has the busy fitting nodes HAMi's order ranks before ``node``, best first: skipped because a
-    bind in progress holds their node lock.
+    bind in progress there holds or is about to take their node lock.
     """
 
     uid: str
@@ -178,8 +181,9 @@ def rank(ranked: Sequence[str], busy: Collection[str]) -> tuple[list[str], tuple
 
     Deliberate difference from HAMi: a node whose node lock is held takes one pod per lock hand-over (the device
     plugin releases it after Allocate), so under ``binpack`` a burst sent to the one fullest node queues there
-    and its binds wait, or fail once the wait runs out; a free node takes the pod now. With ``busy`` empty (no
-    lock held) the order is HAMi's, unchanged."""
+    and its binds wait, or fail once the wait runs out; a free node takes the pod now. A node where a bind is in
+    progress counts too, before its lock shows: kube-scheduler filters the next pods while it binds. With
+    ``busy`` empty (no lock held, no bind in progress) the order is HAMi's, unchanged."""
     if not busy:
         return list(ranked), ()
     free = [n for n in ranked if n not in busy]
@@ -205,8 +209,9 @@ def decide(
     ``now`` (Unix seconds) is stamped into ``hami.io/vgpu-time``; ``now_ns`` is the same instant in Unix
     nanoseconds for the vendors' extra annotations (``AnnotationContext.now_ns``; default ``now × 10⁹``). A pod
     that asks for no device gets a decision with ``node=None`` and no rejections; callers pass such pods through
-    untouched. ``busy`` names the nodes whose node lock (one the pod's bind would take) is held by a bind in
-    progress: they rank after every other fitting node (``rank``); which nodes fit does not depend on it.
+    untouched. ``busy`` names the nodes where a bind in progress holds or is about to take a node lock the pod's
+    bind would take (the caller's view: the locks the node watch shows, and the binds it runs): they rank after
+    every other fitting node (``rank``); which nodes fit does not depend on it.
     """
     names = sorted(set(candidates))
     if not req.wants_devices:
@@ -283,7 +288,7 @@ def _success_message(
     named = ",".join(passed_over[:LISTED])
     if len(passed_over) > LISTED:
         named += f",… {len(passed_over) - LISTED} more"
-    return f"{text}; passed over {named}: node lock held by a bind in progress"
+    return f"{text}; passed over {named}: {PASSED_OVER}"
 
 
 def reserve(state: ClusterState, req: PodRequest, decision: Decision) -> PodRecord | None:

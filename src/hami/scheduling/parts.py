@@ -9,7 +9,7 @@ clocks (``Clocks``), its observer, and the state it holds in flight beside the l
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from hami.devices.base import Vendor
@@ -93,10 +93,11 @@ class CycleParts:
     the victim's ``namespace/name``): with the nominations, what the holds are rebuilt from after a restart."""
     nominations: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     """Preemptors whose ``nominatedNodeName`` is checked again after /filter answered (``renominate``), by UID."""
-    node_locks: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-    """Node → lock annotation key → value of every node lock held, as the node watch shows them (the shell's view,
-    read only here): a node holding a lock the pod's bind would take ranks after the free ones (``decide``'s
-    ``busy``). Empty: no lock is ever seen, HAMi's order."""
+    node_locks: Mapping[str, Collection[str]] = field(default_factory=dict)
+    """Node → the lock annotation keys held there, as the node watch shows them, or being taken by a /bind of this
+    process in progress that the watch does not show yet (the shell's view, ``hami.server.busy.BusyNodes``; read
+    only here): a node where a lock the pod's bind would take is held or being taken ranks after the free ones
+    (``decide``'s ``busy``). Empty: no lock held and no bind in progress, HAMi's order."""
 
     async def settle(self, uid: str) -> FilterOutcome | None:
         """Wait for the pod's commit still in flight, if any; returns its failure or None."""

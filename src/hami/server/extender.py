@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hami.config.dra import DraConfig
@@ -37,6 +37,7 @@ from hami.protocol.extender import (
 )
 from hami.protocol.objects import Node, Pod, ResourceQuota
 from hami.protocol.reasons import Reason
+from hami.scheduling.bind import bind_lock_keys
 from hami.scheduling.cycle import Cycle
 from hami.scheduling.decide import Decision
 from hami.scheduling.dra import DraLedger, DraProblem, DraWarning
@@ -58,6 +59,7 @@ from hami.scheduling.preemption import Budget
 from hami.scheduling.preemptverb import VerbAnswer, answer_preempt_verb
 from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState
+from hami.server.busy import BusyNodes
 from hami.server.metrics import Metrics
 
 __all__ = ["Extender", "Readiness"]
@@ -105,7 +107,7 @@ class Extender:
         lock_retry_timeout: float = 0.0,
         bind_lock_wait: float = 0.0,
         lock_waits: LockWaits | None = None,
-        node_locks: Mapping[str, Mapping[str, str]] | None = None,
+        node_locks: Mapping[str, Collection[str]] | None = None,
         dra: DraConfig | None = None,
         success_events: bool = True,
         preemption: bool = False,
@@ -125,9 +127,10 @@ class Extender:
             preemption=preemption,
         )
         clocks = Clocks(wall=clock, stopwatch=time.perf_counter, sleep=asyncio.sleep)
-        # node_locks: the node watch's view of the locks held (``LockHousekeeping.locks``), read only
-        locked: Mapping[str, Mapping[str, str]] = node_locks if node_locks is not None else {}
-        self.cycle = Cycle(state, vendors, defaults, cluster, clocks, settings, self, lock_waits, node_locks=locked)
+        self.busy = BusyNodes(node_locks)
+        """What /filter passes over: the locks the node watch shows held (``node_locks``:
+        ``LockHousekeeping.locks``, read only) and this process's binds in progress (``bind``, ``on_node``)."""
+        self.cycle = Cycle(state, vendors, defaults, cluster, clocks, settings, self, lock_waits, node_locks=self.busy)
         locks = {v.keys.lock for v in vendors.values() if v.keys.lock is not None}
         self._unread_keys = frozenset({*locks, keys.CAPACITY_FREED})
         """Node annotations the state never reads: hami's own writes (locks, the requeue nudge)."""
@@ -270,13 +273,20 @@ class Extender:
 
     # --- /bind ---------------------------------------------------------------------------------------------
     async def bind(self, args: BindingArgs) -> BindingResult:
+        """/bind (``hami.scheduling.bind``). While it runs, and after it took the node's lock until the node watch
+        shows that lock, the node counts as busy for /filter (``busy``: a node takes one pod per lock hand-over)."""
         started = time.perf_counter()
+        ns, name, node = args.podnamespace, args.podname, args.node
+        self.busy.bind_started(node, ns, name, bind_lock_keys(self.cycle, ns, name, args.poduid))
+        locked = False
         try:
-            outcome = await self.cycle.bind(args.podnamespace, args.podname, args.poduid, args.node)
+            outcome = await self.cycle.bind(ns, name, args.poduid, node)
+            locked = outcome.result is Bound.BOUND
             self._bound(outcome)
             ok = outcome.result in (Bound.BOUND, Bound.ALREADY_BOUND)
             return BindingResult() if ok else BindingResult(error=outcome.message)
         finally:
+            self.busy.bind_ended(node, ns, name, locked)
             self.metrics.latency.labels("bind").observe(time.perf_counter() - started)
 
     def _bound(self, outcome: BindOutcome) -> None:
@@ -305,13 +315,16 @@ class Extender:
     def on_node(self, node: Node, deleted: bool = False) -> None:
         """Apply one node event to the state. An event that changes nothing the state reads (a node lock taken or
         released: two events per scheduled pod) is skipped: no registration decoded again, no tables rebuilt,
-        and the node's verdicts stay in the memo."""
+        and the node's verdicts stay in the memo. A lock it shows held by a pod whose bind marked the node busy
+        ends that mark (``BusyNodes.node_seen``): the watched lock counts from then on."""
         name = node.metadata.name
         if deleted:
+            self.busy.node_gone(name)
             self._node_inputs.pop(name, None)
             self.state.remove_node(name)
             _log_dra(self.dra.node_event(name))
             return
+        self.busy.node_seen(node)  # the locks this process's binds took, now shown by the watch
         inputs = self._inputs_of(node)
         if name in self.state.nodes and self._node_inputs.get(name) == inputs:
             return
@@ -397,7 +410,10 @@ def _filter_answer(outcome: FilterOutcome, args: FilterArgs) -> FilterResult:
     for name in decision.scores:
         if name != chosen:
             failed[name] = not_chosen
-    passed = f"fits, ranks before {chosen} under the {policy} node policy, but a bind in progress holds its node lock"
+    passed = (
+        f"fits, ranks before {chosen} under the {policy} node policy, "
+        "but a bind in progress on it holds or is about to take its node lock"
+    )
     for name in decision.passed_over:
         failed[name] = passed
     return FilterResult(

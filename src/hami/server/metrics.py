@@ -6,7 +6,7 @@ memory in bytes (MiB × 1048576). Pod-level gauges use hami's per-device effecti
 carry ``container_index="0"``.
 
 hami adds latency histograms per stage and endpoint, decisions by result (and those that passed over a node whose
-node lock a bind held), lock hand-over waits, Kubernetes API errors, ledger
+node lock a bind held or was about to take), lock hand-over waits, Kubernetes API errors, ledger
 drift (differences found by the periodic self-check), ledger drift against the API (pods on which the ledger and a
 periodic re-list of pods disagree, and the repairs made), quarantined nodes, and fragmentation (stranded memory and
 cores per card and per model, the largest slice per card, the cluster index).
@@ -281,8 +281,8 @@ class Metrics:
         )
         self.lock_busy_skips = Counter(
             "hami_lock_busy_skips",
-            "Pods /filter placed on a free node, passing over better-ranked fitting nodes whose node lock a bind in "
-            "progress held",
+            "Pods /filter placed on a free node, passing over better-ranked fitting nodes where a bind in progress "
+            "held or was about to take the node lock",
             registry=self.own,
         )
         self.api_errors = Counter(

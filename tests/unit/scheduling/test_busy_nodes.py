@@ -1,4 +1,5 @@
-"""Busy nodes (a bind in progress holds their node lock) rank after the free ones; HAMi's order otherwise.
+"""Busy nodes (a bind in progress holds or is about to take their node lock) rank after the free ones; HAMi's order
+otherwise.
 
 ``decide(..., busy=...)`` and ``rank``: under ``binpack`` a burst would queue behind the fullest node's lock, one
 pod per hand-over, so a locked node is passed over for the best free one. With no busy node, or every fitting
@@ -21,7 +22,7 @@ from tests.unit.scheduling.test_properties import PROPS, build, run, scenarios
 
 NOW = 1_700_000_000
 NODES = ["node-c", "node-b", "node-a"]
-HELD = "node lock held by a bind in progress"
+HELD = "a bind in progress there holds or is about to take the node lock"
 
 
 def cluster(*more: str) -> ClusterState:
