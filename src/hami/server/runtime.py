@@ -227,6 +227,7 @@ class Runtime:
             watched_nodes: Mapping[str, Node] = {}  # the node reflector's store, once it exists
             watched_pods: Mapping[str, Pod] = {}  # the pod reflector's store (identity checks), once it exists
             readiness = Readiness(synced=lambda: all(synced.values()), leader=self.leadership.is_leader)
+            self.nodes.ready = readiness.synced  # the handshake stamps wait for the first lists
             extender = Extender(
                 state=self.state,
                 vendors=self.vendors,

@@ -137,6 +137,50 @@ async def test_with_leader_election_only_the_leader_stamps_the_handshake(
     assert ("patch_node_annotations" in wired.world.cluster.calls) is stamped
 
 
+async def test_no_handshake_is_written_before_the_caches_are_synced(wired: Wired) -> None:
+    """A start on thousands of nodes stamps every one: the stamps wait for the first lists, not the other way."""
+    synced = False
+    wired.runtime.nodes.ready = lambda: synced
+    wired.node_event(stored(wired, gpu_node("n1")))
+    await asyncio.sleep(0.3)  # the writer looked several times
+    assert "patch_node_annotations" not in wired.world.cluster.calls
+    synced = True
+    await wired.settle()
+    assert wired.world.cluster.nodes["n1"].metadata.annotations[keys.NVIDIA_HANDSHAKE].startswith("Requesting_")
+
+
+async def test_handshakes_are_written_one_node_at_a_time_each_node_once(
+    wired: Wired, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One write in flight, through the EventRecorder's cluster (its own rate limiter), each node once even when
+    its events repeat before its turn."""
+    cluster = wired.world.cluster
+    in_flight, most, written = 0, 0, []
+    original = cluster.patch_node_annotations
+
+    async def patch(name: str, annotations: object, resource_version: str | None = None) -> Node:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        await asyncio.sleep(0.01)
+        written.append(name)
+        try:
+            return await original(name, annotations, resource_version)  # type: ignore[arg-type]
+        finally:
+            in_flight -= 1
+
+    monkeypatch.setattr(cluster, "patch_node_annotations", patch)
+    assert wired.runtime.nodes._writer() is wired.world.recorder.cluster  # the events' client and rate limiter
+    names = [f"n{i}" for i in range(8)]
+    for name in names:
+        wired.node_event(stored(wired, gpu_node(name)))
+    wired.node_event(cluster.nodes["n3"])  # seen again before its turn: still one write
+    await wired.settle()
+    assert most == 1
+    assert sorted(written) == sorted(names)
+    assert not wired.runtime.nodes.pending and not wired.runtime.nodes.stamping
+
+
 # --- quarantine -------------------------------------------------------------------------------------------
 
 
