@@ -170,15 +170,16 @@ async def test_handshakes_are_written_one_node_at_a_time_each_node_once(
             in_flight -= 1
 
     monkeypatch.setattr(cluster, "patch_node_annotations", patch)
-    assert wired.runtime.nodes._writer() is wired.world.recorder.cluster  # the events' client and rate limiter
     names = [f"n{i}" for i in range(8)]
     for name in names:
         wired.node_event(stored(wired, gpu_node(name)))
+    assert wired.runtime.nodes._writer() is wired.world.recorder.cluster  # the events' client and rate limiter
     wired.node_event(cluster.nodes["n3"])  # seen again before its turn: still one write
     await wired.settle()
     assert most == 1
     assert sorted(written) == sorted(names)
-    assert not wired.runtime.nodes.pending and not wired.runtime.nodes.stamping
+    assert not wired.runtime.nodes.pending
+    assert not wired.runtime.nodes.stamping
 
 
 # --- quarantine -------------------------------------------------------------------------------------------
