@@ -71,7 +71,7 @@ than any node's own plugin would hold them."""
 HAMI_LIMITS = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1024, "nvidia.com/gpucores": 10}
 BARE_LIMITS = {"nvidia.com/gpu": 1}
 PIPELINES = ("bare", "spread", "binpack")
-STALL = re.compile(r"event loop held for ([0-9.]+) s \(([0-9.]+) s on the CPU\)")
+STALL = re.compile(r"event loop held for ([0-9.]+) s \(([0-9.]+) s on the CPU(?:, ([0-9.]+) s collecting garbage)?\)")
 
 
 @dataclass
@@ -230,15 +230,16 @@ def _rss_mb(pid: int) -> dict[str, float]:
     return {"rss_mb": out.get("VmRSS", 0.0), "peak_rss_mb": out.get("VmHWM", 0.0)}
 
 
-def _stalls(log: Path, offset: int) -> list[tuple[float, float]]:
-    """The event-loop stalls hami logged from byte ``offset`` of its log on: (wall, CPU) seconds each."""
+def _stalls(log: Path, offset: int) -> list[tuple[float, float, float]]:
+    """The event-loop stalls hami logged from byte ``offset`` of its log on: (wall, CPU, garbage collector)
+    seconds each."""
     out = []
     with log.open("rb") as f:
         f.seek(offset)
         for raw in f:
             found = STALL.search(raw.decode(errors="replace"))
             if found:
-                out.append((float(found[1]), float(found[2])))
+                out.append((float(found[1]), float(found[2]), float(found[3] or 0.0)))
     return out
 
 
@@ -340,10 +341,11 @@ def run_burst(
             result["kube_scheduler_rss_mb"] = _rss_mb(scheduler.process.pid)["rss_mb"]
         if hami:
             stalls = _stalls(hami.log, log0)
-            held = [cpu for _, cpu in stalls if cpu >= 0.1]
+            held = [(cpu, collecting) for _, cpu, collecting in stalls if cpu >= 0.1]
             result |= {f"burst_{k}": v for k, v in _rss_mb(hami.process.pid).items()}
-            result |= {"stalls": len(stalls), "longest_stall_s": max((w for w, _ in stalls), default=0.0)}
-            result |= {"cpu_stalls": len(held), "longest_cpu_stall_s": max(held, default=0.0)} | scrape
+            result |= {"stalls": len(stalls), "longest_stall_s": max((w for w, _, _ in stalls), default=0.0)}
+            result |= {"cpu_stalls": len(held), "longest_cpu_stall_s": max((c for c, _ in held), default=0.0)}
+            result |= {"cpu_stalls_gc_s": [g for _, g in held]} | scrape
         cluster.pods += bound
         return result
     finally:

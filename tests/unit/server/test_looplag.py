@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import re
 import time
@@ -10,7 +11,7 @@ import time
 import pytest
 
 from hami.scheduling.state import ClusterState
-from hami.server.looplag import watch_loop_lag
+from hami.server.looplag import GcTimer, watch_loop_lag
 from hami.server.metrics import Metrics
 
 
@@ -41,7 +42,9 @@ async def test_the_cpu_part_of_a_logged_stall_is_the_threads_cpu_time_meanwhile(
     with pytest.raises(asyncio.CancelledError):
         await watcher
     [line] = [r.getMessage() for r in caplog.records]
-    found = re.fullmatch(r"event loop held for ([0-9.]+) s \(([0-9.]+) s on the CPU\)", line)
+    found = re.fullmatch(
+        r"event loop held for ([0-9.]+) s \(([0-9.]+) s on the CPU, [0-9.]+ s collecting garbage\)", line
+    )
     assert found is not None, line
     wall, cpu = float(found[1]), float(found[2])
     assert cpu > 0.05
@@ -61,7 +64,41 @@ async def test_a_late_wake_is_observed_as_the_time_beyond_the_interval(caplog: p
     with pytest.raises(asyncio.CancelledError):
         await watch_loop_lag(seen.append, interval=0.05, sleep=sleep, clock=lambda: now[0], cpu_clock=lambda: 1.0)
     assert seen == pytest.approx([0.0, 0.3, 0.0])
-    assert [r.getMessage() for r in caplog.records] == ["event loop held for 0.300 s (0.000 s on the CPU)"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "event loop held for 0.300 s (0.000 s on the CPU, 0.000 s collecting garbage)"
+    ]
+
+
+async def test_a_stall_names_the_time_the_garbage_collector_ran_meanwhile(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "hami.looplag")
+    timer = GcTimer()
+    watcher = asyncio.create_task(watch_loop_lag(lambda _: None, interval=0.01, gc_timer=timer))
+    await asyncio.sleep(0.03)
+    assert timer in gc.callbacks
+    garbage = []
+    for _ in range(200_000):  # cycles the collector must walk: a full collection takes a while
+        cell: list[object] = []
+        cell.append(cell)
+        garbage.append(cell)
+    started = time.perf_counter()
+    del garbage
+    gc.collect()
+    collected = time.perf_counter() - started
+    if collected < 0.1:  # a fast machine: hold the loop the rest of the way, outside the collector
+        time.sleep(0.1 - collected)
+    await asyncio.sleep(0.03)
+    watcher.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await watcher
+    assert timer not in gc.callbacks
+    [line] = [r.getMessage() for r in caplog.records]
+    found = re.fullmatch(
+        r"event loop held for ([0-9.]+) s \(([0-9.]+) s on the CPU, ([0-9.]+) s collecting garbage\)", line
+    )
+    assert found is not None, line
+    assert float(found[3]) <= timer.total + 0.001  # the collections of the stall, out of all since installed
+    assert float(found[3]) >= collected * 0.5
+    assert float(found[3]) <= float(found[1]) + 0.01
 
 
 def test_the_lag_is_a_histogram_of_hamis_own_metrics() -> None:
