@@ -442,7 +442,7 @@ class CoreCount(Protocol):
 
 def cores_shown(vendor: object, value: int) -> int:
     """``value`` as a number of cores: the vendor's ``CoreCount`` when it has one, else ``value``."""
-    return vendor.core_count(value) if isinstance(vendor, CoreCount) else value
+    return core_counter(vendor)(value)
 
 
 def _as_is(value: int) -> int:

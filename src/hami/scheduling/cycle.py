@@ -117,11 +117,10 @@ class Cycle(CycleParts):
         node watch shows it, or being taken by a /bind of this process in progress (``node_locks``): each takes
         one pod per lock hand-over, so they rank after the free ones. Nothing here marks a node: with no lock held
         and no bind in progress the set is empty and the decision HAMi's."""
-        if not self.node_locks:
-            return frozenset()
         wanted = {v.keys.lock for v in map(self.vendors.get, req.vendors) if v is not None and v.keys.lock}
         if not wanted:
             return frozenset()
+        # one read of the map: BusyNodes builds its view (watched locks and binds in progress) on each read
         return frozenset(node for node, held in self.node_locks.items() if not wanted.isdisjoint(held))
 
     async def _unschedulable(

@@ -10,6 +10,7 @@ Time is fixed: the extender's clock says :data:`NOW` (Unix seconds), the node lo
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -112,6 +113,19 @@ def plain_pod(name: str, limits: Mapping[str, str] | None = None, namespace: str
         metadata=ObjectMeta(name=name, namespace=namespace, uid=f"uid-{name}"),
         spec=PodSpec(containers=[Container(name="main", resources=resources)]),
     )
+
+
+class GatedCluster(MemoryCluster):
+    """A cluster whose pod patches wait until :attr:`gate` is set: a slow allocation commit (the one a /bind waits
+    for first)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+
+    async def patch_pod_metadata(self, *args: object, **kwargs: object) -> Pod:
+        await self.gate.wait()
+        return await super().patch_pod_metadata(*args, **kwargs)  # type: ignore[arg-type]
 
 
 @dataclass

@@ -14,12 +14,11 @@ import pytest
 
 from hami.errors import ApiError
 from hami.k8s.client import ListPage
-from hami.k8s.memory import MemoryCluster
 from hami.protocol.objects import Pod
 from hami.scheduling.audit import DriftKind
 from hami.server import runtime as runtime_module
 from hami.server.audit import LedgerAudit, PodLister
-from tests.unit.server.support import NS, World, gpu_node, gpu_pod, make_world
+from tests.unit.server.support import NS, GatedCluster, World, gpu_node, gpu_pod, make_world
 from tests.unit.server.test_runtime import make_runtime
 
 NODE = "n1"
@@ -108,18 +107,6 @@ async def test_a_pod_the_ledger_missed_is_charged_after_two_relists(node_world: 
     world.deliver(NS, "a")  # the watch's next event for the pod agrees with the repair
     assert world.usage() == {f"GPU-{NODE}-0": (1, 3000, 30)}
     assert world.state.verify() == []
-
-
-class GatedCluster(MemoryCluster):
-    """A cluster whose pod patches wait until :attr:`gate` is set (a slow annotation commit)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gate = asyncio.Event()
-
-    async def patch_pod_metadata(self, *args: object, **kwargs: object) -> Pod:
-        await self.gate.wait()
-        return await super().patch_pod_metadata(*args, **kwargs)  # type: ignore[arg-type]
 
 
 async def test_a_pending_reservation_is_never_reported_nor_repaired() -> None:

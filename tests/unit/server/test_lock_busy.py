@@ -9,14 +9,13 @@ import asyncio
 
 from hami.devices.cambricon import DSMLU_LOCK
 from hami.errors import ApiError
-from hami.k8s.memory import MemoryCluster
 from hami.protocol import keys
 from hami.protocol.extender import BindingArgs, BindingResult, FilterResult
 from hami.protocol.nodelock import NodeLock, encode_node_lock
-from hami.protocol.objects import Node, Pod
+from hami.protocol.objects import Node
 from hami.server.busy import BIND_MARK_SECONDS, BusyNodes
 from hami.server.nodelocks import LockHousekeeping
-from tests.unit.server.support import NOW_DT, NS, World, gpu_node, gpu_pod, make_world
+from tests.unit.server.support import NOW_DT, NS, GatedCluster, World, gpu_node, gpu_pod, make_world
 
 HELD = "a bind in progress there holds or is about to take the node lock"
 NODES = ["n1", "n2", "n3"]
@@ -119,20 +118,8 @@ async def test_with_every_fitting_node_locked_the_choice_is_hamis(world: World) 
 # --- a /bind of this process in progress, before the node watch shows its lock ----------------------------------
 
 
-class GatedCommits(MemoryCluster):
-    """A cluster whose pod patches wait until :attr:`gate` is set: the allocation commit a /bind waits for first."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gate = asyncio.Event()
-
-    async def patch_pod_metadata(self, *args: object, **kwargs: object) -> Pod:
-        await self.gate.wait()
-        return await super().patch_pod_metadata(*args, **kwargs)  # type: ignore[arg-type]
-
-
 async def test_a_node_with_a_bind_in_progress_is_passed_over_before_the_watch_shows_its_lock() -> None:
-    backing = GatedCommits()
+    backing = GatedCluster()
     world = make_world(backing=backing)
     housekeeping = watched_locks(world)
     for name in NODES:
@@ -170,7 +157,7 @@ async def test_a_node_with_a_bind_in_progress_is_passed_over_before_the_watch_sh
 
 
 async def test_a_node_is_free_again_once_the_bind_in_progress_there_fails() -> None:
-    backing = GatedCommits()
+    backing = GatedCluster()
     world = make_world(backing=backing)
     for name in ("n1", "n2"):
         world.add_node(gpu_node(name))
