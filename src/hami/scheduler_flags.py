@@ -152,6 +152,24 @@ _NodeLockTimeout = Annotated[
         help="Age after which another scheduler may break a node lock." + _default("node_lock_timeout", "5m"),
     ),
 ]
+_DeviceProfiles = Annotated[
+    str | None,
+    typer.Option(
+        "--device-profiles",
+        metavar="DIR",
+        help="Node groups' device profiles for Cluster Autoscaler's template nodes that carry no registration: "
+        "one file per group named by its label value, holding registration annotations (docs/autoscaler.md)."
+        + _default("device_profiles", "none"),
+    ),
+]
+_DeviceProfileLabel = Annotated[
+    str | None,
+    typer.Option(
+        "--device-profile-label",
+        metavar="LABEL",
+        help="The node label whose value names a template node's device profile." + _default("device_profile_label"),
+    ),
+]
 _NodeLockRetryTimeout = Annotated[
     str | None,
     typer.Option(
@@ -304,6 +322,8 @@ def _options(
     leader_elect: _LeaderElect = None,
     leader_elect_resource_name: _LeaderElectResourceName = None,
     leader_elect_resource_namespace: _LeaderElectResourceNamespace = None,
+    device_profiles: _DeviceProfiles = None,
+    device_profile_label: _DeviceProfileLabel = None,
     device_config_file: _DeviceConfigFile = None,
     kubeconfig: _Kubeconfig = None,
     profiling: _Profiling = None,

@@ -192,6 +192,12 @@ class SchedulerSettingsBase(BaseSettings):
     """Lease to follow; "" = ``scheduler_name``."""
     leader_elect_resource_namespace: str = ""
     """Namespace of the lease; "" = the scheduler's own namespace (``POD_NAMESPACE``)."""
+    device_profiles: str | None = None
+    """Directory of node groups' device profiles (a mounted ConfigMap: one file per group, named by the value of
+    ``device_profile_label``, holding registration annotations): the inventory of Cluster Autoscaler's template
+    nodes that carry none (``hami.config.profiles``); None = no profiles."""
+    device_profile_label: str = "node.kubernetes.io/instance-type"
+    """The node label whose value names a template node's profile."""
     device_config_file: str | None = None
     """Path of ``device-config.yaml``; None = the built-in defaults."""
     profiling: bool = False

@@ -40,10 +40,12 @@ class _Args(msgspec.Struct):
 
 
 class FilterArgs:
-    """``ExtenderArgs``: the pod and its candidates (``nodenames`` when nodeCacheCapable, else ``nodes``).
+    """``ExtenderArgs``: the pod and its candidates (``nodenames`` when nodeCacheCapable, else ``nodes``, a
+    NodeList: ``{"items": [Node, …]}``).
 
-    With full ``nodes`` (a caller that is not node-cache capable) the raw Node objects are kept so the answer
-    can echo the chosen ones unchanged.
+    Whole ``nodes`` ask for a side-effect-free simulation (Cluster Autoscaler's template nodes, HAMi's contract;
+    ``hami.server.simulation``); the raw Node objects are kept so the answer can echo the chosen one unchanged in
+    ``ExtenderFilterResult.Nodes``.
     """
 
     __slots__ = ("nodenames", "nodes", "pod", "raw_nodes")
@@ -216,11 +218,16 @@ def decode_filter_args(raw: bytes) -> FilterArgs:
         raise InvalidInput("ExtenderArgs.Pod", None, "extender args missing pod")
     nodes = obj.get("nodes")
     raw_nodes: list[dict[str, Any]] = []
+    if nodes is not None and obj.get("nodenames") is not None:
+        raise InvalidInput("ExtenderArgs", "Nodes and NodeNames", "both given; send one (Nodes asks for a simulation)")
     if isinstance(nodes, dict):
         items = nodes.get("items") or []
         raw_nodes = [n for n in items if isinstance(n, dict)]
         obj["nodes"] = items
     args = convert_body(obj, _Args, "ExtenderArgs")
+    for i, node in enumerate(args.nodes or ()):
+        if not node.metadata.name:
+            raise InvalidInput(f"ExtenderArgs.Nodes.items[{i}].metadata.name", "", "a node without a name")
     return FilterArgs(args.pod, args.nodenames, args.nodes, raw_nodes)
 
 

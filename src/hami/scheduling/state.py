@@ -275,6 +275,10 @@ class ClusterState:
         if not record.held:  # capacity held outside pods (a DRA claim) is no request for hami's resources
             self.quotas.add_usage(record.namespace, self._quota_amounts(record), sign=sign)
 
+    def quota_amounts(self, record: PodRecord) -> dict[str, int]:
+        """What ``record`` counts against its namespace's quotas, by resource name."""
+        return self._quota_amounts(record)
+
     def _quota_amounts(self, record: PodRecord) -> dict[str, int]:
         amounts: dict[str, int] = {}
         for ch in record.charges:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hami.config.dra import DraConfig
+from hami.config.profiles import DeviceProfiles
 from hami.devices.base import Vendor
 from hami.protocol import keys
 from hami.protocol.dra import DeviceClass, ResourceClaim, ResourceSlice
@@ -61,6 +62,7 @@ from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState
 from hami.server.busy import BusyNodes
 from hami.server.metrics import Metrics
+from hami.server.simulation import simulate_filter
 
 __all__ = ["Extender", "Readiness"]
 
@@ -111,6 +113,7 @@ class Extender:
         dra: DraConfig | None = None,
         success_events: bool = True,
         preemption: bool = False,
+        profiles: DeviceProfiles | None = None,
     ) -> None:
         self.state = state
         self.vendors = vendors
@@ -120,6 +123,9 @@ class Extender:
         self.readiness = readiness or Readiness()
         self.success_events = success_events
         """``--success-events``: write the Normal events of a scheduled pod (failures are always written)."""
+        self.profiles = profiles
+        """``--device-profiles``: the inventory of template nodes that carry none (``hami.config.profiles``)."""
+        self.clock = clock
         settings = CycleSettings(
             background_commit=background_commit,
             lock_retry_timeout=lock_retry_timeout,
@@ -184,12 +190,30 @@ class Extender:
     async def filter(self, args: FilterArgs) -> FilterResult:
         started = time.perf_counter()
         try:
+            if args.nodes is not None:
+                return self._simulate(args)
             candidates = args.candidate_names()
             outcome = await self.cycle.filter(args.pod, candidates, self.readiness.problem())
             self._filtered(outcome)
             return _filter_answer(outcome, args)
         finally:
             self.metrics.latency.labels("filter").observe(time.perf_counter() - started)
+
+    def _simulate(self, args: FilterArgs) -> FilterResult:
+        """/filter on whole Node objects: a side-effect-free simulation (``hami.server.simulation``). Only the
+        synced caches are required, not leadership: the answer depends on the request and the quotas alone."""
+        answer, result = simulate_filter(
+            args,
+            self.vendors,
+            self.defaults,
+            self.state,
+            self.profiles,
+            int(self.clock()),
+            self.readiness.ready_problem(),
+        )
+        self.metrics.simulations.labels(result).inc()
+        log.debug("/filter simulation for %s on %d node(s): %s", args.pod.key, len(args.nodes or ()), result)
+        return answer
 
     def _filtered(self, outcome: FilterOutcome) -> None:
         """Metrics, log lines and events of one /filter outcome (also of a commit that failed after the answer)."""

@@ -268,6 +268,13 @@ class Metrics:
         )
         self.decisions = Counter("hami_filter_decisions", "Filter decisions by result", ["result"], registry=self.own)
         self.binds = Counter("hami_bind_results", "Bind results", ["result"], registry=self.own)
+        self.simulations = Counter(
+            "hami_filter_simulations",
+            "Side-effect-free /filter calls on whole Node objects (Cluster Autoscaler's template nodes), by result "
+            "(fits, unschedulable, passthrough, invalid, not-ready)",
+            ["result"],
+            registry=self.own,
+        )
         self.lock_wait = Histogram(
             "hami_bind_lock_wait_seconds",
             "How long binds waited for a node lock hand-over (another bind's device plugin to release the lock)",

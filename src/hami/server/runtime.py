@@ -123,6 +123,7 @@ class Runtime:
         if self.transport is None:  # read the files now: a missing or bad one is a ConfigError at start-up
             self.transport = load_transport(self.settings)
         self.vendors = vendors_from_config(self.device_config, self.settings.enabled_families)
+        self.profiles = load_device_profiles(self.settings.device_profiles, self.settings.device_profile_label)
         self.state = ClusterState(self.vendors)
         self.metrics = Metrics(lambda: self.state)
         self.leadership = Leadership(self.settings.leader_elect, self.identity)
@@ -249,6 +250,7 @@ class Runtime:
                 node_locks=self.housekeeping.locks,
                 dra=self.device_config.dra,
                 preemption=self._preemption_mode() == "self",
+                profiles=self.profiles,
             )
             self.extender = extender
             watched_nodes, watched_pods = self._start_watches(
