@@ -280,9 +280,46 @@ def simulate(
             "kubeconfig (--kubeconfig, --context, --request-timeout), as `hami top` does.",
         ),
     ] = False,
+    template_node: Annotated[
+        Path | None,
+        typer.Option(
+            "--template-node",
+            metavar="FILE",
+            help="Scale-up question instead of a snapshot: would new nodes like this Node (a node group's template, "
+            "as Cluster Autoscaler builds it) take PODS, and how many? Answered with the code /filter answers the "
+            "autoscaler with; exit status 3 when a pod fits no new node.",
+        ),
+    ] = None,
+    device_profiles: Annotated[
+        str | None,
+        typer.Option(
+            "--device-profiles",
+            metavar="DIR",
+            help="With --template-node: node groups' device profiles (one file per group, named by its "
+            "--device-profile-label value), for a template that carries no registration.",
+        ),
+    ] = None,
+    device_profile_label: Annotated[
+        str,
+        typer.Option("--device-profile-label", metavar="LABEL", help="The label naming a node's profile."),
+    ] = "node.kubernetes.io/instance-type",
 ) -> None:
     """Place pods on a cluster snapshot offline (help text: ``_SIMULATE_HELP``)."""
     from hami.simulate import SimulateOptions, run_simulate
+
+    if template_node is not None:
+        _scale_up(
+            template_node,
+            pods,
+            (snapshot, live, demo, defrag),
+            device_profiles,
+            device_profile_label,
+            config,
+            (node_policy, gpu_policy),
+            output,
+            now,
+            families,
+        )
 
     if defrag:
         from hami.simulate.defrag import DefragOptions, run_defrag
@@ -321,6 +358,43 @@ def simulate(
     )
     code = run_simulate(opts, typer.echo, lambda line: typer.echo(line, err=True))
     raise typer.Exit(code)
+
+
+def _scale_up(
+    template: Path,
+    pods: list[Path] | None,
+    others: tuple[object, ...],
+    profiles: str | None,
+    label: str,
+    config: Path | None,
+    policies: tuple[str, str],
+    output: OutputFormat,
+    now: int | None,
+    families: Families,
+) -> None:
+    """``hami simulate --template-node``: ``hami.simulate.scaleup``."""
+    from hami.simulate.scaleup import ScaleUpOptions, run_scaleup
+
+    if any(others):
+        raise typer.BadParameter(
+            "--template-node judges new nodes alone: give it without --snapshot, --live, --demo and --defrag",
+            param_hint="--template-node",
+        )
+    if not pods:
+        raise typer.BadParameter("--template-node needs at least one PODS file", param_hint="arguments")
+    opts = ScaleUpOptions(
+        template=template,
+        pods=tuple(pods),
+        profiles=profiles,
+        profile_label=label,
+        config=config,
+        node_policy=policies[0],
+        gpu_policy=policies[1],
+        output="json" if output is OutputFormat.json else "table",
+        now=int(time.time()) if now is None else now,
+        families=families,
+    )
+    raise typer.Exit(run_scaleup(opts, typer.echo, lambda line: typer.echo(line, err=True)))
 
 
 def _live_reader(cluster: ClusterFlags) -> Callable[[], tuple[Snapshot, list[str], str]]:

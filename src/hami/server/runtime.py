@@ -66,6 +66,7 @@ from hami.server.preemptmode import Resolved, resolve_preemption
 from hami.server.requeue import RequeueNudges
 from hami.server.tls import CertificateReloader
 from hami.server.webhook import admission_for, webhook_route
+from hami.simulate.scaleup import load_device_profiles
 
 __all__ = ["Runtime", "parse_bind", "run_scheduler"]
 

@@ -18,35 +18,16 @@ depends on nothing but the request and the quotas); both ``Nodes`` and ``NodeNam
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 
 from hami.config.profiles import DeviceProfiles
 from hami.devices.base import Vendor
-from hami.errors import ConfigError, InvalidInput
+from hami.errors import InvalidInput
 from hami.protocol.extender import FilterArgs, FilterResult
 from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.simulation import simulate, simulated_reason, template_state
 from hami.scheduling.state import ClusterState
 
-__all__ = ["load_device_profiles", "simulate_filter"]
-
-
-def load_device_profiles(directory: str | None, label: str) -> DeviceProfiles | None:
-    """The profiles of ``--device-profiles`` (a mounted ConfigMap: each regular file not starting with ``.`` is one
-    group; the ``..data`` links the kubelet makes are skipped); None without the flag. ``ConfigError`` naming the
-    directory or the group when one cannot be read."""
-    if not directory:
-        return None
-    root = Path(directory)
-    try:
-        files = {p.name: p.read_text(encoding="utf-8") for p in sorted(root.iterdir()) if _profile_file(p)}
-    except OSError as err:
-        raise ConfigError("--device-profiles", directory, f"cannot read it: {err.strerror}") from None
-    return DeviceProfiles.parse(files, label)
-
-
-def _profile_file(path: Path) -> bool:
-    return not path.name.startswith(".") and path.is_file()
+__all__ = ["simulate_filter"]
 
 
 def simulate_filter(

@@ -18,7 +18,7 @@ from hami.protocol import keys
 from hami.protocol.extender import FilterArgs, FilterResult
 from hami.protocol.objects import Node
 from hami.server.app import build_app
-from hami.server.simulation import load_device_profiles
+from hami.simulate.scaleup import load_device_profiles
 from tests.unit.server.support import NS, World, garbage_node, gpu_node, gpu_pod
 
 GROUP = "node.kubernetes.io/instance-type"
