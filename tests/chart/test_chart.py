@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ import yaml
 
 from hami.config import default_device_config, load_settings, parse_device_config
 from hami.protocol import keys
+from hami.simulate.scaleup import load_device_profiles
 from tests.helm import CHART, helm, template
 
 KUBE_VERSION = "1.36.3"
@@ -1187,3 +1189,27 @@ def test_a_plugin_security_context_naming_no_user_runs_as_root() -> None:
         assert "runAsGroup" not in security, chosen  # a user named: the context is taken as given
         key, value = chosen.split("=")
         assert str(security[key]).lower() == value
+
+
+def test_autoscaler_profiles_reach_the_scheduler_as_a_mounted_configmap(tmp_path: Path) -> None:
+    """Cluster Autoscaler's cold-zero groups (docs/autoscaler.md): each profile is one file of a ConfigMap the
+    scheduler reads with --device-profiles, and hami's own reader takes what the chart renders."""
+    register = '[{"id":"GPU-0","count":10,"devmem":81920,"devcore":100,"type":"NVIDIA-A100","health":true}]'
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"autoscaler": {"profiles": {"p4d.24xlarge": {keys.NVIDIA_REGISTER: register}}}}))
+    docs = template(NAMESPACE, KUBE_VERSION, values=[values])
+
+    data = one(docs, "ConfigMap", "hami-scheduler-device-profiles")["data"]
+    args = container(docs, "hami")["args"]
+    volumes = one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]
+
+    assert "--device-profiles=/device-profiles" in args
+    assert "--device-profile-label=node.kubernetes.io/instance-type" in args
+    assert {"name": "device-profiles", "configMap": {"name": "hami-scheduler-device-profiles"}} in volumes
+    (tmp_path / "mounted").mkdir()
+    for name, text in data.items():
+        (tmp_path / "mounted" / name).write_text(text)
+    loaded = load_device_profiles(str(tmp_path / "mounted"))
+    assert loaded is not None
+    assert loaded.profiles == {"p4d.24xlarge": {keys.NVIDIA_REGISTER: register}}
+    assert "--device-profiles=/device-profiles" not in container(render(), "hami")["args"]
