@@ -43,6 +43,9 @@ class EventReason(enum.StrEnum):
     """On a victim of hami's preemption, with kube-scheduler's reason and message (``preemption/executor.go``)."""
     PREEMPTING = "Preempting"
     """hami's own, on the preemptor: which pods it evicts on which node (kube-scheduler's action word)."""
+    GANG_WAITING = "GangWaiting"
+    """hami's own, on the members of a gang that could not be placed whole: their unbound allocations were
+    dropped and they wait for the whole gang to fit (``hami.scheduling.gangs``)."""
 
     @property
     def type(self) -> EventType:

@@ -23,6 +23,7 @@ from hami.protocol.objects import Pod
 from hami.scheduling.bind import NOT_PENDING, bind
 from hami.scheduling.cleanup import pod_gone, release_allocation
 from hami.scheduling.decide import Decision, decide, reserve, unreserve
+from hami.scheduling.gangs import Member, members, to_release
 from hami.scheduling.holds import Hold
 from hami.scheduling.outcomes import ApiFailure, BindOutcome, Filtered, FilterOutcome
 from hami.scheduling.parts import CycleParts
@@ -88,6 +89,7 @@ class Cycle(CycleParts):
         decision, hold = self._decide_and_reserve(req, names)
         if decision.node is None:
             outcome = await self._unschedulable(pod, watched, decision, names, guard)
+            outcome = await self._gang_stage(outcome)
             return await self._preempt_stage(outcome, req, hold)
         self._placed(req.uid, decision.node)
         return await self._commit_stage(FilterOutcome(Filtered.SCHEDULED, pod, names, decision), guard)
@@ -132,6 +134,43 @@ class Cycle(CycleParts):
             # would charge it again and hold the devices while the pod stays pending. HAMi leaves it too.
             failed = await self.release_allocation(pod, pod.metadata.uid, guard)
         return FilterOutcome(Filtered.UNSCHEDULABLE, pod, names, decision, api_errors=failed)
+
+    async def _gang_stage(self, outcome: FilterOutcome) -> FilterOutcome:
+        """A gang member that fits nowhere: the other members' unbound allocations are dropped at once
+        (``hami.scheduling.gangs.to_release``), so a gang kube-scheduler gives up on holds no share."""
+        self.gangs.pod_event(outcome.pod)
+        found = self.gangs.gang_of(outcome.pod)
+        if found is None:
+            return outcome
+        (namespace, _), gang = found
+        others = members(gang, namespace, self.port.watched_pod, self.state.pods, self.binding)
+        dropped, failed = await self._release_members(namespace, to_release(gang, outcome.pod.metadata.uid, others))
+        if not dropped:
+            return outcome
+        return replace(outcome, gang_released=dropped, api_errors=outcome.api_errors + failed)
+
+    async def release_gang(self, namespace: str, group: str) -> tuple[tuple[str, ...], tuple[ApiFailure, ...]]:
+        """The gang's PodGroup says it could not be placed: every member's unbound allocation is dropped (not
+        those bound or being bound). Returns the members released and the calls that failed."""
+        gang = self.gangs.gangs.get((namespace, group))
+        if gang is None:
+            return (), ()
+        others = members(gang, namespace, self.port.watched_pod, self.state.pods, self.binding)
+        return await self._release_members(namespace, to_release(gang, "", others))
+
+    async def _release_members(
+        self, namespace: str, chosen: Sequence[Member]
+    ) -> tuple[tuple[str, ...], tuple[ApiFailure, ...]]:
+        dropped: list[str] = []
+        failed: tuple[ApiFailure, ...] = ()
+        for member in chosen:
+            await self.settle(member.uid)  # its commit in flight lands (or fails) first
+            pod = self.port.watched_pod(namespace, member.name)
+            if pod is None or member.uid not in self.state.pods:
+                continue
+            failed += await self.release_allocation(pod, member.uid)
+            dropped.append(member.name)
+        return tuple(dropped), failed
 
     async def _preempt_stage(self, outcome: FilterOutcome, req: PodRequest, hold: Hold | None) -> FilterOutcome:
         """hami's own preemption for a pod that fits nowhere (``hami.scheduling.preempting``): the standing hold
@@ -253,8 +292,13 @@ class Cycle(CycleParts):
         self.nominations.clear()
 
     async def bind(self, ns: str, name: str, uid: str, node: str) -> BindOutcome:
-        """/bind: see ``hami.scheduling.bind``."""
-        return await bind(self, ns, name, uid, node)
+        """/bind: see ``hami.scheduling.bind``. While it runs the pod counts as being bound (``binding``): its
+        gang's releases leave it alone."""
+        self.binding.add(uid)
+        try:
+            return await bind(self, ns, name, uid, node)
+        finally:
+            self.binding.discard(uid)
 
     async def release_allocation(self, pod: Pod, uid: str, guard: str | None = None) -> tuple[ApiFailure, ...]:
         """Remove the pod's allocation: see ``hami.scheduling.cleanup.release_allocation``."""
@@ -266,6 +310,7 @@ class Cycle(CycleParts):
         fully decoded (what could be is charged), or None."""
         uid = pod.metadata.uid
         self._watch_preemption(pod, deleted or is_terminal(pod))
+        self.gangs.pod_event(pod, deleted or is_terminal(pod))
         if deleted or is_terminal(pod):
             # its commit task, if any, goes too (a PATCH still in flight fails on the deleted pod and rolls
             # back nothing that is still held)

@@ -81,6 +81,9 @@ class FilterOutcome:
     error: str = ""
     api_errors: tuple[ApiFailure, ...] = ()
     preemption: PreemptionNote | None = None
+    gang_released: tuple[str, ...] = ()
+    """The other members of the pod's gang whose unbound allocations were dropped because this one fits nowhere
+    (``hami.scheduling.gangs``)."""
 
 
 class Bound(enum.StrEnum):

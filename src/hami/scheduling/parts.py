@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from hami.devices.base import Vendor
 from hami.protocol.objects import Pod
 from hami.scheduling.decide import unreserve
+from hami.scheduling.gangs import GangBook
 from hami.scheduling.holds import HoldBook
 from hami.scheduling.memo import Verdicts
 from hami.scheduling.outcomes import FilterOutcome
@@ -72,6 +73,10 @@ class CycleParts:
     lock_waits: LockWaits | None = None
     """Wakes lock waits when the node watch shows the lock released; None: pause ``lock_retry_interval``."""
     memo: Verdicts = field(default_factory=Verdicts)
+    binding: set[str] = field(default_factory=set)
+    """UIDs whose /bind is running."""
+    gangs: GangBook = field(default_factory=GangBook)
+    """Which pods belong to which gang, and each gang's minimum (``hami.scheduling.gangs``)."""
     pending: set[str] = field(default_factory=set)
     """UIDs reserved by /filter whose annotations the pod watch has not brought back yet."""
     commits: dict[str, asyncio.Task[FilterOutcome | None]] = field(default_factory=dict)

@@ -58,6 +58,7 @@ from hami.scheduling.ports import ClusterPort, LockWaits
 from hami.scheduling.preempting import read_budgets
 from hami.scheduling.preemption import Budget
 from hami.scheduling.preemptverb import VerbAnswer, answer_preempt_verb
+from hami.scheduling.records import pod_group
 from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState
 from hami.server.busy import BusyNodes
@@ -146,6 +147,8 @@ class Extender:
         """DRA claims charged beside hami's pods (``hami.scheduling.dra``); fed by the ``on_resource_*`` handlers."""
         self.dra.pod_lookup = self._live_pod_uid
         self.dra.settled = self._synced
+        self._gang_tasks: set[asyncio.Task[None]] = set()
+        """Releases of gangs whose PodGroup failed, running (``on_pod_group``)."""
         self.freed: Callable[[str], None] = lambda node: None
         """Told each node whose capacity freed with no pod event (a preemption hold ran out): the runtime's
         requeue nudge (``hami.server.requeue``)."""
@@ -185,6 +188,7 @@ class Extender:
     async def settle_all(self) -> None:
         """Wait for every commit in flight and stop the clean-up retries (shutdown, tests)."""
         await self.cycle.settle_all()
+        await asyncio.gather(*self._gang_tasks)
 
     # --- /filter -------------------------------------------------------------------------------------------
     async def filter(self, args: FilterArgs) -> FilterResult:
@@ -228,12 +232,46 @@ class Extender:
             log.warning("/filter refused: %s", outcome.error)
         elif outcome.result is Filtered.UNSCHEDULABLE and decision is not None:
             self._failed_events(pod, decision, len(outcome.candidates))
+            if outcome.gang_released:
+                self._gang_released(pod.metadata.namespace, pod_group(pod), outcome.gang_released, pod)
             if outcome.preemption is not None:
                 self._preempted(pod, outcome.preemption)
         elif outcome.result is Filtered.SCHEDULED and decision is not None and self.success_events:
             self._event(pod, SUCCEED, decision.message)
             if decision.rejected:
                 self._event(pod, EventReason.FILTERED_NODES, _rejection_text(decision))
+
+    def _gang_released(self, namespace: str, group: str, released: Sequence[str], failing: Pod | None) -> None:
+        """Metrics, log line and events of gang members whose unbound allocations were dropped: because
+        ``failing`` fits nowhere, or (None) because the gang's PodGroup says it failed."""
+        trigger = "member-unschedulable" if failing is not None else "podgroup-failed"
+        self.metrics.gang_releases.labels(trigger).inc(len(released))
+        why = f"member {failing.metadata.name} fits nowhere" if failing is not None else "its PodGroup failed"
+        log.info("gang %s/%s: %s; released the unbound allocations of %s", namespace, group, why, ", ".join(released))
+        if failing is not None:
+            text = f"gang {group}: this member fits nowhere; released the unbound allocations of {', '.join(released)}"
+            self._event(failing, EventReason.GANG_WAITING, f"{text}: the gang waits until all of it fits")
+        for name in released:
+            member = self.cluster.watched_pod(namespace, name)
+            if member is not None:
+                text = f"gang {group}: {why}; this member's allocation was released: it waits until the whole gang fits"
+                self._event(member, EventReason.GANG_WAITING, text)
+
+    def on_pod_group(
+        self, namespace: str, name: str, min_count: int | None, failed: bool, deleted: bool = False
+    ) -> None:
+        """Apply one PodGroup event (the shell's PodGroup watch): the gang's minimum, and when its condition newly
+        says the group could not be placed, its members' unbound allocations are released in the background."""
+        if self.cycle.gangs.group_event(namespace, name, min_count, failed, deleted):
+            task = asyncio.get_running_loop().create_task(self._release_failed_gang(namespace, name))
+            self._gang_tasks.add(task)
+            task.add_done_callback(self._gang_tasks.discard)
+
+    async def _release_failed_gang(self, namespace: str, group: str) -> None:
+        released, failures = await self.cycle.release_gang(namespace, group)
+        self._api_errors(failures)
+        if released:
+            self._gang_released(namespace, group, released, None)
 
     def _preempted(self, pod: Pod, note: PreemptionNote) -> None:
         """Metrics, log line and event of hami's own preemption for ``pod`` (a standing hold counts no attempt)."""

@@ -268,6 +268,13 @@ class Metrics:
         )
         self.decisions = Counter("hami_filter_decisions", "Filter decisions by result", ["result"], registry=self.own)
         self.binds = Counter("hami_bind_results", "Bind results", ["result"], registry=self.own)
+        self.gang_releases = Counter(
+            "hami_gang_releases",
+            "Unbound allocations of gang members dropped because the gang could not be placed whole (trigger: "
+            "member-unschedulable, podgroup-failed)",
+            ["trigger"],
+            registry=self.own,
+        )
         self.simulations = Counter(
             "hami_filter_simulations",
             "Side-effect-free /filter calls on whole Node objects (Cluster Autoscaler's template nodes), by result "
