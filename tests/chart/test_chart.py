@@ -478,6 +478,8 @@ def test_rbac_grants_exactly_the_verbs_hami_uses() -> None:
         ("", "nodes", ("get", "list", "watch", "patch"), ()),
         ("", "events", ("create", "patch"), ()),
         ("", "resourcequotas", ("list", "watch"), ()),
+        ("scheduling.k8s.io", "podgroups", ("list", "watch"), ()),
+        ("scheduling.x-k8s.io", "podgroups", ("list", "watch"), ()),
         ("", "pods/eviction", ("create",), ()),
         ("", "pods/status", ("patch",), ()),
         ("policy", "poddisruptionbudgets", ("list",), ()),

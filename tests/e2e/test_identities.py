@@ -67,6 +67,10 @@ ALLOWED: dict[str, list[Check]] = {
         # hami's own preemption, which the chart's scheduler.preemption=auto picks before Kubernetes 1.38
         ("create", "pods/eviction", {"namespace": "tenant"}), ("patch", "pods/status", {"namespace": "tenant"}),
         ("list", "poddisruptionbudgets", {"group": "policy"}),
+        # gangs: each PodGroup's minimum and scheduling condition (docs/gangs.md)
+        ("list", "podgroups", {"group": "scheduling.k8s.io"}), ("watch", "podgroups", {"group": "scheduling.k8s.io"}),
+        ("list", "podgroups", {"group": "scheduling.x-k8s.io"}),
+        ("watch", "podgroups", {"group": "scheduling.x-k8s.io"}),
     ],
     KUBE_SCHEDULER_SA: [
         ("list", "pods", {}), ("create", "pods/binding", {"namespace": "tenant"}),

@@ -594,6 +594,21 @@ class KubeClient:
         """The API server's ``gitVersion`` (``GET /version``: ``v1.36.3``)."""
         return _version_decoder.decode(await self._request("GET", "/version")).git_version
 
+    async def served_resources(self, group: str, versions: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+        """API discovery: per version of ``group`` the server serves (of ``versions``, in that order), the plural
+        names of its resources (``GET /apis/<group>``, then ``GET /apis/<group>/<version>``); ``{}`` when the
+        group is not served (404)."""
+        try:
+            listed = msgspec.json.decode(await self._request("GET", f"/apis/{group}"))
+        except NotFound:
+            return {}
+        served = {v.get("version") for v in listed.get("versions", []) if isinstance(v, dict)}
+        out: dict[str, tuple[str, ...]] = {}
+        for version in (v for v in versions if v in served):
+            found = msgspec.json.decode(await self._request("GET", f"/apis/{group}/{version}"))
+            out[version] = tuple(r.get("name", "") for r in found.get("resources", []) if isinstance(r, dict))
+        return out
+
     async def evict(self, namespace: str, pod: str, uid: str) -> None:
         """Evict ``namespace/pod`` through the ``policy/v1`` Eviction subresource, gracefully (the pod's own
         grace period) and only if it is still the pod ``uid`` (a precondition). ``BudgetRefused`` when a

@@ -10,8 +10,10 @@ the profile instead of comparing version numbers itself:
   Sharing a device by capacity (``DRAConsumableCapacity``) is on by default from 1.36 (beta) and GA in 1.38; hami
   counts whatever capacity an allocation names, so nothing else changes.
 * **Gang scheduling** (``gang``): pods name their PodGroup in ``spec.schedulingGroup.podGroupName`` from 1.36 (1.35
-  had ``spec.workloadRef``); the Workload/PodGroup API is ``scheduling.k8s.io/v1alpha2`` in 1.36 and ``v1alpha3``
-  from 1.37 (``GenericWorkload``: alpha, then beta in 1.37, off by default). hami reads the pod field only.
+  had ``spec.workloadRef``); kube-scheduler reads the PodGroup API ``scheduling.k8s.io/v1alpha2`` in 1.36 and
+  ``v1beta1`` from 1.37 (``GenericWorkload``: beta in 1.37, off by default; ``v1beta1`` served with
+  ``--runtime-config=scheduling.k8s.io/v1beta1=true``, ``v1alpha3`` has the same kinds). hami reads the pod field
+  and the PodGroups in the version the cluster serves (API discovery, ``hami.server.podgroups``, logged at start).
 * **Extender preemption** (``preemption_empty_victims``): from 1.38 kube-scheduler also sends a preemption-capable
   extender the nodes where its own filters already fit, each with an empty victim list (kubernetes#135486); before,
   only nodes with victims.
@@ -118,7 +120,7 @@ def _consumable_capacity(line: tuple[int, int]) -> str:
 
 def _gang(line: tuple[int, int]) -> str:
     if line >= (1, 37):
-        return "spec.schedulingGroup.podGroupName (PodGroup API scheduling.k8s.io/v1alpha3)"
+        return "spec.schedulingGroup.podGroupName (PodGroup API scheduling.k8s.io/v1beta1 where served)"
     if line == (1, 36):
         return "spec.schedulingGroup.podGroupName (PodGroup API scheduling.k8s.io/v1alpha2)"
     if line == (1, 35):

@@ -62,6 +62,7 @@ from hami.server.looplag import watch_loop_lag
 from hami.server.metrics import Metrics
 from hami.server.nodelocks import LockHousekeeping
 from hami.server.nodes import NodeHandling
+from hami.server.podgroups import start_pod_group_watches
 from hami.server.preemptmode import Resolved, resolve_preemption
 from hami.server.requeue import RequeueNudges
 from hami.server.tls import CertificateReloader
@@ -316,6 +317,7 @@ class Runtime:
         supervisor.start(nodes.run(), name="watch-nodes")
         supervisor.start(pods.run(), name="watch-pods")
         supervisor.start(quotas.run(), name="watch-quotas")
+        supervisor.once(start_pod_group_watches(client, extender.on_pod_group, supervisor), name="podgroups")
         mode = dra_mode(bool(self.device_config.dra.active()), self.server)
         if mode == "watch":  # the ResourceSlices and ResourceClaims of the configured DRA drivers
             synced["dra"] = False

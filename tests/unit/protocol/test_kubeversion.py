@@ -45,9 +45,9 @@ def test_the_tested_releases_are_exactly_the_tested_window() -> None:
         ("v1.34.2", "resource.k8s.io/v1", "alpha, off by default", "the pod-group label only", False),
         ("v1.35.4", "resource.k8s.io/v1", "alpha, off by default", "spec.workloadRef, which hami does not read", False),
         ("v1.36.3", "resource.k8s.io/v1", "beta, on by default", "scheduling.k8s.io/v1alpha2", False),
-        ("v1.37.2", "resource.k8s.io/v1", "beta, on by default", "scheduling.k8s.io/v1alpha3", False),
-        ("v1.38.0-beta.0", "resource.k8s.io/v1", "GA", "scheduling.k8s.io/v1alpha3", True),
-        ("v1.39.1", "resource.k8s.io/v1", "GA", "scheduling.k8s.io/v1alpha3", True),
+        ("v1.37.2", "resource.k8s.io/v1", "beta, on by default", "scheduling.k8s.io/v1beta1", False),
+        ("v1.38.0-beta.0", "resource.k8s.io/v1", "GA", "scheduling.k8s.io/v1beta1", True),
+        ("v1.39.1", "resource.k8s.io/v1", "GA", "scheduling.k8s.io/v1beta1", True),
     ],
 )
 def test_what_hami_chooses_per_release(
