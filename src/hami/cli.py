@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from enum import StrEnum
@@ -513,18 +514,21 @@ def top(
     ] = False,
 ) -> None:
     from hami.errors import HamiError
+    from hami.simulate.gangview import gang_views
     from hami.simulate.top import SORT_KEYS, TopFilter, build_top, render_top, top_json
 
     if sort not in SORT_KEYS:
         raise typer.BadParameter(f"{sort!r} is not one of {', '.join(SORT_KEYS)}", param_hint="--sort")
     try:
-        sim, warnings, _, _ = _simulator_for(snapshot, cluster, config)
+        sim, warnings, pods, _ = _simulator_for(snapshot, cluster, config)
     except (HamiError, OSError) as err:
         raise _fail(err) from None
     for w in warnings:
         typer.echo(f"warning: {w}", err=True)
     namespace = "" if cluster.all_namespaces else cluster.namespace or ""
     view = build_top(sim.state, TopFilter(node, vendor, model, namespace, sort, cpu_nodes), sim.dra)
+    waiting = [g for g in gang_views(sim, pods) if not g.complete and (not namespace or g.namespace == namespace)]
+    view = dataclasses.replace(view, gangs=tuple(waiting))
     if output in (Output.json, Output.yaml):
         typer.echo(dump(top_json(view), output))
     else:
@@ -555,8 +559,10 @@ def explain(
 ) -> None:
     from hami.clusterflags import pick_pod
     from hami.errors import HamiError
+    from hami.scheduling.records import pod_group
     from hami.simulate.explain import explain as explain_pod
     from hami.simulate.explain import explain_json, explain_manifest, render_explain
+    from hami.simulate.gangview import gang_views
     from hami.simulate.loading import read_files, read_pods
 
     if (pod is None) == (file is None):
@@ -587,6 +593,11 @@ def explain(
     for w in warnings:
         typer.echo(f"warning: {w}", err=True)
     result = explain_manifest(sim, manifest) if manifest is not None else explain_pod(sim, target)
+    group = pod_group(target)
+    if group:
+        ns = target.metadata.namespace or "default"
+        gangs = gang_views(sim, [*pods, *([target] if manifest is not None else [])], only=(ns, group))
+        result = dataclasses.replace(result, gang=gangs[0] if gangs else None)
     for w in result.warnings:
         typer.echo(f"warning: {w}", err=True)
     if output in (Output.json, Output.yaml):

@@ -42,6 +42,7 @@ from hami.scheduling.dra import HeldCard, held_by_card
 from hami.scheduling.filter import NodeRejection
 from hami.scheduling.request import PodRequest, prefilter
 from hami.scheduling.state import ClusterState, NodeState, PodRecord
+from hami.simulate.gangview import GangView, gang_json, render_gang
 from hami.simulate.loading import Sourced
 from hami.simulate.preempting import PreemptionView, explain_preemption, preemption_json, render_preemption
 from hami.simulate.report import cores_text
@@ -131,6 +132,8 @@ class Explanation:
     """What the manifest likely gets wrong (as ``hami simulate`` warns: resource typos, a zero count)."""
     preemption: PreemptionView | None = None
     """For a pending pod that fits nowhere: the pods hami would preempt and why (``hami.simulate.preempting``)."""
+    gang: GangView | None = None
+    """For a member of a gang: its members' states and what the gang lacks (``hami.simulate.gangview``)."""
 
 
 def _describe_need(req: PodRequest) -> tuple[str, ...]:
@@ -460,6 +463,8 @@ def render_explain(e: Explanation, wide: bool = False) -> str:
         lines += [f"  - {s}" for s in e.suggestions]
     if e.preemption is not None:
         lines += render_preemption(e.preemption)
+    if e.gang is not None:
+        lines += ["", "Gang:", *render_gang(e.gang)]
     return "\n".join(lines)
 
 
@@ -509,4 +514,5 @@ def explain_json(e: Explanation) -> dict[str, Any]:
         "admission": list(e.admission) if e.admission is not None else None,
         "warnings": list(e.warnings),
         "preemption": preemption_json(e.preemption) if e.preemption is not None else None,
+        "gang": gang_json(e.gang) if e.gang is not None else None,
     }

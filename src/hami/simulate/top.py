@@ -26,6 +26,7 @@ from hami.scheduling.fragmentation import (
     model_fragments,
 )
 from hami.scheduling.state import ClusterState
+from hami.simulate.gangview import GangView, gang_json, render_gang
 from hami.simulate.report import card_health, cores_text
 
 __all__ = [
@@ -103,6 +104,8 @@ class TopView:
     dra_problems: tuple[DraProblem, ...] = ()
     cpu_nodes_hidden: int = 0
     """Nodes without accelerators left out (``TopFilter.cpu_nodes`` off)."""
+    gangs: tuple[GangView, ...] = ()
+    """Gangs not yet bound whole: members holding devices unbound, waiting, and what the gang lacks."""
 
 
 def _holders(state: ClusterState, namespace: str) -> dict[tuple[str, str], list[CardHolder]]:
@@ -351,10 +354,17 @@ def render_top(view: TopView, colour: bool = False, wide: bool = False) -> str:
             "LARGEST SLICE",
         ]
         lines += _table(header, rows, colour)
-    lines += _dra_lines(view, colour)
+    lines += _dra_lines(view, colour) + _gang_lines(view, colour)
     if hidden:
         lines += ["", _paint(hidden, _DIM, colour)]
     return "\n".join(lines).rstrip()
+
+
+def _gang_lines(view: TopView, colour: bool) -> list[str]:
+    """The gangs not yet bound whole: each member's state and what the gang lacks."""
+    if not view.gangs:
+        return []
+    return ["", _paint("Gangs waiting:", _BOLD, colour), *(line for g in view.gangs for line in render_gang(g))]
 
 
 def _hidden_line(view: TopView) -> str:
@@ -444,6 +454,7 @@ def top_json(view: TopView) -> dict[str, Any]:
                 for p in view.dra_problems
             ],
         },
+        "gangs": [gang_json(g) for g in view.gangs],
     }
 
 
