@@ -732,6 +732,8 @@ class ControlPlane:
     apiserver: ManagedProcess
     startup_seconds: float = 0.0
     schedulers: list[Scheduler] = field(default_factory=list)
+    feature_gates: dict[str, bool] = field(default_factory=dict)
+    """The feature gates kube-apiserver runs with; kube-schedulers started here get them too."""
 
     @property
     def ca_file(self) -> Path:
@@ -794,6 +796,11 @@ class ControlPlane:
                     f"--authentication-kubeconfig={self.kubeconfig}",
                     f"--authorization-kubeconfig={self.kubeconfig}",
                     "--v=2",
+                    *(
+                        _gate_args(self.feature_gates)
+                        if not any(a.startswith("--feature-gates") for a in extra_args or [])
+                        else ()
+                    ),
                     *(extra_args or []),
                 ],
                 self.log_dir / f"{name}.log",
@@ -923,8 +930,14 @@ def start_control_plane(
     service_ip: str | None = None,
     service_account_admission: bool = False,
     ca: CertificateAuthority | None = None,
+    feature_gates: Mapping[str, bool] | None = None,
+    runtime_config: Sequence[str] = (),
 ) -> ControlPlane:
     """Start etcd and kube-apiserver in ``workdir`` and wait until ``/readyz`` answers 200.
+
+    ``feature_gates`` are set on kube-apiserver and, by default, on every kube-scheduler this plane starts
+    (``GenericWorkload``: kube-scheduler's gang scheduling); ``runtime_config`` turns API versions on
+    (``scheduling.k8s.io/v1beta1=true``: PodGroups are not served by default).
 
     ``apiserver_args`` are added to kube-apiserver's command line (say, ``--max-requests-inflight=1`` for a
     server that sheds load with 429s). ``address`` is where kube-apiserver listens and what it advertises (the real
@@ -1002,6 +1015,8 @@ def start_control_plane(
                 "--allow-privileged=true",
                 "--profiling=false",
                 "--v=1",
+                *_gate_args(feature_gates),
+                *((f"--runtime-config={','.join(runtime_config)}",) if runtime_config else ()),
                 *apiserver_args,
             ],
             logs / "kube-apiserver.log",
@@ -1015,6 +1030,7 @@ def start_control_plane(
             kubeconfig=kubeconfig,
             etcd=etcd,
             apiserver=apiserver,
+            feature_gates=dict(feature_gates or {}),
         )
         try:
             etcd.start()
@@ -1045,6 +1061,13 @@ def start_control_plane(
         plane.startup_seconds = time.monotonic() - started
         return plane
     raise AssertionError("unreachable")
+
+
+def _gate_args(gates: Mapping[str, bool] | None) -> tuple[str, ...]:
+    """``--feature-gates=A=true,B=false`` (nothing without gates)."""
+    if not gates:
+        return ()
+    return (f"--feature-gates={','.join(f'{k}={str(v).lower()}' for k, v in sorted(gates.items()))}",)
 
 
 def _etcd_healthy(port: int) -> bool:
