@@ -48,7 +48,8 @@ async def test_a_gang_that_cannot_fit_releases_its_members_and_a_single_pod_then
 
     assert await place(world, member("c", label=label)) in (None, [])
 
-    assert not allocated(world, "a") and not allocated(world, "b")
+    assert not allocated(world, "a")
+    assert not allocated(world, "b")
     assert world.usage() == {}
     assert world.state.verify() == []
     waiting = await gang_waiting(world)
@@ -69,7 +70,8 @@ async def test_two_competing_gangs_never_block_each_other(world: World) -> None:
     assert await place(world, member("a2", "A")) in (None, [])  # A gives up: a1's card is free again
     assert await place(world, member("b2", "B")) == ["n1"]
 
-    assert allocated(world, "b1") and allocated(world, "b2")
+    assert allocated(world, "b1")
+    assert allocated(world, "b2")
     assert not allocated(world, "a1")
 
 
@@ -81,7 +83,8 @@ async def test_a_gang_that_still_reaches_its_minimum_keeps_its_members(world: Wo
 
     assert await place(world, member("c")) in (None, [])
 
-    assert allocated(world, "a") and allocated(world, "b")
+    assert allocated(world, "a")
+    assert allocated(world, "b")
     assert await gang_waiting(world) == {}
 
 
@@ -97,7 +100,8 @@ async def test_bound_members_and_members_being_bound_keep_their_allocations(worl
 
     assert await place(world, member("d")) in (None, [])
 
-    assert allocated(world, "a") and allocated(world, "b")
+    assert allocated(world, "a")
+    assert allocated(world, "b")
     assert not allocated(world, "c")
 
 
@@ -110,7 +114,8 @@ async def test_a_failed_podgroup_releases_its_unbound_members(world: World) -> N
     world.extender.on_pod_group(NS, "g", min_count=3, failed=True)
     await world.extender.settle_all()
 
-    assert not allocated(world, "a") and not allocated(world, "b")
+    assert not allocated(world, "a")
+    assert not allocated(world, "b")
     assert world.usage() == {}
     assert world.metrics.registry.get_sample_value("hami_gang_releases_total", {"trigger": "podgroup-failed"}) == 2
     world.extender.on_pod_group(NS, "g", min_count=3, failed=True)  # the same condition again: nothing more
@@ -125,4 +130,5 @@ async def test_a_pod_of_no_gang_releases_nothing(world: World) -> None:
 
     assert await place(world, gpu_pod("c", mem=24000, cores=100)) in (None, [])
 
-    assert allocated(world, "a") and allocated(world, "b")
+    assert allocated(world, "a")
+    assert allocated(world, "b")

@@ -65,7 +65,8 @@ def test_the_table_says_how_many_new_nodes(tmp_path: Path) -> None:
     code, out = run(tmp_path)
 
     assert out.splitlines()[0] == "2 new node(s) like template-a100x2 take 5 of 6 pod(s)"
-    assert "ml/big" in out and "none: 2/2 NodeInsufficientDevice" in out
+    assert "ml/big" in out
+    assert "none: 2/2 NodeInsufficientDevice" in out
     assert code == 3
 
 
