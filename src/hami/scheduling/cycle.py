@@ -59,6 +59,10 @@ class Cycle(CycleParts):
     node. The pauses go through the injected ``Clocks.sleep``, the waits are measured with ``Clocks.stopwatch``: the
     cycle reads no clock itself.
 
+    Gangs (``hami.scheduling.gangs``): a member of a gang that fits nowhere drops the other members' unbound
+    allocations at once (not those bound or being bound, and none while the gang still reaches its minimum), so a
+    gang kube-scheduler gives up on holds no share; ``release_gang`` does the same when its PodGroup says it failed.
+
     Preemption (``CycleSettings.preemption``, ``--preemption=self``): a pod that fits nowhere preempts through
     ``hami.scheduling.preempting``; the capacity held for it (``holds``) is lifted for its own decision and put
     back, in the same step, while its victims still terminate.

@@ -1,5 +1,6 @@
 """The scheduler extender's edge: ``/filter`` and ``/bind`` mapped to and from the cycle, ``/preempt`` to the
-preemption core (``hami.scheduling.preemptverb``).
+preemption core (``hami.scheduling.preemptverb``), ``/filter`` on whole Node objects to the side-effect-free
+simulation (``hami.server.simulation``: Cluster Autoscaler's template nodes), PodGroup events to the gangs.
 
 ``hami.scheduling.cycle.Cycle`` composes the cycle and returns an outcome as data; this module only turns an
 outcome into the HTTP answer, the events on the pod and the metrics, and feeds the watch handlers' objects to the
