@@ -32,8 +32,9 @@ GANG_API_GROUP: Final = "scheduling.k8s.io"
 LABEL_API_GROUP: Final = "scheduling.x-k8s.io"
 PREFERRED_VERSIONS: Final = ("v1", "v1beta1", "v1alpha3", "v1alpha2", "v1alpha1")
 """The versions hami knows the PodGroup of, newest first: the first one the cluster serves podgroups in is read."""
-FAILED_CONDITIONS: Final = frozenset({"PodGroupInitiallyScheduled", "PodGroupScheduled"})
-"""Condition types that, with status ``False``, say kube-scheduler could not place the group."""
+FAILED_CONDITIONS: Final = frozenset({"PodGroupInitiallyScheduled"})
+"""Condition types that, with status ``False``, say kube-scheduler could not place the group (reason
+``Unschedulable`` or ``SchedulerError``; once ``True`` it stays so)."""
 
 
 class PodGroup(msgspec.Struct, omit_defaults=True, gc=False):
