@@ -32,8 +32,9 @@ help:
 	@echo "make test-fast     lint, type checks and the tests that need no control plane and no helm"
 	@echo "make test-e2e      only the end-to-end tests (builds the control plane and helm first if needed)"
 	@echo "make test-newest-python  the unit tests under Python 3.13 (make test runs them too)"
-	@echo "make test-matrix   the end-to-end and chart tests on each tested Kubernetes release (v1.36.3, v1.37.2,"
-	@echo "                   v1.38.0-beta.0), building each if missing; long, not in CI (MATRIX_VERSIONS=v1.37.2)"
+	@echo "make test-matrix   the end-to-end and chart tests on each Kubernetes release it knows (v1.36.3, v1.37.2;"
+	@echo "                   v1.38.0-beta.0 cannot be built yet), building each if missing; long, not in CI"
+	@echo "                   (MATRIX_VERSIONS=v1.37.2)"
 	@echo "make setup         create $(VENV) and install hami with its dev tools"
 	@echo "make test-deps     install the Debian packages tests run (chromium, prometheus, containerd, runc,"
 	@echo "                   CNI plugins, iptables, conntrack) when missing"
@@ -143,7 +144,7 @@ test-e2e: setup test-deps testenv helm
 	$(BIN)/pytest -m e2e
 
 # The end-to-end suite (real-node tests included) and the chart tests once per tested Kubernetes release; prints the
-# table the README shows and writes it to build/test-matrix.md. Not in CI: it builds releases and takes long.
+# table CONTRIBUTING.md shows and writes it to build/test-matrix.md. Not in CI: it builds releases and takes long.
 MATRIX_VERSIONS ?=
 test-matrix: setup test-deps helm
 	$(PYTHON) scripts/test-matrix $(if $(MATRIX_VERSIONS),--versions $(MATRIX_VERSIONS))
