@@ -42,6 +42,7 @@ FOREIGN_FLAGS = {
     "--validate": "kubectl",  # kubectl apply --validate=warn|strict (hami simulate's unknown-field warnings)
     # kube-apiserver, as the test control plane runs it
     "--runtime-config": "kube-apiserver",
+    "--feature-gates": "kube-apiserver",  # and kube-scheduler: GenericWorkload (docs/gangs.md)
     "--max-requests-inflight": "kube-apiserver",
     "--max-mutating-requests-inflight": "kube-apiserver",
     "--endpoint-reconciler-type": "kube-apiserver",
