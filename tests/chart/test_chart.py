@@ -848,7 +848,8 @@ def test_open_metrics_drop_the_review_rights() -> None:
     assert "--metrics-secure" not in container(docs, "hami")["args"]
     assert ("ClusterRole", "hami-metrics-reader") not in kinds(docs)
     groups = {group for group, *_ in rules(one(docs, "ClusterRole", "hami-scheduler"))}
-    assert groups == {"", "resource.k8s.io", "policy"}  # policy: the budgets of hami's own preemption
+    # policy: the budgets of hami's own preemption; scheduling.*: the gangs' PodGroups (docs/gangs.md)
+    assert groups == {"", "resource.k8s.io", "policy", "scheduling.k8s.io", "scheduling.x-k8s.io"}
 
 
 def test_secure_metrics_without_the_webhooks_certificate_are_refused() -> None:
