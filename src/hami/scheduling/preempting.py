@@ -11,9 +11,9 @@ For a pod that fits nowhere, of priority above 0 and ``preemptionPolicy`` not ``
    runs in between), then each victim is evicted through the Eviction API (graceful: the pod's own grace
    period), given kube-scheduler's ``DisruptionTarget`` condition (``PreemptionByScheduler``; the message names
    the preemptor: ``hami.protocol.disruption``) and its ``Preempted`` event. A pod that was already terminating
-   for another reason is a victim like any other (kube-scheduler's dry run keeps it); its eviction shortens its
-   grace period to its own and marks it preempted. A 429 from a budget means that candidate is not used now: its hold is lifted and the
-   next candidate is tried (at most ``CANDIDATES_TRIED``);
+   for another reason is a victim like any other (kube-scheduler's dry run keeps it); its eviction can only
+   shorten its grace period (to its own) and marks it preempted. A 429 from a budget means that candidate is not
+   used now: its hold is lifted and the next candidate is tried (at most ``CANDIDATES_TRIED``);
 4. the pod's ``status.nominatedNodeName`` is set to the node (kube-scheduler keeps it while the victims
    terminate with that condition, and hami rebuilds its holds from it after a restart).
 
