@@ -441,7 +441,7 @@ def test_a_slice_another_node_publishes_in_a_nodes_pool_changes_nothing(
     shown = json.loads(subprocess.run(command, capture_output=True, text=True, timeout=60, check=True).stdout)
     reported = [(p["kind"], p["object"], p["node"]) for p in shown["dra"]["problems"]]
     assert ("inconsistent-pool", f"ResourceSlice {forged}", other) in reported
-    assert f"DRA inconsistent-pool: ResourceSlice {forged} on {other}" in s.hami.log()
+    assert f"DRA inconsistent-pool: ResourceSlice {forged} on node {other}: " in s.hami.log()
 
 
 def test_without_resource_k8s_io_hami_says_so_once_and_serves(tmp_path: Path) -> None:
