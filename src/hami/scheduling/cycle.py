@@ -24,9 +24,9 @@ from hami.protocol.objects import Pod
 from hami.scheduling.bind import NOT_PENDING, bind
 from hami.scheduling.cleanup import pod_gone, release_allocation
 from hami.scheduling.decide import Decision, decide, reserve, unreserve
-from hami.scheduling.gangs import Member, members, to_release
+from hami.scheduling.gangrelease import release_for_failed_group, release_for_unschedulable
 from hami.scheduling.holds import Hold
-from hami.scheduling.outcomes import ApiFailure, BindOutcome, Filtered, FilterOutcome
+from hami.scheduling.outcomes import ApiFailure, BindOutcome, Bound, Filtered, FilterOutcome
 from hami.scheduling.parts import CycleParts
 from hami.scheduling.preempting import expire_holds, preempt_for, rebuild_holds, waiting_note
 from hami.scheduling.records import RecordReader, holds_devices, is_terminal
@@ -142,14 +142,8 @@ class Cycle(CycleParts):
 
     async def _gang_stage(self, outcome: FilterOutcome) -> FilterOutcome:
         """A gang member that fits nowhere: the other members' unbound allocations are dropped at once
-        (``hami.scheduling.gangs.to_release``), so a gang kube-scheduler gives up on holds no share."""
-        self.gangs.pod_event(outcome.pod)
-        found = self.gangs.gang_of(outcome.pod)
-        if found is None:
-            return outcome
-        (namespace, _), gang = found
-        others = members(gang, namespace, self.port.watched_pod, self.state.pods, self.binding)
-        dropped, failed = await self._release_members(namespace, to_release(gang, outcome.pod.metadata.uid, others))
+        (``hami.scheduling.gangrelease``), so a gang kube-scheduler gives up on holds no share."""
+        dropped, failed = await release_for_unschedulable(self, outcome.pod)
         if not dropped:
             return outcome
         return replace(outcome, gang_released=dropped, api_errors=outcome.api_errors + failed)
@@ -157,25 +151,7 @@ class Cycle(CycleParts):
     async def release_gang(self, namespace: str, group: str) -> tuple[tuple[str, ...], tuple[ApiFailure, ...]]:
         """The gang's PodGroup says it could not be placed: every member's unbound allocation is dropped (not
         those bound or being bound). Returns the members released and the calls that failed."""
-        gang = self.gangs.gangs.get((namespace, group))
-        if gang is None:
-            return (), ()
-        others = members(gang, namespace, self.port.watched_pod, self.state.pods, self.binding)
-        return await self._release_members(namespace, to_release(gang, "", others))
-
-    async def _release_members(
-        self, namespace: str, chosen: Sequence[Member]
-    ) -> tuple[tuple[str, ...], tuple[ApiFailure, ...]]:
-        dropped: list[str] = []
-        failed: tuple[ApiFailure, ...] = ()
-        for member in chosen:
-            await self.settle(member.uid)  # its commit in flight lands (or fails) first
-            pod = self.port.watched_pod(namespace, member.name)
-            if pod is None or member.uid not in self.state.pods:
-                continue
-            failed += await self.release_allocation(pod, member.uid)
-            dropped.append(member.name)
-        return tuple(dropped), failed
+        return await release_for_failed_group(self, namespace, group)
 
     async def _preempt_stage(self, outcome: FilterOutcome, req: PodRequest, hold: Hold | None) -> FilterOutcome:
         """hami's own preemption for a pod that fits nowhere (``hami.scheduling.preempting``): the standing hold
@@ -301,7 +277,10 @@ class Cycle(CycleParts):
         gang's releases leave it alone."""
         self.binding.add(uid)
         try:
-            return await bind(self, ns, name, uid, node)
+            outcome = await bind(self, ns, name, uid, node)
+            if outcome.result in (Bound.BOUND, Bound.ALREADY_BOUND):
+                self.bound.add(uid)  # until the pod watch shows it bound
+            return outcome
         finally:
             self.binding.discard(uid)
 
@@ -316,6 +295,8 @@ class Cycle(CycleParts):
         uid = pod.metadata.uid
         self._watch_preemption(pod, deleted or is_terminal(pod))
         self.gangs.pod_event(pod, deleted or is_terminal(pod))
+        if deleted or is_terminal(pod) or pod.spec.node_name:
+            self.bound.discard(uid)
         if deleted or is_terminal(pod):
             # its commit task, if any, goes too (a PATCH still in flight fails on the deleted pod and rolls
             # back nothing that is still held)

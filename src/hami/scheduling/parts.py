@@ -75,6 +75,8 @@ class CycleParts:
     memo: Verdicts = field(default_factory=Verdicts)
     binding: set[str] = field(default_factory=set)
     """UIDs whose /bind is running."""
+    bound: set[str] = field(default_factory=set)
+    """UIDs this process bound that the pod watch has not shown bound yet."""
     gangs: GangBook = field(default_factory=GangBook)
     """Which pods belong to which gang, and each gang's minimum (``hami.scheduling.gangs``)."""
     pending: set[str] = field(default_factory=set)

@@ -8,6 +8,7 @@ import msgspec
 import pytest
 
 from hami.protocol import keys
+from hami.protocol.extender import BindingArgs
 from hami.protocol.objects import Pod, SchedulingGroup
 from tests.unit.server.support import NS, World, gpu_node, gpu_pod
 
@@ -132,3 +133,31 @@ async def test_a_pod_of_no_gang_releases_nothing(world: World) -> None:
 
     assert allocated(world, "a")
     assert allocated(world, "b")
+
+
+async def test_a_member_the_watch_does_not_show_yet_is_read_from_the_api_and_released(world: World) -> None:
+    world.add_node(gpu_node("n1"))
+    for name in ("a", "b"):
+        assert await place(world, member(name)) == ["n1"]
+    world.watched.pop((NS, "a"))  # the pod watch lags behind the API
+
+    assert await place(world, member("c")) in (None, [])
+
+    assert not allocated(world, "a")
+    assert not allocated(world, "b")
+
+
+async def test_a_member_this_process_bound_is_kept_until_the_watch_shows_it(world: World) -> None:
+    world.add_node(gpu_node("n1"))
+    for name in ("a", "b"):
+        assert await place(world, member(name)) == ["n1"]
+    bound = await world.extender.bind(BindingArgs(podname="a", podnamespace=NS, poduid="uid-a", node="n1"))
+    assert bound.error == ""
+    world.watched[(NS, "a")] = msgspec.structs.replace(  # the watch still shows it unbound
+        world.pod("a"), spec=msgspec.structs.replace(world.pod("a").spec, node_name="")
+    )
+
+    assert await place(world, member("c")) in (None, [])
+
+    assert allocated(world, "a")
+    assert not allocated(world, "b")
