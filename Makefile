@@ -20,6 +20,10 @@ LINT_PATHS := $(wildcard src tests bench scripts)
 PROTO  := src/hami/deviceplugin/api.proto
 GENDIR := src/hami/deviceplugin/_generated
 GEN    := $(GENDIR)/api_pb2.py
+# kubelet DRA plugin and plugin-registration API stubs (hami dra-plugin), the same way
+DRA_PROTOS := src/hami/deviceplugin/dra/draplugin.proto src/hami/deviceplugin/dra/registration.proto
+DRA_GENDIR := src/hami/deviceplugin/dra/_generated
+DRA_GEN    := $(DRA_GENDIR)/draplugin_pb2.py
 
 .PHONY: help setup test-deps demo test test-fast test-e2e test-matrix test-newest-python lint fmt typecheck imports testenv helm image bench bench-quick bench-profile bench-scale clean
 
@@ -66,7 +70,15 @@ $(GEN): $(PROTO) $(STAMP)
 	@echo '"""Generated kubelet device-plugin API stubs; import hami.deviceplugin.kubeletapi instead."""' \
 		> $(GENDIR)/__init__.py
 
-setup: $(STAMP) $(GEN)
+$(DRA_GEN): $(DRA_PROTOS) $(STAMP)
+	@mkdir -p $(DRA_GENDIR)
+	$(BIN)/python -m grpc_tools.protoc -Ihami/deviceplugin/dra/_generated=src/hami/deviceplugin/dra \
+		--python_out=src --grpc_python_out=src --pyi_out=src \
+		hami/deviceplugin/dra/_generated/draplugin.proto hami/deviceplugin/dra/_generated/registration.proto
+	@echo '"""Generated kubelet DRA API stubs; import hami.deviceplugin.dra.draapi instead."""' \
+		> $(DRA_GENDIR)/__init__.py
+
+setup: $(STAMP) $(GEN) $(DRA_GEN)
 
 demo: setup
 	$(BIN)/hami simulate --demo
@@ -117,7 +129,7 @@ test: setup test-deps testenv helm lint typecheck imports
 
 # The tests that need no control plane and no helm, under the newest supported Python (the oldest, 3.11, runs
 # everything above), in a virtualenv of its own set up from the same pins (again when they change).
-test-newest-python: $(GEN)
+test-newest-python: $(GEN) $(DRA_GEN)
 	@py="$(NEWEST_PYTHON)"; stamp=$(VENV313)/.installed-stamp; \
 	if [ "$$py" = skip ]; then echo "NEWEST_PYTHON=skip: the unit tests did not run under Python 3.13"; exit 0; fi; \
 	if [ -z "$$py" ]; then echo "error: python3.13 not found; hami supports Python 3.11 to 3.13 and make test" \
@@ -156,4 +168,4 @@ bench-profile: setup
 	PYTHONPATH=. $(BIN)/python -m bench.run profile
 
 clean:
-	rm -rf $(VENV) $(VENV313) $(GENDIR) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VENV313) $(GENDIR) $(DRA_GENDIR) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -16,6 +16,7 @@ from hami import __version__
 from hami.clusterflags import ClusterFlags, Output, cluster_flags, dump
 from hami.config.klog import DEBUG_VERBOSITY, KlogFlagError, translate
 from hami.deviceplugin.command import device_plugin
+from hami.deviceplugin.dra.command import dra_plugin
 from hami.monitor.command import monitor
 from hami.scheduler_flags import family_switches, scheduler
 
@@ -523,6 +524,7 @@ def explain(
 
 
 app.command("device-plugin", cls=KlogCommand)(device_plugin)
+app.command("dra-plugin", cls=KlogCommand)(dra_plugin)
 app.command("monitor", cls=KlogCommand)(monitor)
 
 
