@@ -103,14 +103,16 @@ async def test_prepare_and_unprepare_through_kubelets_api(plugin: tuple[DraPaths
             "s-1",
         )
         assert list(device.cdi_device_ids) == [f"k8s.{DRIVER}/claim=uid-1-hami-gpu-0"]
-        assert "metadata.uid" in stale.error and "old" in stale.error  # a recreated claim is refused, by name
+        assert "metadata.uid" in stale.error
+        assert "old" in stale.error
         assert asked == ["ns/c1", "ns/c1"]  # the plugin reads the claim itself
         assert store.prepared() == {"uid-1": "PrepareCompleted"}
 
         again = await client.prepare([api.Claim(namespace="ns", name="c1", uid="uid-1")])
         assert again.claims["uid-1"] == ok
         gone = await client.unprepare([api.Claim(namespace="ns", name="c1", uid="uid-1"), api.Claim(uid="never")])
-        assert gone.claims["uid-1"].error == "" and gone.claims["never"].error == ""
+        assert gone.claims["uid-1"].error == ""
+        assert gone.claims["never"].error == ""
         assert store.prepared() == {}
 
 
@@ -171,7 +173,7 @@ async def test_publisher_creates_then_patches_with_resource_version_and_removes_
 async def test_publish_loop_taints_a_gpu_discovery_loses_and_lifts_it_when_back(
     kube: tuple[FakeApi, KubeClient],
 ) -> None:
-    fake, client = kube
+    _fake, client = kube
     lib = fake_lib("two-t4")
     source = GpuSource(lib, discover)
     published: list[list[str]] = []

@@ -54,7 +54,7 @@ def launch(options: LaunchOptions) -> None:
         try:
             host.ensure_preload()
         except OSError as exc:
-            log.warning("cannot write %s/ld.so.preload (containers will not preload libvgpu.so): %s", host.vgpu_dir, exc)
+            log.warning("cannot write %s/ld.so.preload (no libvgpu.so preload in containers): %s", host.vgpu_dir, exc)
         store = ClaimStore(
             StoreOptions(plugin_dir=options.plugin_dir, cdi_dir=options.cdi_dir, host=host, device_nodes=fake is None)
         )
