@@ -30,7 +30,14 @@ RUN python3.11 -m venv /tools \
  && /tools/bin/python -m grpc_tools.protoc -Ihami/deviceplugin/_generated=src/hami/deviceplugin \
       --python_out=src --grpc_python_out=src hami/deviceplugin/_generated/api.proto \
  && echo '"""Generated kubelet device-plugin API stubs; import hami.deviceplugin.kubeletapi instead."""' \
-      > src/hami/deviceplugin/_generated/__init__.py
+      > src/hami/deviceplugin/_generated/__init__.py \
+ && rm -rf src/hami/deviceplugin/dra/_generated \
+ && mkdir src/hami/deviceplugin/dra/_generated \
+ && /tools/bin/python -m grpc_tools.protoc -Ihami/deviceplugin/dra/_generated=src/hami/deviceplugin/dra \
+      --python_out=src --grpc_python_out=src hami/deviceplugin/dra/_generated/draplugin.proto \
+      hami/deviceplugin/dra/_generated/registration.proto \
+ && echo '"""Generated kubelet DRA API stubs; import hami.deviceplugin.dra.draapi instead."""' \
+      > src/hami/deviceplugin/dra/_generated/__init__.py
 RUN /tools/bin/pip wheel --constraint constraints.txt --wheel-dir /wheels . \
  && python3.11 -m venv /opt/hami \
  && /opt/hami/bin/pip install --no-index --find-links /wheels --constraint constraints.txt hami \

@@ -293,9 +293,9 @@ def test_the_node_keeps_debians_containerd_until_its_kubelet_needs_2_x(
 ) -> None:
     monkeypatch.setenv("HAMI_TESTENV_CACHE", str(tmp_path))
     monkeypatch.delenv("HAMI_CONTAINERD_BIN_DIR", raising=False)
-    assert realnode.locate_containerd(_binaries("v1.37.2", tmp_path)) is None
+    assert realnode.locate_containerd(_binaries("v1.33.5", tmp_path)) is None
     with pytest.raises(realnode.RealNodeError, match=r"the real node's containerd is not built: .*containerd-v2"):
-        realnode.locate_containerd(_binaries("v1.38.0-beta.0", tmp_path))
+        realnode.locate_containerd(_binaries("v1.37.2", tmp_path))
 
 
 def test_a_containerd_directory_given_is_used_whatever_the_version_and_checked(
