@@ -42,10 +42,14 @@ def test_the_admission_policy_holds_writes_to_its_own_nodes_slices_of_its_driver
     policy = one(render(ON), "ValidatingAdmissionPolicy", "hami-dra-plugin-node-restriction")["spec"]
     assert policy["failurePolicy"] == "Fail"
     (condition,) = policy["matchConditions"]
-    assert condition["expression"] == f'request.userInfo.username == "system:serviceaccount:{NAMESPACE}:hami-dra-plugin"'
+    assert (
+        condition["expression"] == f'request.userInfo.username == "system:serviceaccount:{NAMESPACE}:hami-dra-plugin"'
+    )
     (rule,) = policy["matchConstraints"]["resourceRules"]
     assert (rule["apiGroups"], rule["resources"], rule["operations"]) == (
-        ["resource.k8s.io"], ["resourceslices"], ["CREATE", "UPDATE", "DELETE"]
+        ["resource.k8s.io"],
+        ["resourceslices"],
+        ["CREATE", "UPDATE", "DELETE"],
     )
     expressions = "\n".join(v["expression"] for v in policy["validations"])
     assert "object.spec.nodeName == variables.nodeName" in expressions
