@@ -117,7 +117,10 @@ def test_the_plugin_publishes_its_nodes_slice_and_may_write_no_other(
     (device,) = published["spec"]["devices"]
     assert published["spec"]["nodeName"] == mine
     assert device["name"] == "hami-gpu-0"
-    assert device["capacity"]["memory"]["requestPolicy"]["validRange"]["step"] in ("1Mi", "1048576")
+    assert device["capacity"]["memory"] == {
+        "value": "15Gi",
+        "requestPolicy": {"default": "15Gi", "validRange": {"min": "1Mi", "max": "15Gi", "step": "1Mi"}},
+    }
     assert published["metadata"]["ownerReferences"][0]["name"] == mine
 
     token, pod = token_on(plane, kube, mine)

@@ -66,7 +66,7 @@ def test_device_shape_matches_hamis_driver() -> None:
         PCIE_ROOT: {"string": "pci0000:3a"},
     }
     assert "index" not in device["attributes"]
-    total = str(15360 * 1024 * 1024)
+    total = "15Gi"  # 15360 MiB, as the API server spells it
     assert device["capacity"] == {
         "cores": {
             "value": "100",
@@ -74,7 +74,7 @@ def test_device_shape_matches_hamis_driver() -> None:
         },
         "memory": {
             "value": total,
-            "requestPolicy": {"default": total, "validRange": {"min": "1048576", "max": total, "step": "1048576"}},
+            "requestPolicy": {"default": total, "validRange": {"min": "1Mi", "max": total, "step": "1Mi"}},
         },
     }
     assert "taints" not in device
@@ -122,7 +122,7 @@ def test_the_slice_decodes_as_the_ledger_reads_slices() -> None:
     obj = msgspec.json.decode(json.dumps(build([T4])), type=ResourceSlice)
     (device,) = obj.spec.devices
     assert device.attributes["uuid"].text() == "GPU-aaa"
-    assert device.capacity["memory"].value == str(15360 * 1024 * 1024)
+    assert device.capacity["memory"].value == "15Gi"
 
 
 @pytest.mark.parametrize(

@@ -238,6 +238,7 @@ class SlicePublisher:
             and spec.get("pool", {}).get("name") == wanted["pool"]["name"]
         )
         if same and int(spec.get("pool", {}).get("generation", 0)) >= generation:
+            log.debug("ResourceSlice %s unchanged", current["metadata"]["name"])
             return False
         wanted["pool"]["generation"] = generation + 1
         body = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}, "spec": wanted}

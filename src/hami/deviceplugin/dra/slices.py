@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from hami.deviceplugin.discovery import GpuInfo
 from hami.deviceplugin.nvml import GpuDetails
+from hami.protocol.quantity import format_quantity
 
 __all__ = [
     "API_VERSION",
@@ -147,7 +148,9 @@ def _attributes(device: SliceDevice, node: NodeFacts) -> dict[str, dict[str, Any
 
 
 def _capacity(device: SliceDevice) -> dict[str, dict[str, Any]]:
-    memory = str(device.memory_bytes)
+    """Quantities in the API server's canonical spelling (memory binary: ``15Gi``, ``1Mi``), so a slice read back
+    equals the one written and an unchanged inventory is never written again."""
+    memory = format_quantity(device.memory_bytes, binary=True)
     return {
         "cores": {
             "value": "100",
@@ -155,7 +158,7 @@ def _capacity(device: SliceDevice) -> dict[str, dict[str, Any]]:
         },
         "memory": {
             "value": memory,
-            "requestPolicy": {"default": memory, "validRange": {"min": str(MIB), "max": memory, "step": str(MIB)}},
+            "requestPolicy": {"default": memory, "validRange": {"min": "1Mi", "max": memory, "step": "1Mi"}},
         },
     }
 
