@@ -207,6 +207,17 @@ def check_one_share(plugin: Plugin, kube: KubeClient, namespace: str, image: str
     assert spec_file(uid).exists()
     assert prepared(plugin) == {uid: "PrepareCompleted"}
 
+    # a second pod of the same claim shares its preparation and its HAMi-core cache (the claim's limits bind both)
+    kube.post(f"/api/v1/namespaces/{namespace}/pods", claim_pod("dra-user-2", "share", image))
+    running(kube, namespace, "dra-user-2")
+    second = container_output(kube, namespace, "dra-user-2")["env"]
+    assert second["CUDA_DEVICE_MEMORY_SHARED_CACHE"] == env["CUDA_DEVICE_MEMORY_SHARED_CACHE"]
+    assert second["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
+    kube.delete(f"/api/v1/namespaces/{namespace}/pods/dra-user-2", {"gracePeriodSeconds": 0})
+    wait_until(lambda: _gone(kube, namespace, "dra-user-2"), timeout=WAIT_S, description="dra-user-2 deleted")
+    assert spec_file(uid).exists()  # still in use by dra-user
+    assert prepared(plugin) == {uid: "PrepareCompleted"}
+
     kube.delete(f"/api/v1/namespaces/{namespace}/pods/dra-user", {"gracePeriodSeconds": 0})
     wait_until(lambda: not spec_file(uid).exists() and not (CLAIMS_DIR / uid).exists(), timeout=WAIT_S,
                description="the claim unprepared")  # fmt: skip
@@ -253,6 +264,10 @@ def _get_or_none(kube: KubeClient, path: str) -> dict[str, Any] | None:
     except ApiError:
         return None
     return found
+
+
+def _gone(kube: KubeClient, namespace: str, name: str) -> bool:
+    return _get_or_none(kube, f"/api/v1/namespaces/{namespace}/pods/{name}") is None
 
 
 def _unschedulable(kube: KubeClient, namespace: str, name: str) -> bool:
