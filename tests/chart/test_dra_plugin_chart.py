@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from tests.chart.test_chart import NAMESPACE, kinds, one, render, rules
+from tests.chart.test_chart import KUBE_VERSION, NAMESPACE, kinds, one, render, rules, run_helm
+from tests.helm import CHART
 
 ON = "draPlugin.enabled=true"
 DRIVER = "hami-core-gpu.project-hami.io"
@@ -96,3 +97,9 @@ def test_fake_nvml_needs_the_acknowledgement() -> None:
         render(ON, "draPlugin.testing.fakeNvml=devices: []")
     spec = daemonset("draPlugin.testing.fakeNvml=devices: []", "draPlugin.testing.acknowledgeFakeGPUs=true")
     assert "--fake-nvml=/fake-nvml/fixture.yaml" in spec["containers"][0]["args"]
+
+
+def test_the_dra_plugin_lints_clean() -> None:
+    result = run_helm("lint", "--strict", str(CHART), "--kube-version", KUBE_VERSION, "--set", ON)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 chart(s) failed" in result.stdout
