@@ -176,3 +176,52 @@ def _get(kube: KubeClient, path: str) -> dict[str, Any] | None:
 def _alive(process: ManagedProcess) -> None:
     if process.exited() is not None:
         raise AssertionError(f"hami dra-plugin exited:\n{process.log_tail()}")
+
+
+def test_an_unhealthy_gpu_is_published_tainted_and_untainted_when_it_recovers(
+    control_plane: ControlPlane, kube: KubeClient, make_node: Callable[..., dict[str, Any]], tmp_path: Path
+) -> None:
+    """A critical XID (79, fallen off the bus) taints the device in the real API server; after the quiet period
+    (2 s here) with NVML still answering, the taint is gone. An application XID (13) changes nothing."""
+    run = uuid.uuid4().hex[:8]
+    node = f"dra-sick-{run}"
+    make_node(node)
+    fixture = FIXTURE + "xids:\n  - {uuid: GPU-id-0, xid: 13}\n  - {uuid: GPU-id-0, xid: 79}\n"
+    (tmp_path / "fake.yaml").write_text(fixture)
+    short = Path(f"/tmp/hdra-{run}")
+    process = ManagedProcess(
+        "hami-dra-plugin",
+        [
+            str(Path(sys.executable).parent / "hami"),
+            "dra-plugin",
+            f"--node-name={node}",
+            f"--kubeconfig={control_plane.kubeconfig}",
+            f"--plugin-dir={short}/p",
+            f"--registry-dir={short}/r",
+            f"--cdi-dir={tmp_path}/cdi",
+            f"--hook-path={tmp_path}/hook",
+            f"--fake-nvml={tmp_path}/fake.yaml",
+            "--rediscover-seconds=0.5",
+            "--recover-after-seconds=2",
+        ],
+        tmp_path / "plugin.log",
+    )
+    path = f"{SLICES}/{node}-{DRIVER}"
+
+    def taints() -> list[dict[str, Any]] | None:
+        found = _get(kube, path)
+        return None if found is None else found["spec"]["devices"][0].get("taints", [])
+
+    process.start()
+    try:
+        tainted = wait_until(taints, timeout=60, description="the tainted device", check=lambda: _alive(process))
+        (taint,) = tainted
+        assert (taint["key"], taint["value"], taint["effect"]) == (f"{DRIVER}/unhealthy", "true", "NoSchedule")
+        assert "timeAdded" in taint  # the API server stamps it
+        wait_until(lambda: taints() == [], timeout=60, description="the taint removed", check=lambda: _alive(process))
+        assert "healthy again" in process.log_file.read_text()
+    finally:
+        process.stop()
+        shutil.rmtree(short, ignore_errors=True)
+        with contextlib.suppress(ApiError):
+            kube.delete(path)
