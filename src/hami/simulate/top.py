@@ -92,6 +92,9 @@ class NodeRow:
     problems: Mapping[str, str] = field(default_factory=dict)
     cordoned: bool = False
     """``spec.unschedulable``."""
+    not_allocatable: Mapping[str, str] = field(default_factory=dict)
+    """Vendor → why kubelet does not back its registered devices (``NodeState.unallocatable``): no pod is placed
+    on them until it does."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,8 +173,10 @@ def build_top(state: ClusterState, flt: TopFilter = TopFilter(), dra: DraLedger 
 def _node_row(state: ClusterState, name: str, cards: Sequence[CardRow]) -> NodeRow:
     node = state.nodes[name]
     refused_only = bool(node.problems) and not cards
+    held_back = bool(node.tables) and all(v in node.unallocatable for v in node.tables)
+    schedulable = not node.unschedulable and not refused_only and not held_back
     return NodeRow(
-        name, not node.unschedulable and not refused_only, tuple(cards), dict(node.problems), node.unschedulable
+        name, schedulable, tuple(cards), dict(node.problems), node.unschedulable, dict(node.unallocatable)
     )
 
 
@@ -279,6 +284,8 @@ def _node_state(node: NodeRow) -> str:
         return "cordoned (unschedulable)"
     if node.problems and not node.cards:
         return "not schedulable by hami"
+    if node.cards and not node.schedulable:
+        return "devices not allocatable (kubelet)"
     return "schedulable" if node.cards else "no accelerator registered"
 
 
@@ -294,6 +301,8 @@ def render_top(view: TopView, colour: bool = False, wide: bool = False) -> str:
         head = f"{node.name}  {len(node.cards)} card(s), {state}"
         for vendor, problem in sorted(node.problems.items()):
             head += f"; {vendor} registration refused: {problem}"
+        for vendor, short in sorted(node.not_allocatable.items()):
+            head += f"; {vendor} devices not allocatable: {short}"
         lines.append(_paint(head, _BOLD, colour) if node.schedulable else _paint(head, _YELLOW, colour))
         rows = []
         for c in node.cards:
@@ -415,6 +424,7 @@ def top_json(view: TopView) -> dict[str, Any]:
                 "schedulable": n.schedulable,
                 "cordoned": n.cordoned,
                 "problems": dict(n.problems),
+                "notAllocatable": dict(n.not_allocatable),
                 "cards": [card(c) for c in n.cards],
             }
             for n in view.nodes
