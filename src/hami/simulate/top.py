@@ -175,9 +175,7 @@ def _node_row(state: ClusterState, name: str, cards: Sequence[CardRow]) -> NodeR
     refused_only = bool(node.problems) and not cards
     held_back = bool(node.tables) and all(v in node.unallocatable for v in node.tables)
     schedulable = not node.unschedulable and not refused_only and not held_back
-    return NodeRow(
-        name, schedulable, tuple(cards), dict(node.problems), node.unschedulable, dict(node.unallocatable)
-    )
+    return NodeRow(name, schedulable, tuple(cards), dict(node.problems), node.unschedulable, dict(node.unallocatable))
 
 
 def _card_rows(state: ClusterState, flt: TopFilter, fragments: Mapping[tuple[str, str, str], Any]) -> Iterator[CardRow]:
@@ -289,6 +287,17 @@ def _node_state(node: NodeRow) -> str:
     return "schedulable" if node.cards else "no accelerator registered"
 
 
+def _node_head(node: NodeRow) -> str:
+    """A node's header line: its name, cards and state, then each refused registration and each vendor whose
+    devices kubelet does not back."""
+    head = f"{node.name}  {len(node.cards)} card(s), {_node_state(node)}"
+    for vendor, problem in sorted(node.problems.items()):
+        head += f"; {vendor} registration refused: {problem}"
+    for vendor, short in sorted(node.not_allocatable.items()):
+        head += f"; {vendor} devices not allocatable: {short}"
+    return head
+
+
 def render_top(view: TopView, colour: bool = False, wide: bool = False) -> str:
     """Per node a header line, then one line per card; then per model the fragmentation summary. ``wide``
     (``-o wide``) adds each card's vendor, free memory and largest slice left."""
@@ -297,12 +306,7 @@ def render_top(view: TopView, colour: bool = False, wide: bool = False) -> str:
         return "no node with accelerators matches (or the cluster has none)" + (f"; {hidden}" if hidden else "")
     lines: list[str] = []
     for node in view.nodes:
-        state = _node_state(node)
-        head = f"{node.name}  {len(node.cards)} card(s), {state}"
-        for vendor, problem in sorted(node.problems.items()):
-            head += f"; {vendor} registration refused: {problem}"
-        for vendor, short in sorted(node.not_allocatable.items()):
-            head += f"; {vendor} devices not allocatable: {short}"
+        head = _node_head(node)
         lines.append(_paint(head, _BOLD, colour) if node.schedulable else _paint(head, _YELLOW, colour))
         rows = []
         for c in node.cards:

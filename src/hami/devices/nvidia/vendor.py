@@ -96,7 +96,7 @@ class NvidiaVendor(SharedDeviceVendor):
         """``hami.devices.kubelet.KubeletUnits``: the plugin advertises ``count`` fake devices per card to kubelet
         (``<UUID>-<i>``), so a card counts its ``count``. A MIG-mode card counts one: hami's plugin advertises its
         largest instance count there, HAMi's its split count, which may be fewer than the registered ``count``."""
-        return sum(1 if self.partitions.carves(d) else d.count for d in devices)
+        return sum(1 if d.mode == "mig" else d.count for d in devices)
 
     def selector(self, annotations: Mapping[str, str]) -> Selector:
         modes_raw = annotations.get(keys.NVIDIA_VGPU_MODE)
