@@ -22,8 +22,12 @@ its pods can reach (kube-apiserver, kube-controller-manager, the default kube-sc
 * kube-proxy in iptables mode (conntrack limits left alone, NodePorts only on the bridge address).
 
 What these change on the host is recorded first and put back by :mod:`tests.e2e.hoststate` when the session ends,
-also on failure; the record is saved to ``BASE/host-state.json`` before anything starts, so a run that was killed is
-cleaned up by the next one before it starts (``cleanup_leftovers``).
+also on failure; the record is saved to ``BASE/host-state.json`` before anything starts (and again with each process
+the harness launches), so a run that was killed is cleaned up by the next one before it starts
+(``cleanup_leftovers``). Only what the harness made is ended and removed: the ``kubepods`` cgroup tree of its kubelet,
+the processes it launched, the shims of its containerd. Anything else that appeared on the host meanwhile (a login
+session, a service, another runtime's containers) is reported on the terminal and in ``LEFT_ALONE_FILE``, and left
+alone.
 """
 
 from __future__ import annotations
