@@ -277,7 +277,7 @@ class Simulator:
         for vendor, problem in sorted(state.problems.items()):
             self.warnings.append(f"{item.origin}: {problem}; its {vendor} devices are skipped")
         for vendor, short in sorted(state.unallocatable.items()):
-            self.warnings.append(f"{item.origin}: node {name}: {short}; no pod is placed on its {vendor} devices")
+            self.warnings.append(f"{item.origin}: {short}; no pod is placed on its {vendor} devices")
 
     def _add_existing_pod(self, item: Sourced[Pod]) -> str | None:
         """Charge a pod that already holds devices; returns its uid, or None when nothing was charged."""
