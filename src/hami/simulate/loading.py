@@ -35,6 +35,7 @@ __all__ = [
     "LoadedPods",
     "Snapshot",
     "Sourced",
+    "controller_of",
     "load_pods",
     "load_snapshot",
     "read_documents",
@@ -78,6 +79,9 @@ class Sourced(Generic[T]):
     """The node the pod's controller binds it to (a DaemonSet's pod); None: any candidate node."""
     warnings: tuple[str, ...] = ()
     """What reading the pod's object found wrong (``unknown field`` of the Pod, or of the workload that makes it)."""
+    controller: tuple[str, str] | None = None
+    """The ``(kind, name)`` of the object's controlling owner (``ownerReferences`` with ``controller: true``):
+    what recreates a snapshot's pod once it is deleted (``hami simulate --defrag``); None: no controller."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +197,17 @@ def _decode(raw: dict[str, Any], kind_type: type[T], where: str, label: str, kee
         path, reason = _decode_error_field(err)
         path, value = _locate(raw, path, reason)
         raise InvalidInput(f"{origin}: {path or '(object)'}", value, reason) from None
-    return Sourced(obj, label, origin, raw if keep else None)
+    return Sourced(obj, label, origin, raw if keep else None, controller=controller_of(raw))
+
+
+def controller_of(raw: dict[str, Any]) -> tuple[str, str] | None:
+    """The ``(kind, name)`` of the owner reference marked ``controller: true`` in ``raw``'s metadata, if any."""
+    meta = raw.get("metadata")
+    refs = meta.get("ownerReferences") if isinstance(meta, dict) else None
+    for ref in refs if isinstance(refs, list) else ():
+        if isinstance(ref, dict) and ref.get("controller") is True:
+            return str(ref.get("kind") or ""), str(ref.get("name") or "")
+    return None
 
 
 def _json_type(value: object) -> str:

@@ -26,7 +26,7 @@ from hami.scheduling.fragmentation import (
     model_fragments,
 )
 from hami.scheduling.state import ClusterState
-from hami.simulate.report import card_health, cores_text
+from hami.simulate.wording import card_health, cores_text, counted
 
 __all__ = [
     "SORT_KEYS",
@@ -291,7 +291,7 @@ def render_top(view: TopView, colour: bool = False, wide: bool = False) -> str:
     lines: list[str] = []
     for node in view.nodes:
         state = _node_state(node)
-        head = f"{node.name}  {len(node.cards)} card(s), {state}"
+        head = f"{node.name}  {counted(len(node.cards), 'card')}, {state}"
         for vendor, problem in sorted(node.problems.items()):
             head += f"; {vendor} registration refused: {problem}"
         lines.append(_paint(head, _BOLD, colour) if node.schedulable else _paint(head, _YELLOW, colour))

@@ -68,8 +68,10 @@ def pod(
     priority: int | None = None,
     policy: str | None = None,
     deleting: bool = False,
+    owner: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A pod asking for ``gpus`` × (``mem`` MiB, ``cores``%); with ``on`` it already holds ``cards`` of that node."""
+    """A pod asking for ``gpus`` × (``mem`` MiB, ``cores``%); with ``on`` it already holds ``cards`` of that node;
+    ``owner`` (kind, name) is its controller (``ownerReferences``)."""
     notes = dict(annotations or {})
     if on is not None:
         allocated = "".join(f"GPU-{on}-{c},NVIDIA,{mem},{cores}:" for c in cards) + ";"
@@ -95,6 +97,9 @@ def pod(
     meta = {"name": name, "namespace": namespace, "uid": f"uid-{namespace}-{name}", "annotations": notes}
     if deleting:
         meta["deletionTimestamp"] = "2026-11-27T12:00:00Z"
+    if owner is not None:
+        ref = {"apiVersion": "apps/v1", "kind": owner[0], "name": owner[1], "uid": f"uid-{owner[1]}", "controller": True}
+        meta["ownerReferences"] = [ref]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
