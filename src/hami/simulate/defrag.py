@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+import yaml
+
 from hami.errors import InvalidInput
 from hami.scheduling.decide import Decision
 from hami.scheduling.fragmentation import card_usable
@@ -42,21 +44,21 @@ from hami.simulate.html import render_defrag_html
 from hami.simulate.loading import load_snapshot, read_files
 from hami.simulate.report import utilization_document
 from hami.simulate.simulator import Simulator
-from hami.simulate.wording import counted
 from hami.simulate.whatif import place, put_back, take_out
+from hami.simulate.wording import counted
 
 __all__ = [
     "CARRY_OUT",
-    "DefragOptions",
     "RECREATED",
+    "DefragOptions",
     "DefragPlan",
     "Move",
-    "stay_reason",
     "defrag_json",
     "delete_command",
     "plan_defrag",
     "render_defrag",
     "run_defrag",
+    "stay_reason",
 ]
 
 
@@ -318,7 +320,11 @@ def run_defrag(opts: DefragOptions, out: Callable[[str], None], err: Callable[[s
             err(f"error: {opts.report}: cannot write the report: {error.strerror or error}")
             return 1
         err(f"report written to {opts.report}")
-    out(json.dumps(defrag_json(plan), indent=2) if opts.output == "json" else text)
+    if opts.output == "yaml":
+        text = yaml.safe_dump(defrag_json(plan), sort_keys=False, allow_unicode=True).rstrip("\n")
+    elif opts.output == "json":
+        text = json.dumps(defrag_json(plan), indent=2)
+    out(text)
     return 0
 
 

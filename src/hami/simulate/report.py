@@ -348,7 +348,9 @@ def render_placements(outcomes: Sequence[Outcome], state: ClusterState | None = 
     return _table(["POD", "NODE", "DEVICES"], [[o.pod, o.node or "-", _status(o, state)] for o in outcomes])
 
 
-def render_pending(outcomes: Sequence[Outcome], statuses: Collection[str] = ("pending", "invalid", "denied")) -> list[str]:
+def render_pending(
+    outcomes: Sequence[Outcome], statuses: Collection[str] = ("pending", "invalid", "denied")
+) -> list[str]:
     """For each pod of one of ``statuses`` (pending, invalid or denied): its message, then each rejected node's
     reasons (HAMi's text)."""
     lines: list[str] = []

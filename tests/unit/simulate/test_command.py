@@ -165,7 +165,10 @@ def test_usage_errors_exit_2() -> None:
     assert bad_policy.code == 2
     assert "unknown GPU policy 'fastest'" in bad_policy.stderr
     assert run_cli("-s", DATA / "kubectl-list.json", "--node-policy", "random", DATA / "pods-web.yaml").code == 2
-    assert run_cli("-s", DATA / "kubectl-list.json", "-o", "yaml", DATA / "pods-web.yaml").code == 2
+    yml = run_cli("-s", DATA / "kubectl-list.json", "-o", "yml", DATA / "pods-web.yaml")
+    assert yml.code == 2
+    assert "'yml' is not one of table, json, yaml; did you mean yaml?" in yml.stderr
+    assert "Value error" not in yml.stderr
 
 
 def test_help_says_what_is_out_of_scope() -> None:
