@@ -104,22 +104,32 @@ def version(
     output: Annotated[
         Output,
         typer.Option(
-            "--output", "-o", metavar="FORMAT", parser=choice(Output), help="table (the version alone), json or yaml."
+            "--output",
+            "-o",
+            metavar="FORMAT",
+            parser=choice(Output),
+            help="table (the version, then the commit and build date), json or yaml.",
         ),
     ] = Output.table,
 ) -> None:
-    """Print hami's version (-o json: with the Python and platform it runs on)."""
+    """Print hami's version, the commit it was built from and the build date ("unknown" when the build did not
+    record them); -o json: with the Python and platform it runs on."""
     import platform
 
+    from hami.buildinfo import build_info
+
+    built = build_info()
     if output in (Output.json, Output.yaml):
         doc = {
             "hamiVersion": __version__,
+            "gitCommit": built.commit,
+            "buildDate": built.date,
             "pythonVersion": platform.python_version(),
             "platform": f"{platform.system().lower()}/{platform.machine()}",
         }
         typer.echo(dump(doc, output))
     else:
-        typer.echo(__version__)
+        typer.echo(f"{__version__} (commit {built.commit}, built {built.date})")
 
 
 class OutputFormat(StrEnum):
