@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -639,33 +641,20 @@ def certs(
     from datetime import UTC, datetime
 
     from hami.errors import HamiError
-    from hami.server.certs import ensure_secret, generate, inject_ca_bundle, write_files
-    from hami.server.certstore import HttpCertStore, in_cluster_client
+    from hami.server.certs import generate, write_files
 
     if out is None and secret is None:
         raise typer.BadParameter("give --out DIR, --secret NAMESPACE/NAME, or both", param_hint="--out/--secret")
     if patch_webhook and secret is None:
         raise typer.BadParameter("--patch-webhook needs --secret (the CA is read from it)", param_hint="--secret")
     now = datetime.now(UTC)
-
-    async def in_cluster(namespace: str, name: str) -> str:
-        async with in_cluster_client() as client:
-            store = HttpCertStore(client)
-            bundle, created = await ensure_secret(store, namespace, name, dns, ip, now=now, days=days, force=force)
-            typer.echo(f"secret {namespace}/{name}: {'new pair written' if created else 'kept'}", err=True)
-            if patch_webhook:
-                count = await inject_ca_bundle(store, patch_webhook, bundle)
-                typer.echo(f"caBundle set on {count} webhook(s) of {patch_webhook}", err=True)
-        if out is not None:
-            write_files(bundle, out)
-        return bundle.ca_bundle
-
     try:
         if secret is not None:
             namespace, _, name = secret.partition("/")
             if not namespace or not name:
                 raise typer.BadParameter("expected NAMESPACE/NAME", param_hint="--secret")
-            ca_bundle = asyncio.run(in_cluster(namespace, name))
+            pair = _CertRequest(dns, ip, now, days, force, out)
+            ca_bundle = asyncio.run(_certs_in_cluster(pair, namespace, name, patch_webhook))
         else:
             bundle = generate(dns, ip, now=now, days=days)
             assert out is not None
@@ -676,6 +665,38 @@ def certs(
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None
     typer.echo(ca_bundle)
+
+
+@dataclass(frozen=True, slots=True)
+class _CertRequest:
+    """What ``hami certs`` asks for: the names, when, for how long, whether to replace a good pair, where to write."""
+
+    dns: list[str]
+    ip: list[str]
+    now: datetime
+    days: int
+    force: bool
+    out: Path | None
+
+
+async def _certs_in_cluster(req: _CertRequest, namespace: str, name: str, patch_webhook: str | None) -> str:
+    """``hami certs --secret``: keep the pair in the Secret (and publish the CA on the webhook); the caBundle."""
+    from hami.server.certs import ensure_secret, inject_ca_bundle, write_files
+    from hami.simulate.wording import counted
+    from hami.server.certstore import HttpCertStore, in_cluster_client
+
+    async with in_cluster_client() as client:
+        store = HttpCertStore(client)
+        bundle, created = await ensure_secret(
+            store, namespace, name, req.dns, req.ip, now=req.now, days=req.days, force=req.force
+        )
+        typer.echo(f"secret {namespace}/{name}: {'new pair written' if created else 'kept'}", err=True)
+        if patch_webhook:
+            count = await inject_ca_bundle(store, patch_webhook, bundle)
+            typer.echo(f"caBundle set on {counted(count, 'webhook')} of {patch_webhook}", err=True)
+    if req.out is not None:
+        write_files(bundle, req.out)
+    return bundle.ca_bundle
 
 
 def main() -> None:

@@ -290,71 +290,82 @@ def render_top(view: TopView, colour: bool = False, wide: bool = False) -> str:
         return "no node with accelerators matches (or the cluster has none)" + (f"; {hidden}" if hidden else "")
     lines: list[str] = []
     for node in view.nodes:
-        state = _node_state(node)
-        head = f"{node.name}  {counted(len(node.cards), 'card')}, {state}"
-        for vendor, problem in sorted(node.problems.items()):
-            head += f"; {vendor} registration refused: {problem}"
-        lines.append(_paint(head, _BOLD, colour) if node.schedulable else _paint(head, _YELLOW, colour))
-        rows = []
-        for c in node.cards:
-            health_code = "" if c.health == "healthy" else _RED
-            rows.append(
-                [
-                    (f"  {c.index}", ""),
-                    (c.uuid, ""),
-                    (c.model, ""),
-                    (f"{c.slots[0]}/{c.slots[1]}", _usage_colour(*c.slots)),
-                    (f"{c.memory[0]}/{c.memory[1]} {_bar(*c.memory)} {_pct(*c.memory)}%", _usage_colour(*c.memory)),
-                    (f"{c.cores[0]}/{c.cores[1]}", _usage_colour(*c.cores)),
-                    (
-                        str(c.fragment.stranded_mem) if c.fragment.stranded_mem else "-",
-                        _YELLOW if c.fragment.stranded_mem else "",
-                    ),
-                    (c.health, health_code),
-                    (_holders_cell(c), _DIM if not c.pods and c.dra is None else ""),
-                ]
-            )
-            if wide:
-                extra = _wide_cells(c)
-                rows[-1][7:7] = extra[1:]  # after STRANDED MiB
-                rows[-1].insert(2, extra[0])
-        if rows:
-            header = ["  #", "DEVICE", "MODEL", "SLOTS", "MEMORY MiB", "CORES", "STRANDED MiB", "HEALTH", "PODS"]
-            if wide:
-                header[7:7] = _WIDE_HEADER[1:]
-                header.insert(2, _WIDE_HEADER[0])
-            lines += _table(header, rows, colour)
-        lines.append("")
+        lines += _node_lines(node, colour, wide)
     if view.models:
-        lines.append(_paint(f"Fragmentation (cluster index {view.fragmentation_index:.2f})", _BOLD, colour))
-        rows = [
-            [
-                (m.vendor, ""),
-                (m.model, ""),
-                (str(m.cards), ""),
-                (str(m.whole_free_cards), ""),
-                (str(m.free_mem), ""),
-                (str(m.stranded_mem), _YELLOW if m.stranded_mem else ""),
-                (str(m.stranded_cores), _YELLOW if m.stranded_cores else ""),
-                (f"{m.largest_mem} MiB, {m.largest_cores}%", ""),
-            ]
-            for m in view.models
-        ]
-        header = [
-            "VENDOR",
-            "MODEL",
-            "CARDS",
-            "FREE CARDS",
-            "FREE MiB",
-            "STRANDED MiB",
-            "STRANDED CORES",
-            "LARGEST SLICE",
-        ]
-        lines += _table(header, rows, colour)
+        lines += _model_lines(view, colour)
     lines += _dra_lines(view, colour)
     if hidden:
         lines += ["", _paint(hidden, _DIM, colour)]
     return "\n".join(lines).rstrip()
+
+
+_CARD_HEADER: Final = ("  #", "DEVICE", "MODEL", "SLOTS", "MEMORY MiB", "CORES", "STRANDED MiB", "HEALTH", "PODS")
+_MODEL_HEADER: Final = (
+    "VENDOR",
+    "MODEL",
+    "CARDS",
+    "FREE CARDS",
+    "FREE MiB",
+    "STRANDED MiB",
+    "STRANDED CORES",
+    "LARGEST SLICE",
+)
+
+
+def _node_lines(node: NodeRow, colour: bool, wide: bool) -> list[str]:
+    """A node's header line, its cards' table and a blank line."""
+    head = f"{node.name}  {counted(len(node.cards), 'card')}, {_node_state(node)}"
+    for vendor, problem in sorted(node.problems.items()):
+        head += f"; {vendor} registration refused: {problem}"
+    lines = [_paint(head, _BOLD, colour) if node.schedulable else _paint(head, _YELLOW, colour)]
+    rows = [_card_cells(c, wide) for c in node.cards]
+    if rows:
+        header = list(_CARD_HEADER)
+        if wide:
+            header[7:7] = _WIDE_HEADER[1:]
+            header.insert(2, _WIDE_HEADER[0])
+        lines += _table(header, rows, colour)
+    return [*lines, ""]
+
+
+def _card_cells(c: CardRow, wide: bool) -> list[tuple[str, str]]:
+    """One card's cells (text, colour code), in ``_CARD_HEADER``'s order (``wide``: with ``_WIDE_HEADER``'s)."""
+    stranded = c.fragment.stranded_mem
+    cells = [
+        (f"  {c.index}", ""),
+        (c.uuid, ""),
+        (c.model, ""),
+        (f"{c.slots[0]}/{c.slots[1]}", _usage_colour(*c.slots)),
+        (f"{c.memory[0]}/{c.memory[1]} {_bar(*c.memory)} {_pct(*c.memory)}%", _usage_colour(*c.memory)),
+        (f"{c.cores[0]}/{c.cores[1]}", _usage_colour(*c.cores)),
+        (str(stranded) if stranded else "-", _YELLOW if stranded else ""),
+        (c.health, "" if c.health == "healthy" else _RED),
+        (_holders_cell(c), _DIM if not c.pods and c.dra is None else ""),
+    ]
+    if wide:
+        extra = _wide_cells(c)
+        cells[7:7] = extra[1:]  # after STRANDED MiB
+        cells.insert(2, extra[0])
+    return cells
+
+
+def _model_lines(view: TopView, colour: bool) -> list[str]:
+    """The fragmentation summary: the cluster index, then one row per vendor and model."""
+    rows = [
+        [
+            (m.vendor, ""),
+            (m.model, ""),
+            (str(m.cards), ""),
+            (str(m.whole_free_cards), ""),
+            (str(m.free_mem), ""),
+            (str(m.stranded_mem), _YELLOW if m.stranded_mem else ""),
+            (str(m.stranded_cores), _YELLOW if m.stranded_cores else ""),
+            (f"{m.largest_mem} MiB, {m.largest_cores}%", ""),
+        ]
+        for m in view.models
+    ]
+    title = _paint(f"Fragmentation (cluster index {view.fragmentation_index:.2f})", _BOLD, colour)
+    return [title, *_table(_MODEL_HEADER, rows, colour)]
 
 
 def _hidden_line(view: TopView) -> str:
