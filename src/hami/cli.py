@@ -189,13 +189,16 @@ _SIMULATE_HELP = "\n\n".join(
         "PODS files hold Pods and workloads: Deployments, StatefulSets, ReplicaSets, ReplicationControllers and "
         "Jobs are expanded into the pods their controllers make (template x replicas, Job parallelism), a CronJob "
         "into one run of its job, a DaemonSet into one pod per node its nodeSelector matches. Fields Kubernetes "
-        'does not define are warned about as kubectl does (unknown field "spec.containers[0].resource").',
+        'does not define are warned about as kubectl does (unknown field "spec.containers[0].resource"). Other '
+        "kinds (a Service, a ConfigMap: what `helm template` prints beside its workloads) are skipped with a note; "
+        "`helm template app | hami simulate -s cluster.yaml -` reads standard input.",
         "Candidate nodes are the snapshot's nodes whose labels match the pod's nodeSelector and that are not "
         "unschedulable. Other kube-scheduler predicates (taints and tolerations, affinity, CPU, memory and other "
         "non-device resources) are out of scope.",
-        "Exit status: 0 when every file was read (pending pods included; warnings never change it), 1 when a file "
-        "is unreadable or invalid, 2 for bad arguments, 3 with --fail-on-pending when a pod is pending, denied or "
-        "invalid. Warnings go to standard error.",
+        "Exit status: 0 when every file was read (pending pods included; warnings change it only with --strict), "
+        "1 when a file is unreadable, empty or invalid, 2 for bad arguments, 3 with --fail-on-pending when a pod is "
+        "pending, denied or invalid, or asks for no device beside a warning (a misspelt resource), 4 with --strict "
+        "when anything was warned about. Warnings and notes go to standard error.",
     ]
 )
 

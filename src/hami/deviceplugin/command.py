@@ -36,27 +36,34 @@ _LibvgpuVersion = Annotated[
 _TopologyScore = Annotated[
     bool, typer.Option(envvar="ENABLE_TOPOLOGY_SCORE", help="Publish hami.io/node-nvidia-score.")
 ]
-
-
-def _env_option(kind: Any, envvar: str, text: str) -> Any:
-    """An option HAMi's chart sets through the environment (``Annotated[kind, typer.Option(envvar=...)]``)."""
-    return Annotated[kind, typer.Option(envvar=envvar, help=text)]
-
-
-_DeviceListStrategy = _env_option(
+_DeviceListStrategy = Annotated[
     str,
-    "DEVICE_LIST_STRATEGY",
-    "How containers learn their GPUs: envvar, volume-mounts, cdi-annotations, cdi-cri (comma list).",
-)
-_PassDeviceSpecs = _env_option(bool, "PASS_DEVICE_SPECS", "Also hand kubelet the GPUs' device nodes.")
-_DriverRoot = _env_option(str, "NVIDIA_DRIVER_ROOT", "The driver's root on the host (device node paths).")
-_CdiHookPath = _env_option(str, "NVIDIA_CDI_HOOK_PATH", "nvidia-cdi-hook on the host, for the CDI spec.")
-_CdiAnnotationPrefix = _env_option(str, "CDI_ANNOTATION_PREFIX", "Prefix of the cdi-annotations annotation.")
-_CdiSpecDir = _env_option(str, "CDI_SPECS_DIR", "Where the CDI specs are written (CDI strategies).")
-_Gdrcopy = _env_option(bool, "GDRCOPY_ENABLED", "Set NVIDIA_GDRCOPY=enabled.")
-_Gds = _env_option(bool, "GDS_ENABLED", "Set NVIDIA_GDS=enabled.")
-_Mofed = _env_option(bool, "MOFED_ENABLED", "Set NVIDIA_MOFED=enabled.")
-_ImexChannelIds = _env_option(str, "IMEX_CHANNEL_IDS", "IMEX channels every GPU container gets (comma list).")
+    typer.Option(
+        envvar="DEVICE_LIST_STRATEGY",
+        help="How containers learn their GPUs: envvar, volume-mounts, cdi-annotations, cdi-cri (comma list).",
+    ),
+]
+_PassDeviceSpecs = Annotated[
+    bool, typer.Option(envvar="PASS_DEVICE_SPECS", help="Also hand kubelet the GPUs' device nodes.")
+]
+_DriverRoot = Annotated[
+    str, typer.Option(envvar="NVIDIA_DRIVER_ROOT", help="The driver's root on the host (device node paths).")
+]
+_CdiHookPath = Annotated[
+    str, typer.Option(envvar="NVIDIA_CDI_HOOK_PATH", help="nvidia-cdi-hook on the host, for the CDI spec.")
+]
+_CdiAnnotationPrefix = Annotated[
+    str, typer.Option(envvar="CDI_ANNOTATION_PREFIX", help="Prefix of the cdi-annotations annotation.")
+]
+_CdiSpecDir = Annotated[
+    str, typer.Option(envvar="CDI_SPECS_DIR", help="Where the CDI specs are written (CDI strategies).")
+]
+_Gdrcopy = Annotated[bool, typer.Option(envvar="GDRCOPY_ENABLED", help="Set NVIDIA_GDRCOPY=enabled.")]
+_Gds = Annotated[bool, typer.Option(envvar="GDS_ENABLED", help="Set NVIDIA_GDS=enabled.")]
+_Mofed = Annotated[bool, typer.Option(envvar="MOFED_ENABLED", help="Set NVIDIA_MOFED=enabled.")]
+_ImexChannelIds = Annotated[
+    str, typer.Option(envvar="IMEX_CHANNEL_IDS", help="IMEX channels every GPU container gets (comma list).")
+]
 _MigReconcileSeconds = Annotated[float, typer.Option(help="MIG nodes: how often instances nobody holds are destroyed.")]
 _FakeNvml = Annotated[
     Path | None,
