@@ -685,8 +685,8 @@ class _CertRequest:
 async def _certs_in_cluster(req: _CertRequest, namespace: str, name: str, patch_webhook: str | None) -> str:
     """``hami certs --secret``: keep the pair in the Secret (and publish the CA on the webhook); the caBundle."""
     from hami.server.certs import ensure_secret, inject_ca_bundle, write_files
-    from hami.simulate.wording import counted
     from hami.server.certstore import HttpCertStore, in_cluster_client
+    from hami.simulate.wording import counted
 
     async with in_cluster_client() as client:
         store = HttpCertStore(client)

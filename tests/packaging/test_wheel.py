@@ -84,7 +84,8 @@ def test_every_subcommand_runs(installed: tuple[Path, Path]) -> None:
 def test_the_device_plugin_imports_its_grpc_stubs(installed: tuple[Path, Path]) -> None:
     _, bin_dir = installed
     _run(bin_dir / "python", "-c", "import hami.deviceplugin.kubeletapi", env=_env())
-    out = _run(bin_dir / "hami", "device-plugin", "--dry-run", "--fake-nvml", FAKE_NVML, "--node-name", "n1", env=_env())
+    dry_run = ["device-plugin", "--dry-run", "--fake-nvml", FAKE_NVML, "--node-name", "n1"]
+    out = _run(bin_dir / "hami", *dry_run, env=_env())
     assert "hami.io/node-nvidia-register" in out
 
 

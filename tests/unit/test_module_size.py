@@ -17,7 +17,7 @@ MAX_FUNCTION_LINES = 60
 PACKAGES = ("scheduling", "server")
 ROOT = Path(hami.__file__).parent
 MODULES = sorted(p for package in PACKAGES for p in (ROOT / package).rglob("*.py"))
-SOURCES = sorted(p for p in ROOT.rglob("*.py") if "_generated" not in p.parts) + [ROOT.parent / "hami_build.py"]
+SOURCES = [*sorted(p for p in ROOT.rglob("*.py") if "_generated" not in p.parts), ROOT.parent / "hami_build.py"]
 
 
 def _name(path: Path) -> str:

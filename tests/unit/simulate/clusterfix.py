@@ -98,8 +98,10 @@ def pod(
     if deleting:
         meta["deletionTimestamp"] = "2026-11-27T12:00:00Z"
     if owner is not None:
-        ref = {"apiVersion": "apps/v1", "kind": owner[0], "name": owner[1], "uid": f"uid-{owner[1]}", "controller": True}
-        meta["ownerReferences"] = [ref]
+        kind, owned_by = owner
+        meta["ownerReferences"] = [
+            {"apiVersion": "apps/v1", "kind": kind, "name": owned_by, "uid": f"uid-{owned_by}", "controller": True}
+        ]
     return {
         "apiVersion": "v1",
         "kind": "Pod",

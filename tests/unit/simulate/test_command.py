@@ -102,9 +102,11 @@ def test_several_snapshots_and_pod_files_in_order_with_table_output() -> None:
         "gpu-node-2  GPU-2b       NVIDIA-Tesla T4     0/10   0/15360      0/100",
         "",
         "Pending pods and why each node was rejected",
-        "default/east-1: no available node, 1 nodes do not meet (5 more excluded: 4 not matching nodeSelector zone=east, 1 unschedulable)",
+        "default/east-1: no available node, 1 nodes do not meet "
+        "(5 more excluded: 4 not matching nodeSelector zone=east, 1 unschedulable)",
         "  alpha: 1/1 CardInsufficientMemory",
-        "default/east-2: no available node, 1 nodes do not meet (5 more excluded: 4 not matching nodeSelector zone=east, 1 unschedulable)",
+        "default/east-2: no available node, 1 nodes do not meet "
+        "(5 more excluded: 4 not matching nodeSelector zone=east, 1 unschedulable)",
         "  alpha: 1/1 CardInsufficientMemory",
     ]
 

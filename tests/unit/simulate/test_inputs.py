@@ -87,7 +87,7 @@ def test_f_is_accepted_as_explain_takes_it(tmp_path: Path) -> None:
 
 def test_a_file_of_other_kinds_only_places_nothing_and_says_so(tmp_path: Path) -> None:
     services = tmp_path / "svc.yaml"
-    services.write_text(CHART.split("---")[0])
+    services.write_text(CHART.split("---", maxsplit=1)[0])
     result = run_cli("-s", SNAPSHOT, services)
     assert result.code == 1
     assert f"error: {services}: makes no pod: it holds no Pod and no workload" in result.stderr

@@ -80,7 +80,8 @@ def test_unknown_kind_names_the_file_and_the_object() -> None:
 
 
 def test_a_pods_file_skips_other_kinds_with_a_note() -> None:
-    text = "kind: Pod\nmetadata: {name: a}\n---\nkind: Service\nmetadata: {name: web}\n---\nkind: Node\nmetadata: {name: n1}\n"
+    text = "kind: Pod\nmetadata: {name: a}\n---\nkind: Service\nmetadata: {name: web}\n---\n"
+    text += "kind: Node\nmetadata: {name: n1}\n"
     loaded = read_pods([("pods.yaml", text)])
     assert [p.obj.metadata.name for p in loaded.pods] == ["a"]
     assert loaded.warnings == []
