@@ -24,13 +24,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from setuptools import build_meta as _setuptools
-from setuptools.build_meta import (  # noqa: F401 - the backend's other hooks, as setuptools has them
-    get_requires_for_build_sdist,
-    prepare_metadata_for_build_editable,
-    prepare_metadata_for_build_wheel,
-)
-
 SRC = Path(__file__).resolve().parent
 ROOT = SRC.parent
 GENERATED = "_generated"
@@ -140,16 +133,35 @@ def write_build_info(root: Path = ROOT, target: Path = BUILD_INFO) -> None:
     )
 
 
+def _setuptools() -> Any:
+    """setuptools' backend, imported when a hook runs (``make stubs`` needs no setuptools)."""
+    from setuptools import build_meta
+
+    return build_meta
+
+
+def get_requires_for_build_sdist(config_settings: dict[str, Any] | None = None) -> list[str]:
+    return list(_setuptools().get_requires_for_build_sdist(config_settings))
+
+
+def prepare_metadata_for_build_wheel(metadata_directory: str, config_settings: dict[str, Any] | None = None) -> str:
+    return str(_setuptools().prepare_metadata_for_build_wheel(metadata_directory, config_settings))
+
+
+def prepare_metadata_for_build_editable(metadata_directory: str, config_settings: dict[str, Any] | None = None) -> str:
+    return str(_setuptools().prepare_metadata_for_build_editable(metadata_directory, config_settings))
+
+
 def _requires(base: list[str]) -> list[str]:
     return [*base, grpc_tools_pin()] if stubs_needed() else base
 
 
 def get_requires_for_build_wheel(config_settings: dict[str, Any] | None = None) -> list[str]:
-    return _requires(_setuptools.get_requires_for_build_wheel(config_settings))
+    return _requires(_setuptools().get_requires_for_build_wheel(config_settings))
 
 
 def get_requires_for_build_editable(config_settings: dict[str, Any] | None = None) -> list[str]:
-    return _requires(_setuptools.get_requires_for_build_editable(config_settings))
+    return _requires(_setuptools().get_requires_for_build_editable(config_settings))
 
 
 def build_wheel(
@@ -157,19 +169,19 @@ def build_wheel(
 ) -> str:
     generate_stubs()
     write_build_info()
-    return _setuptools.build_wheel(wheel_directory, config_settings, metadata_directory)
+    return str(_setuptools().build_wheel(wheel_directory, config_settings, metadata_directory))
 
 
 def build_sdist(sdist_directory: str, config_settings: dict[str, Any] | None = None) -> str:
     write_build_info()
-    return _setuptools.build_sdist(sdist_directory, config_settings)
+    return str(_setuptools().build_sdist(sdist_directory, config_settings))
 
 
 def build_editable(
     wheel_directory: str, config_settings: dict[str, Any] | None = None, metadata_directory: str | None = None
 ) -> str:
     generate_stubs()
-    return _setuptools.build_editable(wheel_directory, config_settings, metadata_directory)
+    return str(_setuptools().build_editable(wheel_directory, config_settings, metadata_directory))
 
 
 if __name__ == "__main__":  # make setup: the stubs alone
