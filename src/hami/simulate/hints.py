@@ -29,7 +29,7 @@ def role_of(name: str) -> Role:
     """The role a resource name reads as: memory (``…mem…``), cores (``…core…``, ``…vcore…``), a task priority
     (``nvidia.com/priority``: a setting, not a number of devices) or a count."""
     tail = name.rpartition("/")[2].casefold()
-    if "priority" in tail:
+    if "priority" in tail or tail.startswith("prio"):
         return "priority"
     if "mem" in tail:
         return "memory"
