@@ -3,10 +3,12 @@ SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
-# The Python hami runs under: PYTHON when given, else the first of python3.11, python3.12, python3.13 and python3
-# that is one of the supported 3.11 to 3.13 and can make a virtualenv (make test also runs the unit tests under the
-# newest, below).
-SUPPORTED_PYTHONS := python3.11 python3.12 python3.13 python3
+# The Python hami runs under: PYTHON when given, else the first of python3.11, python3.12, python3.13, python3 and
+# pyenv's 3.11 to 3.13 that is one of the supported 3.11 to 3.13 and can make a virtualenv (make test also runs the
+# unit tests under the newest, below).
+SUPPORTED_PYTHONS := python3.11 python3.12 python3.13 python3 \
+	$(wildcard $(HOME)/.pyenv/versions/3.11*/bin/python3 $(HOME)/.pyenv/versions/3.12*/bin/python3 \
+	$(HOME)/.pyenv/versions/3.13*/bin/python3)
 ifeq ($(origin PYTHON),undefined)
 PYTHON := $(shell for p in $(SUPPORTED_PYTHONS); do $$p -c 'import sys, venv, ensurepip; \
 	sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13))' >/dev/null 2>&1 && { echo $$p; break; }; done)

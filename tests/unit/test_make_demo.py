@@ -54,7 +54,7 @@ def test_the_demo_runs_with_only_the_demo_dependencies() -> None:
 
 def test_make_demo_says_which_pythons_it_takes() -> None:
     makefile = (ROOT / "Makefile").read_text()
-    assert "SUPPORTED_PYTHONS := python3.11 python3.12 python3.13 python3" in makefile
+    assert "SUPPORTED_PYTHONS := python3.11 python3.12 python3.13 python3 " in makefile
     done = subprocess.run(
         ["make", "-s", "demo", "PYTHON=", f"DEMO_STAMP={ROOT / 'no-such-stamp'}"],
         cwd=ROOT,
