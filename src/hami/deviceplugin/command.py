@@ -19,7 +19,9 @@ from typing import Annotated, Any, Final
 
 import typer
 
-__all__ = ["device_plugin", "main"]
+from hami.errors import did_you_mean
+
+__all__ = ["LOG_LEVELS", "device_plugin", "log_level", "main"]
 
 
 _NodeName = Annotated[str, typer.Option(envvar="NODE_NAME", help="This node's name (the DaemonSet sets it).")]
@@ -73,7 +75,18 @@ _FakeNvml = Annotated[
 ]
 _Kubeconfig = Annotated[Path | None, typer.Option(help="Default: KUBECONFIG, in-cluster, ~/.kube/config.")]
 _DryRun = Annotated[bool, typer.Option(help="Print the annotations this node would get, then exit.")]
-_LogLevel = Annotated[str, typer.Option(help="debug, info, warning or error.")]
+LOG_LEVELS: Final = ("debug", "info", "warning", "error")
+
+
+def log_level(value: str) -> str:
+    """``--log-level``: one of ``LOG_LEVELS`` (any case), or a usage error naming them and the closest one."""
+    level = value.strip().lower()
+    if level not in LOG_LEVELS:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(LOG_LEVELS)}{did_you_mean(value, LOG_LEVELS)}")
+    return level
+
+
+_LogLevel = Annotated[str, typer.Option(parser=log_level, help="debug, info, warning or error.")]
 
 NODE_SIDE: Final = {
     "device_list_strategy": "device_list_strategy",

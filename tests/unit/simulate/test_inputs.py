@@ -163,8 +163,21 @@ def test_empty_and_binary_pod_files_fail_naming_the_file(tmp_path: Path) -> None
         (["top", "-s", str(SNAPSHOT), "-o", "wid"], "did you mean wide?"),
         (["explain", "-s", str(SNAPSHOT), "ml/llm", "-o", "yml"], "did you mean yaml?"),
         (["version", "-o", "josn"], "did you mean json?"),
+        (["device-plugin", "--dry-run", "--log-level", "debg"], "did you mean debug?"),
+        (["monitor", "--log-level", "warnng"], "did you mean warning?"),
     ],
-    ids=["node-policy", "gpu-policy", "simulate-output", "sort", "color", "top-output", "explain-output", "version"],
+    ids=[
+        "node-policy",
+        "gpu-policy",
+        "simulate-output",
+        "sort",
+        "color",
+        "top-output",
+        "explain-output",
+        "version",
+        "device-plugin-log-level",
+        "monitor-log-level",
+    ],
 )
 def test_every_choice_flag_says_did_you_mean(args: list[str], expected: str) -> None:
     result = CliRunner().invoke(app, args)
