@@ -52,6 +52,7 @@ FOREIGN_FLAGS = {
     "--recurse-submodules": "git",
     "--branch": "git",
     "--no-deps": "pip",
+    "--build-arg": "docker",  # docker build --build-arg HAMI_BUILD_COMMIT=... (hami version's commit)
     # scripts/k8s-testenv and bench/ (their own argparse)
     "--k8s-version": "scripts/k8s-testenv",
     "--quick": "bench",

@@ -13,6 +13,8 @@ from typing import Annotated
 
 import typer
 
+from hami.deviceplugin.command import log_level as log_level_parser
+
 __all__ = ["monitor"]
 
 
@@ -31,7 +33,7 @@ def monitor(
     ] = 300.0,
     fake_nvml: Annotated[Path | None, typer.Option(help="Use a YAML fixture instead of NVML (no GPU needed).")] = None,
     kubeconfig: Annotated[Path | None, typer.Option(help="Default: KUBECONFIG, in-cluster, ~/.kube/config.")] = None,
-    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    log_level: Annotated[str, typer.Option(parser=log_level_parser, help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run HAMi's vGPU monitor: per-container GPU usage from HAMi-core, per-GPU usage from NVML, priority
     feedback."""
