@@ -209,8 +209,8 @@ _Preemption = Annotated[
     typer.Option(
         "--preemption",
         metavar="MODE",
-        help="Who preempts for pods that fit nowhere: extender (kube-scheduler 1.38+ asks hami), self (hami "
-        "evicts: 1.36, 1.37), off; auto picks by the API server's version." + _default("preemption"),
+        help="Who preempts for pods that fit nowhere: self (hami evicts; every version), extender (kube-scheduler "
+        "1.38+ asks hami; by choice only), off; auto is self." + _default("preemption"),
     ),
 ]
 _LeaderElect = Annotated[

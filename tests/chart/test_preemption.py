@@ -1,5 +1,6 @@
 """The chart's ``scheduler.preemption``: the KubeSchedulerConfiguration's extender gets ``preemptVerb: preempt``
-exactly when kube-scheduler asks hami for the victims (``extender``, or ``auto`` with kube-scheduler 1.38+)."""
+exactly when kube-scheduler asks hami for the victims: ``extender``, chosen; ``auto`` is the verified ``self`` on every
+version, 1.38 included."""
 
 from __future__ import annotations
 
@@ -27,17 +28,28 @@ def extender_entry(kube_version: str, *sets: str, values: tuple[Path, ...] = ())
     [
         pytest.param("1.36.3", (), False, id="auto-on-1.36"),
         pytest.param("1.37.2", (), False, id="auto-on-1.37"),
-        pytest.param("1.38.0", (), True, id="auto-on-1.38"),
-        pytest.param("1.39.1", (), True, id="auto-on-1.39"),
-        pytest.param("1.38.0-beta.0", (), True, id="auto-on-a-1.38-pre-release"),
-        pytest.param("1.38.0", ("scheduler.preemption=auto",), True, id="auto-given"),
+        pytest.param("1.38.0", (), False, id="auto-on-1.38"),
+        pytest.param("1.39.1", (), False, id="auto-on-1.39"),
+        pytest.param("1.38.0-beta.0", (), False, id="auto-on-a-1.38-pre-release"),
+        pytest.param("1.38.0", ("scheduler.preemption=auto",), False, id="auto-given"),
         pytest.param("1.38.0", ("scheduler.preemption=extender",), True, id="extender-on-1.38"),
         pytest.param("1.38.0", ("scheduler.preemption=self",), False, id="self-on-1.38"),
         pytest.param("1.36.3", ("scheduler.preemption=self",), False, id="self-on-1.36"),
         pytest.param("1.38.0", ("scheduler.preemption=off",), False, id="off-on-1.38"),
         pytest.param("1.38.0", ("scheduler.kubeScheduler.image.tag=v1.37.2",), False, id="auto-with-a-1.37-sidecar"),
-        pytest.param("1.37.2", ("scheduler.kubeScheduler.image.tag=v1.38.1",), True, id="auto-with-a-1.38-sidecar"),
-        pytest.param("1.38.0", ("scheduler.kubeScheduler.image.tag=custom",), True, id="auto-with-an-unversioned-tag"),
+        pytest.param("1.37.2", ("scheduler.kubeScheduler.image.tag=v1.38.1",), False, id="auto-with-a-1.38-sidecar"),
+        pytest.param(
+            "1.37.2",
+            ("scheduler.kubeScheduler.image.tag=v1.38.1", "scheduler.preemption=extender"),
+            True,
+            id="extender-with-a-1.38-sidecar",
+        ),
+        pytest.param(
+            "1.38.0",
+            ("scheduler.kubeScheduler.image.tag=custom", "scheduler.preemption=extender"),
+            True,
+            id="extender-with-an-unversioned-tag",
+        ),
     ],
 )
 def test_the_preempt_verb_is_configured_only_when_kube_scheduler_asks_for_victims(
@@ -92,7 +104,8 @@ BUDGETS = {"poddisruptionbudgets"}
     ("kube_version", "sets", "mode"),
     [
         pytest.param("1.36.3", (), "self", id="auto-on-1.36-hami-evicts"),
-        pytest.param("1.38.0", (), "extender", id="auto-on-1.38-kube-scheduler-evicts"),
+        pytest.param("1.38.0", (), "self", id="auto-on-1.38-hami-evicts"),
+        pytest.param("1.38.0", ("scheduler.preemption=extender",), "extender", id="extender-kube-scheduler-evicts"),
         pytest.param("1.38.0", ("scheduler.preemption=self",), "self", id="self-on-1.38"),
         pytest.param("1.36.3", ("scheduler.preemption=off",), "off", id="off"),
     ],
