@@ -270,6 +270,15 @@ dra:
 {{- printf "%s-kube-scheduler" (include "hami.fullname" .) -}}
 {{- end -}}
 
+{{/* The words of the default GPU policy, alone or a comma chain ("topology-aware, binpack" -> both), as JSON. */}}
+{{- define "hami.gpuPolicyTokens" -}}
+{{- $tokens := list -}}
+{{- range splitList "," (toString .Values.scheduler.defaultSchedulerPolicy.gpuSchedulerPolicy) -}}
+{{- $tokens = append $tokens (trim .) -}}
+{{- end -}}
+{{- $tokens | compact | toJson -}}
+{{- end -}}
+
 {{/* The Kubernetes minor versions hami is tested on: the releases make test-matrix ran are v1.36.3 and v1.37.2
      (hami.testedKubeReleases); 1.38 is not released and not claimed. */}}
 {{- define "hami.testedKubeVersions" -}}

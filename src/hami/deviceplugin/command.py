@@ -44,6 +44,14 @@ def device_plugin(
     libvgpu_version: Annotated[
         str, typer.Option(help="Mount <hook>/vgpu/libvgpu.so.<version> when that file exists on the host.")
     ] = "v2.10.0",
+    if_hami_core_missing: Annotated[
+        str,
+        typer.Option(
+            envvar="IF_HAMI_CORE_MISSING",
+            help="Without HAMi-core's libvgpu.so on the node: whole-gpus (advertise one share per GPU) or share "
+            "(advertise shares without isolation); either way an error, a node event and a metric say so.",
+        ),
+    ] = "whole-gpus",
     topology_score: Annotated[
         bool, typer.Option(envvar="ENABLE_TOPOLOGY_SCORE", help="Publish hami.io/node-nvidia-score.")
     ] = False,
@@ -93,7 +101,12 @@ def device_plugin(
     """Run the NVIDIA device plugin: register this node's GPUs and serve kubelet's Allocate."""
     from hami.deviceplugin.launch import launch
 
+    if if_hami_core_missing not in ("whole-gpus", "share"):
+        raise typer.BadParameter(
+            f"{if_hami_core_missing!r} is not one of whole-gpus, share", param_hint="--if-hami-core-missing"
+        )
     launch(
+        if_hami_core_missing="share" if if_hami_core_missing == "share" else "whole-gpus",
         node_name=node_name,
         device_config_file=device_config_file,
         node_config_file=node_config_file,
