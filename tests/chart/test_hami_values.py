@@ -505,7 +505,6 @@ REFUSED = [
     ({"devicePlugin": {"migStrategy": "mixed"}}, 'set MIG per node: "migstrategy" in devicePlugin.nodeConfiguration'),
     ({"mockDevicePlugin": {"enabled": True}}, "hami's device plugin has --fake-nvml"),
     ({"legacyMetrics": True}, "legacyMetrics: true " + NOT_SUPPORTED),
-    ({"prometheus": {"enabled": True}}, "hami's chart makes no ServiceMonitor"),
     ({"devices": {"ascend": {"image": "ascend-dp:v1"}}}, "hami's chart does not run Ascend's device plugin"),
     (
         {"scheduler": {"extender": {"image": {"repository": "mirror/hami"}}}},
