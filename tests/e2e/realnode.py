@@ -287,7 +287,7 @@ def build_images(out: Path, kube_scheduler: Path) -> dict[str, tuple[Path, str]]
     layout with a stand-in ``libvgpu.so``, for the chart's HAMi-core install)."""
     script = Path(__file__).resolve().parents[2] / "scripts" / "build-image"
     built: dict[str, tuple[Path, str]] = {}
-    images = (
+    images: tuple[tuple[str, list[str]], ...] = (
         ("pause", []),
         ("kube-scheduler", ["--binary", str(kube_scheduler)]),
         ("hami", []),
