@@ -1,4 +1,4 @@
-"""``--preemption``: the mode chosen at start-up, ``auto`` is ``self`` on every version (``hami.server.preemptmode``)."""
+"""``--preemption``: the mode chosen at start-up; ``auto`` is ``self`` on every version (``preemptmode``)."""
 
 from __future__ import annotations
 
