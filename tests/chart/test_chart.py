@@ -946,9 +946,8 @@ def test_the_kube_scheduler_sidecar_follows_the_clusters_version_and_a_tested_on
 def test_an_untested_cluster_version_is_refused_only_when_asked(version: str) -> None:
     refused = run_helm("template", "hami", str(CHART), "--kube-version", version, "--set", "kubeVersionCheck=refuse")
     assert refused.returncode != 0
-    assert (
-        f"hami was tested on Kubernetes v1.36.3 and v1.37.2 (no other release); this cluster is v{version}"
-        in (refused.stderr)
+    assert f"hami was tested on Kubernetes v1.36.3 and v1.37.2 (no other release); this cluster is v{version}" in (
+        refused.stderr
     )
     assert "set kubeVersionCheck=warn to install anyway" in refused.stderr
     for check in ("warn", "off"):  # warn: the install notes say it (NOTES.txt); the manifests are the same
