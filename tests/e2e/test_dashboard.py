@@ -267,14 +267,15 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(
     pods = [kube.get_pod(namespace, f"p{i}") for i in range(3)]
     node = pods[0]["spec"]["nodeName"]
     there = [pod for pod in pods if pod["spec"]["nodeName"] == node]
-    with monitor.running(node, cards=2 if node == nodes[0] else 1, tmp_path=tmp_path):
+    cards = 2 if node == nodes[0] else 1
+    with monitor.running(node, cards=cards, tmp_path=tmp_path):
         monitor.write_regions(there)
         wait_until(
             lambda: len(prometheus.query("hami_vgpu_memory_used_bytes")) == len(there),
             description="prometheus seeing the monitor's usage",
         )
         check_every_panel(prometheus)
-        check_variables(prometheus, namespace, node, len(there))
+        check_variables(prometheus, namespace, node, len(there), cards)
 
     # and the data is the cluster's: three pods, 6000 MiB each, on the 3 cards of the two good nodes
     assert prometheus.query("count(hami_vgpu_memory_allocated_bytes)") == [3.0]
@@ -303,14 +304,16 @@ def check_every_panel(prometheus: Prometheus) -> None:
     assert without_data() == {}
 
 
-def check_variables(prometheus: Prometheus, namespace: str, node: str, pods_there: int) -> None:
+def check_variables(prometheus: Prometheus, namespace: str, node: str, pods_there: int, cards: int) -> None:
     """The node and namespace variables list the cluster's, and selecting them filters the panels."""
     variables = variable_queries()
     assert set(variables) == {"node", "namespace"}
     assert node in prometheus.label_values(*variables["node"])
     assert namespace in prometheus.label_values(*variables["namespace"])
-    per_pod = dict(panel_queries({"namespace": namespace, "node": node}))["Memory used per pod"]
-    assert len(prometheus.query(per_pod)) == pods_there
+    mine = dict(panel_queries({"namespace": namespace}))
+    assert len(prometheus.query(mine["Memory used per pod"])) == pods_there
     elsewhere = dict(panel_queries({"namespace": "no-such-namespace"}))
     assert prometheus.query(elsewhere["Memory used per pod"]) == []
     assert prometheus.query(elsewhere["Memory allocated per pod"]) == []
+    assert len(prometheus.query(dict(panel_queries({"node": node}))["GPU utilisation per card"])) == cards
+    assert prometheus.query(dict(panel_queries({"node": "no-such-node"}))["GPU utilisation per card"]) == []
