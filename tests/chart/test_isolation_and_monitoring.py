@@ -43,7 +43,7 @@ def plugin_env(docs: list[dict[str, Any]]) -> dict[str, str]:
 def notes(*sets: str) -> str:
     result = subprocess.run(
         [helm(), "install", "hami", str(CHART), "--dry-run=client", "--namespace", NAMESPACE,
-         "--kube-version", KUBE_VERSION, *[a for s in sets for a in ("--set", s)]],
+         *[a for s in sets for a in ("--set", s)]],
         capture_output=True, text=True, check=False, timeout=120,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -175,15 +175,23 @@ def test_a_missing_or_broken_library_fails_the_init_container_naming_it(
 
 def test_the_notes_say_what_was_installed_and_what_nodes_need() -> None:
     text = notes()
-    assert "Installed on GPU nodes: the device plugin DaemonSet hami-device-plugin (with the vGPU monitor" in text
-    assert "kubectl label node <gpu node> gpu=on" in text
-    assert "copies it from docker.io/projecthami/hami:v2.10.0 (/k8s-vgpu/lib/nvidia) into" in text
-    assert "advertises whole GPUs only (one pod per GPU)" in text
+    assert "Installed on GPU nodes: the device plugin DaemonSet hami-device-plugin with the vGPU monitor" in text
+    assert "kubectl label node <gpu node> gpu=on\n" in text
+    assert "docker.io/projecthami/hami:v2.10.0 (/k8s-vgpu/lib/nvidia) into /usr/local/vgpu\n" in text
+    assert "kubectl -n hami-system logs daemonset/hami-device-plugin -c install-hami-core" in text
+    assert "the plugin advertises whole GPUs only (one pod per GPU)" in text
     assert "kubectl get events -A --field-selector reason=HAMiCoreMissing" in text
-    without = notes("devicePlugin.hamiCore.image=", "devicePlugin.hamiCore.ifMissing=share")
+    assert "--clusterrole=hami-metrics-reader" in text  # secure metrics without a ServiceMonitor: bind by hand
+    without = notes(
+        "devicePlugin.hamiCore.image=", "devicePlugin.hamiCore.ifMissing=share", "serviceMonitor.enabled=true"
+    )
     assert "HAMi-core (libvgpu.so) is NOT installed by this release" in without
     assert "libvgpu.so.v2.10.0 or libvgpu.so into /usr/local/vgpu on every GPU node yourself" in without
     assert "shares GPUs WITHOUT isolation (hamiCore.ifMissing=share)" in without
+    assert (
+        "ServiceMonitors hami-scheduler and hami-device-plugin-monitor let prometheus-operator scrape hami" in without
+    )
+    assert "--clusterrole=hami-metrics-reader" not in without
 
 
 # --- topology scores for policy chains ---------------------------------------------------------------------------
