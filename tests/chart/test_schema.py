@@ -136,8 +136,8 @@ def test_a_boolean_in_hamis_spelling_passes_and_a_word_that_is_none_is_refused_n
     "sets",
     [
         pytest.param((), id="defaults"),
-        pytest.param(("scheduler.defaultSchedulerPolicy.gpuSchedulerPolicy=topology-aware,binpack",), id="chain"),
-        pytest.param(("scheduler.defaultSchedulerPolicy.gpuSchedulerPolicy=numa, binpack",), id="chain-spaced"),
+        pytest.param(("scheduler.defaultSchedulerPolicy.gpuSchedulerPolicy=topology-aware\\,binpack",), id="chain"),
+        pytest.param(("scheduler.defaultSchedulerPolicy.gpuSchedulerPolicy=numa\\, binpack",), id="chain-spaced"),
         pytest.param(("devicePlugin.enabled=false",), id="a-boolean"),
         pytest.param(("scheduler.overwriteEnv=on",), id="hamis-boolean-word"),
         pytest.param(("scheduler.service.type=NodePort", "scheduler.service.httpNodePort=31998"), id="node-port"),
@@ -145,7 +145,7 @@ def test_a_boolean_in_hamis_spelling_passes_and_a_word_that_is_none_is_refused_n
         pytest.param(("scheduler.preemption=self",), id="preemption"),
         pytest.param(("devicePlugin.nvidiaDriverRoot=/run/nvidia/driver",), id="a-null-default-given"),
         pytest.param(("serviceMonitor.enabled=true", "serviceMonitor.labels.release=kps"), id="service-monitor"),
-        pytest.param(("devicePlugin.deviceListStrategy=cdi-cri,envvar",), id="strategies"),
+        pytest.param(("devicePlugin.deviceListStrategy=cdi-cri\\,envvar",), id="strategies"),
     ],
 )
 def test_documented_values_render(sets: tuple[str, ...]) -> None:
