@@ -635,7 +635,8 @@ def test_the_device_plugins_node_side_values() -> None:
     ctr = plugin_container(docs)
     assert ctr["args"][-1] == "--mig-reconcile-seconds=30"
     env = {e["name"]: e.get("value") for e in ctr["env"]}
-    assert {k: env[k] for k in env if k not in {"NODE_NAME", "HOOK_PATH", "ENABLE_TOPOLOGY_SCORE"}} == {
+    skipped = {"NODE_NAME", "HOOK_PATH", "ENABLE_TOPOLOGY_SCORE", "IF_HAMI_CORE_MISSING"}
+    assert {k: env[k] for k in env if k not in skipped} == {
         "NVIDIA_VISIBLE_DEVICES": "all",
         "NVIDIA_DRIVER_CAPABILITIES": "utility",
         "DEVICE_LIST_STRATEGY": "cdi-annotations,envvar",
@@ -958,7 +959,13 @@ def test_an_untested_cluster_version_is_refused_only_when_asked(version: str) ->
 def test_a_kube_version_check_that_is_no_choice_is_refused_naming_the_key() -> None:
     result = run_helm("template", "hami", str(CHART), "--kube-version", KUBE_VERSION, "--set", "kubeVersionCheck=maybe")
     assert result.returncode != 0
-    assert "kubeVersionCheck: maybe is not one of warn, refuse, off" in result.stderr
+    assert "kubeVersionCheck" in result.stderr  # by the schema (values.schema.json), which lists the choices
+    assert all(choice in result.stderr for choice in ("warn", "refuse", "off"))
+    skipped = run_helm(
+        "template", "hami", str(CHART), "--kube-version", KUBE_VERSION, "--set", "kubeVersionCheck=maybe",
+        "--skip-schema-validation",
+    )  # fmt: skip
+    assert "kubeVersionCheck: maybe is not one of warn, refuse, off" in skipped.stderr  # and by the template
 
 
 # --- the vGPU monitor --------------------------------------------------------------------------------------
@@ -976,12 +983,16 @@ def test_the_monitor_runs_beside_the_plugin_with_only_the_containers_directory()
     plugin = daemonset_container(docs, "device-plugin")
     assert monitor["image"] == plugin["image"]
     assert monitor["command"] == ["hami", "monitor"]
-    assert monitor["args"] == ["--port=9394"]  # info, the command's default: a klog -v in extraArgs may change it
+    # info, the command's default log level, is left out: a klog -v in extraArgs may change it
+    assert monitor["args"] == ["--port=9394", "--host-root=/host", "--libvgpu-version=v2.10.0"]
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in monitor["env"]}
     assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert env["HOOK_PATH"] == "/usr/local"
     assert monitor["ports"] == [{"name": "monitorport", "containerPort": 9394, "protocol": "TCP"}]
-    assert monitor["volumeMounts"] == [{"name": "vgpu-containers", "mountPath": "/usr/local/vgpu/containers"}]
+    assert monitor["volumeMounts"] == [
+        {"name": "vgpu-containers", "mountPath": "/usr/local/vgpu/containers"},
+        {"name": "vgpu", "mountPath": "/host/usr/local/vgpu", "readOnly": True},  # hami_core_library_present
+    ]
     volumes = {v["name"]: v for v in daemonset["spec"]["template"]["spec"]["volumes"]}
     assert volumes["vgpu-containers"]["hostPath"] == {"path": "/usr/local/vgpu/containers", "type": "DirectoryOrCreate"}
     security = monitor["securityContext"]

@@ -238,7 +238,7 @@ def test_hamis_defaults_device_plugin() -> None:
     assert "hostNetwork" not in spec
     assert spec["nodeSelector"] == {"gpu": "on"}
     monitor = container(docs, "DaemonSet", "vgpu-monitor")
-    assert monitor["args"] == ["--port=9394", "-v=4"]
+    assert monitor["args"] == ["--port=9394", "--host-root=/host", "--libvgpu-version=v2.10.0", "-v=4"]
     containers = next(v for v in spec["volumes"] if v["name"] == "vgpu-containers")
     assert containers["hostPath"]["path"] == "/usr/local/vgpu/containers"  # HAMi's monitor.ctrPath
     node_config = one(docs, "ConfigMap", "hami-device-plugin")["data"]["config.json"]
