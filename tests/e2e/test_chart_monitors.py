@@ -21,14 +21,14 @@ CRD = yaml.safe_load((Path(__file__).resolve().parents[1] / "data" / "servicemon
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def service_monitor_crd(kube: KubeClient) -> Iterator[None]:
     name = CRD["metadata"]["name"]
     kube.post(CRDS, CRD)
     try:
 
         def established() -> bool:
-            conditions = kube.get(f"{CRDS}/{name}").get("status", {}).get("conditions", [])
+            conditions = (kube.get(f"{CRDS}/{name}").get("status") or {}).get("conditions") or []
             return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
         wait_until(established, description="the ServiceMonitor CRD established")
