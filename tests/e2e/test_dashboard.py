@@ -165,7 +165,11 @@ class Monitor:
     def running(self, node: str, cards: int, tmp_path: Path) -> Iterator[None]:
         fixture = tmp_path / "monitor-gpus.yaml"
         devices = [
-            {"uuid": f"GPU-{node}-{i}", "name": "A100", "stats": {"memory_used_bytes": 9000 * MIB, "utilization": 61}}
+            {
+                "uuid": f"GPU-{node}-{i}",
+                "name": "A100",
+                "stats": {"memory_used_bytes": 9000 * MIB, "utilization": 61, "memory_utilization": 20},
+            }
             for i in range(cards)
         ]
         fixture.write_text(json.dumps({"devices": devices}))
@@ -276,12 +280,13 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(
         )
         check_every_panel(prometheus)
         check_variables(prometheus, namespace, node, len(there), cards)
+        # the usage is the regions': 4000 MiB in use per pod there; HAMi-core is on that node
+        assert prometheus.query("sum(hami_vgpu_memory_used_bytes) / 1048576") == [4000.0 * len(there)]
+        assert prometheus.query("hami_core_library_present") == [1.0]
 
     # and the data is the cluster's: three pods, 6000 MiB each, on the 3 cards of the two good nodes
     assert prometheus.query("count(hami_vgpu_memory_allocated_bytes)") == [3.0]
     assert prometheus.query("sum(hami_vgpu_memory_allocated_bytes) / 1048576") == [18000.0]
-    assert prometheus.query("sum(hami_vgpu_memory_used_bytes) / 1048576") == [4000.0 * len(there)]
-    assert prometheus.query("hami_core_library_present") == [1.0]
     assert prometheus.query("sum(hami_quarantined_nodes)") == [1.0]
     rates = prometheus.query('sum(rate(hami_request_duration_seconds_count{endpoint="filter"}[5m]))')
     assert rates
