@@ -1,4 +1,4 @@
-{{/* How a pod that fits nowhere preempts pods of lower priority (README "Preemption"), from scheduler.preemption:
+{{/* How a pod that fits nowhere preempts pods of lower priority (docs/preemption.md), from scheduler.preemption:
        self      hami evicts the victims itself: verified on every tested version, and the same on 1.38 while the
                  KubeSchedulerConfiguration declares no preemptVerb (it declares one only for extender);
        extender  kube-scheduler calls hami's preempt verb with its candidate nodes (kube-scheduler 1.38 or newer;
