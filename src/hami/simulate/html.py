@@ -138,7 +138,9 @@ def _legend() -> str:
     return legend + _HEAT_CAPTION
 
 
-_NODE_LEVEL: Final = frozenset({Reason.NODE_UNREGISTERED.value, Reason.NODE_QUARANTINED.value})
+_NODE_LEVEL: Final = frozenset(
+    {Reason.NODE_UNREGISTERED.value, Reason.NODE_QUARANTINED.value, Reason.NODE_DEVICES_NOT_ALLOCATABLE.value}
+)
 """Reason codes a node gives as a whole (no card was looked at)."""
 
 
@@ -182,7 +184,8 @@ def _pending_section(outcomes: Sequence[Outcome]) -> str:
         parts.append(
             '<h3>Nodes</h3><p class="muted caption">Nodes rejecting a pending pod, by the reasons they gave (a node '
             "counts once per pod for each reason; NodeUnregistered and NodeQuarantined are nodes without a usable "
-            "registration).</p>" + _bars(_ranked(nodes), NODE_BAR_COLOUR)
+            "registration, NodeDevicesNotAllocatable nodes whose kubelet does not report the registered devices)."
+            "</p>" + _bars(_ranked(nodes), NODE_BAR_COLOUR)
         )
     if pods:
         parts.append(

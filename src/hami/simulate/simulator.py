@@ -64,7 +64,8 @@ from hami.simulate.loading import Snapshot, Sourced
 __all__ = ["NODE_LEVEL_COUNT", "Outcome", "Simulator", "container_devices"]
 
 NODE_LEVEL_COUNT = 1
-"""The count reported for a node-level reason (``NodeUnregistered``, ``NodeQuarantined``): no device is involved."""
+"""The count reported for a node-level reason (``NodeUnregistered``, ``NodeQuarantined``,
+``NodeDevicesNotAllocatable``): no device is involved."""
 
 DEFAULT_NAMESPACE = "default"
 
@@ -275,6 +276,8 @@ class Simulator:
         self._node_origin[name] = item.origin
         for vendor, problem in sorted(state.problems.items()):
             self.warnings.append(f"{item.origin}: {problem}; its {vendor} devices are skipped")
+        for vendor, short in sorted(state.unallocatable.items()):
+            self.warnings.append(f"{item.origin}: {short}; no pod is placed on its {vendor} devices")
 
     def _add_existing_pod(self, item: Sourced[Pod]) -> str | None:
         """Charge a pod that already holds devices; returns its uid, or None when nothing was charged."""
@@ -402,7 +405,8 @@ class Simulator:
 
     def _reason_counts(self, rejection: NodeRejection) -> dict[str, int]:
         """Reason code → devices, or one node-level code (count 1) when the node has no usable registration:
-        ``NodeQuarantined`` if its registration was refused as malformed, else ``NodeUnregistered``."""
+        ``NodeQuarantined`` if its registration was refused as malformed, ``NodeDevicesNotAllocatable`` if kubelet
+        does not report the registered devices, else ``NodeUnregistered``."""
         if rejection.counts:
             return {reason.value: n for reason, n in sorted(rejection.counts.items())}
         return {(rejection.node_reason or Reason.NODE_UNREGISTERED).value: NODE_LEVEL_COUNT}

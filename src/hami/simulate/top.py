@@ -92,6 +92,9 @@ class NodeRow:
     problems: Mapping[str, str] = field(default_factory=dict)
     cordoned: bool = False
     """``spec.unschedulable``."""
+    not_allocatable: Mapping[str, str] = field(default_factory=dict)
+    """Vendor → why kubelet does not back its registered devices (``NodeState.unallocatable``): no pod is placed
+    on them until it does."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,9 +173,9 @@ def build_top(state: ClusterState, flt: TopFilter = TopFilter(), dra: DraLedger 
 def _node_row(state: ClusterState, name: str, cards: Sequence[CardRow]) -> NodeRow:
     node = state.nodes[name]
     refused_only = bool(node.problems) and not cards
-    return NodeRow(
-        name, not node.unschedulable and not refused_only, tuple(cards), dict(node.problems), node.unschedulable
-    )
+    held_back = bool(node.tables) and all(v in node.unallocatable for v in node.tables)
+    schedulable = not node.unschedulable and not refused_only and not held_back
+    return NodeRow(name, schedulable, tuple(cards), dict(node.problems), node.unschedulable, dict(node.unallocatable))
 
 
 def _card_rows(state: ClusterState, flt: TopFilter, fragments: Mapping[tuple[str, str, str], Any]) -> Iterator[CardRow]:
@@ -279,7 +282,20 @@ def _node_state(node: NodeRow) -> str:
         return "cordoned (unschedulable)"
     if node.problems and not node.cards:
         return "not schedulable by hami"
+    if node.cards and not node.schedulable:
+        return "devices not allocatable (kubelet)"
     return "schedulable" if node.cards else "no accelerator registered"
+
+
+def _node_head(node: NodeRow) -> str:
+    """A node's header line: its name, cards and state, then each refused registration and each vendor whose
+    devices kubelet does not back."""
+    head = f"{node.name}  {len(node.cards)} card(s), {_node_state(node)}"
+    for vendor, problem in sorted(node.problems.items()):
+        head += f"; {vendor} registration refused: {problem}"
+    for vendor, short in sorted(node.not_allocatable.items()):
+        head += f"; {vendor} devices not allocatable: {short}"
+    return head
 
 
 def render_top(view: TopView, colour: bool = False, wide: bool = False) -> str:
@@ -290,10 +306,7 @@ def render_top(view: TopView, colour: bool = False, wide: bool = False) -> str:
         return "no node with accelerators matches (or the cluster has none)" + (f"; {hidden}" if hidden else "")
     lines: list[str] = []
     for node in view.nodes:
-        state = _node_state(node)
-        head = f"{node.name}  {len(node.cards)} card(s), {state}"
-        for vendor, problem in sorted(node.problems.items()):
-            head += f"; {vendor} registration refused: {problem}"
+        head = _node_head(node)
         lines.append(_paint(head, _BOLD, colour) if node.schedulable else _paint(head, _YELLOW, colour))
         rows = []
         for c in node.cards:
@@ -415,6 +428,7 @@ def top_json(view: TopView) -> dict[str, Any]:
                 "schedulable": n.schedulable,
                 "cordoned": n.cordoned,
                 "problems": dict(n.problems),
+                "notAllocatable": dict(n.not_allocatable),
                 "cards": [card(c) for c in n.cards],
             }
             for n in view.nodes

@@ -172,3 +172,25 @@ def test_cli_cpu_nodes_flag(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert "a-cpu" not in hidden.stdout
     shown = CliRunner().invoke(app, ["top", "-s", str(snap), "--cpu-nodes"])
     assert shown.stdout.startswith("a-cpu  0 card(s), no accelerator registered")
+
+
+def test_a_node_whose_kubelet_does_not_back_its_registration_is_shown_not_schedulable() -> None:
+    """A snapshot node whose ``status.allocatable`` has no nvidia.com/gpu left (its device plugin was restarting):
+    a warning when loaded, the node's state and reason in ``hami top``, and no pod placed on it."""
+    restarting = node("gpu-r", [(16000, 4), (16000, 4)])
+    restarting["status"] = {"allocatable": {"cpu": "8", "nvidia.com/gpu": "0"}}
+    sim = simulator(restarting, node("gpu-s", [(16000, 4)]), allow_warnings=True)
+    assert sim.warnings == [
+        "snapshot.json: items[0] (Node gpu-r): kubelet reports nvidia.com/gpu allocatable 0 where the registration "
+        "(hami.io/node-nvidia-register) of 2 healthy device(s) needs 8: the device plugin is gone or restarting; "
+        "no pod is placed on its NVIDIA devices"
+    ]
+    view = build_top(sim.state)
+    row = next(n for n in view.nodes if n.name == "gpu-r")
+    assert not row.schedulable
+    assert render_top(view).startswith(
+        "gpu-r  2 card(s), devices not allocatable (kubelet); NVIDIA devices not allocatable: kubelet reports "
+        "nvidia.com/gpu allocatable 0"
+    )
+    assert top_json(view)["nodes"][0]["notAllocatable"] == {"NVIDIA": row.not_allocatable["NVIDIA"]}
+    assert next(n for n in view.nodes if n.name == "gpu-s").schedulable
