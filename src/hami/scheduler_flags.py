@@ -178,8 +178,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "preemption",
         "--preemption",
-        "Who preempts for pods that fit nowhere: extender (kube-scheduler 1.38+ asks hami), self (hami evicts: 1.36, "
-        "1.37), off; auto picks by the API server's version.",
+        "Who preempts for pods that fit nowhere: self (hami evicts; every version), extender (kube-scheduler 1.38+ "
+        "asks hami; by choice only), off; auto is self.",
         "MODE",
     ),
     Flag(

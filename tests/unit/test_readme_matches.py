@@ -34,6 +34,8 @@ FOREIGN_FLAGS = {
     "--set": "helm",
     "--create-namespace": "helm",
     "--reuse-values": "helm",
+    "--install": "helm",  # helm upgrade --install
+    "--field-selector": "kubectl",  # kubectl get events --field-selector reason=...
     "--replicas": "kubectl",  # kubectl scale
     "--flag": "a placeholder",  # Go's `--flag=true|false` form
     # kubectl create clusterrolebinding / kubectl in general

@@ -35,6 +35,28 @@ _HookPath = Annotated[str, typer.Option(envvar="HOOK_PATH", help="Host directory
 _LibvgpuVersion = Annotated[
     str, typer.Option(help="Mount <hook>/vgpu/libvgpu.so.<version> when that file exists on the host.")
 ]
+HAMI_CORE_MISSING: Final = ("whole-gpus", "share")
+
+
+def hami_core_missing(value: str) -> str:
+    """``--if-hami-core-missing``: one of ``HAMI_CORE_MISSING``, or a usage error naming them and the closest one."""
+    choice = value.strip().lower()
+    if choice not in HAMI_CORE_MISSING:
+        raise typer.BadParameter(
+            f"{value!r} is not one of {', '.join(HAMI_CORE_MISSING)}{did_you_mean(value, HAMI_CORE_MISSING)}"
+        )
+    return choice
+
+
+_IfHamiCoreMissing = Annotated[
+    str,
+    typer.Option(
+        envvar="IF_HAMI_CORE_MISSING",
+        parser=hami_core_missing,
+        help="Without HAMi-core's libvgpu.so on the node: whole-gpus (advertise one share per GPU) or share "
+        "(advertise shares without isolation); either way an error, a node event and a metric say so.",
+    ),
+]
 _TopologyScore = Annotated[
     bool, typer.Option(envvar="ENABLE_TOPOLOGY_SCORE", help="Publish hami.io/node-nvidia-score.")
 ]
@@ -112,6 +134,7 @@ def device_plugin(
     socket_name: _SocketName = "hami-nvidia.sock",
     hook_path: _HookPath = "/usr/local",
     libvgpu_version: _LibvgpuVersion = "v2.10.0",
+    if_hami_core_missing: _IfHamiCoreMissing = "whole-gpus",
     topology_score: _TopologyScore = False,
     device_list_strategy: _DeviceListStrategy = "envvar",
     pass_device_specs: _PassDeviceSpecs = False,

@@ -24,6 +24,12 @@ def monitor(
     hook_path: Annotated[
         str, typer.Option(envvar="HOOK_PATH", help="Host directory holding vgpu/ (the device plugin's --hook-path).")
     ] = "/usr/local",
+    libvgpu_version: Annotated[
+        str, typer.Option(help="HAMi-core's version, as the device plugin's (libvgpu.so.<version> is looked for).")
+    ] = "v2.10.0",
+    host_root: Annotated[
+        Path, typer.Option(help="Where the host's <hook path>/vgpu is visible, for hami_core_library_present.")
+    ] = Path("/"),
     bind_address: Annotated[str, typer.Option(help="Address the metrics endpoint listens on.")] = "0.0.0.0",
     port: Annotated[int, typer.Option(help="Port of the metrics endpoint (HAMi's monitor: 9394).")] = 9394,
     interval: Annotated[float, typer.Option(help="Seconds between pod refreshes and feedback rounds.")] = 5.0,
@@ -42,6 +48,7 @@ def monitor(
     launch(
         node_name=node_name,
         hook_path=hook_path,
+        hami_core=(libvgpu_version, host_root),
         bind_address=bind_address,
         port=port,
         interval=interval,
