@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from hami.k8s.config import KubeConfig
     from hami.protocol.objects import Pod
     from hami.simulate.devconfig import Families
+    from hami.simulate.explain import Explanation
     from hami.simulate.loading import Snapshot
     from hami.simulate.simulator import Simulator
 
@@ -314,6 +315,29 @@ _LiveOpt = Annotated[
     ),
 ]
 
+_TemplateNodeOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--template-node",
+        metavar="FILE",
+        help="Scale-up question instead of a snapshot: would new nodes like this Node (a node group's template, "
+        "as Cluster Autoscaler builds it) take PODS, and how many? Answered with the code /filter answers the "
+        "autoscaler with; exit status 3 when a pod fits no new node.",
+    ),
+]
+_DeviceProfilesOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--device-profiles",
+        metavar="DIR",
+        help="With --template-node: node groups' device profiles (one file per group, named by its "
+        "--device-profile-label value), for a template that carries no registration.",
+    ),
+]
+_ProfileLabelOpt = Annotated[
+    str, typer.Option("--device-profile-label", metavar="LABEL", help="The label naming a node's profile.")
+]
+
 
 @app.command(help=_SIMULATE_HELP)
 @cluster_flags(scope=False)
@@ -337,29 +361,9 @@ def simulate(
     *,
     families: Families,
     live: _LiveOpt = False,
-    template_node: Annotated[
-        Path | None,
-        typer.Option(
-            "--template-node",
-            metavar="FILE",
-            help="Scale-up question instead of a snapshot: would new nodes like this Node (a node group's template, "
-            "as Cluster Autoscaler builds it) take PODS, and how many? Answered with the code /filter answers the "
-            "autoscaler with; exit status 3 when a pod fits no new node.",
-        ),
-    ] = None,
-    device_profiles: Annotated[
-        str | None,
-        typer.Option(
-            "--device-profiles",
-            metavar="DIR",
-            help="With --template-node: node groups' device profiles (one file per group, named by its "
-            "--device-profile-label value), for a template that carries no registration.",
-        ),
-    ] = None,
-    device_profile_label: Annotated[
-        str,
-        typer.Option("--device-profile-label", metavar="LABEL", help="The label naming a node's profile."),
-    ] = "node.kubernetes.io/instance-type",
+    template_node: _TemplateNodeOpt = None,
+    device_profiles: _DeviceProfilesOpt = None,
+    device_profile_label: _ProfileLabelOpt = "node.kubernetes.io/instance-type",
 ) -> None:
     """Place pods on a cluster snapshot offline (help text: ``_SIMULATE_HELP``)."""
     from hami.simulate import SimulateOptions, run_simulate
@@ -367,18 +371,9 @@ def simulate(
     files = [*(pods or ()), *(file or ())]
     _check_stdin([*files, *(snapshot or ()), *([config] if config else [])])
     if template_node is not None:
-        _scale_up(
-            template_node,
-            files,
-            (snapshot, live, demo, defrag),
-            device_profiles,
-            device_profile_label,
-            config,
-            (node_policy, gpu_policy),
-            output,
-            now,
-            families,
-        )
+        others = (snapshot, live, demo, defrag)
+        profiles = (device_profiles, device_profile_label)
+        _scale_up(template_node, files, others, profiles, config, (node_policy, gpu_policy), output, now, families)
     if defrag:
         raise typer.Exit(_defrag(snapshot, files, config, output, node_policy, gpu_policy, families, report))
     _check_sources(live, snapshot, demo, files)
@@ -444,12 +439,23 @@ def _defrag(
     return run_defrag(opts, typer.echo, lambda line: typer.echo(line, err=True))
 
 
+def _with_gang(result: Explanation, sim: Simulator, pods: list[Pod], target: Pod) -> Explanation:
+    """``result`` with the gang of ``target`` (``hami.simulate.gangview``), when it belongs to one."""
+    from hami.scheduling.records import pod_group
+    from hami.simulate.gangview import gang_views
+
+    group = pod_group(target)
+    if not group:
+        return result
+    gangs = gang_views(sim, pods, only=(target.metadata.namespace or "default", group))
+    return dataclasses.replace(result, gang=gangs[0] if gangs else None)
+
+
 def _scale_up(
     template: Path,
     pods: list[Path] | None,
     others: tuple[object, ...],
-    profiles: str | None,
-    label: str,
+    profiles: tuple[str | None, str],
     config: Path | None,
     policies: tuple[str, str],
     output: OutputFormat,
@@ -469,8 +475,8 @@ def _scale_up(
     opts = ScaleUpOptions(
         template=template,
         pods=tuple(pods),
-        profiles=profiles,
-        profile_label=label,
+        profiles=profiles[0],
+        profile_label=profiles[1],
         config=config,
         node_policy=policies[0],
         gpu_policy=policies[1],
@@ -651,10 +657,8 @@ def explain(
 ) -> None:
     from hami.clusterflags import pick_pod
     from hami.errors import HamiError
-    from hami.scheduling.records import pod_group
     from hami.simulate.explain import explain as explain_pod
     from hami.simulate.explain import explain_json, explain_manifest, render_explain
-    from hami.simulate.gangview import gang_views
     from hami.simulate.loading import read_files, read_pods
 
     if (pod is None) == (file is None):
@@ -685,11 +689,7 @@ def explain(
     for w in warnings:
         typer.echo(f"warning: {w}", err=True)
     result = explain_manifest(sim, manifest) if manifest is not None else explain_pod(sim, target)
-    group = pod_group(target)
-    if group:
-        ns = target.metadata.namespace or "default"
-        gangs = gang_views(sim, [*pods, *([target] if manifest is not None else [])], only=(ns, group))
-        result = dataclasses.replace(result, gang=gangs[0] if gangs else None)
+    result = _with_gang(result, sim, [*pods, *([target] if manifest is not None else [])], target)
     for w in result.warnings:
         typer.echo(f"warning: {w}", err=True)
     if output in (Output.json, Output.yaml):
