@@ -57,6 +57,7 @@ from hami.scheduling.ports import ClusterPort, LockWaits
 from hami.scheduling.preempting import read_budgets
 from hami.scheduling.preemption import Budget
 from hami.scheduling.preemptverb import VerbAnswer, answer_preempt_verb
+from hami.scheduling.records import HAMI_SCHEDULER
 from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState
 from hami.server.busy import BusyNodes
@@ -111,6 +112,7 @@ class Extender:
         dra: DraConfig | None = None,
         success_events: bool = True,
         preemption: bool = False,
+        scheduler_name: str = HAMI_SCHEDULER,
     ) -> None:
         self.state = state
         self.vendors = vendors
@@ -125,6 +127,7 @@ class Extender:
             lock_retry_timeout=lock_retry_timeout,
             bind_lock_wait=bind_lock_wait,
             preemption=preemption,
+            scheduler_name=scheduler_name,
         )
         clocks = Clocks(wall=clock, stopwatch=time.perf_counter, sleep=asyncio.sleep)
         self.busy = BusyNodes(node_locks)

@@ -249,13 +249,20 @@ class Runtime:
                 node_locks=self.housekeeping.locks,
                 dra=self.device_config.dra,
                 preemption=self._preemption_mode() == "self",
+                scheduler_name=s.scheduler_name,
             )
             self.extender = extender
             watched_nodes, watched_pods = self._start_watches(
                 client, cluster, extender, locker, events, supervisor, synced
             )
             audit = LedgerAudit(
-                self.state, self.vendors, cluster, self.metrics, lambda: extender.cycle.pending, readiness.synced
+                self.state,
+                self.vendors,
+                cluster,
+                self.metrics,
+                lambda: extender.cycle.pending,
+                readiness.synced,
+                schedulers=(s.scheduler_name,),
             )
             supervisor.start(self._self_check(audit), name="self-check")
             supervisor.start(self.housekeeping.sweep(), name="lock-sweep")
