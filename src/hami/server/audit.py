@@ -3,11 +3,11 @@
 Every ``API_AUDIT_SECONDS`` the runtime's self-check loop runs :meth:`LedgerAudit.run`: list every pod that has not
 finished (paginated, one consistent snapshot), turn each pod into a record as the pod watch does (believing what it
 believes, ``records.believed_node``: a pod of another scheduler counts only while the ledger holds it as this
-process's own reservation), compare with the ledger leaving out hami's pending ``/filter`` reservations, and act on the differences that the previous re-list
-found unchanged: each is logged, counted in ``hami_ledger_api_drift{kind}`` and repaired (the ledger set to what the
-watch would have made of the listed pod; ``hami_ledger_api_repairs{kind}``). A difference seen once is logged at
-info level and looked at again next time. Nothing runs before the caches have synced, and a failed list is logged,
-counted as an API error and retried at the next period.
+process's own reservation), compare with the ledger leaving out hami's pending ``/filter`` reservations, and act on
+the differences that the previous re-list found unchanged: each is logged, counted in ``hami_ledger_api_drift{kind}``
+and repaired (the ledger set to what the watch would have made of the listed pod; ``hami_ledger_api_repairs{kind}``).
+A difference seen once is logged at info level and looked at again next time. Nothing runs before the caches have
+synced, and a failed list is logged, counted as an API error and retried at the next period.
 """
 
 from __future__ import annotations
