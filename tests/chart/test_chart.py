@@ -120,7 +120,9 @@ def test_default_objects() -> None:
         ("ServiceAccount", "hami-kube-scheduler"),
         ("ServiceAccount", "hami-scheduler"),
         ("ValidatingAdmissionPolicy", "hami-device-plugin-node-restriction"),
+        ("ValidatingAdmissionPolicy", "hami-scheduler-allocations"),
         ("ValidatingAdmissionPolicyBinding", "hami-device-plugin-node-restriction"),
+        ("ValidatingAdmissionPolicyBinding", "hami-scheduler-allocations"),
     ]
 
 
@@ -655,12 +657,17 @@ def test_the_device_plugins_node_side_values() -> None:
 
 
 def test_the_node_restriction_needs_kubernetes_1_30_or_an_explicit_opt_out() -> None:
-    result = run_helm("template", "hami", str(CHART), "--kube-version", "1.29.4")
+    sets = ["--set", "scheduler.allocationPolicy.enabled=false"]  # the other policy needing 1.30 (its own test)
+    result = run_helm("template", "hami", str(CHART), "--kube-version", "1.29.4", *sets)
     assert result.returncode != 0
     assert "devicePlugin.nodeRestriction needs Kubernetes 1.30 or newer" in result.stderr
     assert "Set devicePlugin.nodeRestriction=false" in result.stderr
     docs = render("devicePlugin.nodeRestriction=false")
-    assert not [d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy")]
+    assert not [
+        d
+        for d in docs
+        if d["kind"].startswith("ValidatingAdmissionPolicy") and "node-restriction" in d["metadata"]["name"]
+    ]
 
 
 def test_the_certificate_jobs_may_touch_only_their_secret_and_webhook() -> None:
