@@ -10,7 +10,8 @@ from typing import Any
 
 from hami.devices import allocation_keys
 from hami.protocol import keys
-from tests.chart.test_chart import CHART, NAMESPACE, one, render, run_helm
+from tests.chart.test_chart import NAMESPACE, one, render, run_helm
+from tests.helm import CHART
 
 TEMPLATE = CHART / "templates" / "scheduler" / "_allocation-keys.tpl"
 POLICY = "hami-scheduler-allocations"
@@ -32,7 +33,8 @@ def spec(*sets: str) -> dict[str, Any]:
 
 
 def variable(policy: dict[str, Any], name: str) -> str:
-    return next(v["expression"] for v in policy["variables"] if v["name"] == name)
+    expression: str = next(v["expression"] for v in policy["variables"] if v["name"] == name)
+    return expression
 
 
 def test_the_guarded_keys_are_the_vendor_registrys() -> None:
