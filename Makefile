@@ -21,17 +21,20 @@ PROTO  := src/hami/deviceplugin/api.proto
 GENDIR := src/hami/deviceplugin/_generated
 GEN    := $(GENDIR)/api_pb2.py
 
-.PHONY: help setup test-deps demo test test-fast test-e2e test-matrix test-newest-python lint fmt typecheck imports testenv helm image bench bench-quick bench-profile bench-scale clean
+.PHONY: help setup test-deps demo docs test test-fast test-e2e test-matrix test-newest-python lint fmt typecheck imports testenv helm image bench bench-quick bench-profile bench-scale clean
 
 help:
 	@echo "make demo          run hami's main job on a built-in example cluster (no cluster needed)"
 	@echo "make test          set up everything (virtualenv, Debian test packages, control plane, helm) and run"
-	@echo "                   lint, type checks, import contracts and all tests"
+	@echo "                   lint, type checks, import contracts, the docs build and all tests"
+	@echo "make docs          build the documentation site (docs/, mkdocs.yml) into build/site; a broken link or"
+	@echo "                   anchor, or a page left out of the nav, fails it (make test runs it)"
 	@echo "make test-fast     lint, type checks and the tests that need no control plane and no helm"
 	@echo "make test-e2e      only the end-to-end tests (builds the control plane and helm first if needed)"
 	@echo "make test-newest-python  the unit tests under Python 3.13 (make test runs them too)"
-	@echo "make test-matrix   the end-to-end and chart tests on each tested Kubernetes release (v1.36.3, v1.37.2,"
-	@echo "                   v1.38.0-beta.0), building each if missing; long, not in CI (MATRIX_VERSIONS=v1.37.2)"
+	@echo "make test-matrix   the end-to-end and chart tests on each Kubernetes release it knows (v1.36.3, v1.37.2;"
+	@echo "                   v1.38.0-beta.0 cannot be built yet), building each if missing; long, not in CI"
+	@echo "                   (MATRIX_VERSIONS=v1.37.2)"
 	@echo "make setup         create $(VENV) and install hami with its dev tools"
 	@echo "make test-deps     install the Debian packages tests run (chromium, prometheus, containerd, runc,"
 	@echo "                   CNI plugins, iptables, conntrack) when missing"
@@ -85,6 +88,11 @@ typecheck: setup
 imports: setup
 	$(BIN)/lint-imports
 
+# The documentation site, strictly: mkdocs.yml turns every link, anchor and nav check into a warning and --strict
+# makes a warning fail the build. NO_MKDOCS_2_WARNING silences Material's banner about MkDocs 2.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 # etcd, kube-apiserver and kube-scheduler built from the Go module proxy into ~/.cache/hami/k8s-v1.Y.Z/, then
 # kubelet, kube-proxy and kube-controller-manager (the real test node) into ~/.cache/hami/k8s-node-v1.Y.Z/;
 # a no-op when those directories are complete. The script needs only the standard library and Go.
@@ -107,7 +115,7 @@ image:
 
 # The Python 3.13 unit run goes alongside the main suite (whose end-to-end tests mostly wait on the control
 # plane), its output printed after; the target fails when either fails.
-test: setup test-deps testenv helm lint typecheck imports
+test: setup test-deps testenv helm lint typecheck imports docs
 	@log=$$(mktemp); \
 	$(MAKE) --no-print-directory test-newest-python >"$$log" 2>&1 & newest=$$!; \
 	rc=0; $(BIN)/pytest --durations=20 || rc=$$?; \
@@ -129,14 +137,14 @@ test-newest-python: $(GEN)
 	$(VENV313)/bin/python --version; \
 	$(VENV313)/bin/pytest -q -p no:cacheprovider -m "not e2e and not helm"
 
-test-fast: setup test-deps lint typecheck imports
+test-fast: setup test-deps lint typecheck imports docs
 	$(BIN)/pytest -m "not e2e and not helm"
 
 test-e2e: setup test-deps testenv helm
 	$(BIN)/pytest -m e2e
 
 # The end-to-end suite (real-node tests included) and the chart tests once per tested Kubernetes release; prints the
-# table the README shows and writes it to build/test-matrix.md. Not in CI: it builds releases and takes long.
+# table CONTRIBUTING.md shows and writes it to build/test-matrix.md. Not in CI: it builds releases and takes long.
 MATRIX_VERSIONS ?=
 test-matrix: setup test-deps helm
 	$(PYTHON) scripts/test-matrix $(if $(MATRIX_VERSIONS),--versions $(MATRIX_VERSIONS))

@@ -17,7 +17,7 @@ requests per pod by who sent them (kube-apiserver's audit log: hami, the device 
 the load generator), CPU per pod of every process, hami's RSS (now and peak), event-loop stalls (hami logs every
 lag of 100 ms or more of its loop-lag watcher; one ``/metrics`` scrape is made mid-burst and the per-minute
 self-check and API audit run as they fall), and hami's start → ready with every pod listed. Not in CI: it takes
-from minutes to more than half an hour depending on the size and the machine; the README shows its last result.
+from minutes to more than half an hour depending on the size and the machine; docs/performance.md shows its last result.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ app = typer.Typer(
 
 class KlogCommand(TyperCommand):
     """A long-running command that also takes the klog flags HAMi's Go binaries take (``-v=4``, ``--logtostderr``,
-    ``--log_dir`` ...; README "Coming from HAMi"), and its own boolean flags Go's way (``--leader-elect=false``).
+    ``--log_dir`` ...; docs/coming-from-hami.md), and its own boolean flags Go's way (``--leader-elect=false``).
 
     ``-v`` of 4 or more turns debug logging on (``--debug``, or ``--log-level=debug``), unless the command line sets
     hami's own level too, which then wins. Flags that have no effect in hami are named on stderr.

@@ -1045,7 +1045,7 @@ def test_the_monitor_can_be_left_out() -> None:
     assert "vgpu-containers" not in volumes
 
 
-# --- DRA (README "DRA") ------------------------------------------------------------------------------------
+# --- DRA (docs/dra.md) ------------------------------------------------------------------------------------
 
 DRA_RULES = [
     ("resource.k8s.io", "resourceslices", ("list", "watch"), ()),

@@ -1,4 +1,4 @@
-"""A values file written for HAMi's chart (v2.10) installs hami with the same meaning (README "Coming from HAMi").
+"""A values file written for HAMi's chart (v2.10) installs hami with the same meaning (docs/coming-from-hami.md).
 
 HAMi's own defaults (tests/data/hami-v2.10.0-values.yaml, kept as HAMi ships it) are rendered alone and under a
 user's file, as ``helm install -f`` layers them: a registry mirror, changed resource names, a device config,

@@ -12,7 +12,7 @@ from tests.e2e.cluster import KubeClient
 from tests.helm import template
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-HAMI_VALUES = DATA / "hami-v2.10.0-values.yaml"  # HAMi v2.10's own chart defaults (README "Coming from HAMi")
+HAMI_VALUES = DATA / "hami-v2.10.0-values.yaml"  # HAMi v2.10's own chart defaults (docs/coming-from-hami.md)
 
 # kind -> (API prefix, plural, namespaced)
 PATHS = {

@@ -1,4 +1,4 @@
-"""Device-plugin pods and DRA claims on the same GPUs, on the real control plane (issue 18, README "DRA").
+"""Device-plugin pods and DRA claims on the same GPUs, on the real control plane (docs/dra.md).
 
 One fake node registers two GPUs in HAMi's format *and* publishes them in a ResourceSlice of NVIDIA's DRA driver
 (``gpu.nvidia.com``, same UUIDs), plus a third device whose UUID hami does not know. Two kube-schedulers run, as

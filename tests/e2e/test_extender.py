@@ -442,8 +442,8 @@ def test_a_pod_turned_down_for_lack_of_gpu_is_retried_when_the_holder_is_deleted
     """kube-scheduler parks a pod its extender turned down and retries it on the next Pod or Node event, else after
     its 5-minute flush. The holder's deletion is such an event, but it reaches kube-scheduler as early as hami, whose
     ledger may not have freed the card yet when the retry comes; hami's leader then annotates the node that freed
-    capacity (``hami.io/capacity-freed``), a Node event that comes after its ledger has (README "Where hami differs
-    from HAMi"). The wait below is far under the flush."""
+    capacity (``hami.io/capacity-freed``), a Node event that comes after its ledger has (docs/coming-from-hami.md,
+    "Where hami differs from HAMi"). The wait below is far under the flush."""
     s = stack()
     node = s.node("one", gpus=1, mem=16000)
     s.pod("holder", gpu_limits(mem=12000, cores=10))
@@ -601,16 +601,16 @@ def test_a_lock_left_behind_by_the_device_plugin_is_released_without_another_bin
     assert f"releasing stale lock: holder {s.namespace}/p1 is bound with bind phase {phase}" in s.hami.log()
 
 
-# --- switching from HAMi (README "Coming from HAMi") --------------------------------------------------------
+# --- switching from HAMi (docs/coming-from-hami.md) --------------------------------------------------------
 
 
 def test_a_switch_from_hami_to_hami_and_back_keeps_every_allocation(
     stack: StackFactory, kube: KubeClient, namespace: str, make_node: Callable[..., dict[str, Any]]
 ) -> None:
-    """README "Switching a running cluster from HAMi to hami, and back", steps 3 and back. HAMi stopped, hami
-    started: hami reads the allocation HAMi wrote from the API and never places a new pod over it. hami stopped
-    (its uninstall): every allocation, HAMi's and hami's own, is left on the pods in HAMi's format byte for byte,
-    no node lock is left, and a scheduler started afresh from the API alone counts both."""
+    """docs/coming-from-hami.md, "Switching a running cluster from HAMi to hami, and back", steps 3 and back.
+    HAMi stopped, hami started: hami reads the allocation HAMi wrote from the API and never places a new pod over
+    it. hami stopped (its uninstall): every allocation, HAMi's and hami's own, is left on the pods in HAMi's format
+    byte for byte, no node lock is left, and a scheduler started afresh from the API alone counts both."""
     node = f"{namespace}-from-hami"
     uuid = f"GPU-{node}-0"
     make_node(

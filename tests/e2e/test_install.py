@@ -247,7 +247,7 @@ def check_deleting_frees_the_ledger(kube: KubeClient, namespace: str, image: str
     kube.delete(f"/api/v1/namespaces/{namespace}/pods/{holder}", {"gracePeriodSeconds": 0})
     # kube-scheduler's retry on the deletion may reach hami before hami's ledger freed the card; hami's leader then
     # marks the node (hami.io/capacity-freed), a Node event, and the pod is retried within seconds, not at
-    # kube-scheduler's 5-minute flush of unschedulable pods (README "Where hami differs from HAMi")
+    # kube-scheduler's 5-minute flush of unschedulable pods (docs/coming-from-hami.md, "Where hami differs from HAMi")
     whole = wait_until(
         lambda: pod_phase(kube, namespace, "gpu-whole", "Running"), timeout=WAIT_S, description="gpu-whole Running"
     )
@@ -427,7 +427,7 @@ UPGRADE_ERRORS: list[str] = []
 
 def create_through_webhook_outage(kube: KubeClient, namespace: str, pod: dict[str, Any]) -> dict[str, Any]:
     """Create ``pod``, retrying while the webhook is unreachable (failurePolicy Fail refuses GPU pods for the moment
-    the rollout moves the leader, as the README says), as a controller would."""
+    the rollout moves the leader, as docs/reliability.md says), as a controller would."""
     deadline = time.monotonic() + WAIT_S
     while True:
         try:

@@ -1,5 +1,5 @@
 """klog's flags, as HAMi's chart and users pass them to HAMi's Go binaries, on hami's long-running commands
-(README "Coming from HAMi"): the verbosity maps onto hami's log level, the rest is accepted with a notice."""
+(docs/coming-from-hami.md): the verbosity maps onto hami's log level, the rest is accepted with a notice."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""The README against what it documents: every flag it names is a real option (of the command it is given to, in
-its examples), its flag tables list real flags with the defaults ``--help`` shows, and its chart-values table names
-keys of ``charts/hami/values.yaml`` with their defaults there."""
+"""The documentation against what it documents: README.md, the pages of the docs site (``docs/*.md``) and
+CONTRIBUTING.md. Every flag they name is a real option (of the command it is given to, in their examples), the
+flag tables list real flags with the defaults ``--help`` shows (``docs/scheduler.md``, ``docs/cli.md``), and the
+chart-values table (``docs/install.md``) names keys of ``charts/hami/values.yaml`` with their defaults there. The
+README stays short and speaks only of the project; its links lead somewhere."""
 
 from __future__ import annotations
 
@@ -17,7 +19,14 @@ import yaml
 from hami.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
+PAGES = {
+    path.relative_to(ROOT).as_posix(): path.read_text()
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "CONTRIBUTING.md"]
+}
+"""Every document a reader has, by its path in the repository."""
+README = PAGES["README.md"]
+DOCS = "\n".join(PAGES.values())
+"""All of them as one text, for the checks that hold wherever a flag or a path is named."""
 VALUES = yaml.safe_load((ROOT / "charts/hami/values.yaml").read_text())
 
 FOREIGN_FLAGS = {
@@ -87,19 +96,19 @@ def _klog_flag(flag: str) -> bool:
     return all(not arg.startswith(flag) for arg in translate([f"{flag}=1"]).args)
 
 
-def test_every_flag_the_readme_names_exists() -> None:
-    named = set(re.findall(r"(?<![\w-])(--[a-z][a-zA-Z0-9_-]*)", README))
+def test_every_flag_the_docs_name_exists() -> None:
+    named = set(re.findall(r"(?<![\w-])(--[a-z][a-zA-Z0-9_-]*)", DOCS))
     scripts = _script_flags()
     known = EVERY_FLAG | set(FOREIGN_FLAGS) | scripts
     unknown = sorted(f for f in named if f not in known and not _klog_flag(f))
-    assert not unknown, f"the README names flags no hami command has: {unknown}"
+    assert not unknown, f"the docs name flags no hami command has: {unknown}"
     stale = sorted(f for f, tool in FOREIGN_FLAGS.items() if f not in named or (tool == "bench" and f not in scripts))
-    assert not stale, f"FOREIGN_FLAGS lists flags the README no longer names or no script has: {stale}"
+    assert not stale, f"FOREIGN_FLAGS lists flags the docs no longer name or no script has: {stale}"
 
 
 def _command_lines() -> Iterator[str]:
-    """Every ``hami …`` or ``kubectl hami …`` command line the README shows (console blocks and code spans)."""
-    for block in re.findall(r"```console\n(.*?)```", README, re.S):
+    """Every ``hami …`` or ``kubectl hami …`` command line the docs show (console blocks and code spans)."""
+    for block in re.findall(r"```console\n(.*?)```", DOCS, re.S):
         lines = block.replace("\\\n", " ").splitlines()
         prompted = any(line.startswith("$ ") for line in lines)  # then the other lines are output
         for raw in lines:
@@ -108,7 +117,7 @@ def _command_lines() -> Iterator[str]:
             line = raw.removeprefix("$ ").strip()
             if line.startswith(("hami ", "kubectl hami ")):
                 yield line.split(" #", 1)[0]
-    yield from re.findall(r"`((?:kubectl )?hami [^`]+)`", README)
+    yield from re.findall(r"`((?:kubectl )?hami [^`]+)`", DOCS)
 
 
 def test_every_example_command_uses_its_own_flags() -> None:
@@ -133,11 +142,12 @@ def test_every_example_command_uses_its_own_flags() -> None:
     assert not problems, "\n".join(problems)
 
 
-def _table(header: str) -> list[list[str]]:
-    """The rows of the README table whose header line starts with ``header`` (cells stripped)."""
-    start = README.index(header)
+def _table(page: str, header: str) -> list[list[str]]:
+    """The rows of the table of ``page`` (``docs/….md``) whose header line starts with ``header`` (cells stripped)."""
+    text = PAGES[page]
+    start = text.index(header)
     rows = []
-    for line in README[start:].splitlines()[2:]:
+    for line in text[start:].splitlines()[2:]:
         if not line.startswith("|"):
             break
         rows.append([cell.strip() for cell in line.strip("|").split("|")])
@@ -153,29 +163,32 @@ _WORDS = {"off": "false", "on": "true", "none": None, "all nodes": None, "JSON":
 
 def test_the_scheduler_flag_table_lists_real_flags_with_their_defaults() -> None:
     options = COMMANDS["scheduler"]
-    rows = _table("| flag | default | meaning |\n|---|---|---|\n| `--scheduler-name`")
+    rows = _table("docs/scheduler.md", "| flag | default | meaning |\n|---|---|---|\n| `--scheduler-name`")
     assert len(rows) >= 20
     for flags_cell, default_cell, _ in rows:
         flags = [f.split()[0] for f in _spans(flags_cell)]
         assert flags, flags_cell
         for flag in flags:
-            assert flag in options, f"README's scheduler table names {flag}, which hami scheduler does not have"
+            assert flag in options, f"the scheduler table names {flag}, which hami scheduler does not have"
         shown = _spans(default_cell)
         default = shown[0] if len(flags) == 1 and len(shown) == 1 else _WORDS.get(default_cell)
         if default is None:
             continue
         match = re.search(r"\[default: ([^\]]*)\]", options[flags[0]])
         assert match is not None, f"{flags[0]} shows no default in --help"
-        assert match.group(1) == default, f"{flags[0]}: README says {default}, --help says {match.group(1)}"
+        assert match.group(1) == default, f"{flags[0]}: the docs say {default}, --help says {match.group(1)}"
 
 
 def test_the_cluster_flag_table_is_what_top_and_explain_take() -> None:
-    rows = _table("| flag | default | meaning |\n|---|---|---|\n| `--kubeconfig FILE`")
+    rows = _table("docs/cli.md", "| flag | default | meaning |\n|---|---|---|\n| `--kubeconfig FILE`")
     assert len(rows) >= 6
     for command in ("top", "explain"):
         for flags_cell, _, _ in rows:
             for flag in (span.split()[0] for span in _spans(flags_cell)):
                 assert flag in COMMANDS[command], f"hami {command} has no {flag}"
+
+
+VALUES_PAGE = "docs/install.md"
 
 
 def _expand(cell: str) -> list[str]:
@@ -203,7 +216,7 @@ def _lookup(path: str) -> Any:
     node: Any = VALUES
     for part in path.split("."):
         assert isinstance(node, dict), f"{path}: {part!r} is under a value that is not a mapping"
-        assert part in node, f"the README's values table names {path}, which charts/hami/values.yaml lacks"
+        assert part in node, f"the values table names {path}, which charts/hami/values.yaml lacks"
         node = node[part]
     return node
 
@@ -215,14 +228,14 @@ def _as_text(value: Any) -> str:
 
 
 def test_the_values_table_checks_defaults_and_names_each_key_once() -> None:
-    rows = _table("| value | default | what it does |")
+    rows = _table(VALUES_PAGE, "| value | default | what it does |")
     named = [path for row in rows for path in _expand(row[0])]
     assert len(named) == len(set(named)), sorted({p for p in named if named.count(p) > 1})
     checked = sum(1 for row in rows if len(_expand(row[0])) in (1, len(row[1].split(","))))
     assert checked >= 15
 
 
-@pytest.mark.parametrize("row", _table("| value | default | what it does |"), ids=lambda r: r[0][:40])
+@pytest.mark.parametrize("row", _table(VALUES_PAGE, "| value | default | what it does |"), ids=lambda r: r[0][:40])
 def test_the_values_table_names_real_keys_with_their_defaults(row: list[str]) -> None:
     keys_cell, default_cell, _ = row
     paths = _expand(keys_cell)
@@ -234,20 +247,97 @@ def test_the_values_table_names_real_keys_with_their_defaults(row: list[str]) ->
     if len(defaults) != len(paths) or any(not re.fullmatch(r'`[^`]*`|\d+|""', d) for d in defaults):
         return  # described in words ("HAMi's seven Ascend chips"); the keys above are still checked
     for path, value, default in zip(paths, values, defaults, strict=True):
-        assert _as_text(value) == default.strip("`"), f"{path}: README says {default}, values.yaml has {value!r}"
+        assert _as_text(value) == default.strip("`"), f"{path}: the docs say {default}, values.yaml has {value!r}"
 
 
-def test_the_readme_cites_only_what_a_reader_has() -> None:
-    """No tracker issue or spec section numbers (documents outside the repository); every repository path it
-    names is in the repository, except what ``make bench`` writes (``bench/results/``, git-ignored, said so)."""
-    assert not re.findall(r"(?i)\bissue[ -]?#?\d+", README)
-    assert "§" not in README
+def test_the_docs_cite_only_what_a_reader_has() -> None:
+    """No tracker issue or spec section numbers (documents outside the repository); every repository path they
+    name is in the repository, except what ``make bench`` writes (``bench/results/``, git-ignored, said so)."""
+    assert not re.findall(r"(?i)\bissue[ -]?#?\d+", DOCS)
+    assert "§" not in DOCS
     top = ("src/", "tests/", "charts/", "bench/", "scripts/", "docs/", ".ci/")
     missing = []
-    for path in set(re.findall(r"`([\w.-]+/[^`\s]*)`", README)):
+    for path in set(re.findall(r"`([\w.-]+/[^`\s]*)`", DOCS)):
         if not path.startswith(top) or path.startswith("bench/results/"):
             continue
         pattern = re.sub(r"<[^>]*>|\{[^}]*\}", "*", path.split("::")[0]).rstrip("/")
         if not any(ROOT.glob(pattern)):
             missing.append(path)
-    assert not missing, f"the README names paths the repository lacks: {sorted(missing)}"
+    assert not missing, f"the docs name paths the repository lacks: {sorted(missing)}"
+
+
+def test_the_readme_is_short_and_its_lines_are_readable() -> None:
+    """The README is a front page: what hami is, a demo, a quick start, links. The rest lives in docs/."""
+    lines = README.splitlines()
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines; move the detail into a docs/ page"
+    long = [(n, len(line)) for n, line in enumerate(lines, 1) if len(line) > 200]
+    assert not long, f"README.md lines over 200 characters (line, length): {long}"
+
+
+def test_the_readme_leads_with_make_demo_then_make_test() -> None:
+    """``make demo`` needs nothing; ``make test`` builds a cluster: a reader tries the first before the second."""
+    block = README.split("## Two commands", 1)[1].split("```console\n", 1)[1].split("```", 1)[0]
+    commands = [line.split("#", 1)[0].strip() for line in block.splitlines()]
+    assert commands == ["make demo", "make test"]
+
+
+# Sentences about the machine the project is developed on, which a user's cluster is not.
+DEV_MACHINE = re.compile(
+    r"(?i)\bthis (?:\d+-core |development |quiet )?machine\b|\bdevelopment machine\b|\bmachine's Go module proxy\b"
+    r"|\b(?:built|run|ran|passed|measured) here\b|\bnot run here\b|\bno \w+ image here\b"
+)
+
+
+def test_no_sentence_speaks_of_the_development_machine() -> None:
+    found = [
+        f"{page}:{n}: {match.group(0)!r}"
+        for page, text in PAGES.items()
+        for n, line in enumerate(text.splitlines(), 1)
+        for match in DEV_MACHINE.finditer(line)
+    ]
+    assert not found, "\n".join(found)
+
+
+def _slug(heading: str) -> str:
+    """A heading's anchor as MkDocs (Python-Markdown's toc) and GitHub make it, for the headings the docs use."""
+    text = re.sub(r"`([^`]*)`", r"\1", heading)
+    text = re.sub(r"[^\w\s-]", "", text).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
+
+
+def _anchors(page: str) -> set[str]:
+    return {_slug(h) for h in re.findall(r"^#+ (.*)$", PAGES[page], re.M)}
+
+
+@pytest.mark.parametrize("page", ["README.md", "CONTRIBUTING.md"])
+def test_the_links_outside_the_docs_site_lead_somewhere(page: str) -> None:
+    """``make docs`` checks the links between docs pages; the README and CONTRIBUTING.md are not part of the site,
+    so their relative links (a file, and an anchor in a Markdown file) are checked here."""
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", PAGES[page]):
+        if re.match(r"[a-z]+://", target):
+            continue
+        path, _, anchor = target.partition("#")
+        missing_anchor = bool(anchor) and path.endswith(".md") and anchor not in _anchors(path)
+        if not (ROOT / path).exists() or missing_anchor:
+            broken.append(target)
+    assert not broken, f"{page} links to what is not there: {broken}"
+
+
+# A reference to a section of the README ("README "Coming from HAMi"", "see the README"): the sections are docs pages.
+README_SECTION = re.compile(r"README(?:'s)? \\?\"|\(README\)|\b(?:the|see) README\b(?!\.md)")
+
+
+def test_code_and_chart_point_to_the_docs_not_to_readme_sections() -> None:
+    """Comments, help texts and messages that send a reader to a section name the docs page it is on now."""
+    cited = []
+    for folder in ("src", "charts", "scripts", "bench", "tests"):
+        for path in sorted((ROOT / folder).rglob("*")):
+            if not path.is_file() or path.suffix in {".pyc", ".png", ".tar"} or ".egg-info" in str(path):
+                continue
+            if path.name == Path(__file__).name:
+                continue
+            for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                if README_SECTION.search(line):
+                    cited.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not cited, "\n".join(cited)

@@ -1,4 +1,4 @@
-{{/* A values file written for HAMi's chart (v2.10) means the same here (README "Coming from HAMi").
+{{/* A values file written for HAMi's chart (v2.10) means the same here (docs/coming-from-hami.md).
 
      Every template starts with `include "hami.values" .`, which, before anything reads the values:
        * refuses HAMi's keys hami cannot honour, naming the key and what to use instead;
@@ -262,13 +262,13 @@
   (list "platform.openshift" false "hami's chart makes no SecurityContextConstraints; grant the device plugin's ServiceAccount the privileged SCC yourself")
   (list "selinux.enabled" false "hami's chart does not relabel host directories; label them container_file_t on the nodes")
   (list "podSecurityPolicy.enabled" false "PodSecurityPolicy is gone since Kubernetes 1.25; hami needs 1.26 or newer")
-  (list "scheduler.kubeScheduler.enabled" true "hami's extender listens on the pod's loopback for its kube-scheduler sidecar only (README \"Architecture\"); keep the sidecar")
+  (list "scheduler.kubeScheduler.enabled" true "hami's extender listens on the pod's loopback for its kube-scheduler sidecar only (docs/architecture.md); keep the sidecar")
   (list "scheduler.networkPolicy.enabled" false "hami makes no NetworkPolicy: its extender is on the pod's loopback, its webhook and /metrics need TLS (scheduler.metricsSecure)")
   (list "devicePlugin.gpuOperatorToolkitReady.enabled" false "hami's chart has no wait for the GPU Operator's toolkit; add an init container with devicePlugin.hamiCore or order the rollout yourself")
   (list "devicePlugin.numaRefit.enabled" false "hami has no /refit: NUMA placement follows enableNumaTopology and kubelet's Topology Manager")
   (list "devicePlugin.hostPIDBroker.enabled" false "hami's device plugin has no host-PID broker")
   (list "devicePlugin.migStrategy" "none" "set MIG per node: \"migstrategy\" in devicePlugin.nodeConfiguration.config")
-  (list "mockDevicePlugin.enabled" false "hami's device plugin has --fake-nvml for clusters without GPUs (README)")
+  (list "mockDevicePlugin.enabled" false "hami's device plugin has --fake-nvml for clusters without GPUs (docs/device-plugin.md)")
   (list "legacyMetrics" false "hami exports HAMi's current metric names only")
   (list "prometheus.enabled" false "hami's chart makes no ServiceMonitor; scrape the scheduler Service's metrics port (grafanaDashboard has a dashboard)")
   (list "devices.ascend.image" "" "hami's chart does not run Ascend's device plugin; install HAMi's ascend-device-plugin on its own")
@@ -289,7 +289,7 @@
 {{- end -}}
 {{- end -}}
 
-{{/* HAMi's keys that are set but have no effect here (README "Coming from HAMi"), for NOTES.txt. */}}
+{{/* HAMi's keys that are set but have no effect here (docs/coming-from-hami.md), for NOTES.txt. */}}
 {{- define "hami.ignoredHAMiKeys" -}}
 {{- $v := .Values -}}
 {{- $ignored := list

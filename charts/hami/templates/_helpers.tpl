@@ -176,7 +176,7 @@ vnpus:
 {{ include "hami.draConfig" . }}
 {{- end -}}
 
-{{/* The device config's dra: section (README "DRA"), from the values. */}}
+{{/* The device config's dra: section (docs/dra.md), from the values. */}}
 {{- define "hami.draConfig" -}}
 dra:
   enabled: {{ .Values.dra.enabled }}

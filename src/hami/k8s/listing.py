@@ -5,7 +5,7 @@ Three list calls — nodes, pods that have not finished, resource quotas — the
 those three resources (a read-only identity is enough). Quotas are optional: an identity that may not list them
 gets the listing without quotas and a note saying so.
 
-Then the DRA objects (README "DRA"): DeviceClasses, ResourceSlices and ResourceClaims of ``resource.k8s.io/v1``,
+Then the DRA objects (docs/dra.md): DeviceClasses, ResourceSlices and ResourceClaims of ``resource.k8s.io/v1``,
 so the view counts what claims hold beside device-plugin pods. Optional too: a cluster that does not serve the API
 (404) has none, and an identity that may not list them gets the listing without them and a note.
 """

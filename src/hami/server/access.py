@@ -1,6 +1,6 @@
 """Who may call which listener: the extender's client authentication, metrics' review, and loading the TLS files.
 
-hami serves three listeners (see the README's "Security model"):
+hami serves three listeners (see docs/security.md):
 
 * the **extender** (``--extender-bind``: ``/filter``, ``/bind``, ``/healthz``, ``/readyz``), loopback-only by
   default, because kube-scheduler runs in the same pod. Listening beyond loopback needs a client authentication:

@@ -1,7 +1,7 @@
 """What ``hami simulate`` prints: the stable JSON document, and tables for people.
 
-The JSON document (``--output json``) is described field by field in the README ("The JSON document of hami
-simulate"); ``document`` builds it. Tables: ``render_summary`` (header, placements, utilization, pending).
+The JSON document (``--output json``) is described field by field in docs/cli.md ("The JSON document of
+hami simulate"); ``document`` builds it. Tables: ``render_summary`` (header, placements, utilization, pending).
 """
 
 from __future__ import annotations

@@ -221,8 +221,8 @@ def test_gpumem_in_bytes_suggests_mebibytes(tmp_path: Path) -> None:
     assert message.endswith("it counts MiB: did you mean 16384? (got '16Gi')")
 
 
-def test_the_readme_shows_real_output_for_a_snapshot() -> None:
-    readme = (Path(__file__).parents[3] / "README.md").read_text(encoding="utf-8")
-    shown = readme.split("$ hami simulate --snapshot cluster.json web.yaml fill.yaml\n", 1)[1].split("\n```", 1)[0]
+def test_the_docs_show_real_output_for_a_snapshot() -> None:
+    page = (Path(__file__).parents[3] / "docs/cli.md").read_text(encoding="utf-8")
+    shown = page.split("$ hami simulate --snapshot cluster.json web.yaml fill.yaml\n", 1)[1].split("\n```", 1)[0]
     result = run_cli("-s", DATA / "kubectl-list.json", DATA / "pods-web.yaml", DATA / "pods-fill.yaml")
     assert shown == result.stdout.rstrip("\n")

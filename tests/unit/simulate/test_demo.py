@@ -212,10 +212,22 @@ def test_demo_json_output() -> None:
     assert {d["annotations"].get("hami.io/vgpu-time") for d in decisions} == {"7", None}
 
 
-def test_the_readme_shows_the_demos_real_output() -> None:
-    readme = (Path(__file__).parents[3] / "README.md").read_text(encoding="utf-8")
-    shown = readme.split("$ hami simulate --demo\n", 1)[1].split("\n```", 1)[0]
-    assert shown == run_cli("--demo").stdout.rstrip("\n")
+def _shown(page: str) -> str:
+    text = (Path(__file__).parents[3] / page).read_text(encoding="utf-8")
+    return text.split("$ hami simulate --demo\n", 1)[1].split("\n```", 1)[0]
+
+
+def test_the_docs_show_the_demos_real_output() -> None:
+    assert _shown("docs/index.md") == run_cli("--demo").stdout.rstrip("\n")
+
+
+def test_the_readmes_demo_excerpt_is_lines_of_the_real_output_in_order() -> None:
+    """The README shows an excerpt: each of its lines is a line of the real output, in the output's order."""
+    excerpt = _shown("README.md").splitlines()
+    output = iter(run_cli("--demo").stdout.splitlines())
+    missing = [line for line in excerpt if not any(line == real for real in output)]
+    assert not missing, f"README demo lines not in the output (or out of order): {missing}"
+    assert len(excerpt) >= 10
 
 
 def test_demo_amd_biren_and_vastai_pods_write_hamis_annotations() -> None:

@@ -1,4 +1,4 @@
-{{/* How a pod that fits nowhere preempts pods of lower priority (README "Preemption"), from scheduler.preemption:
+{{/* How a pod that fits nowhere preempts pods of lower priority (docs/preemption.md), from scheduler.preemption:
        extender  kube-scheduler calls hami's preempt verb with its candidate nodes (kube-scheduler 1.38 or newer);
        self      hami evicts the victims itself (kube-scheduler 1.36, 1.37 never ask an extender for victims);
        off       no preemption for pods asking for hami's devices;
