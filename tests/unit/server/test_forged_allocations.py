@@ -5,6 +5,11 @@ itself counts whatever its scheduler name; hami's scheduler's pods still count a
 
 from __future__ import annotations
 
+import asyncio
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from hami.protocol import keys
 from hami.protocol.objects import Pod
 from hami.server.audit import LedgerAudit
@@ -97,3 +102,39 @@ async def test_after_a_restart_hamis_pods_count_and_forged_ones_do_not(world: Wo
 
     assert set(fresh.state.pods) == {"uid-placed", "uid-bound-by-hami"}
     assert fresh.usage() == world.usage()
+
+
+PodShape = tuple[str, str, str, int, int]  # scheduler name, bound node ("" unbound), annotated node, card, MiB
+
+shapes = st.tuples(
+    st.sampled_from(["hami-scheduler", "nobody", "default-scheduler"]),
+    st.sampled_from(["", "n1", "n2"]),
+    st.sampled_from(["n1", "n2"]),
+    st.integers(0, 1),
+    st.integers(1, 12).map(lambda n: n * 1000),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(pods=st.lists(shapes, max_size=8))
+def test_the_ledger_and_the_relist_hold_exactly_what_hamis_scheduler_s_pods_hold(pods: list[PodShape]) -> None:
+    """Any mix of pods with allocation annotations, of any scheduler, bound or not, naming any card: the ledger
+    charges exactly the pods of hami's scheduler, each on its bound node (a card of another node charges nothing),
+    and two re-lists find nothing to repair."""
+    world = make_world()
+    for node in ("n1", "n2"):
+        world.add_node(gpu_node(node, gpus=2, mem=100000))
+    expected: dict[str, tuple[int, int, int]] = {}
+    for i, (scheduler, bound, names, card, mem) in enumerate(pods):
+        pod = forged(f"p{i}", scheduler=scheduler, bound=bound, names=names, mem=mem)
+        pod.metadata.annotations[ALLOCATED] = f"GPU-{names}-{card},NVIDIA,{mem},10:;"
+        world.add_pod(pod)
+        if scheduler == "hami-scheduler" and (bound or names) == names:
+            slots, used, cores = expected.get(f"GPU-{names}-{card}", (0, 0, 0))
+            expected[f"GPU-{names}-{card}"] = (slots + 1, used + mem, cores + 10)
+
+    assert world.usage() == expected
+    audit = audit_of(world)
+    assert asyncio.run(audit.run()) == []
+    assert asyncio.run(audit.run()) == []
+    assert world.usage() == expected
