@@ -97,6 +97,46 @@ class DraStack:
         )
         self.slices.append(name)
 
+    def publish_whole(self, name: str, node: str, pool: str, generation: int, uuids: list[str]) -> None:
+        """A slice of ``node`` in ``pool`` whose devices ``gpu-<i>`` (UUIDs ``uuids``) are exclusive: a claim takes
+        the whole card. What NodeRestriction lets node ``node`` write: its own ``nodeName``, any pool."""
+        devices = [
+            {"name": f"gpu-{i}", "attributes": {"uuid": {"string": uuid}}, "capacity": {"memory": {"value": "24000Mi"}}}
+            for i, uuid in enumerate(uuids)
+        ]
+        pool_spec = {"name": pool, "generation": generation, "resourceSliceCount": 1}
+        spec = {"driver": DRIVER, "nodeName": node, "pool": pool_spec}
+        body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": name}}
+        self.kube.post(f"{DRA}/resourceslices", {**body, "spec": {**spec, "devices": devices}})
+        self.slices.append(name)
+
+    def claim_whole(self, name: str, uuid: str) -> None:
+        """A ResourceClaim for the whole (exclusive) device with ``uuid``."""
+        selector = f'device.attributes["{DRIVER}"].uuid == "{uuid}"'
+        request = {"deviceClassName": self.device_class, "selectors": [{"cel": {"expression": selector}}]}
+        self.kube.post(
+            f"{DRA}/namespaces/{self.namespace}/resourceclaims",
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": name},
+                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": request}]}},
+            },
+        )
+        self.claims.append(name)
+
+    def device_class_only(self) -> None:
+        self.kube.post(
+            f"{DRA}/deviceclasses",
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": self.device_class},
+                "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
+            },
+        )
+        self.classes.append(self.device_class)
+
     @staticmethod
     def _device(name: str, uuid: str) -> dict[str, Any]:
         return {
@@ -364,6 +404,44 @@ def test_dra_claims_and_device_plugin_pods_share_cards_without_overcommit(dra_st
     assert "DRA: watching resource.k8s.io/v1" in log
     assert "DRA unknown-uuid" in log
     assert "DRA stale-allocation" in log
+
+
+def test_a_slice_another_node_publishes_in_a_nodes_pool_changes_nothing(
+    dra_stack: DraStack, make_node: Callable[..., dict[str, Any]]
+) -> None:
+    """Issue 39: a compromised node B publishes a slice in node A's pool, with a higher generation and A's device
+    names (its own card's UUID): NodeRestriction pins only the slice's nodeName. hami keeps charging A's claim to
+    A's card (no device-plugin pod is placed on the card the claim holds whole), and reports B's slice."""
+    s = dra_stack
+    other = f"{s.namespace}-drb"
+    labels = {"hami-e2e/run": s.namespace}
+    annotations = {keys.NVIDIA_REGISTER: register_annotation(other, 2, CARD_MIB, SLOTS)}
+    make_node(other, extended={GPU: 2 * SLOTS}, labels=labels, annotations=annotations)
+    s.device_class_only()
+    s.publish_whole(f"{s.node}-whole", s.node, s.node, 1, [s.uuid(0), s.uuid(1)])
+    s.claim_whole("whole", s.uuid(0))
+    s.claim_pod("whole-user", "whole")
+    s.kube.wait_for_pod_scheduled(s.namespace, "whole-user")
+    (result,) = s.allocated("whole")["status"]["allocation"]["devices"]["results"]
+    assert (result["pool"], result["device"]) == (s.node, "gpu-0")
+    held = {s.uuid(0): (SLOTS, CARD_MIB, 100)}
+    wait_until(lambda: s.held() == held, description="hami counting the claim as card 0 whole")
+
+    forged = f"{other}-in-{s.node}"
+    s.publish_whole(forged, other, s.node, 7, [f"GPU-{other}-0", f"GPU-{other}-1"])
+    wait_until(lambda: s.problems().get("inconsistent-pool") == 1, description="the foreign slice reported")
+    assert s.held() == held  # still card 0 of node A, not node B's card of the forged slice
+    s.gpu_pod("x", mem=CARD_MIB, cores=100)  # a whole card: only card 1 is free
+    s.kube.wait_for_pod_scheduled(s.namespace, "x")
+    assert s.card_of("x") == s.uuid(1)
+    s.gpu_pod("y", mem=1000, cores=10)  # card 0 is the claim's, card 1 is x's: nothing left on node A
+    s.kube.wait_for_pod_unschedulable(s.namespace, "y")
+    assert s.held() == held
+    command = [str(HAMI), "top", "--kubeconfig", str(s.hami.plane.kubeconfig), "-o", "json"]
+    shown = json.loads(subprocess.run(command, capture_output=True, text=True, timeout=60, check=True).stdout)
+    reported = [(p["kind"], p["object"], p["node"]) for p in shown["dra"]["problems"]]
+    assert ("inconsistent-pool", f"ResourceSlice {forged}", other) in reported
+    assert f"DRA inconsistent-pool: ResourceSlice {forged} on node {other}: " in s.hami.log()
 
 
 def test_without_resource_k8s_io_hami_says_so_once_and_serves(tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ from tests.e2e.invariants import over_capacity
 
 NVIDIA = keys.NVIDIA_KEYS
 CARD_MIB = 24000
-NODES = ("one", "big", "never", "pdb-a", "pdb-b", "twice", "crash")
+NODES = ("one", "big", "never", "pdb-a", "pdb-b", "twice", "crash", "own-a", "own-b", "forge")
 _PRIORITY_CLASS = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass"}
 PRIORITIES = {"low": 10, "mid": 50, "urgent": 1000, "second": 500}
 
@@ -87,6 +87,12 @@ class Preemption:
 
     def get(self, name: str) -> dict[str, Any]:
         return self.kube.get_pod(self.namespace, name)
+
+    def delete_on_its_own(self, name: str) -> None:
+        """The pod's owner deletes it with a day-long grace period (without a kubelet it terminates for good)."""
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 86400}
+        self.kube.delete(f"/api/v1/namespaces/{self.namespace}/pods/{name}", body)
+        wait_until(lambda: self.get(name)["metadata"].get("deletionTimestamp"), description=f"{name} terminating")
 
     def terminating(self) -> list[str]:
         return sorted(
@@ -182,10 +188,11 @@ def test_a_high_priority_pod_evicts_exactly_the_lowest_priority_pod_and_binds_th
     s.wait_terminating("one-low")
     s.nominated("one-urgent", "one")
     victim = s.get("one-low")
+    uid = s.get("one-urgent")["metadata"]["uid"]
     [condition] = [c for c in victim["status"].get("conditions") or [] if c["type"] == "DisruptionTarget"]
     assert (condition["status"], condition["reason"]) == ("True", "PreemptionByScheduler")
-    assert condition["message"] == f"{SCHEDULER_NAME}: preempting to accommodate a higher priority pod"
-    uid = s.get("one-urgent")["metadata"]["uid"]
+    preemptor = f"{s.namespace}/one-urgent (UID {uid})"
+    assert condition["message"] == f"{SCHEDULER_NAME}: preempting to accommodate a higher priority pod: {preemptor}"
     wait_until(
         lambda: (
             (SCHEDULER_NAME, "Normal", "Preempted", f"Preempted by pod {uid} on node {s.nodes['one']}")
@@ -282,3 +289,43 @@ def test_hami_killed_mid_preemption_leaves_no_double_allocation(preemption: Pree
     s.within_capacity()
     assert s.metric("hami_preemption_wasted_evictions_total") == 0
     assert s.hami.ledger()[f"GPU-{s.nodes['crash']}-0"][1] == 14000
+
+
+def test_a_pod_terminating_on_its_own_does_not_hold_back_preemption_on_another_node(preemption: Preemption) -> None:
+    """Issue 39: a tenant's pod deleted with a day-long grace period fills own-a; own-b holds a pod of lower
+    priority. kube-scheduler waits only for pods terminating because of a preemption: so does hami, which
+    preempts on own-b rather than holding own-a for the preemptor (and renewing that hold for a day)."""
+    s = preemption
+    s.running("own-tenant", "own-a", CARD_MIB, "mid")
+    s.delete_on_its_own("own-tenant")
+    s.running("own-low", "own-b", CARD_MIB, "low")
+    s.pending("own-urgent", ("own-a", "own-b"), 6000, "urgent")
+    s.wait_terminating("own-low")
+    s.nominated("own-urgent", "own-b")
+    conditions = s.get("own-tenant")["status"].get("conditions") or []
+    assert not [c for c in conditions if c["type"] == "DisruptionTarget"]  # nobody preempted it
+    s.finish("own-low")
+    s.bound_to("own-urgent", "own-b")
+    s.finish("own-tenant")
+    assert s.terminating() == []
+    s.within_capacity()
+
+
+def test_a_tenant_written_preempted_for_is_not_believed_after_a_restart(preemption: Preemption) -> None:
+    """Issue 39: a tenant deletes its own pod and writes ``hami.io/preempted-for`` on it, naming a pending pod of
+    its own; after a restart hami holds nothing for that pod on the tenant's node (only the condition hami writes
+    on its victims, naming the preemptor's UID, is believed: a tenant cannot write a pod's status)."""
+    s = preemption
+    s.running("forge-tenant", "forge", 20000, "low")
+    s.pending("forge-named", ("forge",), 6000, "never")  # 4000 MiB left: waits, and preempts nobody
+    s.kube.wait_for_pod_unschedulable(s.namespace, "forge-named")
+    path = f"/api/v1/namespaces/{s.namespace}/pods/forge-tenant"
+    s.kube.patch(path, {"metadata": {"annotations": {keys.PREEMPTED_FOR: f"{s.namespace}/forge-named"}}})
+    s.delete_on_its_own("forge-tenant")
+    s.hami.restart()
+    s.pending("forge-small", ("forge",), 3000, "low")  # fits beside the tenant's pod unless a hold took the room
+    s.bound_to("forge-small", "forge")
+    assert not s.get("forge-named")["status"].get("nominatedNodeName")
+    assert s.hami.ledger()[f"GPU-{s.nodes['forge']}-0"][1] == 23000  # the tenant's pod and forge-small, no hold
+    for name in ("forge-tenant", "forge-named", "forge-small"):
+        s.kube.delete_pod(s.namespace, name)

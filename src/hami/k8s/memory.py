@@ -15,11 +15,13 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+import msgspec
+
 from hami.errors import ApiError, BudgetRefused, Conflict, NotFound
 from hami.k8s.client import ListPage
 from hami.k8s.cluster import pod_replaced
 from hami.k8s.records import ObjectRef
-from hami.protocol.objects import Node, Pod, PodDisruptionBudget
+from hami.protocol.objects import Node, Pod, PodCondition, PodDisruptionBudget
 
 __all__ = ["MemoryCluster", "RecordedEvent"]
 
@@ -44,6 +46,18 @@ def _merge(target: dict[str, str], changes: Mapping[str, str | None] | None) -> 
             target.pop(key, None)
         else:
             target[key] = value
+
+
+def _merged(old: Iterable[PodCondition], new: Iterable[PodCondition]) -> tuple[PodCondition, ...]:
+    """``old`` with each condition of ``new`` in place of the one of its type (appended when there is none)."""
+    out = list(old)
+    for condition in new:
+        at = next((i for i, c in enumerate(out) if c.type == condition.type), None)
+        if at is None:
+            out.append(condition)
+        else:
+            out[at] = condition
+    return tuple(out)
 
 
 def _modified(resource: str, name: str) -> Conflict:
@@ -206,7 +220,8 @@ class MemoryCluster:
 
     async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
         """As the Eviction API: the UID precondition, then every budget selecting the pod must allow one more
-        disruption (``BudgetRefused`` otherwise); then a graceful delete (``deletionTimestamp`` set, pod kept)."""
+        disruption (``BudgetRefused`` otherwise); then the ``DisruptionTarget`` condition (reason
+        ``EvictionByEvictionAPI``) and a graceful delete (``deletionTimestamp`` set, pod kept)."""
         self._enter("evict_pod")
         pod = self._pod(namespace, name)
         if uid != pod.metadata.uid:
@@ -223,6 +238,8 @@ class MemoryCluster:
         for budget in selecting:
             budget.status.disruptions_allowed -= 1
         pod.metadata.deletion_timestamp = pod.metadata.deletion_timestamp or "2026-01-01T00:00:00Z"
+        evicting = PodCondition("DisruptionTarget", "True", "EvictionByEvictionAPI", "Eviction API: evicting")
+        pod.status.conditions = _merged(pod.status.conditions, [evicting])
         self._stamp(pod)
 
     async def patch_pod_status(self, namespace: str, name: str, uid: str, status: Mapping[str, object]) -> None:
@@ -233,6 +250,9 @@ class MemoryCluster:
             raise pod_replaced(namespace, name, uid, detail, 422)
         if "nominatedNodeName" in status:
             pod.status.nominated_node_name = str(status["nominatedNodeName"] or "")
+        if "conditions" in status:  # a strategic merge: by type
+            given = msgspec.convert(status["conditions"], type=list[PodCondition])
+            pod.status.conditions = _merged(pod.status.conditions, given)
         self.statuses.append((namespace, name, copy.deepcopy(dict(status))))
         self._stamp(pod)
 

@@ -16,7 +16,6 @@ __all__ = [
     "EventReason",
     "EventType",
     "binding_succeed_text",
-    "disruption_text",
     "filtering_failed_texts",
     "filtering_succeed_text",
     "no_available_node_text",
@@ -53,11 +52,6 @@ class EventReason(enum.StrEnum):
 def preempted_text(preemptor_uid: str, node: str) -> str:
     """kube-scheduler's ``Preempted`` message on a victim: ``Preempted by pod <uid> on node <node>``."""
     return f"Preempted by pod {preemptor_uid} on node {node}"
-
-
-def disruption_text(scheduler: str) -> str:
-    """kube-scheduler's ``DisruptionTarget`` message on a victim (its own name first)."""
-    return f"{scheduler}: preempting to accommodate a higher priority pod"
 
 
 def nodes_failed_text(reason: Reason, nodes: Iterable[str]) -> str:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 
 from hami.errors import ApiError, InvalidInput, NotFound
 from hami.protocol import keys
+from hami.protocol.disruption import preempted_for
 from hami.protocol.objects import Pod
 from hami.scheduling.bind import NOT_PENDING, bind
 from hami.scheduling.cleanup import pod_gone, release_allocation
@@ -286,8 +287,8 @@ class Cycle(CycleParts):
         made for it wasted unless it is bound where they were made); nominated pending pods and the victims
         still terminating are remembered (the holds are rebuilt from them after a restart)."""
         uid, bound, meta = pod.metadata.uid, pod.spec.node_name, pod.metadata
-        preemptor = meta.annotations.get(keys.PREEMPTED_FOR)
-        if preemptor and bound and meta.deletion_timestamp and not gone:
+        preemptor = preempted_for(pod, meta.annotations.get(keys.PREEMPTED_FOR, ""))
+        if preemptor is not None and bound and not gone:
             self.victims[uid] = (preemptor, bound, pod.key)
         else:
             self.victims.pop(uid, None)
@@ -407,5 +408,5 @@ def _same(a: PodRecord, b: PodRecord) -> bool:
     return a.node == b.node and a.charges == b.charges and a.slices == b.slices
 
 
-def _standing(record: PodRecord) -> tuple[int, str | None, bool]:
-    return record.priority, record.started, record.terminating
+def _standing(record: PodRecord) -> tuple[int, str | None, bool, bool]:
+    return record.priority, record.started, record.terminating, record.preempted

@@ -3,7 +3,7 @@ placed, deleted, or the hold's deadline passes, so no other pod's /filter is giv
 
 A hold is a ledger record of the ``held`` kind (``PreemptionHold``, like a DRA claim's: kept in
 ``ClusterState.held``, charged to devices, never to namespace quotas), keyed by the preemptor's UID, charging what
-the preemptor would get on the node once its victims (and the node's other terminating pods) are gone. While the
+the preemptor would get on the node once its victims (and the node's other pods being preempted) are gone. While the
 victims still terminate, the device is charged twice (their usage and the hold): nothing else fits there. When
 they have left, what remains charged is the hold, exactly the preemptor's need; its own /filter lifts the hold
 first and then finds that room.
@@ -24,12 +24,12 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from hami.scheduling.preemption import fits_without
+from hami.scheduling.preemption import fits_without, leaving_of
 from hami.scheduling.request import PodRequest
 from hami.scheduling.state import ClusterState, PodRecord
 from hami.scheduling.usage import effective_charges
 
-__all__ = ["HOLD_MARGIN_S", "Hold", "HoldBook", "PreemptionHold", "hold_record", "terminating_on"]
+__all__ = ["HOLD_MARGIN_S", "Hold", "HoldBook", "PreemptionHold", "hold_record", "leaving_on"]
 
 HOLD_MARGIN_S = 30.0
 """Added to the victims' longest termination grace period to make a hold's deadline: the kubelet needs a little
@@ -57,9 +57,10 @@ class Hold:
         return self.record.node
 
 
-def terminating_on(state: ClusterState, node: str) -> frozenset[str]:
-    """The UIDs of the node's pods that are already terminating (they count as leaving)."""
-    return frozenset(uid for uid in state.pods_by_node.get(node, ()) if state.pods[uid].terminating)
+def leaving_on(state: ClusterState, node: str, evicted: Collection[str] = ()) -> frozenset[str]:
+    """The UIDs of the node's pods being preempted (``preemption.leaving_of``: terminating with a scheduler's
+    preemption condition, or ``evicted`` by hami); a pod terminating for another reason is not leaving."""
+    return leaving_of((state.pods[uid] for uid in state.pods_by_node.get(node, ())), evicted)
 
 
 def hold_record(state: ClusterState, req: PodRequest, node: str, leaving: Collection[str]) -> PreemptionHold | None:

@@ -92,9 +92,11 @@ class CycleParts:
     """Capacity held for preemptors while their victims terminate (``hami.scheduling.holds``)."""
     nominated: dict[str, Pod] = field(default_factory=dict)
     """Pending pods with a ``status.nominatedNodeName``, by UID: the holds are rebuilt from them after a restart."""
-    victims: dict[str, tuple[str, str, str]] = field(default_factory=dict)
-    """Terminating pods hami evicted (``hami.io/preempted-for``), by UID → (preemptor ``namespace/name``, node,
-    the victim's ``namespace/name``): with the nominations, what the holds are rebuilt from after a restart."""
+    victims: dict[str, tuple[tuple[str, str], str, str]] = field(default_factory=dict)
+    """Terminating pods hami evicted, by UID → ((preemptor ``namespace/name``, its UID), node, the victim's
+    ``namespace/name``): with the nominations, what the holds are rebuilt from after a restart. Only pods whose
+    ``hami.io/preempted-for`` the ``DisruptionTarget`` condition hami wrote confirms
+    (``hami.protocol.disruption.preempted_for``): a tenant can write the annotation, not the condition."""
     nominations: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     """Preemptors whose ``nominatedNodeName`` is checked again after /filter answered (``renominate``), by UID."""
     node_locks: Mapping[str, Collection[str]] = field(default_factory=dict)

@@ -9,9 +9,11 @@ For a pod that fits nowhere, of priority above 0 and ``preemptionPolicy`` not ``
 2. if some node has victims, the cluster's PodDisruptionBudgets are read and the candidates ranked with them;
 3. on the best candidate the capacity is held for the pod (in the same step as the ranking: no other /filter
    runs in between), then each victim is evicted through the Eviction API (graceful: the pod's own grace
-   period), given kube-scheduler's ``DisruptionTarget`` condition (``PreemptionByScheduler``) and its
-   ``Preempted`` event. A 429 from a budget means that candidate is not used now: its hold is lifted and the
-   next candidate is tried (at most ``CANDIDATES_TRIED``);
+   period), given kube-scheduler's ``DisruptionTarget`` condition (``PreemptionByScheduler``; the message names
+   the preemptor: ``hami.protocol.disruption``) and its ``Preempted`` event. A pod that was already terminating
+   for another reason is a victim like any other (kube-scheduler's dry run keeps it); its eviction can only
+   shorten its grace period (to its own) and marks it preempted. A 429 from a budget means that candidate is not
+   used now: its hold is lifted and the next candidate is tried (at most ``CANDIDATES_TRIED``);
 4. the pod's ``status.nominatedNodeName`` is set to the node (kube-scheduler keeps it while the victims
    terminate with that condition, and hami rebuilds its holds from it after a restart).
 
@@ -28,9 +30,10 @@ from datetime import UTC, datetime
 
 from hami.errors import ApiError, BudgetRefused, Conflict, InvalidInput, NotFound
 from hami.protocol import keys
-from hami.protocol.events import EventReason, disruption_text, preempted_text
+from hami.protocol.disruption import disruption_text
+from hami.protocol.events import EventReason, preempted_text
 from hami.protocol.objects import ObjectMeta, Pod
-from hami.scheduling.holds import HOLD_MARGIN_S, Hold, hold_record, terminating_on
+from hami.scheduling.holds import HOLD_MARGIN_S, Hold, hold_record, leaving_on
 from hami.scheduling.outcomes import ApiFailure, Preempting, PreemptionNote
 from hami.scheduling.parts import CycleParts
 from hami.scheduling.ports import ClusterPort
@@ -71,14 +74,15 @@ async def preempt_for(
     if not eligible(parts, req):
         return None, ()
     nodes = _free_nodes(parts, names, ())
-    plan = preempt(parts.state, req, nodes, (), _keep(parts, nodes), bounded=True)
+    evicted = parts.holds.evicted
+    plan = preempt(parts.state, req, nodes, (), _keep(parts, nodes), bounded=True, evicted=evicted)
     if plan.chosen is None:
         return _no_candidate(plan), ()
     budgets, failures = await _budgets(parts, nodes)
     refused: list[str] = []
     for _ in range(CANDIDATES_TRIED):
         nodes = _free_nodes(parts, names, refused)
-        plan = preempt(parts.state, req, nodes, budgets, _keep(parts, nodes), bounded=True)
+        plan = preempt(parts.state, req, nodes, budgets, _keep(parts, nodes), bounded=True, evicted=evicted)
         if plan.chosen is None:
             break
         hold = _hold(parts, req, plan.chosen)  # right after the ranking: nothing ran in between
@@ -151,9 +155,9 @@ async def read_budgets(state: ClusterState, port: ClusterPort, nodes: Iterable[s
 
 
 def _hold(parts: CycleParts, req: PodRequest, chosen: Candidate) -> Hold | None:
-    """Hold what the pod gets on the chosen node once its victims and terminating pods are gone."""
+    """Hold what the pod gets on the chosen node once its victims and the pods being preempted there are gone."""
     node = chosen.node
-    leaving = terminating_on(parts.state, node) | {v.uid for v in chosen.victims}
+    leaving = leaving_on(parts.state, node, parts.holds.evicted) | {v.uid for v in chosen.victims}
     record = hold_record(parts.state, req, node, leaving)
     if record is None:
         return None
@@ -213,7 +217,7 @@ async def _evict(parts: CycleParts, pod: Pod, victim: PodRecord, node: str, fail
     parts.holds.evicted.add(uid)
     scheduler = pod.spec.scheduler_name or "hami-scheduler"
     try:
-        await parts.port.mark_preempted(ns, name, uid, disruption_text(scheduler))
+        await parts.port.mark_preempted(ns, name, uid, disruption_text(scheduler, pod.key, pod.metadata.uid))
         await parts.port.patch_pod_metadata(ns, name, {keys.PREEMPTED_FOR: pod.key}, uid=uid)
     except (NotFound, Conflict):
         pass  # gone already: the kubelet (or a grace period of 0) finished it
@@ -296,22 +300,26 @@ def expire_holds(parts: CycleParts, now: float) -> list[Hold]:
 
 def rebuild_holds(parts: CycleParts, now: float) -> int:
     """Once per process, at the first /filter it answers: the holds of the preemptions in flight, rebuilt from
-    the victims still terminating (``hami.io/preempted-for`` names their preemptor) and from the pending pods'
-    ``status.nominatedNodeName``; each where the pod fits once that node's terminating pods are gone. Returns
-    how many were placed."""
+    the victims hami evicted that are still terminating (``hami.io/preempted-for`` names their preemptor, believed
+    only when the ``DisruptionTarget`` condition hami wrote names the same pod: ``CycleParts.victims``; the hold is
+    placed only for the pod of the UID the condition names) and from the pending pods' ``status.nominatedNodeName``;
+    each where the pod fits once the pods being preempted on that node are gone. Returns how many were placed."""
     if parts.holds.rebuilt:
         return 0
     parts.holds.rebuilt = True
-    wanted: dict[tuple[str, str], tuple[str, list[str]]] = {}
-    for preemptor, node, victim in parts.victims.values():
+    wanted: dict[tuple[str, str, str], tuple[str, list[str]]] = {}  # preemptor (ns, name, UID) -> node, victims
+    for (preemptor, preemptor_uid), node, victim in parts.victims.values():
         ns, _, name = preemptor.partition("/")
-        wanted.setdefault((ns, name), (node, []))[1].append(victim)
+        wanted.setdefault((ns, name, preemptor_uid), (node, []))[1].append(victim)
     for pod in parts.nominated.values():
-        wanted.setdefault((pod.metadata.namespace, pod.metadata.name), (pod.status.nominated_node_name, []))
+        meta = pod.metadata
+        wanted.setdefault((meta.namespace, meta.name, meta.uid), (pod.status.nominated_node_name, []))
     placed = 0
-    for (ns, name), (node, victims) in sorted(wanted.items()):
+    for (ns, name, uid), (node, victims) in sorted(wanted.items()):
         found = parts.port.watched_pod(ns, name)
-        if found is not None and not found.spec.node_name and _rebuild(parts, found, node, victims, now):
+        if found is None or found.metadata.uid != uid or found.spec.node_name:
+            continue
+        if _rebuild(parts, found, node, victims, now):
             placed += 1
     return placed
 
@@ -325,7 +333,7 @@ def _rebuild(parts: CycleParts, pod: Pod, node: str, victims: Sequence[str], now
         return False
     if req.uid in parts.state.pods:
         return False  # reserved already
-    record = hold_record(parts.state, req, node, terminating_on(parts.state, node))
+    record = hold_record(parts.state, req, node, leaving_on(parts.state, node, parts.holds.evicted))
     if record is None:
         return False
     parts.holds.place(parts.state, Hold(record, tuple(sorted(victims)), now + DEFAULT_GRACE_S + HOLD_MARGIN_S))

@@ -6,7 +6,12 @@ whatever the vendors judge. Nothing here fits devices itself, and nothing is evi
 
 Per node (kube-scheduler's ``SelectVictimsOnNode``, with the vendors' Fit in place of its filters):
 
-1. pods already terminating count as leaving: they are removed first and are never victims;
+1. pods being preempted count as leaving: they are removed first and are never victims. A pod is being
+   preempted when it terminates with the ``DisruptionTarget`` condition kube-scheduler and hami write on their
+   victims (``hami.protocol.disruption``; ``PodRecord.preempted``), or when hami evicted it (``evicted``). Any
+   other terminating pod stays, as kube-scheduler's dry run keeps it: its capacity is used until it is gone, and a
+   pod of lower priority is a victim like any other (deleted by its owner with a day-long grace period, it is not
+   a free win, and no node ranks first because of it);
 2. every pod of strictly lower priority is removed; if the pod still does not fit, the node has no candidate;
 3. the removed pods are put back one at a time, the most important first (those whose eviction would break a
    PodDisruptionBudget before the others, then by priority, highest first, then the smallest share of the
@@ -17,7 +22,8 @@ Per node (kube-scheduler's ``SelectVictimsOnNode``, with the vendors' Fit in pla
 
 Candidate nodes are ranked as kube-scheduler ranks them: fewest budget violations, then the lowest highest-victim
 priority, the smallest sum of priorities, the fewest victims, the latest earliest start among the highest-priority
-victims; then by node name. A node where the pod fits once terminating pods have left (no victim) comes first.
+victims; then by node name. A node where the pod fits once the pods being preempted there have left (no victim)
+comes first.
 
 Deliberate difference from kube-scheduler: among pods of equal priority the smaller ones are reprieved first, so
 one big pod is preempted rather than several small ones.
@@ -44,6 +50,7 @@ __all__ = [
     "Preemption",
     "candidate_limit",
     "fits_without",
+    "leaving_of",
     "preempt",
     "victims_on",
 ]
@@ -73,8 +80,8 @@ class Budget:
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """One node where the pod fits once ``victims`` are gone (the terminating pods of the node left too), with
-    the numbers it is ranked by."""
+    """One node where the pod fits once ``victims`` are gone (the pods being preempted on the node left too),
+    with the numbers it is ranked by."""
 
     node: str
     victims: tuple[PodRecord, ...]
@@ -127,9 +134,11 @@ def preempt(
     budgets: Sequence[Budget] = (),
     keep: Collection[str] = (),
     bounded: bool = False,
+    evicted: Collection[str] = (),
 ) -> Preemption:
     """Victims for ``req`` on each of ``nodes`` and the best candidate among them (see the module docstring).
-    The pods ``keep`` (UIDs: reserved but not bound yet, already evicted) stay where they are: never victims.
+    The pods ``keep`` (UIDs: reserved but not bound yet, already evicted) stay where they are: never victims;
+    the pods ``evicted`` (UIDs hami evicted) count as leaving.
     ``bounded``: stop once ``candidate_limit`` candidates are found, searching the nodes in name order from an
     offset fixed by the pod's UID (kube-scheduler starts at a random one), so different pods search different
     nodes first; the nodes not searched are in neither ``candidates`` nor ``refused``."""
@@ -146,7 +155,7 @@ def preempt(
         start = zlib.crc32(req.uid.encode()) % len(order)
         order = order[start:] + order[:start]
     for name in order:
-        found = victims_on(state, req, name, budgets, keep=keep)
+        found = victims_on(state, req, name, budgets, keep=keep, evicted=evicted)
         if isinstance(found, Candidate):
             candidates.append(found)
             if len(candidates) >= limit:
@@ -166,11 +175,13 @@ def victims_on(
     budgets: Sequence[Budget] = (),
     gone: Collection[str] = (),
     keep: Collection[str] = (),
+    evicted: Collection[str] = (),
 ) -> Candidate | str:
     """The minimal set of lower-priority pods of ``node`` whose removal makes ``req`` fit, or why there is none.
-    ``gone`` (UIDs) leave anyway, as terminating pods do: the victims kube-scheduler's own dry run already chose
-    when it asks the extender's preempt verb; they are never among the victims returned. ``keep`` (UIDs: reserved
-    but not bound yet, already evicted) stay where they are: never victims either."""
+    ``gone`` (UIDs) leave anyway, as pods being preempted do: the victims kube-scheduler's own dry run already
+    chose when it asks the extender's preempt verb; they are never among the victims returned. ``keep`` (UIDs:
+    reserved but not bound yet, already evicted) stay where they are: never victims either. ``evicted`` (UIDs hami
+    evicted) are being preempted, whatever their records show yet."""
     if node not in state.nodes:
         return "node unknown to hami"
     if not req.preempts:
@@ -178,7 +189,7 @@ def victims_on(
     if not isinstance(filter_node(state, state.nodes[node], req, empty=True), NodeFit):
         return "the pod does not fit even on the empty node"
     on_node = sorted((state.pods[uid] for uid in state.pods_by_node.get(node, ())), key=lambda r: r.uid)
-    leaving = frozenset(r.uid for r in on_node if r.terminating) | frozenset(gone)
+    leaving = leaving_of(on_node, evicted) | frozenset(gone)
     lower = [r for r in on_node if r.uid not in leaving and r.uid not in keep and r.priority < req.priority]
     removed = {r.uid for r in lower}
     if fits_without(state, req, node, leaving | removed) is None:
@@ -191,6 +202,12 @@ def victims_on(
     removed = _minimal(state, req, node, leaving, removed, order)
     victims = tuple(r for r in order if r.uid in removed)
     return _candidate(node, victims, budgets)
+
+
+def leaving_of(records: Iterable[PodRecord], evicted: Collection[str] = ()) -> frozenset[str]:
+    """The UIDs of ``records`` being preempted: terminating with a scheduler's preemption condition, or evicted
+    by hami (``evicted``). Other terminating pods are not leaving (module docstring)."""
+    return frozenset(r.uid for r in records if r.preempted or r.uid in evicted)
 
 
 def _reprieve_order(

@@ -6,7 +6,7 @@ kube-scheduler's DefaultPreemption runs only its in-tree filters in its dry run;
 the extender name the victims (kubernetes#135486). A node whose list is not empty needs those pods gone for its
 in-tree resources (CPU, memory, ports): they are kept, counted as leaving, and hami adds the pods its devices
 need on top. A node hami leaves out of the answer is one where preemption cannot help; a node where the pod
-fits without preempting anything (terminating pods leaving) is left out too, since kube-scheduler refuses a
+fits without preempting anything (pods being preempted leaving) is left out too, since kube-scheduler refuses a
 candidate without victims and the pod is placed once they have gone.
 
 kube-scheduler ranks the candidates itself, by the same rules as ``preempt`` (budget violations, highest victim
@@ -25,7 +25,7 @@ from hami.scheduling.state import ClusterState
 __all__ = ["NEVER", "NO_VICTIMS", "VerbAnswer", "answer_preempt_verb"]
 
 NEVER = "preemptionPolicy is Never: the pod preempts no pod"
-NO_VICTIMS = "the pod fits there once its terminating pods have left: nothing to preempt"
+NO_VICTIMS = "the pod fits there once the pods being preempted there have left: nothing to preempt"
 
 
 @dataclass(frozen=True, slots=True)

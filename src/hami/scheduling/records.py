@@ -31,6 +31,7 @@ from hami.devices.common import reads_slices
 from hami.errors import InvalidInput
 from hami.protocol import keys
 from hami.protocol.allocation import PodDevices
+from hami.protocol.disruption import terminating_by_preemption
 from hami.protocol.objects import Pod
 from hami.scheduling.state import OneVendor, PodRecord
 from hami.scheduling.usage import app_charges, container_kinds, effective_charges
@@ -185,6 +186,7 @@ class RecordReader:
             pod.spec.priority or 0,
             pod.status.start_time,
             meta.deletion_timestamp is not None,
+            terminating_by_preemption(pod),
         )
 
     def _devices(self, pod: Pod) -> tuple[dict[str, PodDevices], list[str]]:

@@ -41,8 +41,9 @@ class PodRecord:
     ``slices`` lists the slices the pod occupies on partitioned devices as (vendor, device id, position).
     ``problem`` is set when the pod's annotations could not be decoded (see ``hami.scheduling.records``: what
     could be decoded is charged). ``priority`` (``spec.priority``, 0 when unset), ``started`` (``status.startTime``,
-    RFC 3339, None before the kubelet starts it) and ``terminating`` (``metadata.deletionTimestamp`` set) are what
-    preemption reads (``hami.scheduling.preemption``); they charge nothing.
+    RFC 3339, None before the kubelet starts it), ``terminating`` (``metadata.deletionTimestamp`` set) and
+    ``preempted`` (terminating because a scheduler preempted it: ``hami.protocol.disruption``) are what preemption
+    reads (``hami.scheduling.preemption``); they charge nothing.
     """
 
     uid: str
@@ -56,6 +57,7 @@ class PodRecord:
     priority: int = 0
     started: str | None = None
     terminating: bool = False
+    preempted: bool = False
     held: ClassVar[bool] = False
     """True on record classes of capacity held outside hami's pods (DRA claims): see ``ClusterState``. A class
     attribute, so it costs no byte per record."""

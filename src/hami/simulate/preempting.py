@@ -3,8 +3,9 @@ best nodes and why, from the scheduler's own preemption core (``hami.scheduling.
 built — so what it shows is what the preempt verb answers kube-scheduler, and what hami evicts itself.
 
 Per candidate node (best first, as kube-scheduler ranks them): each victim with its priority and what it frees
-per card; each other pod holding the node's devices with why it stays (equal or higher priority, terminating and
-so leaving anyway, or not needed: the pod fits with it staying). Per other node, why preemption cannot help there.
+per card; each other pod holding the node's devices with why it stays (equal or higher priority, being preempted
+and so leaving anyway, or not needed: the pod fits with it staying; a pod terminating for another reason is
+weighed as any other, as kube-scheduler weighs it). Per other node, why preemption cannot help there.
 PodDisruptionBudgets are not read by explain: the ranking shown is the one without them.
 """
 
@@ -91,14 +92,14 @@ def explain_preemption(state: ClusterState, pod: Pod, req: PodRequest, nodes: Se
         names = ", ".join(v.pod for v in best.victims)
         message = f"would preempt {len(best.victims)} pod(s) on {best.node}: {names}"
     else:
-        message = f"fits on {best.node} once its terminating pods have left: nothing to preempt"
+        message = f"fits on {best.node} once the pods being preempted there have left: nothing to preempt"
     return PreemptionView(req.priority, policy, message, shown, len(outcome.candidates) - len(shown), refused)
 
 
 def _refusal(state: ClusterState, req: PodRequest, node: str, why: str) -> str:
     """The core's reason, made concrete where no pod of the node has a lower priority than the pod's."""
     records = [state.pods[u] for u in state.pods_by_node.get(node, ())]
-    if why == NOT_EVEN_ALL_LOWER and not any(r.priority < req.priority and not r.terminating for r in records):
+    if why == NOT_EVEN_ALL_LOWER and not any(r.priority < req.priority and not r.preempted for r in records):
         return f"every pod there has equal or higher priority (the pod's is {req.priority})"
     return why
 
@@ -126,8 +127,8 @@ def _cores(state: ClusterState, node: str, charge: Charge) -> str:
 
 
 def _why_kept(record: PodRecord, req: PodRequest) -> str:
-    if record.terminating:
-        return "terminating: leaves anyway"
+    if record.preempted:
+        return "being preempted: leaves anyway"
     if record.priority > req.priority:
         return "higher priority"
     if record.priority == req.priority:

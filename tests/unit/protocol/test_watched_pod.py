@@ -91,3 +91,28 @@ def test_views_are_not_tracked_by_the_cyclic_collector() -> None:
         assert not gc.is_tracked(pod)
         assert not gc.is_tracked(pod.metadata)
         assert not gc.is_tracked(pod.spec.containers[0])
+
+
+CONDITIONS = [
+    {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+    {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler", "message": "m"},
+    {"type": "PodScheduled", "status": "True"},
+]
+
+
+@pytest.mark.parametrize("deleting", [False, True])
+def test_a_watched_pod_keeps_only_the_disruption_target_of_a_terminating_pod(deleting: bool) -> None:
+    """Preemption reads only that condition of a terminating pod; no other condition is kept (issue 19's size)."""
+    meta: dict[str, Any] = {"name": "p", **({"deletionTimestamp": "2026-01-02T00:00:00Z"} if deleting else {})}
+    body = msgspec.json.encode({"metadata": meta, "status": {"phase": "Running", "conditions": CONDITIONS}})
+    watched = msgspec.json.decode(body, type=WatchedPod)
+    assert [c.type for c in watched.status.conditions] == (["DisruptionTarget"] if deleting else [])
+    assert not watched.status.raw_conditions  # no view of the message is kept
+    assert "conditions" not in msgspec.to_builtins(watched)["status"] or deleting
+    full = msgspec.json.decode(body, type=Pod)
+    assert [c.type for c in full.status.conditions] == ["Ready", "DisruptionTarget", "PodScheduled"]
+
+
+def test_unreadable_conditions_are_none_believed() -> None:
+    body = b'{"metadata": {"deletionTimestamp": "x"}, "status": {"conditions": {"type": "DisruptionTarget"}}}'
+    assert msgspec.json.decode(body, type=WatchedPod).status.conditions == ()

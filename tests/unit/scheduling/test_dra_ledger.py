@@ -163,6 +163,14 @@ def test_a_deleted_slice_keeps_its_held_devices_counted_where_they_were() -> Non
     assert book.state.held == {}
 
 
+def test_a_device_no_longer_published_stays_counted_when_its_claim_is_derived_again() -> None:
+    book = loaded("claim-shared-memory")
+    book.slice_event(slice_(), deleted=True)
+    book.node_event("dra-node-1")  # the registration changed: the claim is derived again
+    book.claim_event(claim("claim-shared-memory"))  # and its claim changed
+    assert usage(book.state, "dra-node-1", GPU0) == (1, 10240, 100)
+
+
 def test_only_the_highest_pool_generation_counts() -> None:
     book = ledger()
     old = synthetic_slice("s-old", "dra-node-2", [shared_device("gpu-0", SMALL1)], pool="p", generation=1)

@@ -16,6 +16,7 @@ from hami.protocol.objects import (
     LabelSelector,
     ObjectMeta,
     Pod,
+    PodCondition,
     PodDisruptionBudget,
     PodDisruptionBudgetSpec,
     PodDisruptionBudgetStatus,
@@ -24,7 +25,7 @@ from hami.scheduling.holds import HOLD_MARGIN_S, PreemptionHold
 from tests.unit.server.support import NOW, NS, World, gpu_node, gpu_pod, make_world
 
 NVIDIA = keys.NVIDIA_KEYS
-CONDITION_MESSAGE = "hami-scheduler: preempting to accommodate a higher priority pod"
+CONDITION_MESSAGE = f"hami-scheduler: preempting to accommodate a higher priority pod: {NS}/urgent (UID uid-urgent)"
 
 
 def preempting(backing: MemoryCluster | None = None) -> World:
@@ -233,19 +234,66 @@ async def test_two_preemptors_never_share_the_freed_capacity() -> None:
     assert world.state.verify() == []
 
 
-async def test_reserved_but_unbound_and_terminating_pods_are_never_victims() -> None:
+def terminate(world: World, name: str, *conditions: PodCondition) -> Pod:
+    """The pod is deleted (gracefully: it terminates) with ``conditions``; the watch shows it."""
+    stored = world.cluster._pods[(NS, name)]
+    stored.metadata.deletion_timestamp = "2026-08-21T06:20:00Z"
+    stored.status.conditions = conditions
+    return world.deliver(NS, name)
+
+
+PREEMPTED_BY_KUBE_SCHEDULER = PodCondition(
+    "DisruptionTarget",
+    "True",
+    "PreemptionByScheduler",
+    "default-scheduler: preempting to accommodate a higher priority pod",
+)
+
+
+async def test_reserved_but_unbound_and_preempted_pods_are_never_victims() -> None:
     world = preempting()
     world.add_node(gpu_node("n1", gpus=1))
     reserved = pending(world, "reserved", 12000, 1)
     assert (await world.filter(reserved, ["n1"])).node_names == ["n1"]  # reserved and annotated, not bound
     leaving = running(world, "leaving", "n1", 6000, 1)
-    world.cluster._pods[(NS, "leaving")].metadata.deletion_timestamp = "2026-08-21T06:20:00Z"
-    world.deliver(NS, "leaving")
+    terminate(world, "leaving", PREEMPTED_BY_KUBE_SCHEDULER)
     running(world, "victim", "n1", 6000, 1)
     await world.filter(pending(world, "urgent", 12000, 100), ["n1"])
-    assert evicted(world) == ["leaving", "victim"]  # "leaving" was terminating already: counted as leaving
+    assert evicted(world) == ["leaving", "victim"]  # "leaving" was being preempted already: counted as leaving
     assert world.cluster.calls.count("evict_pod") == 1
     assert leaving.metadata.name not in [r.name for r in world.state.held.values()]
+
+
+async def test_a_pod_terminating_on_its_own_is_no_free_room_and_a_victim_like_any_other() -> None:
+    """Deleted by its owner (a long grace period, a finalizer): its capacity is still used; of lower priority, it
+    is evicted as any victim (which shortens its grace period to its own and marks it preempted)."""
+    world = preempting()
+    world.add_node(gpu_node("n1", gpus=1))
+    running(world, "own-delete", "n1", 12000, 1)
+    terminate(world, "own-delete")
+    running(world, "victim", "n1", 12000, 1)
+    await world.filter(pending(world, "urgent", 12000, 100), ["n1"])
+    assert world.cluster.calls.count("evict_pod") == 1
+    assert holds(world) == {"urgent": ("n1", 12000)}
+    assert world.pod("urgent").status.nominated_node_name == "n1"
+    marked = [n for _, n, status in world.cluster.statuses if "conditions" in status]
+    assert len(marked) == 1
+
+
+async def test_a_pod_terminating_on_its_own_does_not_hold_back_preemption_on_another_node() -> None:
+    """Issue 39: a tenant's pod of high priority deleted with a day-long grace period on n1 does not make n1 a free
+    candidate (no hold, no nomination there); the lower-priority pod on n2 is preempted."""
+    world = preempting()
+    world.add_node(gpu_node("n1", gpus=1))
+    world.add_node(gpu_node("n2", gpus=1))
+    running(world, "tenant", "n1", 24000, 1000)
+    terminate(world, "tenant")
+    running(world, "low", "n2", 24000, 1)
+    await world.filter(pending(world, "urgent", 6000, 100), ["n1", "n2"])
+    assert holds(world) == {"urgent": ("n2", 6000)}
+    assert world.pod("urgent").status.nominated_node_name == "n2"
+    assert evicted(world) == ["low", "tenant"]  # "tenant" only by its owner
+    assert world.cluster.calls.count("evict_pod") == 1
 
 
 async def test_the_hold_lapses_at_its_deadline(full_card: World) -> None:
@@ -331,3 +379,56 @@ async def test_an_eviction_that_fails_lifts_the_hold_and_says_why(full_card: Wor
     assert sample(world, "hami_kube_api_errors_total", operation="evict_pod") == 1
     assert result.failed_nodes == {"n1": f"preemption on n1 failed: evicting {NS}/low: etcdserver: request timed out"}
     assert world.state.verify() == []
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        pytest.param(None, id="no-condition"),
+        pytest.param(PREEMPTED_BY_KUBE_SCHEDULER, id="kube-schedulers-condition"),
+        pytest.param(
+            PodCondition(
+                "DisruptionTarget",
+                "True",
+                "PreemptionByScheduler",
+                f"hami-scheduler: preempting to accommodate a higher priority pod: {NS}/urgent (UID uid-older-urgent)",
+            ),
+            id="hamis-condition-for-another-uid",
+        ),
+        pytest.param(
+            PodCondition(
+                "DisruptionTarget",
+                "True",
+                "EvictionByEvictionAPI",
+                f"hami-scheduler: preempting to accommodate a higher priority pod: {NS}/urgent (UID uid-urgent)",
+            ),
+            id="evicted-by-someone-else",
+        ),
+    ],
+)
+async def test_a_tenant_written_preempted_for_is_not_believed_after_a_restart(
+    full_card: World, condition: PodCondition | None
+) -> None:
+    """Issue 39: a tenant deletes its own pod and writes ``hami.io/preempted-for`` on it naming a pending pod;
+    after a restart hami places no hold for that pod on the tenant's node (only a condition hami wrote, naming
+    the pod's UID, is the record of a hami eviction; a tenant cannot write a condition)."""
+    world = full_card
+    pending(world, "urgent", 6000, 100)
+    world.cluster._pods[(NS, "low")].metadata.annotations[keys.PREEMPTED_FOR] = f"{NS}/urgent"
+    terminate(world, "low", *([condition] if condition is not None else []))
+    restarted = preempting(backing=world.cluster)
+    restarted.add_node(world.cluster.nodes["n1"])
+    for pod in world.cluster.pods.values():
+        restarted.add_pod(pod)
+    await restarted.filter(pending(restarted, "other", 1000, 0), ["n1"])
+    assert holds(restarted) == {}
+
+
+async def test_hamis_own_eviction_record_is_believed_after_a_restart(full_card: World) -> None:
+    world = full_card
+    await world.filter(pending(world, "urgent", 6000, 100), ["n1"])
+    restarted = preempting(backing=world.cluster)
+    restarted.add_node(world.cluster.nodes["n1"])
+    for pod in world.cluster.pods.values():
+        restarted.add_pod(pod)
+    assert restarted.extender.cycle.victims == {"uid-low": ((f"{NS}/urgent", "uid-urgent"), "n1", f"{NS}/low")}

@@ -13,8 +13,10 @@ from hypothesis import strategies as st
 from hami.devices.base import NodeInventory
 from hami.protocol import keys
 from hami.protocol.inventory import MigPlacement
+from hami.protocol.objects import PodCondition
 from hami.scheduling.decide import decide, reserve
 from hami.scheduling.preemption import (
+    NOT_EVEN_ALL_LOWER,
     Budget,
     Candidate,
     Preemption,
@@ -55,13 +57,15 @@ def place(
     cores: int = 0,
     started: str | None = None,
     terminating: bool = False,
+    preempted: bool = False,
     namespace: str = "default",
 ) -> PodRecord:
     """Place a one-GPU pod with the real decide/reserve on ``node``, then give its record a priority."""
     request = pod_request(req(1, mem, cores=cores), uid=uid, name=uid, namespace=namespace, gpu_policy="binpack")
     record = reserve(s, request, decide(s, request, [node], NOW))
     assert record is not None, f"{uid} does not fit on {node}"
-    return restand(s, record, priority=priority, started=started, terminating=terminating)
+    standing = {"priority": priority, "started": started, "terminating": terminating or preempted}
+    return restand(s, record, preempted=preempted, **standing)
 
 
 def restand(s: ClusterState, record: PodRecord, **standing: object) -> PodRecord:
@@ -217,16 +221,49 @@ def test_a_budget_keeps_its_pod_on_the_node_when_another_can_go() -> None:
     assert outcome.chosen.violations == 0
 
 
-def test_terminating_pods_count_as_leaving_and_are_never_victims() -> None:
+def test_pods_being_preempted_count_as_leaving_and_are_never_victims() -> None:
     s = state({"n1": [gpu("GPU-0", devmem=8192)]})
-    place(s, "going", "n1", 2048, terminating=True, priority=900)
+    place(s, "going", "n1", 2048, preempted=True, priority=900)
     place(s, "staying", "n1", 6144)
     outcome = preempt(s, preemptor(4096), ["n1"])
     assert victim_names(outcome) == ["staying"]
-    restand(s, s.pods["staying"], terminating=True)
+    restand(s, s.pods["staying"], terminating=True, preempted=True)
     waiting = preempt(s, preemptor(4096), ["n1"])
     assert waiting.chosen is not None
     assert waiting.chosen.victims == ()
+
+
+def test_a_pod_hami_evicted_counts_as_leaving_before_its_condition_shows() -> None:
+    s = state({"n1": [gpu("GPU-0", devmem=8192)]})
+    place(s, "evicted", "n1", 6144)
+    outcome = preempt(s, preemptor(4096), ["n1"], keep={"evicted"}, evicted={"evicted"})
+    assert outcome.chosen is not None
+    assert outcome.chosen.victims == ()
+
+
+def test_a_pod_terminating_on_its_own_stays_in_the_dry_run_as_any_pod() -> None:
+    """Deleted by its owner (a day-long grace period, a finalizer): its capacity is used until it is gone, and a
+    lower-priority one is a victim like any other, ranked as one (kube-scheduler's dry run keeps it)."""
+    s = state({"n1": [gpu("GPU-0", devmem=8192)]})
+    place(s, "own-delete", "n1", 6144, terminating=True)
+    outcome = preempt(s, preemptor(4096), ["n1"])
+    assert outcome.chosen is not None
+    assert victim_names(outcome) == ["own-delete"]
+    assert outcome.chosen.rank()[0] == 1  # a candidate with a victim, not a free win
+    restand(s, s.pods["own-delete"], priority=2000)  # not lower: it stays, and the pod does not fit
+    assert preempt(s, preemptor(4096), ["n1"]).refused == {"n1": NOT_EVEN_ALL_LOWER}
+
+
+def test_a_node_is_not_ranked_first_because_of_a_pod_terminating_on_its_own() -> None:
+    """Issue 39: a tenant's pod deleted with a long grace period does not make its node a free candidate; the
+    lower-priority pod on the other node is preempted."""
+    s = state({"a": [gpu("A-0", devmem=8192)], "b": [gpu("B-0", devmem=8192)]})
+    place(s, "tenant", "a", 8192, terminating=True, priority=1000)
+    place(s, "low", "b", 8192, priority=1)
+    outcome = preempt(s, preemptor(4096), ["a", "b"])
+    assert outcome.chosen is not None
+    assert (outcome.chosen.node, victim_names(outcome)) == ("b", ["low"])
+    assert outcome.refused == {"a": NOT_EVEN_ALL_LOWER}
 
 
 def test_ranking_lowest_highest_priority_then_latest_start() -> None:
@@ -271,6 +308,42 @@ def test_a_records_priority_start_and_deletion_come_from_the_pod() -> None:
     record = record_from_pod(raw, vendors())
     assert record is not None
     assert (record.priority, record.started, record.terminating) == (-5, "2026-11-27T10:00:00Z", True)
+
+
+PREEMPTED_BY_SCHEDULER = ("DisruptionTarget", "True", "PreemptionByScheduler")
+
+
+@pytest.mark.parametrize(
+    ("deleted", "conditions", "preempted"),
+    [
+        (True, [("DisruptionTarget", "True", "PreemptionByScheduler")], True),
+        (False, [("DisruptionTarget", "True", "PreemptionByScheduler")], False),  # not terminating (yet)
+        (True, [], False),  # deleted by its owner
+        (True, [("DisruptionTarget", "True", "EvictionByEvictionAPI")], False),  # evicted by someone else
+        (True, [("DisruptionTarget", "False", "PreemptionByScheduler")], False),
+        (True, [("Ready", "True", "PreemptionByScheduler")], False),
+        # kube-scheduler reads the first DisruptionTarget condition only
+        (
+            True,
+            [
+                ("DisruptionTarget", "True", "DeletionByTaintManager"),
+                ("DisruptionTarget", "True", "PreemptionByScheduler"),
+            ],
+            False,
+        ),
+    ],
+)
+def test_a_record_is_being_preempted_only_with_the_schedulers_condition(
+    deleted: bool, conditions: list[tuple[str, str, str]], preempted: bool
+) -> None:
+    raw = pod(
+        [container({"nvidia.com/gpu": 1})], annotations={keys.VGPU_NODE: "n1", ALLOCATED: "GPU-0,NVIDIA,1000,0:;"}
+    )
+    raw.metadata.deletion_timestamp = "2026-11-27T12:00:00Z" if deleted else None
+    raw.status.conditions = tuple(PodCondition(t, s, r) for t, s, r in conditions)
+    record = record_from_pod(raw, vendors())
+    assert record is not None
+    assert (record.terminating, record.preempted) == (deleted, preempted)
 
 
 @pytest.mark.parametrize(("policy", "preempts"), [(None, True), ("PreemptLowerPriority", True), ("Never", False)])
@@ -346,6 +419,12 @@ def small_pods(draw: st.DrawFn) -> PodRequest:
     return pod_request(req(nums, memreq, cores=cores), gpu_policy=draw(GPU_POLICIES), uid="pod", name="pod")
 
 
+STAYING: dict[str, bool] = {"terminating": False, "preempted": False}
+PREEMPTED: dict[str, bool] = {"terminating": True, "preempted": True}
+OWN_DELETE: dict[str, bool] = {"terminating": True, "preempted": False}
+"""A placed pod's standing: running, being preempted, or terminating on its own (deleted by its owner)."""
+
+
 @st.composite
 def scenarios(draw: st.DrawFn) -> tuple[ClusterState, PodRequest, list[Budget]]:
     s = ClusterState(vendors())
@@ -365,7 +444,7 @@ def scenarios(draw: st.DrawFn) -> tuple[ClusterState, PodRequest, list[Budget]]:
             s,
             record,
             priority=draw(st.integers(0, 3)),  # the pending pod's priority is 0 to 3 too
-            terminating=draw(st.integers(0, 9)) == 0,
+            **draw(st.sampled_from([STAYING] * 8 + [PREEMPTED, OWN_DELETE])),
             started=draw(st.sampled_from([None, "2026-11-27T10:00:00Z", "2026-11-27T11:00:00Z"])),
         )
     # Mostly the shape of a pod already placed (it fits an empty node, likely not the full cluster), else any.
@@ -402,15 +481,15 @@ def test_victims_are_lower_priority_minimal_and_make_the_pod_fit_within_capacity
     for node, why in outcome.refused.items():
         if "lower priority" in why:  # nobody's removal helps: not even all of them
             lower = {u for u in s.pods_by_node.get(node, ()) if s.pods[u].priority < pending.priority}
-            leaving = {u for u in s.pods_by_node.get(node, ()) if s.pods[u].terminating}
+            leaving = {u for u in s.pods_by_node.get(node, ()) if s.pods[u].preempted}
             assert _fits_by_decide(s, pending, node, frozenset(lower | leaving)) is None
 
 
 def _check_candidate(s: ClusterState, pending: PodRequest, candidate: Candidate) -> None:
     node = candidate.node
-    leaving = frozenset(u for u in s.pods_by_node.get(node, ()) if s.pods[u].terminating)
+    leaving = frozenset(u for u in s.pods_by_node.get(node, ()) if s.pods[u].preempted)
     victims = frozenset(r.uid for r in candidate.victims)
-    assert all(r.priority < pending.priority and not r.terminating for r in candidate.victims)
+    assert all(r.priority < pending.priority and not r.preempted for r in candidate.victims)
     assert all(r.node == node for r in candidate.victims)
     assert candidate.highest == max((r.priority for r in candidate.victims), default=0)
     assert candidate.priorities == sum(r.priority + 2**31 for r in candidate.victims)

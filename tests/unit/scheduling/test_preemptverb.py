@@ -61,8 +61,8 @@ def test_each_answered_node_fits_after_minimal_lower_priority_victims_leave(data
             record = s.pods[uid]
             assert record.node == node
             assert record.priority < pending.priority
-            assert not record.terminating
-        leaving = frozenset(u for u in s.pods_by_node.get(node, ()) if s.pods[u].terminating) | frozenset(given_here)
+            assert not record.preempted
+        leaving = frozenset(u for u in s.pods_by_node.get(node, ()) if s.pods[u].preempted) | frozenset(given_here)
         after = _fits_by_decide(s, pending, node, leaving | ours)
         assert after is not None, f"{pending.key} does not fit on {node} without {sorted(ours)}"
         assert _within_capacity(after)
@@ -70,7 +70,7 @@ def test_each_answered_node_fits_after_minimal_lower_priority_victims_leave(data
             assert _fits_by_decide(s, pending, node, leaving | (ours - {uid})) is None
     for node, why in answer.refused.items():
         if why == NO_VICTIMS:
-            leaving = frozenset(u for u in s.pods_by_node.get(node, ()) if s.pods[u].terminating)
+            leaving = frozenset(u for u in s.pods_by_node.get(node, ()) if s.pods[u].preempted)
             assert _fits_by_decide(s, pending, node, leaving) is not None
             assert offered[node] == []
 

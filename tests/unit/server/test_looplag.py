@@ -34,20 +34,21 @@ async def test_the_cpu_part_of_a_logged_stall_is_the_threads_cpu_time_meanwhile(
     caplog.set_level(logging.INFO, "hami.looplag")
     watcher = asyncio.create_task(watch_loop_lag(lambda _: None, interval=0.01))
     await asyncio.sleep(0.03)
-    deadline = time.perf_counter() + 0.2
-    while time.perf_counter() < deadline:  # busy: the CPU holds the loop
+    deadline = time.thread_time() + 0.2
+    while time.thread_time() < deadline:  # busy: the CPU holds the loop for 0.2 s of its own time, however loaded
         pass
     await asyncio.sleep(0.03)
     watcher.cancel()
     with pytest.raises(asyncio.CancelledError):
         await watcher
-    [line] = [r.getMessage() for r in caplog.records]
-    found = re.fullmatch(
-        r"event loop held for ([0-9.]+) s \(([0-9.]+) s on the CPU, [0-9.]+ s collecting garbage\)", line
-    )
-    assert found is not None, line
-    wall, cpu = float(found[1]), float(found[2])
-    assert cpu > 0.05
+    pattern = r"event loop held for ([0-9.]+) s \(([0-9.]+) s on the CPU, [0-9.]+ s collecting garbage\)"
+    lines = [r.getMessage() for r in caplog.records]
+    found = [re.fullmatch(pattern, line) for line in lines]
+    assert lines
+    assert all(found), lines
+    # a loaded machine may add short stalls of its own around the busy one: the busy one is the longest
+    wall, cpu = max((float(f[1]), float(f[2])) for f in found if f is not None)
+    assert cpu >= 0.19
     assert wall >= cpu - 0.01
 
 

@@ -18,6 +18,7 @@ from hami.protocol.objects import (
     LabelSelector,
     ObjectMeta,
     Pod,
+    PodCondition,
     PodDisruptionBudget,
     PodDisruptionBudgetSpec,
     PodDisruptionBudgetStatus,
@@ -39,6 +40,7 @@ def placed(
     priority: int = 0,
     started: str | None = "2026-11-27T10:00:00Z",
     deleting: bool = False,
+    preempted: bool = False,
     labels: dict[str, str] | None = None,
 ) -> Pod:
     """A running pod holding ``mem`` MiB of card ``card`` of ``node`` (its allocation annotations, as hami wrote)."""
@@ -49,8 +51,10 @@ def placed(
     pod.status.phase = "Running"
     pod.status.start_time = started
     pod.metadata.labels = dict(labels or {})
-    if deleting:
+    if deleting or preempted:
         pod.metadata.deletion_timestamp = "2026-11-27T12:00:00Z"
+    if preempted:
+        pod.status.conditions = (PodCondition("DisruptionTarget", "True", "PreemptionByScheduler"),)
     return world.add_pod(pod)
 
 
@@ -167,13 +171,23 @@ async def test_kube_schedulers_own_victims_stay_and_hamis_are_added(world: World
     }
 
 
-async def test_a_node_whose_terminating_pods_free_enough_is_left_out(world: World, http: httpx.AsyncClient) -> None:
-    """kube-scheduler refuses a candidate without victims; the pod is placed once the terminating pod is gone."""
-    placed(world, "leaving", 6000, deleting=True)
+async def test_a_node_whose_pods_being_preempted_free_enough_is_left_out(world: World, http: httpx.AsyncClient) -> None:
+    """kube-scheduler refuses a candidate without victims; the pod is placed once the preempted pod is gone."""
+    placed(world, "leaving", 6000, preempted=True)
     placed(world, "low", 2000, node="n2", priority=1)
     placed(world, "filler", 6000, node="n2", priority=1)
 
     assert victims(await preempt(http, meta_args(preemptor(4000), "n1", "n2"))) == {"n2": ["uid-filler"]}
+
+
+async def test_a_pod_terminating_on_its_own_is_a_victim_like_any_other(world: World, http: httpx.AsyncClient) -> None:
+    """Deleted by its owner, not preempted: it is no free room (kube-scheduler's dry run keeps it)."""
+    placed(world, "own-delete", 6000, deleting=True)
+    placed(world, "low", 2000, node="n2", priority=1)
+    placed(world, "filler", 6000, node="n2", priority=1)
+
+    answer = victims(await preempt(http, meta_args(preemptor(4000), "n1", "n2")))
+    assert answer == {"n1": ["uid-own-delete"], "n2": ["uid-filler"]}
 
 
 async def test_a_pod_hami_does_not_place_keeps_kube_schedulers_answer(world: World, http: httpx.AsyncClient) -> None:

@@ -68,8 +68,10 @@ def pod(
     priority: int | None = None,
     policy: str | None = None,
     deleting: bool = False,
+    preempted: bool = False,
 ) -> dict[str, Any]:
-    """A pod asking for ``gpus`` × (``mem`` MiB, ``cores``%); with ``on`` it already holds ``cards`` of that node."""
+    """A pod asking for ``gpus`` × (``mem`` MiB, ``cores``%); with ``on`` it already holds ``cards`` of that node.
+    ``deleting``: terminating (on its own); ``preempted``: terminating because a scheduler preempted it."""
     notes = dict(annotations or {})
     if on is not None:
         allocated = "".join(f"GPU-{on}-{c},NVIDIA,{mem},{cores}:" for c in cards) + ";"
@@ -93,15 +95,12 @@ def pod(
     if policy is not None:
         spec["preemptionPolicy"] = policy
     meta = {"name": name, "namespace": namespace, "uid": f"uid-{namespace}-{name}", "annotations": notes}
-    if deleting:
+    status: dict[str, Any] = {"phase": "Running" if on else "Pending"}
+    if deleting or preempted:
         meta["deletionTimestamp"] = "2026-11-27T12:00:00Z"
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": meta,
-        "spec": spec,
-        "status": {"phase": "Running" if on else "Pending"},
-    }
+    if preempted:
+        status["conditions"] = [{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
 
 
 def snapshot_text(*objects: dict[str, Any]) -> str:

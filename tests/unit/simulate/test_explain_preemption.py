@@ -29,7 +29,7 @@ def contended() -> list[dict[str, Any]]:
         pod("batch-mid", 6000, on="a", priority=5),
         pod("serving", 4000, on="a", priority=1000),
         pod("peer", 12000, on="b", priority=100),
-        pod("leaving", 4000, on="b", priority=0, deleting=True),
+        pod("leaving", 4000, on="b", priority=0, preempted=True),
         pod("tiny", 1000, on="c", priority=0),
     ]
 
@@ -57,14 +57,24 @@ def test_the_lowest_priority_pod_that_makes_room_is_preempted_and_the_others_say
     assert sim.state.verify() == []
 
 
-def test_a_bigger_pod_takes_both_lower_priority_pods_and_a_terminating_one_is_named() -> None:
+def test_a_bigger_pod_takes_both_lower_priority_pods_and_one_being_preempted_is_named() -> None:
     sim = simulator(*contended())
     e = explain(sim, as_pod(pod("infer", 12000, priority=101)))
     assert e.preemption is not None
     first, second = e.preemption.candidates
     assert (first.node, [v.pod for v in first.victims]) == ("a", ["team/batch-mid", "team/batch-low"])
     assert (second.node, [v.pod for v in second.victims]) == ("b", ["team/peer"])
-    assert [(k.pod, k.why) for k in second.kept] == [("team/leaving", "terminating: leaves anyway")]
+    assert [(k.pod, k.why) for k in second.kept] == [("team/leaving", "being preempted: leaves anyway")]
+
+
+def test_a_pod_terminating_on_its_own_is_weighed_as_any_other() -> None:
+    docs = [d for d in contended() if d["metadata"]["name"] != "leaving"]
+    sim = simulator(*docs, pod("leaving", 4000, on="b", priority=0, deleting=True))
+    e = explain(sim, as_pod(pod("infer", 12000, priority=101)))
+    assert e.preemption is not None
+    second = e.preemption.candidates[1]
+    assert (second.node, [v.pod for v in second.victims]) == ("b", ["team/peer"])
+    assert [(k.pod, k.why) for k in second.kept] == [("team/leaving", "not needed: the pod fits with it staying")]
 
 
 def test_preemption_policy_never_preempts_nothing() -> None:

@@ -36,7 +36,10 @@ its pods. Held records never count toward namespace quotas (``PodRecord.held``).
   together exceed (it sees no device-plugin pod): counted (it is held), reported until enough is freed;
 * ``stale-allocation`` — allocated but reserved for no live pod (its pods deleted; nothing deallocates a claim
   without kube-controller-manager): **still counted** until the allocation is removed — a stale claim may be
-  about to be used again, and freeing capacity that is still held is the one mistake that double-allocates.
+  about to be used again, and freeing capacity that is still held is the one mistake that double-allocates;
+* ``inconsistent-pool`` — slices of one pool name different nodes: a slice of a node other than the pool's is not
+  used (``pools``: the pool's node is the one it is named after; a pool is read per node, and a claim is resolved
+  on the node its allocation names), so no node can move another node's devices by publishing in its pool.
 
 Which pods live: the extender calls ``pod_event`` from its pod watch (a dictionary test for pods no claim
 names), and sets ``pod_lookup`` (namespace, name → UID of the live pod, from the pod watch's store) for pods seen
@@ -66,6 +69,7 @@ from hami.protocol.inventory import DeviceInfo
 from hami.scheduling.dra.conflict import overcommitted
 from hami.scheduling.dra.held import DraRecord
 from hami.scheduling.dra.mapping import DeviceKey, DraDevice, ProblemKind, read_slice, taken
+from hami.scheduling.dra.pools import PoolKey, PoolView, Published, pool_view, resolve
 from hami.scheduling.dra.reports import (
     DraProblem,
     DraWarning,
@@ -124,10 +128,10 @@ class DraLedger:
         none."""
         self.settled: Callable[[], bool] = lambda: True
         """Whether every watch (nodes, pods, DRA objects) has delivered its first list (module docstring)."""
-        self._slices: dict[str, tuple[tuple[str, str], int, tuple[DraDevice, ...]]] = {}  # name -> pool, gen, devices
-        self._pools: dict[tuple[str, str], set[str]] = {}  # (driver, pool) -> slice names
-        self._devices: dict[tuple[str, str], dict[DeviceKey, DraDevice]] = {}  # per pool: its top generation's
-        self._last_known: dict[DeviceKey, DraDevice] = {}  # gone from the slices, still held by a claim
+        self._slices: dict[str, Published] = {}  # name -> pool, node, generation, devices
+        self._pools: dict[PoolKey, set[str]] = {}  # (driver, pool) -> slice names
+        self._views: dict[PoolKey, PoolView] = {}  # per pool: what is used of it, per node (``pools``)
+        self._last_known: dict[DeviceKey, dict[str, DraDevice]] = {}  # gone from the slices, still held by a claim
         self._claims: dict[str, ResourceClaim] = {}  # claim id (UID) -> claim
         self._by_device: dict[DeviceKey, set[str]] = {}
         self._by_node: dict[str, set[str]] = {}
@@ -155,8 +159,9 @@ class DraLedger:
 
     # --- queries -----------------------------------------------------------------------------------------------
     def problems(self) -> tuple[DraProblem, ...]:
-        """Every current problem, slices first, each group sorted by object."""
+        """Every current problem, slices first (then pools), each group sorted by object."""
         out = [p for name in sorted(self._slice_problems) for p in self._slice_problems[name]]
+        out += [p for pool in sorted(self._views) for p in self._views[pool].problems]
         ordered = sorted(self._claim_problems.items(), key=lambda kv: (self._claims[kv[0]].key, kv[0]))
         return tuple(out + [p for _, problems in ordered for p in problems])
 
@@ -181,7 +186,7 @@ class DraLedger:
             return []
         before = self._slice_problems.pop(name, ())
         self._slice_warnings.pop(name, None)
-        old_pool = old[0] if old is not None else None
+        old_pool = old.pool if old is not None else None
         if old_pool is not None:
             _discard(self._pools, old_pool, name)
         if deleted or cfg is None:
@@ -197,7 +202,7 @@ class DraLedger:
         warning = cores_warning(sl, devices, cfg)
         if warning is not None:
             self._slice_warnings[name] = warning
-        self._slices[name] = (pool, sl.spec.pool.generation, tuple(devices))
+        self._slices[name] = Published(pool, sl.spec.node_name, sl.spec.pool.generation, tuple(devices))
         self._pools.setdefault(pool, set()).add(name)
         raised = [p for p in problems if p not in before]
         if old_pool is not None and old_pool != pool:  # a pool is immutable in the API; be safe if it moved
@@ -253,26 +258,26 @@ class DraLedger:
         return self._rederive(again)
 
     # --- slices --------------------------------------------------------------------------------------------------
-    def _reindex(self, pool: tuple[str, str]) -> list[DraProblem]:
-        """Publish the devices of a pool's highest generation; re-derive the claims on devices that changed."""
-        names = self._pools.get(pool, set())
-        top = max((self._slices[n][1] for n in names), default=0)
-        fresh: dict[DeviceKey, DraDevice] = {}
-        for n in sorted(names):
-            _, generation, devices = self._slices[n]
-            if generation == top:
-                for dev in devices:
-                    fresh.setdefault(dev.key, dev)
-        old = self._devices.pop(pool, {})
-        if fresh:
-            self._devices[pool] = fresh
+    def _reindex(self, pool: PoolKey) -> list[DraProblem]:
+        """Publish what is used of a pool (per node, its highest generation: ``pools``); re-derive the claims on
+        devices that changed. Returns the problems newly raised (the pool's, then the claims')."""
+        old_view = self._views.pop(pool, None)
+        view = pool_view(pool, {n: self._slices[n] for n in self._pools.get(pool, ())})
+        if view.groups or view.problems:
+            self._views[pool] = view
+        old = old_view.flat() if old_view is not None else {}
+        fresh = view.flat()
         changed = {k for k in old.keys() | fresh.keys() if old.get(k) != fresh.get(k)}
-        for key in changed:
-            if key in fresh:
-                self._last_known.pop(key, None)
+        for group, key in changed:
+            if (group, key) in fresh:
+                known = self._last_known.get(key, {})
+                known.pop(group, None)
+                if not known:
+                    self._last_known.pop(key, None)
             elif key in self._by_device:
-                self._last_known[key] = old[key]
-        return self._rederive({cid for key in changed for cid in self._by_device.get(key, ())})
+                self._last_known.setdefault(key, {})[group] = old[(group, key)]
+        raised = [p for p in view.problems if old_view is None or p not in old_view.problems]
+        return raised + self._rederive({cid for _, key in changed for cid in self._by_device.get(key, ())})
 
     # --- claims --------------------------------------------------------------------------------------------------
     def _rederive(self, claims: Iterable[str]) -> list[DraProblem]:
@@ -323,35 +328,38 @@ class DraLedger:
         allocation = claim.status.allocation
         if allocation is None:
             return derived
+        node = allocation.node_selector.node_name() if allocation.node_selector is not None else ""
         for i, result in enumerate(allocation.devices.results):
             cfg = self.drivers.get(result.driver)
             if cfg is None or result.admin_access:
                 continue
-            self._derive_result(claim, result, cfg, f"status.allocation.devices.results[{i}]", derived)
+            where = f"status.allocation.devices.results[{i}]"
+            self._derive_result(claim, result, cfg, where, node, derived)
         return derived
 
     def _derive_result(
-        self, claim: ResourceClaim, result: DeviceRequestAllocationResult, cfg: DraDriverConfig, where: str, d: _Derived
+        self,
+        claim: ResourceClaim,
+        result: DeviceRequestAllocationResult,
+        cfg: DraDriverConfig,
+        where: str,
+        node: str,
+        d: _Derived,
     ) -> None:
         key = (result.driver, result.pool, result.device)
         d.devices.add(key)
         subject = f"ResourceClaim {claim.key}"
-        named = f"device {'/'.join(key)}"
-        dev = self._devices.get(key[:2], {}).get(key)
+        dev = self._device(key, node, subject, where, d)
         if dev is None:
-            dev = self._last_known.get(key)
-            if dev is None:
-                message = f"{named} ({where}) is in no ResourceSlice hami has seen: not counted until it is"
-                d.problems.append(DraProblem(ProblemKind.UNKNOWN_DEVICE, subject, "", message))
-                return
-            message = f"{named} is no longer published by its driver: still counted on {dev.node} where it was"
-            d.problems.append(DraProblem(ProblemKind.UNKNOWN_DEVICE, subject, dev.node, message))
+            return
         d.nodes.add(dev.node)
         info, why = self._card(dev, cfg)
         if info is None:
             if why:  # else: not a node hami places pods on (no registration of the vendor): nothing to count against
                 d.problems.append(
-                    DraProblem(ProblemKind.UNKNOWN_UUID, subject, dev.node, f"{named} {why}: not counted")
+                    DraProblem(
+                        ProblemKind.UNKNOWN_UUID, subject, dev.node, f"device {'/'.join(key)} {why}: not counted"
+                    )
                 )
             return
         card = d.cards.setdefault((dev.node, cfg.vendor, info.id), _Card(info))
@@ -363,6 +371,30 @@ class DraLedger:
         card.mem += amount.mem
         card.cores += amount.cores
         d.problems += [DraProblem(kind, subject, dev.node, message) for kind, message in amount.problems]
+
+    def _device(self, key: DeviceKey, node: str, subject: str, where: str, d: _Derived) -> DraDevice | None:
+        """The published device a result names, on the claim's ``node`` ("" when its allocation names none);
+        else the one last published there, still held (reported); else None (reported)."""
+        named = f"device {'/'.join(key)}"
+        view = self._views.get(key[:2])
+        dev, several = resolve((g[key] for g in view.groups.values() if key in g) if view else (), node)
+        if dev is None and not several:
+            dev, several = resolve(self._last_known.get(key, {}).values(), node)
+            if dev is not None:
+                message = f"{named} is no longer published by its driver: still counted on {dev.node} where it was"
+                d.problems.append(DraProblem(ProblemKind.UNKNOWN_DEVICE, subject, dev.node, message))
+                return dev
+        if several:
+            message = (
+                f"{named} ({where}) is published by nodes {', '.join(several)} and the claim's allocation names "
+                f"no node: not counted (hami cannot tell whose it is)"
+            )
+            d.problems.append(DraProblem(ProblemKind.INCONSISTENT_POOL, subject, "", message))
+        elif dev is None:
+            on = f" of node {node}" if node else ""
+            message = f"{named} ({where}) is in no ResourceSlice{on} hami uses: not counted until it is"
+            d.problems.append(DraProblem(ProblemKind.UNKNOWN_DEVICE, subject, node, message))
+        return dev
 
     def _card(self, dev: DraDevice, cfg: DraDriverConfig) -> tuple[DeviceInfo | None, str]:
         """The registered card of the device's UUID, or why there is none ("" when the node has no registration of
@@ -426,14 +458,16 @@ class DraLedger:
 
     def _set_refs(self, cid: str, devices: tuple[DeviceKey, ...], nodes: tuple[str, ...]) -> None:
         """Index the devices and nodes a claim names; forget last-known devices no claim holds any more."""
-        for key in self._claim_refs.pop(cid, ()):
+        dropped = self._claim_refs.pop(cid, ())
+        for key in dropped:
             _discard(self._by_device, key, cid)
-            if key not in self._by_device:
-                self._last_known.pop(key, None)
         for node in self._claim_nodes.pop(cid, ()):
             _discard(self._by_node, node, cid)
         for key in devices:
             self._by_device.setdefault(key, set()).add(cid)
+        for key in dropped:
+            if key not in self._by_device:  # (a claim re-derived still holds its devices: they stay known)
+                self._last_known.pop(key, None)
         for node in nodes:
             self._by_node.setdefault(node, set()).add(cid)
         if devices:

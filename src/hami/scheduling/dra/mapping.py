@@ -61,6 +61,8 @@ class ProblemKind(enum.StrEnum):
     """A field hami reads is missing or does not parse."""
     OVER_CAPACITY = "over-capacity"
     """A claim was allocated on a card whose capacity it and hami's pods together exceed."""
+    INCONSISTENT_POOL = "inconsistent-pool"
+    """Slices of one pool name different nodes: those not of the pool's node are not used (``pools``)."""
 
 
 @dataclass(frozen=True, slots=True)
