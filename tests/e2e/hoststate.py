@@ -6,7 +6,8 @@ kubelet, kube-proxy, containerd and the CNI bridge plugin change machine-wide st
   turns on ``net.ipv4.ip_forward``; kube-proxy may set ``route_localnet`` and the conntrack limits;
 * iptables chains and rules (``KUBE-*`` of kubelet and kube-proxy, ``CNI-*`` of the bridge plugin), IPv4 and IPv6;
 * mounts (pod volumes, container root file systems, network namespaces under ``/run/netns``);
-* cgroup directories (``kubepods/...`` in every hierarchy);
+* cgroup directories: the ``kubepods`` tree kubelet makes in every hierarchy (cgroupfs driver), into which containerd
+  and runc put the pods' containers;
 * files and directories at fixed host paths (``/var/lib/kubelet/device-plugins``, ``/var/log/containers``,
   ``/run/containerd/s``, ``/var/lib/cni``, the chart's ``/usr/local/vgpu`` and ``/tmp/vgpulock`` host paths);
 * a bridge network interface and processes that outlive containerd (``containerd-shim-runc-v2`` and containers).
@@ -15,8 +16,14 @@ kubelet, kube-proxy, containerd and the CNI bridge plugin change machine-wide st
 can finish the clean-up of a run that was killed), :func:`restore` undoes the difference. Everything that runs a
 command goes through a :data:`Runner` and every file-system path is taken relative to a ``root``, so the logic is
 unit-tested (``tests/unit/test_realnode_hoststate.py``) with a fake runner and a temporary directory, no root needed.
-Restoring never touches what was there before: only rules, chains, mounts, cgroups, paths and links that appeared
-after the snapshot are removed, and only processes whose identity ties them to this harness are ended.
+Restoring never touches what was there before: only rules, chains, mounts, paths and links that appeared after the
+snapshot are removed. Cgroups and processes are narrower still, because other things start on a host while the tests
+run (a login session, a ``systemd-run`` scope, a restarted service, another container runtime's containers, a CI
+runner's per-job cgroups): only the cgroup trees the harness's own kubelet made (``Snapshot.owned_cgroups``, and only
+when the tree itself is new) are emptied and removed, and only processes in them, processes the harness launched
+(``Snapshot.launched``: pid and start time, so a reused pid is never hit) and processes whose command line carries
+the harness's markers (``Snapshot.process_markers``) are ended, each by its pid. Any other new cgroup, and the
+processes in it, is reported (``Restorer.notes``) and left alone.
 """
 
 from __future__ import annotations
@@ -49,6 +56,9 @@ SYSCTLS = (
 IPTABLES_TOOLS = ("iptables", "ip6tables")
 IPTABLES_TABLES = ("filter", "nat", "mangle")
 CGROUP_ROOT = "/sys/fs/cgroup"
+OWNED_CGROUPS = ("kubepods",)
+"""The cgroup trees (top-level names in each hierarchy) the harness's kubelet makes with the cgroupfs driver; containerd
+and runc put every container of a pod there (the pod's cgroup path comes from kubelet) and make none of their own."""
 BUILTIN_CHAINS = frozenset({"INPUT", "OUTPUT", "FORWARD", "PREROUTING", "POSTROUTING"})
 
 
@@ -71,6 +81,10 @@ class Snapshot:
     owned_prefixes: list[str] = field(default_factory=list)
     #: a process whose command line contains one of these strings belongs to the harness (its sockets, dirs)
     process_markers: list[str] = field(default_factory=list)
+    #: the cgroup trees the harness's kubelet makes (``OWNED_CGROUPS``); a record saved before this field gets them
+    owned_cgroups: list[str] = field(default_factory=lambda: list(OWNED_CGROUPS))
+    #: the processes the harness launched, as ``[pid, start time]`` (``process_start``: clock ticks after boot)
+    launched: list[list[int]] = field(default_factory=list)
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -121,18 +135,37 @@ def mount_points(root: Path) -> list[str]:
     return points
 
 
-def cgroup_dirs(root: Path) -> list[str]:
-    """Every directory below each cgroup hierarchy's mount (host paths, sorted)."""
+def cgroup_hierarchies(root: Path) -> list[str]:
+    """The host paths of the cgroup hierarchies: ``/sys/fs/cgroup`` itself on a cgroup v2 host (it holds
+    ``cgroup.controllers``), else each directory mounted below it (v1 and hybrid: ``memory``, ``unified``, …)."""
     base = root / CGROUP_ROOT.lstrip("/")
-    found: list[str] = []
     if not base.is_dir():
-        return found
-    for hierarchy in sorted(base.iterdir()):
-        if not hierarchy.is_dir() or hierarchy.is_symlink():
-            continue
-        for directory, subdirs, _ in os.walk(hierarchy):
+        return []
+    if (base / "cgroup.controllers").exists():
+        return [CGROUP_ROOT]
+    return [
+        f"{CGROUP_ROOT}/{entry.name}" for entry in sorted(base.iterdir()) if entry.is_dir() and not entry.is_symlink()
+    ]
+
+
+def cgroup_dirs(root: Path) -> list[str]:
+    """Every directory below each cgroup hierarchy's root (host paths, sorted)."""
+    found: list[str] = []
+    for hierarchy in cgroup_hierarchies(root):
+        for directory, subdirs, _ in os.walk(root / hierarchy.lstrip("/")):
             found += ["/" + str(Path(directory, sub).relative_to(root)) for sub in subdirs]
     return sorted(found)
+
+
+def process_start(root: Path, pid: int) -> int | None:
+    """When process ``pid`` started (``/proc/<pid>/stat`` field 22, clock ticks after boot), None when it is gone: with
+    the pid, what tells a process apart from a later one that got the same pid."""
+    try:
+        stat = (root / "proc" / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()  # the command name in parentheses may hold spaces
+    return int(fields[19]) if len(fields) > 19 else None
 
 
 def network_links(runner: Runner) -> list[str]:
@@ -204,6 +237,23 @@ def new_cgroups(before: Sequence[str], now: Sequence[str]) -> list[str]:
     return sorted((d for d in now if d not in old), key=lambda d: (d.count("/"), d), reverse=True)
 
 
+def split_cgroups(
+    before: Sequence[str], now: Sequence[str], hierarchies: Sequence[str], owned: Sequence[str]
+) -> tuple[list[str], list[str]]:
+    """The cgroup directories that appeared, as (the harness's, anyone else's), each deepest first. A directory is
+    the harness's when it lies in a tree ``<hierarchy>/<name>`` with ``name`` in ``owned`` and that tree itself is
+    new: one that was there before (another kubelet's, or a leftover the last run reported) is never taken."""
+    old = set(before)
+    ours: list[str] = []
+    theirs: list[str] = []
+    for directory in new_cgroups(before, now):
+        hierarchy = max((h for h in hierarchies if directory.startswith(h + "/")), key=len, default=None)
+        top = directory[len(hierarchy) + 1 :].split("/")[0] if hierarchy is not None else ""
+        tree = f"{hierarchy}/{top}"
+        (ours if hierarchy is not None and top in owned and tree not in old else theirs).append(directory)
+    return ours, theirs
+
+
 def harness_processes(root: Path, markers: Sequence[str], own_pid: int) -> list[int]:
     """Pids whose command line contains one of ``markers`` (the harness's socket or directory paths), other than
     ``own_pid``: leftovers such as ``containerd-shim-runc-v2 -address <our socket>``."""
@@ -246,6 +296,8 @@ class Restorer:
     root: Path = Path("/")
     kill: Callable[[int, int], None] = os.kill
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """What appeared on the host that is not the harness's and was left alone (new cgroups, their processes)."""
 
     def run(self) -> list[str]:
         """Restore everything; return the problems (empty when the host is as recorded)."""
@@ -265,14 +317,26 @@ class Restorer:
             detail = err.stderr.strip() if isinstance(err, subprocess.CalledProcessError) and err.stderr else err
             self.problems.append(f"{what}: {detail}")
 
+    def _cgroups(self) -> tuple[list[str], list[str]]:
+        """The new cgroups: (the harness's, anyone else's); see ``split_cgroups``."""
+        snapshot, now = self.snapshot, cgroup_dirs(self.root)
+        return split_cgroups(snapshot.cgroups, now, cgroup_hierarchies(self.root), snapshot.owned_cgroups)
+
     def end_processes(self) -> None:
-        new = new_cgroups(self.snapshot.cgroups, cgroup_dirs(self.root))
+        """SIGKILL, by pid, the processes in the harness's new cgroups, the ones it launched (still the same process:
+        same start time) and the ones carrying its markers; report the processes of any other new cgroup."""
+        ours, theirs = self._cgroups()
         pids = set(harness_processes(self.root, self.snapshot.process_markers, os.getpid()))
-        pids.update(cgroup_processes(self.root, new))
+        pids.update(cgroup_processes(self.root, ours))
+        pids.update(pid for pid, start in self.snapshot.launched if process_start(self.root, pid) == start)
         pids.discard(os.getpid())
         for pid in sorted(pids):
             with contextlib.suppress(ProcessLookupError):
                 self.kill(pid, signal.SIGKILL)
+        for directory in reversed(theirs):  # shallowest first, as a person reads a tree
+            found = cgroup_processes(self.root, [directory])
+            held = f" (processes {', '.join(map(str, found))})" if found else ""
+            self.notes.append(f"left alone: cgroup {directory}{held} appeared during the run but is not the harness's")
 
     def unmount(self) -> None:
         # network namespaces of pods: containerd names them cni-<uuid>
@@ -281,7 +345,8 @@ class Restorer:
             self._try(f"unmount {point}", lambda point=point: self.runner(["umount", "-l", point]))
 
     def remove_cgroups(self) -> None:
-        for directory in new_cgroups(self.snapshot.cgroups, cgroup_dirs(self.root)):
+        """Remove the harness's new cgroups, deepest first; any other new cgroup stays (``end_processes`` notes it)."""
+        for directory in self._cgroups()[0]:
             self._try(f"remove cgroup {directory}", (self.root / directory.lstrip("/")).rmdir)
 
     def restore_iptables(self) -> None:

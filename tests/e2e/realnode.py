@@ -22,8 +22,12 @@ its pods can reach (kube-apiserver, kube-controller-manager, the default kube-sc
 * kube-proxy in iptables mode (conntrack limits left alone, NodePorts only on the bridge address).
 
 What these change on the host is recorded first and put back by :mod:`tests.e2e.hoststate` when the session ends,
-also on failure; the record is saved to ``BASE/host-state.json`` before anything starts, so a run that was killed is
-cleaned up by the next one before it starts (``cleanup_leftovers``).
+also on failure; the record is saved to ``BASE/host-state.json`` before anything starts (and again with each process
+the harness launches), so a run that was killed is cleaned up by the next one before it starts
+(``cleanup_leftovers``). Only what the harness made is ended and removed: the ``kubepods`` cgroup tree of its kubelet,
+the processes it launched, the shims of its containerd. Anything else that appeared on the host meanwhile (a login
+session, a service, another runtime's containers) is reported on the terminal and in ``LEFT_ALONE_FILE``, and left
+alone.
 """
 
 from __future__ import annotations
@@ -66,6 +70,8 @@ from tests.e2e.cluster import (
 BASE = Path(os.environ.get("HAMI_E2E_NODE_DIR", "/tmp/hami-realnode"))
 LOCK_FILE = Path("/tmp/hami-realnode.lock")
 STATE_FILE_NAME = "host-state.json"
+LEFT_ALONE_FILE = Path("/tmp/hami-realnode-left-alone.log")
+"""What the host clean-up found new on the host but left alone (not the harness's), one line each, appended."""
 NODE_NAME = "hami-e2e-node"
 BRIDGE = "hami-cni0"
 POD_CIDR = "10.233.77.0/24"
@@ -230,7 +236,7 @@ def cleanup_leftovers(base: Path = BASE) -> list[str]:
     state_file = base / STATE_FILE_NAME
     if not state_file.is_file():
         return []
-    problems = hoststate.Restorer(hoststate.Snapshot.load(state_file)).run()
+    problems = _restore(hoststate.Snapshot.load(state_file))
     if not problems:
         with contextlib.suppress(FileNotFoundError):
             state_file.unlink()
@@ -253,13 +259,37 @@ def restore_host(snapshot: hoststate.Snapshot, base: Path) -> list[str]:
     """Put the host back; the saved record goes only when that worked (else the next run tries again)."""
     state_copy = base.parent / f".{base.name}-{STATE_FILE_NAME}"
     snapshot.save(state_copy)  # base itself is removed by the restore
-    problems = hoststate.Restorer(snapshot).run()
+    problems = _restore(snapshot)
     if problems:
         base.mkdir(parents=True, exist_ok=True)
         state_copy.replace(base / STATE_FILE_NAME)
     else:
         state_copy.unlink()
     return problems
+
+
+def _restore(snapshot: hoststate.Snapshot) -> list[str]:
+    """Run the restore; report what it left alone (new cgroups that are not the harness's, and their processes) on
+    the terminal, past pytest's capture, and in ``LEFT_ALONE_FILE``. Returns the problems."""
+    restorer = hoststate.Restorer(snapshot)
+    problems = restorer.run()
+    if restorer.notes:
+        text = "".join(f"hami real node clean-up: {note}\n" for note in restorer.notes)
+        with contextlib.suppress(OSError), LEFT_ALONE_FILE.open("a") as handle:
+            handle.write(text)
+        if sys.__stderr__ is not None:
+            sys.__stderr__.write(text)
+    return problems
+
+
+def remember_launched(snapshot: hoststate.Snapshot, base: Path, pid: int | None) -> None:
+    """Add a process the harness launched to the record (pid and start time), saved at once: a run that is killed
+    leaves its record for the next run's ``cleanup_leftovers``, which ends the process by that pid only while it is
+    still that process."""
+    start = hoststate.process_start(Path("/"), pid) if pid is not None else None
+    if pid is not None and start is not None:
+        snapshot.launched.append([pid, start])
+        snapshot.save(base / STATE_FILE_NAME)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -283,10 +313,17 @@ def image_name(archive: Path) -> str:
 
 def build_images(out: Path, kube_scheduler: Path) -> dict[str, tuple[Path, str]]:
     """The images the node and the chart need, built with ``scripts/build-image`` (no Docker, no registry):
-    ``{"pause" | "kube-scheduler" | "hami": (archive, reference)}``."""
+    ``{"pause" | "kube-scheduler" | "hami" | "hami-core-standin": (archive, reference)}`` (the last: HAMi's image
+    layout with a stand-in ``libvgpu.so``, for the chart's HAMi-core install)."""
     script = Path(__file__).resolve().parents[2] / "scripts" / "build-image"
     built: dict[str, tuple[Path, str]] = {}
-    for image, extra in (("pause", []), ("kube-scheduler", ["--binary", str(kube_scheduler)]), ("hami", [])):
+    images: tuple[tuple[str, list[str]], ...] = (
+        ("pause", []),
+        ("kube-scheduler", ["--binary", str(kube_scheduler)]),
+        ("hami", []),
+        ("hami-core-standin", []),
+    )
+    for image, extra in images:
         proc = subprocess.run(
             [sys.executable, str(script), image, "--out", str(out), *extra], capture_output=True, text=True, check=False
         )
@@ -476,6 +513,7 @@ class RealCluster:
     def start(self, process: ManagedProcess) -> ManagedProcess:
         process.start()
         self.processes.append(process)
+        remember_launched(self.snapshot, self.base, process.pid)
         return process
 
     def check_alive(self) -> None:
@@ -497,8 +535,8 @@ class RealCluster:
         for process in reversed(self.processes):
             process.stop()
         self.plane.stop()
-        # containers and their shims outlive containerd: the restore ends them (by cgroup and by the socket path in
-        # the shims' command lines), unmounts what is left and puts the host back
+        # containers and their shims outlive containerd: the restore ends them (by the kubepods cgroups kubelet made
+        # and by the socket path in the shims' command lines), unmounts what is left and puts the host back
         self.restore_problems = restore_host(self.snapshot, self.base)
         return self.restore_problems
 

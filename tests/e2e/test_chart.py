@@ -34,6 +34,7 @@ PATHS = {
         False,
     ),
     "RuntimeClass": ("/apis/node.k8s.io/v1", "runtimeclasses", False),
+    "DeviceClass": ("/apis/resource.k8s.io/v1", "deviceclasses", False),
     "ValidatingAdmissionPolicy": ("/apis/admissionregistration.k8s.io/v1", "validatingadmissionpolicies", False),
     "ValidatingAdmissionPolicyBinding": (
         "/apis/admissionregistration.k8s.io/v1",
@@ -66,6 +67,16 @@ def dry_run(kube: KubeClient, namespace: str, obj: dict[str, Any]) -> None:
             ["scheduler.admissionWebhook.enabled=false", "scheduler.metricsSecure=false"], [], id="without the webhook"
         ),
         pytest.param(["scheduler.overwriteEnv=true"], [], id="webhook without matchConditions"),
+        pytest.param(
+            [
+                "draPlugin.enabled=true",
+                "draPlugin.deviceClass.extendedResourceName=example.com/gpu",
+                "draPlugin.testing.fakeNvml=devices: []",
+                "draPlugin.testing.acknowledgeFakeGPUs=true",
+            ],
+            [],
+            id="the DRA plugin",
+        ),
         pytest.param(
             [
                 "scheduler.replicas=2",

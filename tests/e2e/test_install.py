@@ -42,6 +42,8 @@ SHOW = (
     "time.sleep(3600)\n"
 )
 WAIT_S = 180.0
+#: what the chart's install-hami-core init container copies from HAMi's image layout onto the node
+HAMI_CORE = Path("/usr/local/vgpu/libvgpu.so.v2.10.0")
 
 
 def _split(reference: str) -> tuple[str, str]:
@@ -50,7 +52,8 @@ def _split(reference: str) -> tuple[str, str]:
 
 
 def helm_values(cluster: RealCluster) -> list[str]:
-    """The only values the install sets: image names and pull policy, and the fake NVML (test-only switch)."""
+    """The only values the install sets: image names and pull policy (HAMi-core's: a stand-in of HAMi's image,
+    built here), and the fake NVML (test-only switch)."""
     hami_repo, hami_tag = _split(cluster.images["hami.oci.tar"])
     sched_repo, sched_tag = _split(cluster.images["kube-scheduler.oci.tar"])
     registry, repository = sched_repo.split("/", 1)
@@ -63,6 +66,8 @@ def helm_values(cluster: RealCluster) -> list[str]:
         f"scheduler.kubeScheduler.image.tag={sched_tag}",
         "scheduler.kubeScheduler.image.pullPolicy=Never",
         "devicePlugin.testing.acknowledgeFakeGPUs=true",
+        f"devicePlugin.hamiCore.image={cluster.images['hami-core.oci.tar']}",
+        "devicePlugin.hamiCore.pullPolicy=Never",
     ]
 
 
@@ -179,6 +184,9 @@ def test_helm_install_runs_hami_and_a_gpu_pod_gets_its_allocation(
     kube = kube_real
     check_scheduler_replicas(kube)
     check_plugin_registered(kube, installed.node_name)
+    # the init container installed HAMi-core from the (stand-in) image before the plugin started; the node
+    # advertises shares (check_plugin_registered), which the plugin refuses without the library
+    assert HAMI_CORE.read_bytes()[:4] == b"\x7fELF"
     namespace = kube.create_namespace()
     image = installed.images["hami.oci.tar"]
 
@@ -212,6 +220,87 @@ def test_helm_install_runs_hami_and_a_gpu_pod_gets_its_allocation(
     for path in ("/usr/local/vgpu", "/usr/local/vgpu/libvgpu.so", "/tmp/vgpulock", "/etc/ld.so.preload"):
         assert path in mounts, path
     check_deleting_frees_the_ledger(kube, namespace, image, "gpu-user")
+
+
+def test_no_pod_is_bound_while_the_device_plugin_is_away_and_all_run_once_it_is_back(
+    installed: RealCluster, kube_real: KubeClient
+) -> None:
+    """Issue 39 item 4, on the real node: while the device plugin is away (its DaemonSet pod gone), kubelet marks its
+    devices unhealthy and reports allocatable 0, but the registration annotation stays. HAMi kept binding GPU pods
+    there, and kubelet rejected each (``UnexpectedAdmissionError``: a ReplicaSet lost 11–18 replicas, a bare pod was
+    lost for good). hami binds none of them (``NodeDevicesNotAllocatable``) until kubelet reports the devices
+    again; then every one runs, and the ReplicaSet never had to replace a replica."""
+    kube, node = kube_real, installed.node_name
+    check_plugin_registered(kube, node)
+    namespace = kube.create_namespace()
+    image = installed.images["hami.oci.tar"]
+    path = f"/api/v1/nodes/{node}"
+    served = kube.get(path)["status"]["allocatable"]["nvidia.com/gpu"]
+    replicas = 4
+
+    kube.patch(path, {"metadata": {"labels": {"gpu": None}}})  # the plugin's DaemonSet selects gpu=on: it goes
+    try:
+        wait_until(
+            lambda: kube.get(path)["status"]["allocatable"].get("nvidia.com/gpu") == "0",
+            timeout=WAIT_S,
+            description="kubelet reporting no allocatable nvidia.com/gpu once the device plugin is gone",
+        )
+        assert keys.NVIDIA_KEYS.register in kube.get(path)["metadata"]["annotations"]  # the registration stays
+        kube.post(f"/apis/apps/v1/namespaces/{namespace}/replicasets", gpu_replicaset("rs", image, replicas))
+        kube.post(f"/api/v1/namespaces/{namespace}/pods", gpu_pod("bare", image, 1, 1000))
+        wait_until(
+            lambda: _refused_everywhere(kube, namespace, replicas + 1),
+            timeout=WAIT_S,
+            description=f"every pod refused with NodeDevicesNotAllocatable on {node}",
+        )
+        assert kube.get(path)["status"]["allocatable"].get("nvidia.com/gpu") == "0"  # still inside the window
+    finally:
+        kube.patch(path, {"metadata": {"labels": {"gpu": "on"}}})  # the plugin comes back
+
+    running = wait_until(
+        lambda: _at_least(kube, namespace, "Running", replicas + 1), timeout=WAIT_S, description="every pod Running"
+    )
+    assert kube.get(path)["status"]["allocatable"]["nvidia.com/gpu"] == served
+    pods = kube.get(f"/api/v1/namespaces/{namespace}/pods")["items"]
+    assert sorted(running) == sorted(p["metadata"]["name"] for p in pods)  # no replica replaced, none Failed
+    rejected = [e for e in kube.get(f"/api/v1/namespaces/{namespace}/events")["items"] if "Admission" in e["reason"]]
+    assert rejected == []
+    assert_within_capacity(kube)
+    kube.delete(f"/apis/apps/v1/namespaces/{namespace}/replicasets/rs", {"propagationPolicy": "Background"})
+    for pod in pods:
+        with contextlib.suppress(ApiError):
+            kube.delete(f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}", {"gracePeriodSeconds": 0})
+    wait_until(
+        lambda: not kube.get(f"/api/v1/namespaces/{namespace}/pods")["items"],
+        timeout=WAIT_S,
+        description="the pods of the plugin-restart test gone",
+    )
+
+
+def gpu_replicaset(name: str, image: str, replicas: int) -> dict[str, Any]:
+    """A ReplicaSet of ``replicas`` one-card 1000 MiB pods (``gpu_pod``'s, restarted always as a ReplicaSet needs)."""
+    template = gpu_pod(name, image, 1, 1000)
+    template["metadata"] = {"labels": {"app": name}}
+    template["spec"]["restartPolicy"] = "Always"
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}}, "template": template},
+    }
+
+
+def _refused_everywhere(kube: KubeClient, namespace: str, count: int) -> bool:
+    """``count`` pods exist, none bound, and each was refused by kube-scheduler with hami's reason."""
+    pods = kube.get(f"/api/v1/namespaces/{namespace}/pods")["items"]
+    assert not [p["metadata"]["name"] for p in pods if p["spec"].get("nodeName")], "a pod was bound into the window"
+    events = kube.get(f"/api/v1/namespaces/{namespace}/events")["items"]
+    refused = {
+        e["involvedObject"]["name"]
+        for e in events
+        if e["reason"] == "FailedScheduling" and "NodeDevicesNotAllocatable" in e["message"]
+    }
+    return len(pods) == count and refused >= {p["metadata"]["name"] for p in pods}
 
 
 def check_scheduler_replicas(kube: KubeClient) -> None:

@@ -152,9 +152,10 @@ def test_a_prerelease_wrapper_pins_the_staging_prerelease_tags(tmp_path: Path) -
 
 
 @pytest.mark.parametrize(
-    ("version", "needs"), [("v1.36.3", False), ("v1.37.2", False), ("v1.38.0-beta.0", True), ("v1.39.0", True)]
+    ("version", "needs"),
+    [("v1.33.5", False), ("v1.34.0", True), ("v1.36.3", True), ("v1.37.2", True), ("v1.38.0-beta.0", True)],
 )
-def test_the_real_node_of_1_38_and_newer_gets_containerd_2(version: str, needs: bool) -> None:
+def test_the_real_node_of_1_34_and_newer_gets_containerd_2_for_cdi(version: str, needs: bool) -> None:
     assert testenv.needs_containerd_2(version) is needs
 
 
@@ -177,7 +178,7 @@ def test_locate_containerd_prints_the_build_only_for_releases_that_need_it(
 ) -> None:
     monkeypatch.setenv("HAMI_TESTENV_CACHE", str(tmp_path))
     monkeypatch.delenv("HAMI_K8S_VERSION", raising=False)
-    assert testenv.main(["locate", "--containerd", "--k8s-version=v1.37.2"]) == 0  # Debian's containerd will do
+    assert testenv.main(["locate", "--containerd", "--k8s-version=v1.33.5"]) == 0  # Debian's containerd will do
     assert capsys.readouterr().out == ""
     assert testenv.main(["locate", "--containerd", "--k8s-version=v1.38.0-beta.0"]) == 1
     assert f"containerd-{testenv.CONTAINERD_VERSION}/" in capsys.readouterr().err

@@ -177,6 +177,98 @@ def test_new_cgroups_are_emptied_of_their_processes_and_removed(tmp_path: Path) 
     assert (memory / "user.slice").is_dir()
 
 
+def test_an_unrelated_new_cgroup_and_its_process_are_reported_and_left_alone(tmp_path: Path) -> None:
+    """While the tests ran, a login session, a service and the CI runner's job tracking made cgroups of their own: the
+    restore ends and removes only the tree the harness's kubelet made and reports the rest."""
+    _fake_proc(tmp_path, mountinfo=[])
+    memory = tmp_path / "sys/fs/cgroup/memory"
+    (memory / "user.slice").mkdir(parents=True)
+    (memory / "process_api").mkdir()
+    snapshot = Snapshot(cgroups=hoststate.cgroup_dirs(tmp_path))
+    session = _cgroup(memory / "user.slice/session-9.scope", 5151)
+    job = _cgroup(memory / "process_api/job-1", 6161, 6162)
+    pod = _cgroup(memory / "kubepods/besteffort/pod1", 4242)
+    killed: list[int] = []
+
+    def kill(pid: int, sig: int) -> None:
+        assert sig == signal.SIGKILL
+        killed.append(pid)
+        (pod / "cgroup.procs").unlink()  # the fake cgroup's file must go before rmdir
+
+    restorer = Restorer(snapshot, runner=FakeHost({}, []), root=tmp_path, kill=kill)
+
+    assert restorer.run() == []
+    assert killed == [4242]
+    assert not (memory / "kubepods").exists()
+    assert (session / "cgroup.procs").read_text() == "5151\n"  # untouched
+    assert (job / "cgroup.procs").read_text() == "6161\n6162\n"
+    assert restorer.notes == [
+        "left alone: cgroup /sys/fs/cgroup/memory/process_api/job-1 (processes 6161, 6162) appeared during the run "
+        "but is not the harness's",
+        "left alone: cgroup /sys/fs/cgroup/memory/user.slice/session-9.scope (processes 5151) appeared during the run "
+        "but is not the harness's",
+    ]
+
+
+def test_a_kubepods_tree_that_was_there_before_is_not_the_harnesss(tmp_path: Path) -> None:
+    """Another kubelet on the host (or a leftover the last run reported) owns a kubepods tree: its new pods stay."""
+    _fake_proc(tmp_path, mountinfo=[])
+    cpu = tmp_path / "sys/fs/cgroup/cpu"
+    (cpu / "kubepods/burstable").mkdir(parents=True)
+    snapshot = Snapshot(cgroups=hoststate.cgroup_dirs(tmp_path))
+    _cgroup(cpu / "kubepods/burstable/pod-theirs", 7070)
+
+    restorer = Restorer(snapshot, runner=FakeHost({}, []), root=tmp_path, kill=_no_kill)
+
+    assert restorer.run() == []
+    assert (cpu / "kubepods/burstable/pod-theirs").is_dir()
+    assert [note.split(" (")[0] for note in restorer.notes] == [
+        "left alone: cgroup /sys/fs/cgroup/cpu/kubepods/burstable/pod-theirs"
+    ]
+
+
+def test_on_a_cgroup_v2_host_the_top_level_kubepods_tree_is_the_harnesss(tmp_path: Path) -> None:
+    _fake_proc(tmp_path, mountinfo=[])
+    base = tmp_path / "sys/fs/cgroup"
+    (base / "system.slice").mkdir(parents=True)
+    (base / "cgroup.controllers").write_text("cpu memory pids\n")
+    snapshot = Snapshot(cgroups=hoststate.cgroup_dirs(tmp_path))
+    assert snapshot.cgroups == ["/sys/fs/cgroup/system.slice"]
+    _cgroup(base / "system.slice/restarted.service", 8080)
+    (base / "kubepods/pod1").mkdir(parents=True)  # empty (a real one's files go with its rmdir)
+
+    restorer = Restorer(snapshot, runner=FakeHost({}, []), root=tmp_path, kill=_no_kill)
+
+    assert restorer.run() == []
+    assert not (base / "kubepods").exists()
+    assert (base / "system.slice/restarted.service").is_dir()
+    assert len(restorer.notes) == 1
+
+
+def test_launched_processes_are_ended_only_while_their_pid_is_still_theirs(tmp_path: Path) -> None:
+    _fake_proc(tmp_path, mountinfo=[])
+    _process(tmp_path, 300, "kubelet", stat_start=1000)
+    _process(tmp_path, 301, "vim", stat_start=5000)  # pid 301 was containerd's (started at 1001), now reused
+    snapshot = Snapshot(launched=[[300, 1000], [301, 1001], [302, 1002]])  # 302: gone already
+    killed: list[int] = []
+
+    Restorer(snapshot, runner=FakeHost({}, []), root=tmp_path, kill=lambda pid, sig: killed.append(pid)).run()
+
+    assert killed == [300]
+
+
+def test_the_start_time_is_read_past_a_command_name_with_spaces(tmp_path: Path) -> None:
+    _process(tmp_path, 400, "x", stat_start=123456, comm="a (b) c")
+    assert hoststate.process_start(tmp_path, 400) == 123456
+    assert hoststate.process_start(tmp_path, 401) is None
+
+
+def test_a_record_saved_before_the_owned_cgroups_were_recorded_still_loads(tmp_path: Path) -> None:
+    (tmp_path / "state.json").write_text('{"sysctls": {"kernel.panic": "1"}}')
+    loaded = Snapshot.load(tmp_path / "state.json")
+    assert (loaded.owned_cgroups, loaded.launched) == (["kubepods"], [])
+
+
 def test_leftover_shims_are_found_by_the_harness_socket_in_their_command_line(tmp_path: Path) -> None:
     _fake_proc(tmp_path, mountinfo=[])
     _process(tmp_path, 100, "containerd-shim-runc-v2", "-namespace", "k8s.io", "-address", "/tmp/hami-realnode/c.sock")
@@ -279,9 +371,18 @@ def _sysctl(root: Path, name: str, value: str) -> None:
     path.write_text(value + "\n")
 
 
-def _process(root: Path, pid: int, *argv: str) -> None:
+def _process(root: Path, pid: int, *argv: str, stat_start: int = 0, comm: str = "") -> None:
     (root / "proc" / str(pid)).mkdir(parents=True)
     (root / "proc" / str(pid) / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    if stat_start:  # /proc/<pid>/stat: pid (comm) state, then fields 4..21, field 22 the start time
+        after = ["S", *["0"] * 18, str(stat_start), "0"]
+        (root / "proc" / str(pid) / "stat").write_text(f"{pid} ({comm or argv[0]}) {' '.join(after)}\n")
+
+
+def _cgroup(directory: Path, *pids: int) -> Path:
+    directory.mkdir(parents=True)
+    (directory / "cgroup.procs").write_text("".join(f"{pid}\n" for pid in pids))
+    return directory
 
 
 def _binaries(version: str, tmp_path: Path) -> realnode.Binaries:
@@ -293,9 +394,9 @@ def test_the_node_keeps_debians_containerd_until_its_kubelet_needs_2_x(
 ) -> None:
     monkeypatch.setenv("HAMI_TESTENV_CACHE", str(tmp_path))
     monkeypatch.delenv("HAMI_CONTAINERD_BIN_DIR", raising=False)
-    assert realnode.locate_containerd(_binaries("v1.37.2", tmp_path)) is None
+    assert realnode.locate_containerd(_binaries("v1.33.5", tmp_path)) is None
     with pytest.raises(realnode.RealNodeError, match=r"the real node's containerd is not built: .*containerd-v2"):
-        realnode.locate_containerd(_binaries("v1.38.0-beta.0", tmp_path))
+        realnode.locate_containerd(_binaries("v1.37.2", tmp_path))
 
 
 def test_a_containerd_directory_given_is_used_whatever_the_version_and_checked(

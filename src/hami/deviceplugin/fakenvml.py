@@ -4,6 +4,7 @@ It implements :class:`~hami.deviceplugin.nvml.NvmlLib`, so discovery, scoring an
 code as on real GPUs. Fixture format (every key but ``devices[].uuid`` optional)::
 
     driver: "580.65.06"
+    cuda: "12.8"                       # the CUDA version the driver supports
     devices:
       - uuid: GPU-0a1
         name: Tesla T4                 # NVML's name; the inventory adds the NVIDIA- prefix
@@ -11,6 +12,10 @@ code as on real GPUs. Fixture format (every key but ``devices[].uuid`` optional)
         bus_id: "00000000:3B:00.0"     # default: derived from the position
         numa: 1                        # what sysfs would say (-1 reads as 0)
         minor: 0                       # N of /dev/nvidiaN (default: the position)
+        brand: Tesla                   # NVML brand, architecture and compute capability (DRA attributes);
+        architecture: Turing           # absent: NVML cannot tell
+        compute_capability: "7.5"
+        pcie_root: pci0000:3a          # what sysfs would say (absent: unknown)
         mig: true                      # MIG mode enabled
         profiles:                      # MIG GPU-instance profiles (only read when mig is true)
           - {id: 0, name: 1g.5gb, memory_mib: 4864, slices: 1, instances: 7, placements: [[0, 1], [1, 1]]}
@@ -46,7 +51,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from hami.deviceplugin.nvml import GpuInstanceProfile, MigInstance, TopologyLevel, XidEvent
+from hami.deviceplugin.nvml import GpuDetails, GpuInstanceProfile, MigInstance, TopologyLevel, XidEvent
 from hami.errors import ConfigError, NvmlError
 
 __all__ = ["FakeGpu", "FakeNvmlLib", "load_fake_nvml", "load_fixture"]
@@ -66,6 +71,12 @@ class FakeGpu:
         self.numa = int(spec.get("numa", 0))
         self.minor = int(spec.get("minor", position))
         self.mig = bool(spec.get("mig", False))
+        self.details = GpuDetails(
+            brand=str(spec.get("brand", "")),
+            architecture=str(spec.get("architecture", "")),
+            compute_capability=str(spec.get("compute_capability", "")),
+        )
+        self.pcie_root = str(spec.get("pcie_root", ""))
         self.profiles = tuple(_profile(p) for p in spec.get("profiles", ()))
         self.instances: dict[int, MigInstance] = {}
         for entry in spec.get("instances", ()):
@@ -79,6 +90,7 @@ class FakeNvmlLib:
 
     def __init__(self, fixture: Mapping[str, Any]) -> None:
         self.driver = str(fixture.get("driver", "fake"))
+        self.cuda = str(fixture.get("cuda", "12.8"))
         self.gpus = [FakeGpu(spec, i) for i, spec in enumerate(fixture.get("devices", ()))]
         self._links: dict[tuple[str, str], tuple[TopologyLevel, int]] = {}
         for entry in fixture.get("links", ()):
@@ -117,6 +129,10 @@ class FakeNvmlLib:
             if gpu.bus_id == bus_id:
                 return max(gpu.numa, 0)
         return 0
+
+    def pcie_root_of(self, bus_id: str) -> str:
+        """What sysfs would say for this bus id: the fixture's ``pcie_root`` ("" = unknown)."""
+        return next((gpu.pcie_root for gpu in self.gpus if gpu.bus_id == bus_id), "")
 
     # --- NvmlLib -----------------------------------------------------------------------------
     def _check(self, call: str, gpu: FakeGpu | None = None) -> None:
@@ -246,6 +262,16 @@ class FakeNvmlLib:
             count = self._links.get((gpu.uuid, other.uuid), (TopologyLevel.SYSTEM, 0))[1]
             peers.extend([other.bus_id] * count)
         return peers
+
+    def details(self, handle: object) -> GpuDetails:
+        gpu = self._gpu(handle)
+        self._check("details", gpu)
+        return gpu.details
+
+    def cuda_driver_version(self) -> tuple[int, int]:
+        self._check("cuda_driver_version")
+        major, _, minor = self.cuda.partition(".")
+        return int(major), int(minor or 0)
 
     def watch_xids(self, handles: list[object]) -> None:
         self._check("watch_xids")

@@ -23,6 +23,7 @@ from hami.errors import NvmlError
 
 __all__ = [
     "APPLICATION_XIDS",
+    "GpuDetails",
     "GpuInstanceProfile",
     "MigInstance",
     "NvmlLib",
@@ -83,6 +84,15 @@ class XidEvent:
     xid: int
 
 
+@dataclass(frozen=True, slots=True)
+class GpuDetails:
+    """What a DRA ResourceSlice says about a GPU beyond discovery's facts; "" where NVML could not tell."""
+
+    brand: str = ""
+    architecture: str = ""
+    compute_capability: str = ""  # "8.0"
+
+
 class NvmlLib(Protocol):
     """The NVML queries hami makes. ``Handle`` values are opaque; each call raises :class:`NvmlError`."""
 
@@ -124,6 +134,14 @@ class NvmlLib(Protocol):
         ...
 
     def common_ancestor(self, a: object, b: object) -> TopologyLevel: ...
+
+    def details(self, handle: object) -> GpuDetails:
+        """Brand, architecture and CUDA compute capability (each "" when NVML cannot tell)."""
+        ...
+
+    def cuda_driver_version(self) -> tuple[int, int]:
+        """The CUDA version the driver supports, as (major, minor)."""
+        ...
 
     def nvlink_peers(self, handle: object) -> list[str]:
         """The PCI bus id at the far end of each active NVLink (one entry per link)."""
@@ -238,6 +256,23 @@ class PynvmlLib:
     def minor_number(self, handle: object) -> int:
         with self._call("nvmlDeviceGetMinorNumber"):
             return int(self._nv.nvmlDeviceGetMinorNumber(handle))
+
+    def details(self, handle: object) -> GpuDetails:
+        nv = self._nv
+        brand = architecture = capability = ""
+        with contextlib.suppress(nv.NVMLError):
+            brand = _enum_name(nv, "NVML_BRAND_", nv.nvmlDeviceGetBrand(handle))
+        with contextlib.suppress(nv.NVMLError):
+            architecture = _enum_name(nv, "NVML_DEVICE_ARCH_", nv.nvmlDeviceGetArchitecture(handle))
+        with contextlib.suppress(nv.NVMLError):
+            major, minor = nv.nvmlDeviceGetCudaComputeCapability(handle)
+            capability = f"{int(major)}.{int(minor)}"
+        return GpuDetails(brand=brand, architecture=architecture, compute_capability=capability)
+
+    def cuda_driver_version(self) -> tuple[int, int]:
+        with self._call("nvmlSystemGetCudaDriverVersion"):
+            version = int(self._nv.nvmlSystemGetCudaDriverVersion())
+        return version // 1000, (version % 1000) // 10
 
     def mig_instances(self, handle: object) -> list[MigInstance]:
         import ctypes
@@ -409,3 +444,13 @@ class PynvmlLib:
 
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _enum_name(nv: Any, prefix: str, value: object) -> str:
+    """The name of pynvml's ``<prefix>*`` constant equal to ``value``, as NVIDIA's tools spell it
+    (``NVML_DEVICE_ARCH_AMPERE`` → ``Ampere``, ``NVML_BRAND_NVIDIA_RTX`` → ``NvidiaRTX``); "" when none is."""
+    for attr in sorted(dir(nv)):
+        if attr.startswith(prefix) and not attr.endswith(("_COUNT", "_UNKNOWN")) and getattr(nv, attr) == value:
+            words = attr.removeprefix(prefix).split("_")
+            return "".join(w if w.isupper() and len(w) <= 3 and w != "NVIDIA" else w.capitalize() for w in words)
+    return ""

@@ -13,6 +13,8 @@ from typing import Annotated
 
 import typer
 
+from hami.deviceplugin.command import log_level as log_level_parser
+
 __all__ = ["monitor"]
 
 
@@ -22,6 +24,12 @@ def monitor(
     hook_path: Annotated[
         str, typer.Option(envvar="HOOK_PATH", help="Host directory holding vgpu/ (the device plugin's --hook-path).")
     ] = "/usr/local",
+    libvgpu_version: Annotated[
+        str, typer.Option(help="HAMi-core's version, as the device plugin's (libvgpu.so.<version> is looked for).")
+    ] = "v2.10.0",
+    host_root: Annotated[
+        Path, typer.Option(help="Where the host's <hook path>/vgpu is visible, for hami_core_library_present.")
+    ] = Path("/"),
     bind_address: Annotated[str, typer.Option(help="Address the metrics endpoint listens on.")] = "0.0.0.0",
     port: Annotated[int, typer.Option(help="Port of the metrics endpoint (HAMi's monitor: 9394).")] = 9394,
     interval: Annotated[float, typer.Option(help="Seconds between pod refreshes and feedback rounds.")] = 5.0,
@@ -31,7 +39,7 @@ def monitor(
     ] = 300.0,
     fake_nvml: Annotated[Path | None, typer.Option(help="Use a YAML fixture instead of NVML (no GPU needed).")] = None,
     kubeconfig: Annotated[Path | None, typer.Option(help="Default: KUBECONFIG, in-cluster, ~/.kube/config.")] = None,
-    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    log_level: Annotated[str, typer.Option(parser=log_level_parser, help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run HAMi's vGPU monitor: per-container GPU usage from HAMi-core, per-GPU usage from NVML, priority
     feedback."""
@@ -40,6 +48,7 @@ def monitor(
     launch(
         node_name=node_name,
         hook_path=hook_path,
+        hami_core=(libvgpu_version, host_root),
         bind_address=bind_address,
         port=port,
         interval=interval,

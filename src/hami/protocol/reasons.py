@@ -36,6 +36,7 @@ class Reason(enum.StrEnum):
     # Node-level reasons (no device involved). HAMi writes these as bare strings.
     NODE_UNREGISTERED = "NodeUnregistered"
     NODE_QUARANTINED = "NodeQuarantined"
+    NODE_DEVICES_NOT_ALLOCATABLE = "NodeDevicesNotAllocatable"  # hami's own: kubelet does not back the registration
 
 
 @dataclass(frozen=True, slots=True)

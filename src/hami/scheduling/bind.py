@@ -9,7 +9,9 @@ Locks: each vendor lock the pod's vendors use, sorted; a bind that finds the nod
 progress waits for the hand-over (``CycleSettings.bind_lock_wait``), a PodGroup member for any holder
 (``lock_retry_timeout``). The Binding lands only on the version of the pod carrying this allocation
 (``BIND_VERSION_ATTEMPTS``). A failed bind releases its locks and the allocation (``hami.scheduling.cleanup``),
-unless the pod cannot be read back, when the clean-up runs in the background.
+unless the pod cannot be read back, when the clean-up runs in the background. A bind to a node whose kubelet
+no longer reports the devices the pod is to take (``NodeState.unallocatable``: its device plugin went away after
+/filter) fails once the locks are taken, released as any failed bind: kube-scheduler filters the pod again.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from hami.errors import ApiError, Conflict, HamiError, InvalidInput, LockContent
 from hami.protocol import keys
 from hami.protocol.events import binding_succeed_text
 from hami.protocol.objects import ObjectMeta, Pod
+from hami.protocol.reasons import Reason
 from hami.scheduling.cleanup import clear_later, release_allocation
 from hami.scheduling.outcomes import ApiFailure, BindOutcome, BindRefusal, Bound, Refused
 from hami.scheduling.parts import CycleParts
@@ -125,21 +128,36 @@ def _bind_locks(parts: CycleParts, pod: Pod, record: PodRecord | None) -> list[t
     """The node locks a bind of ``pod`` takes: each distinct ``VendorKeys.lock`` of the vendors it uses, sorted
     (so two binds never wait for each other crosswise), with its expiry (the shortest a vendor gives; None: the
     configured node-lock timeout). Empty when none of its vendors has a lock."""
-    if record is not None and record.devices:
-        used: Iterable[str] = record.devices
-    else:
-        try:
-            used = prefilter(pod, parts.vendors, parts.defaults).vendors
-        except InvalidInput:
-            used = ()
     expiry: dict[str, float | None] = {}
-    for vendor in used:
+    for vendor in _vendors_used(parts, pod, record):
         vk = parts.vendors[vendor].keys if vendor in parts.vendors else None
         if vk is None or vk.lock is None:
             continue
         given = [e for e in (expiry.get(vk.lock), vk.lock_expiry_s) if e is not None]
         expiry[vk.lock] = min(given) if given else None
     return sorted(expiry.items())
+
+
+def _vendors_used(parts: CycleParts, pod: Pod, record: PodRecord | None) -> Iterable[str]:
+    """The vendors whose devices the pod takes: its reservation's, else those its request names."""
+    if record is not None and record.devices:
+        return record.devices
+    try:
+        return prefilter(pod, parts.vendors, parts.defaults).vendors
+    except InvalidInput:
+        return ()
+
+
+def _held_back(parts: CycleParts, pod: Pod, node: str, record: PodRecord | None) -> str | None:
+    """Why kubelet does not back, now, the devices the pod is to take on ``node`` (its device plugin went away
+    between /filter and /bind: kubelet would reject the pod, ``UnexpectedAdmissionError``), or None."""
+    state = parts.state.nodes.get(node)
+    if state is None or not state.unallocatable:
+        return None
+    for vendor in _vendors_used(parts, pod, record):
+        if vendor in state.unallocatable:
+            return f"{Reason.NODE_DEVICES_NOT_ALLOCATABLE.value}: {vendor} devices: {state.unallocatable[vendor]}"
+    return None
 
 
 async def _lock_and_bind(
@@ -158,6 +176,9 @@ async def _lock_and_bind(
             for key, expiry in _bind_locks(parts, pod, record):
                 await _lock(parts, node, pod, key, expiry)
                 locked.append(key)
+            held_back = _held_back(parts, pod, node, record)
+            if held_back is not None:
+                raise HamiError(held_back)  # released as any failed bind; kube-scheduler filters the pod again
             if record is None:  # not committed by this process: mark the bind phase now, as HAMi does, on
                 # the version just read (unbound, allocated on this node): replaced only if still so
                 patched = await parts.port.patch_pod_metadata(

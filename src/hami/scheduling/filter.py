@@ -55,8 +55,9 @@ class NodeRejection:
     """Why a node cannot run the pod. ``counts`` are devices per reason out of ``total`` (HAMi's numbers);
     ``unresolvable`` means it could not run the pod even if it were empty (preemption would not help).
     ``node_reason`` is set when the whole node was turned down before any device was judged: ``NodeUnregistered``
-    (no registration for a vendor of the pod, or no such node) or ``NodeQuarantined`` (its registration was refused
-    as malformed); ``detail`` says the same for a person."""
+    (no registration for a vendor of the pod, or no such node), ``NodeQuarantined`` (its registration was refused
+    as malformed) or ``NodeDevicesNotAllocatable`` (kubelet does not report the registered devices as allocatable:
+    the device plugin is gone or restarting); ``detail`` says the same for a person."""
 
     node: str
     counts: Mapping[Reason, int]
@@ -77,10 +78,17 @@ class NodeRejection:
 
 
 def _whole_node(node: NodeState, vendors: Sequence[str]) -> NodeRejection | None:
-    """The node turned down as a whole: a vendor of the pod has no registration there (refused, or none)."""
+    """The node turned down as a whole: a vendor of the pod has no registration there (refused, or none), or kubelet
+    does not back its registered devices (``NodeState.unallocatable``). Unresolvable: no eviction changes either;
+    the node is judged afresh on its next update (kubelet reporting the devices again)."""
     missing = [v for v in vendors if v not in node.tables]
     if not missing:
-        return None
+        short = [v for v in vendors if v in node.unallocatable]
+        if not short:
+            return None
+        detail = f"{Reason.NODE_DEVICES_NOT_ALLOCATABLE.value}: {short[0]} devices: {node.unallocatable[short[0]]}"
+        reason = Reason.NODE_DEVICES_NOT_ALLOCATABLE
+        return NodeRejection(node.name, {}, 0, unresolvable=True, detail=detail, node_reason=reason)
     problems = [node.problems[v] for v in missing if v in node.problems]
     if problems:
         detail = f"registration refused: {problems[0]}"

@@ -40,9 +40,10 @@ NO_ROOM: Final[tuple[str, int, int]] = ("", -1, -1)
 
 def room_of(node: NodeState, vendor: str, carves: Callable[[DeviceInfo], bool] | None) -> tuple[str, int, int]:
     """(vendor, ``max_mem``, ``first_cores``) of the node's table of ``vendor``: what ``Screen.shortcut`` compares;
-    (vendor, -1, -1), which no shortcut passes, for a cordoned node, no such table, or carved devices."""
+    (vendor, -1, -1), which no shortcut passes, for a cordoned node, no such table, a table kubelet does not back
+    (``NodeState.unallocatable``), or carved devices."""
     table = node.tables.get(vendor)
-    if table is None or node.cordoned:
+    if table is None or node.cordoned or vendor in node.unallocatable:
         return (vendor, -1, -1)
     cap = table.summary(carves)
     return (vendor, -1, -1) if cap.carved else (vendor, cap.max_mem, cap.first_cores)

@@ -20,7 +20,8 @@ by Fit as before.
   the same reasons, counts and closest misses as Fit; O(1) when no open card has the memory, a few comparisons per
   card otherwise), and the "could it fit if empty" check (``unresolvable``) is answered from the static summary of
   the empty table.
-* anything the screen cannot tell (a quota in the namespace, cordoned devices, UUID filters, sliced devices,
+* anything the screen cannot tell (a quota in the namespace, cordoned devices, a node whose kubelet does not back a
+  registration (``NodeState.unallocatable``), UUID filters, sliced devices,
   several containers with devices, ``topology-aware``/``mutex``, a vendor ordering its devices its own way): Fit,
   as before.
 
@@ -104,6 +105,8 @@ class Screen:
 
     def judge(self, node: NodeState) -> NodeFit | NodeRejection:
         """The node's verdict; a fitting node comes back ``SCREENED`` (see the module docstring)."""
+        if node.unallocatable:  # kubelet does not back some registration there (rare): Fit turns the node down
+            return self._fit(node)
         tables = node.tables
         one = self.one
         if one is not None and not node.cordoned:  # one vendor: the common case, kept short (it runs per candidate)

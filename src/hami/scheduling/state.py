@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from hami.devices.base import NodeInventory, Vendor, parse_uuid_list
+from hami.devices.kubelet import allocatable_shortfall
 from hami.devices.table import DeviceTable
 from hami.errors import InvalidInput, LedgerError
 from hami.protocol import keys
@@ -109,6 +110,9 @@ class NodeState:
     node_info: dict[str, Mapping[str, str]] = field(default_factory=dict)  # vendor -> NodeInventory.node_info
     problems: dict[str, str] = field(default_factory=dict)  # vendor -> why its registration was refused
     generation: int = 0
+    unallocatable: dict[str, str] = field(default_factory=dict)
+    """Vendor -> why kubelet does not back its registered devices (``hami.devices.kubelet``): its tables stay and
+    are charged, but the filter turns the node down for that vendor until kubelet reports the devices again."""
 
     def score(self) -> float:
         """Spec §5.2: ``10 × (Σused/Σcount + Σcores/Σdevcore + Σmem/Σdevmem)`` over every device of the node."""
@@ -157,11 +161,14 @@ class ClusterState:
         A vendor whose registration cannot be decoded, or breaks hami's acceptance rules (``check_inventory``:
         duplicate or blank ids, numbers out of range, too many devices — the same rules for every vendor), is left
         out of the node and reported in ``problems`` (the node is quarantined for that vendor); the other vendors
-        and nodes keep working.
+        and nodes keep working. A vendor whose devices kubelet does not back (``status.allocatable`` of its count
+        resource below what they need: its device plugin is gone or restarting) keeps its table and is named in
+        ``unallocatable``.
         """
         name = node.metadata.name
         inventories: dict[str, NodeInventory] = {}
         problems: dict[str, str] = {}
+        unallocatable: dict[str, str] = {}
         for vendor_name, vendor in self.vendors.items():
             try:
                 inv = vendor.decode_inventory(node)
@@ -172,6 +179,9 @@ class ClusterState:
                 continue
             if inv is not None and inv.devices:
                 inventories[vendor_name] = inv
+                short = allocatable_shortfall(vendor, node, inv.devices)
+                if short is not None:
+                    unallocatable[vendor_name] = short
         return self.set_node(
             name,
             inventories,
@@ -179,6 +189,7 @@ class ClusterState:
             unschedulable=node.spec.unschedulable,
             cordoned=parse_cordon(node.metadata.annotations.get(keys.DEVICE_CORDON)),
             problems=problems,
+            unallocatable=unallocatable,
         )
 
     def set_node(
@@ -189,6 +200,7 @@ class ClusterState:
         unschedulable: bool = False,
         cordoned: frozenset[str] = frozenset(),
         problems: Mapping[str, str] | None = None,
+        unallocatable: Mapping[str, str] | None = None,
     ) -> NodeState:
         old = self.nodes.get(name)
         state = NodeState(
@@ -201,6 +213,7 @@ class ClusterState:
             node_info={v: inv.node_info for v, inv in inventories.items() if inv.node_info},
             problems=dict(problems or {}),
             generation=(old.generation + 1) if old else 1,
+            unallocatable=dict(unallocatable or {}),
         )
         self.nodes[name] = state
         for record in self._on_node(name):
@@ -309,6 +322,7 @@ class ClusterState:
             node.node_info,
             node.problems,
             node.generation,
+            node.unallocatable,
         )
         for record in self._on_node(name):
             if record.uid in leaving and not record.held:

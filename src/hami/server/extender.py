@@ -319,7 +319,8 @@ class Extender:
         """Apply one node event to the state. An event that changes nothing the state reads (a node lock taken or
         released: two events per scheduled pod) is skipped: no registration decoded again, no tables rebuilt,
         and the node's verdicts stay in the memo. A lock it shows held by a pod whose bind marked the node busy
-        ends that mark (``BusyNodes.node_seen``): the watched lock counts from then on."""
+        ends that mark (``BusyNodes.node_seen``): the watched lock counts from then on. A node whose kubelet reports
+        the registered devices again (``NodeState.unallocatable`` shrank) counts as capacity freed."""
         name = node.metadata.name
         if deleted:
             self.busy.node_gone(name)
@@ -332,8 +333,14 @@ class Extender:
         if name in self.state.nodes and self._node_inputs.get(name) == inputs:
             return
         self._node_inputs[name] = inputs
-        self.state.upsert_node(node)
+        before = self.state.nodes.get(name)
+        held_back = set(before.unallocatable) if before is not None else set()
+        after = self.state.upsert_node(node)
         _log_dra(self.dra.node_event(name))
+        if held_back - after.unallocatable.keys():
+            # kubelet reports the devices again: the pods turned down meanwhile are retried now (the status update
+            # that says so may have reached kube-scheduler before this handler)
+            self.freed(name)
 
     def _inputs_of(self, node: Node) -> tuple[object, ...]:
         """Everything of ``node`` that ``ClusterState.upsert_node`` (and the vendors' decoders) can read: the

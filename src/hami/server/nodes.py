@@ -43,6 +43,8 @@ class NodeHandling:
     is_leader: Callable[[], bool]
     quarantined: dict[str, dict[str, str]] = field(default_factory=dict)
     """Node → vendor → its refused registration's problem, as last reported."""
+    held_back: dict[str, frozenset[str]] = field(default_factory=dict)
+    """Node → the vendors whose devices kubelet did not back at the last report (``NodeState.unallocatable``)."""
     ready: Callable[[], bool] = lambda: True
     """Whether the caches are synced: no handshake is written before (``_stamp_all``)."""
     pending: dict[str, dict[str, str | None]] = field(default_factory=dict)
@@ -59,10 +61,25 @@ class NodeHandling:
     def node_seen(self, node: Node) -> None:
         seen = self.state.nodes.get(node.metadata.name)
         self._report_quarantine(node, seen.problems if seen else {})
+        self._report_unallocatable(node.metadata.name, seen.unallocatable if seen else {})
         self._handshake(node)
 
     def node_gone(self, name: str) -> None:
         self.quarantined.pop(name, None)
+        self.held_back.pop(name, None)
+
+    def _report_unallocatable(self, name: str, short: Mapping[str, str]) -> None:
+        """Log a vendor whose devices kubelet stops or starts backing again, once per change (a device plugin
+        restart is routine: no event; the pods turned down meanwhile carry ``NodeDevicesNotAllocatable``)."""
+        before = self.held_back.get(name, frozenset())
+        for vendor in sorted(short.keys() - before):
+            log.warning("node %s: no pod is placed on its %s devices: %s", name, vendor, short[vendor])
+        for vendor in sorted(before - short.keys()):
+            log.info("node %s: kubelet reports its %s devices again", name, vendor)
+        if short:
+            self.held_back[name] = frozenset(short)
+        else:
+            self.held_back.pop(name, None)
 
     def _report_quarantine(self, node: Node, problems: Mapping[str, str]) -> None:
         """Log a refused registration and write a Warning event on the node — once per new problem, not on

@@ -138,7 +138,9 @@ def _legend() -> str:
     return legend + _HEAT_CAPTION
 
 
-_NODE_LEVEL: Final = frozenset({Reason.NODE_UNREGISTERED.value, Reason.NODE_QUARANTINED.value})
+_NODE_LEVEL: Final = frozenset(
+    {Reason.NODE_UNREGISTERED.value, Reason.NODE_QUARANTINED.value, Reason.NODE_DEVICES_NOT_ALLOCATABLE.value}
+)
 """Reason codes a node gives as a whole (no card was looked at)."""
 
 
@@ -165,14 +167,14 @@ def _ranked(counter: Counter[str]) -> list[tuple[str, int]]:
 def _pending_section(outcomes: Sequence[Outcome]) -> str:
     waiting = [o for o in outcomes if o.status in ("pending", "invalid", "denied")]
     if not waiting:
-        return "<h2>Pending pods</h2><p>Every pod that asks for devices was placed.</p>"
+        return "<h2>Pods not placed</h2><p>Every pod that asks for devices was placed.</p>"
     cards, nodes, pods = _pending_counts(waiting)
     rows: list[list[str]] = []
     for o in waiting:
         rejected = sorted(o.rejected.items())
         rows.append([o.pod, o.message, ""])
         rows += [["", node, rejection.summary] for node, rejection in rejected]
-    parts = ["<h2>Pending pods: why</h2>"]
+    parts = ["<h2>Pods not placed (pending, invalid, denied at admission): why</h2>"]
     if cards:
         parts.append(
             '<h3>Cards</h3><p class="muted caption">Cards (devices) failing each check, summed over the pending '
@@ -182,7 +184,8 @@ def _pending_section(outcomes: Sequence[Outcome]) -> str:
         parts.append(
             '<h3>Nodes</h3><p class="muted caption">Nodes rejecting a pending pod, by the reasons they gave (a node '
             "counts once per pod for each reason; NodeUnregistered and NodeQuarantined are nodes without a usable "
-            "registration).</p>" + _bars(_ranked(nodes), NODE_BAR_COLOUR)
+            "registration, NodeDevicesNotAllocatable nodes whose kubelet does not report the registered devices)."
+            "</p>" + _bars(_ranked(nodes), NODE_BAR_COLOUR)
         )
     if pods:
         parts.append(

@@ -34,7 +34,7 @@ the field.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -64,7 +64,8 @@ from hami.simulate.loading import Snapshot, Sourced
 __all__ = ["NODE_LEVEL_COUNT", "Outcome", "Simulator", "container_devices"]
 
 NODE_LEVEL_COUNT = 1
-"""The count reported for a node-level reason (``NodeUnregistered``, ``NodeQuarantined``): no device is involved."""
+"""The count reported for a node-level reason (``NodeUnregistered``, ``NodeQuarantined``,
+``NodeDevicesNotAllocatable``): no device is involved."""
 
 DEFAULT_NAMESPACE = "default"
 
@@ -220,6 +221,8 @@ class Simulator:
         """Domain → family, for the resource domains of the families this run does not schedule."""
         self.existing: dict[str, Pod] = {}
         """The snapshot's pods that hold devices, by the UID their ledger record has."""
+        self.controllers: dict[str, tuple[str, str] | None] = {}
+        """The controller (kind, name) of each of ``existing``, as its snapshot object names it (None: none)."""
         self.dra = DraLedger(self.state, config.dra)
         """The snapshot's DRA claims, charged as held capacity (``hami.scheduling.dra``)."""
 
@@ -275,6 +278,8 @@ class Simulator:
         self._node_origin[name] = item.origin
         for vendor, problem in sorted(state.problems.items()):
             self.warnings.append(f"{item.origin}: {problem}; its {vendor} devices are skipped")
+        for vendor, short in sorted(state.unallocatable.items()):
+            self.warnings.append(f"{item.origin}: {short}; no pod is placed on its {vendor} devices")
 
     def _add_existing_pod(self, item: Sourced[Pod]) -> str | None:
         """Charge a pod that already holds devices; returns its uid, or None when nothing was charged."""
@@ -299,6 +304,7 @@ class Simulator:
             return None
         self._uids.add(record.uid)
         self.existing[record.uid] = pod
+        self.controllers[record.uid] = item.controller
         missing = self.state.dangling.get(record.uid)
         if missing:
             uuids = ", ".join(sorted(uuid for _, uuid in missing))
@@ -328,6 +334,21 @@ class Simulator:
                 continue
             names.append(name)
         return names, len(self.state.nodes) - len(names)
+
+    def excluded_text(self, pod: Pod, names: Sequence[str], pinned: str | None = None) -> str:
+        """Why the nodes not in ``names`` (``candidates``) were left out, naming the labels: ``2 not matching
+        nodeSelector zone=east, 1 unschedulable`` (``bound to node a by its controller`` for a pinned pod)."""
+        if pinned is not None:
+            return f"bound to node {pinned} by its controller"
+        chosen = set(names)
+        causes: dict[str, int] = {}
+        for name, node in sorted(self.state.nodes.items()):
+            if name in chosen:
+                continue
+            wrong = next((f"{k}={v}" for k, v in sorted(pod.spec.node_selector.items()) if node.labels.get(k) != v), "")
+            cause = f"not matching nodeSelector {wrong}" if wrong else "unschedulable"
+            causes[cause] = causes.get(cause, 0) + 1
+        return ", ".join(f"{n} {cause}" for cause, n in sorted(causes.items()))
 
     def admit(self, item: Sourced[Pod]) -> Outcome | Admitted:
         """The pod as the admission webhook leaves it (the first half of the pipeline ``place`` and ``hami explain
@@ -368,7 +389,7 @@ class Simulator:
         reserve(self.state, req, decision)
         message = decision.message
         if excluded:
-            message += f" ({excluded} more excluded by nodeSelector or unschedulable)"
+            message += f" ({excluded} more excluded: {self.excluded_text(pod, names, item.node)})"
         topology = self.topology_warning(item, req, decision.node)
         if topology:
             notes.append(topology)
@@ -404,7 +425,8 @@ class Simulator:
 
     def _reason_counts(self, rejection: NodeRejection) -> dict[str, int]:
         """Reason code → devices, or one node-level code (count 1) when the node has no usable registration:
-        ``NodeQuarantined`` if its registration was refused as malformed, else ``NodeUnregistered``."""
+        ``NodeQuarantined`` if its registration was refused as malformed, ``NodeDevicesNotAllocatable`` if kubelet
+        does not report the registered devices, else ``NodeUnregistered``."""
         if rejection.counts:
             return {reason.value: n for reason, n in sorted(rejection.counts.items())}
         return {(rejection.node_reason or Reason.NODE_UNREGISTERED).value: NODE_LEVEL_COUNT}

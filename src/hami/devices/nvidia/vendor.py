@@ -10,7 +10,7 @@ Legacy MIG UUIDs in allocations (``GPU-x[7-9]``, HAMi ≤ v2.9) are charged to t
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 
 from hami.devices.admission import Admitter
 from hami.devices.base import (
@@ -33,7 +33,7 @@ from hami.protocol.allocation import (
     encode_mig_allocations,
     split_legacy_mig_uuid,
 )
-from hami.protocol.inventory import decode_inventory_json, decode_inventory_legacy
+from hami.protocol.inventory import DeviceInfo, decode_inventory_json, decode_inventory_legacy
 from hami.protocol.objects import Container, Node
 from hami.protocol.scores import decode_pair_scores, pair_score_table
 
@@ -91,6 +91,12 @@ class NvidiaVendor(SharedDeviceVendor):
         scores_raw = annotations.get(keys.NVIDIA_SCORE)
         scores = pair_score_table(decode_pair_scores(scores_raw, keys.NVIDIA_SCORE)) if scores_raw else {}
         return NodeInventory(tuple(devices), scores)
+
+    def kubelet_units(self, devices: Sequence[DeviceInfo]) -> int:
+        """``hami.devices.kubelet.KubeletUnits``: the plugin advertises ``count`` fake devices per card to kubelet
+        (``<UUID>-<i>``), so a card counts its ``count``. A MIG-mode card counts one: hami's plugin advertises its
+        largest instance count there, HAMi's its split count, which may be fewer than the registered ``count``."""
+        return sum(1 if d.mode == "mig" else d.count for d in devices)
 
     def selector(self, annotations: Mapping[str, str]) -> Selector:
         modes_raw = annotations.get(keys.NVIDIA_VGPU_MODE)
