@@ -308,7 +308,8 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _wait_until(done: Callable[[], bool], timeout: float) -> None:
+def wait_until(done: Callable[[], bool], timeout: float) -> None:
+    """Poll ``done`` every 50 ms until it holds or ``timeout`` seconds pass."""
     deadline = time.monotonic() + timeout
     while not done() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -345,7 +346,7 @@ def bench_pipeline(
                 profile = f"{CPROFILE}-{pipeline}.pstats" if CPROFILE else ""
                 hami = _start_hami(Path(tmp), cp.kubeconfig, port, metrics_port, pipeline, profile, hami_args)
                 scheduler = cp.start_scheduler(_scheduler_config(port))
-                limits = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1024, "nvidia.com/gpucores": 10}
+                limits = ONE_GPU
             ns = kube.create_namespace()
             plugin = DevicePluginStandIn(cp, ns, stop) if hami is not None else None
             times = _BoundTimes(cp, ns, stop)
@@ -364,7 +365,7 @@ def bench_pipeline(
                 hami.send_signal(signal.SIGUSR2)
             elapsed = max(times.bound.values(), default=t0) - t0
             if plugin is not None:  # the device plugin's work for the burst is part of its cost
-                _wait_until(lambda: len(plugin.done) >= bound, 30)
+                wait_until(lambda: len(plugin.done) >= bound, 30)
             cpu = {name: 1e3 * (_cpu_seconds(pid) - cpu0[name]) / max(bound, 1) for name, pid in pids.items()}
             by = _apiserver_requests_by(kube)
             per_kind = {k: (v - requests0.get(k, 0.0)) / max(bound, 1) for k, v in by.items()}
@@ -397,11 +398,7 @@ def bench_pipeline(
         finally:
             stop.set()
             if hami is not None:
-                hami.terminate()
-                try:
-                    hami.wait(15)
-                except subprocess.TimeoutExpired:
-                    hami.kill()
+                stop_process(hami)
             cp.stop()
 
 
@@ -453,26 +450,80 @@ def bench_e2e(
         finally:
             stop.set()
             if hami is not None:
-                hami.terminate()
-                try:
-                    hami.wait(15)
-                except subprocess.TimeoutExpired:
-                    hami.kill()
+                stop_process(hami)
             cp.stop()
+
+
+def node_body(n: int, gpus: int) -> dict[str, Any]:
+    """``create_node``'s arguments for ``node-<n>``: ``gpus`` GPUs registered in HAMi's format (10 slots each), with
+    their pair scores (``bench.scenarios``)."""
+    scores = [PairScore(u, s) for u, s in pair_scores(n, gpus).items()]
+    return {
+        "extended": {"nvidia.com/gpu": gpus * 10},
+        "annotations": {
+            keys.NVIDIA_REGISTER: encode_inventory_json(list(node_devices(n, gpus))),
+            keys.NVIDIA_SCORE: encode_pair_scores(scores),
+        },
+    }
 
 
 def _create_nodes(kube: KubeClient, nodes: int, gpus: int) -> None:
     for n in range(nodes):
-        devs = list(node_devices(n, gpus))
-        scores = [PairScore(u, s) for u, s in pair_scores(n, gpus).items()]
-        kube.create_node(
-            f"node-{n:05d}",
-            extended={"nvidia.com/gpu": gpus * 10},
-            annotations={
-                keys.NVIDIA_REGISTER: encode_inventory_json(devs),
-                keys.NVIDIA_SCORE: encode_pair_scores(scores),
-            },
-        )
+        kube.create_node(f"node-{n:05d}", **node_body(n, gpus))
+
+
+HAMI_MAIN = ["-c", "from hami.cli import main; main()"]
+"""``python`` arguments that run the ``hami`` command line."""
+
+
+def scheduler_args(kubeconfig: Path | str, port: int, metrics_port: int) -> list[str]:
+    """``hami scheduler``'s arguments: the kubeconfig, its extender on ``port``, metrics on ``metrics_port``, the
+    webhook listener on a free port (all on loopback)."""
+    return [
+        "scheduler",
+        f"--kubeconfig={kubeconfig}",
+        f"--http_bind=127.0.0.1:{free_port()}",
+        f"--extender-bind=127.0.0.1:{port}",
+        f"--metrics-bind-address=127.0.0.1:{metrics_port}",
+    ]
+
+
+def ready(port: int) -> bool:
+    """Whether hami's extender on ``port`` answers ``/readyz`` with 200 (its caches hold every node and pod)."""
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def spawn_hami(
+    command: list[str], log: Path, port: int, timeout: float, **popen: Any
+) -> tuple[subprocess.Popen[bytes], float]:
+    """Start ``command`` (a ``hami scheduler``), its output to ``log``, and wait until its extender on ``port`` is
+    ready: the process and the seconds that took. Raises ``RuntimeError`` naming the log when it is not."""
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        command,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env=os.environ | {"PYTHONUNBUFFERED": "1"},
+        **popen,
+    )
+    wait_until(lambda: process.poll() is not None or ready(port), timeout)
+    if process.poll() is not None or not ready(port):
+        process.kill()
+        raise RuntimeError(f"hami did not become ready; see {log}")
+    return process, time.perf_counter() - started
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    """Terminate, then kill after 15 s."""
+    process.terminate()
+    try:
+        process.wait(15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _start_hami(
@@ -486,43 +537,10 @@ def _start_hami(
 ) -> subprocess.Popen[bytes]:
     """``hami scheduler`` in its own process, once its extender answers /readyz (with ``cprofile``: under
     :mod:`bench.cpuprofile`, writing there)."""
-    log = open(tmp / "hami.log", "wb")  # noqa: SIM115 - closed with the process
-    launcher = [*PROFILE, "-c", "from hami.cli import main; main()"]
-    if cprofile:
-        launcher = ["-m", "bench.cpuprofile", cprofile]
-    hami = subprocess.Popen(
-        [
-            sys.executable,
-            *launcher,
-            "scheduler",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--http_bind",
-            f"127.0.0.1:{free_port()}",
-            "--extender-bind",
-            f"127.0.0.1:{port}",
-            "--metrics-bind-address",
-            f"127.0.0.1:{metrics_port}",
-            "--node-scheduler-policy",
-            node_policy,
-            *EXTRA,
-            *extra,
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=os.environ | {"PYTHONUNBUFFERED": "1"},
-    )
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                return hami
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline or hami.poll() is not None:
-            hami.kill()
-            raise RuntimeError(f"hami did not become ready; see {tmp}/hami.log")
-        time.sleep(0.1)
+    launcher = ["-m", "bench.cpuprofile", cprofile] if cprofile else [*PROFILE, *HAMI_MAIN]
+    args = [*scheduler_args(kubeconfig, port, metrics_port), f"--node-scheduler-policy={node_policy}", *EXTRA, *extra]
+    process, _ = spawn_hami([sys.executable, *launcher, *args], tmp / "hami.log", port, 60)
+    return process
 
 
 def _scheduler_config(port: int) -> dict[str, Any]:

@@ -46,6 +46,8 @@ from tests.e2e.cluster import ControlPlane, KubeClient, Scheduler, free_port, st
 
 import hami
 from bench.e2e import (
+    HAMI_MAIN,
+    ONE_GPU,
     DevicePluginStandIn,
     _BoundTimes,
     _cpu_seconds,
@@ -54,12 +56,14 @@ from bench.e2e import (
     _scheduler_config,
     audit_args,
     audited_requests,
+    node_body,
+    scheduler_args,
+    spawn_hami,
+    stop_process,
+    wait_until,
 )
 from bench.run import machine, table
-from bench.scenarios import node_devices, pair_scores
 from hami.protocol import keys
-from hami.protocol.inventory import encode_inventory_json
-from hami.protocol.scores import PairScore, encode_pair_scores
 
 CHART = Path(__file__).resolve().parent.parent / "charts" / "hami"
 WRITERS = 16
@@ -68,7 +72,7 @@ STANDIN_WORKERS = 16
 nodes fell behind in a 5,000-pod burst (each pod is three requests), so node locks stayed held for seconds longer
 than any node's own plugin would hold them."""
 """Client threads that write the nodes and the bound pods."""
-HAMI_LIMITS = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1024, "nvidia.com/gpucores": 10}
+HAMI_LIMITS = ONE_GPU
 BARE_LIMITS = {"nvidia.com/gpu": 1}
 PIPELINES = ("bare", "spread", "binpack")
 STALL = re.compile(r"event loop held for ([0-9.]+) s \(([0-9.]+) s on the CPU(?:, ([0-9.]+) s collecting garbage)?\)")
@@ -86,17 +90,6 @@ class Cluster:
     pods: int = 0
     bursts: int = 0
     setup: dict[str, Any] = field(default_factory=dict)
-
-
-def _node_body(n: int, gpus: int) -> dict[str, Any]:
-    scores = [PairScore(u, s) for u, s in pair_scores(n, gpus).items()]
-    return {
-        "extended": {"nvidia.com/gpu": gpus * 10},
-        "annotations": {
-            keys.NVIDIA_REGISTER: encode_inventory_json(list(node_devices(n, gpus))),
-            keys.NVIDIA_SCORE: encode_pair_scores(scores),
-        },
-    }
 
 
 def _bound_pod(i: int, nodes: int, gpus: int) -> dict[str, Any]:
@@ -148,7 +141,7 @@ def build_cluster(tmp: Path, nodes: int, gpus: int, pods: int) -> Cluster:
     audit, log = audit_args(tmp)
     cp = start_control_plane(tmp, apiserver_args=audit)
     cluster = Cluster(cp, tmp, log, nodes, gpus)
-    bodies = [_node_body(n, gpus) for n in range(nodes)]
+    bodies = [node_body(n, gpus) for n in range(nodes)]
     cluster.setup["nodes_s"] = _in_parallel(cp, nodes, lambda kube, n: kube.create_node(f"node-{n:05d}", **bodies[n]))
     print(f"  {nodes} nodes created in {cluster.setup['nodes_s']:.1f} s", flush=True)
     with cp.client() as kube:
@@ -180,44 +173,9 @@ def start_hami(cluster: Cluster, policy: str, extra: tuple[str, ...] = ()) -> Ha
     caches hold every node and pod)."""
     port, metrics_port = free_port(), free_port()
     log = cluster.tmp / f"hami-{policy}-{cluster.bursts}.log"
-    started = time.perf_counter()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from hami.cli import main; main()",
-            "scheduler",
-            f"--kubeconfig={cluster.cp.kubeconfig}",
-            f"--http_bind=127.0.0.1:{free_port()}",
-            f"--extender-bind=127.0.0.1:{port}",
-            f"--metrics-bind-address=127.0.0.1:{metrics_port}",
-            f"--node-scheduler-policy={policy}",
-            *extra,
-        ],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        env=os.environ | {"PYTHONUNBUFFERED": "1"},
-    )
-    deadline = time.monotonic() + 300
-    while True:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
-                return Hami(process, port, metrics_port, log, time.perf_counter() - started, _cpu_seconds(process.pid))
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline or process.poll() is not None:
-            process.kill()
-            raise RuntimeError(f"hami did not become ready; see {log}")
-        time.sleep(0.05)
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    args = [*scheduler_args(cluster.cp.kubeconfig, port, metrics_port), f"--node-scheduler-policy={policy}", *extra]
+    process, ready_s = spawn_hami([sys.executable, *HAMI_MAIN, *args], log, port, 300)
+    return Hami(process, port, metrics_port, log, ready_s, _cpu_seconds(process.pid))
 
 
 def _rss_mb(pid: int) -> dict[str, float]:
@@ -317,7 +275,7 @@ def run_burst(
         bound = times.wait_all(pods, timeout=timeout)
         elapsed = max(times.bound.values(), default=t0) - t0
         if plugin is not None:
-            _until(lambda: len(plugin.done) >= bound, 60)
+            wait_until(lambda: len(plugin.done) >= bound, 60)
         cpu = {name: 1e3 * (_cpu_seconds(pid) - cpu0[name]) / max(bound, 1) for name, pid in pids.items()}
         time.sleep(0.5)  # the audit log has the last requests
         who = audited_requests(cluster.audit_log, audit0)
@@ -353,13 +311,7 @@ def run_burst(
         scheduler.stop()
         cp.schedulers.remove(scheduler)
         if hami:
-            stop(hami.process)
-
-
-def _until(done: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not done() and time.monotonic() < deadline:
-        time.sleep(0.05)
+            stop_process(hami.process)
 
 
 # --- the leader kill ------------------------------------------------------------------------------------------
@@ -403,7 +355,7 @@ def _replicas(cluster: Cluster, system: str) -> Iterator[dict[str, tuple[subproc
     finally:
         for process, scheduler, _ in replicas.values():
             if process.poll() is None:
-                stop(process)
+                stop_process(process)
             scheduler.stop()
             if scheduler in cp.schedulers:
                 cp.schedulers.remove(scheduler)
@@ -412,37 +364,16 @@ def _replicas(cluster: Cluster, system: str) -> Iterator[dict[str, tuple[subproc
 def _start_wrapped(cluster: Cluster, name: str, system: str) -> Hami:
     port, metrics_port = free_port(), free_port()
     log = cluster.tmp / f"{name}.log"
-    started = time.perf_counter()
-    process = subprocess.Popen(
-        [
-            *_as_host(name, system),
-            sys.executable,
-            "-c",
-            "from hami.cli import main; main()",
-            "scheduler",
-            f"--kubeconfig={cluster.cp.kubeconfig}",
-            f"--http_bind=127.0.0.1:{free_port()}",
-            f"--extender-bind=127.0.0.1:{port}",
-            f"--metrics-bind-address=127.0.0.1:{metrics_port}",
-            "--leader-elect",
-            f"--leader-elect-resource-namespace={system}",
-        ],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        env=os.environ | {"PYTHONUNBUFFERED": "1"},
-        start_new_session=True,
-    )
-    _until(lambda: _ready(port) or process.poll() is not None, 300)
-    if process.poll() is not None:
-        raise RuntimeError(f"hami replica {name} exited; see {log}")
-    return Hami(process, port, metrics_port, log, time.perf_counter() - started)
-
-
-def _ready(port: int) -> bool:
-    try:
-        return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
+    args = [*scheduler_args(cluster.cp.kubeconfig, port, metrics_port), "--leader-elect"]
+    command = [
+        *_as_host(name, system),
+        sys.executable,
+        *HAMI_MAIN,
+        *args,
+        f"--leader-elect-resource-namespace={system}",
+    ]
+    process, ready_s = spawn_hami(command, log, port, 300, start_new_session=True)
+    return Hami(process, port, metrics_port, log, ready_s)
 
 
 def _role(kube: KubeClient, system: str, name: str) -> str:
@@ -458,7 +389,7 @@ def leader_kill(cluster: Cluster, pods: int, timeout: float = 900) -> dict[str, 
     with cp.client() as kube:
         system, ns = kube.create_namespace(), kube.create_namespace()
         with _replicas(cluster, system) as replicas:
-            _until(lambda: any(_role(kube, system, n) == "leader" for n in replicas), 120)
+            wait_until(lambda: any(_role(kube, system, n) == "leader" for n in replicas), 120)
             leader = next((n for n in replicas if _role(kube, system, n) == "leader"), None)
             if leader is None:
                 return {"error": "no replica became leader in 120 s"}
@@ -468,7 +399,7 @@ def leader_kill(cluster: Cluster, pods: int, timeout: float = 900) -> dict[str, 
             time.sleep(1.0)
             creator = threading.Thread(target=create_burst, args=(cp, ns, pods, HAMI_LIMITS, times), daemon=True)
             creator.start()
-            _until(lambda: len(times.bound) >= pods // 4, 300)
+            wait_until(lambda: len(times.bound) >= pods // 4, 300)
             # the leader now: a loaded API server may have failed a lease renewal and moved it meanwhile
             leader = next((n for n in replicas if _role(kube, system, n) == "leader"), leader)
             follower = next(n for n in replicas if n != leader)
@@ -480,9 +411,9 @@ def leader_kill(cluster: Cluster, pods: int, timeout: float = 900) -> dict[str, 
                     os.killpg(group, 9)
             with times.lock:
                 before = len(times.bound)
-            _until(lambda: _role(kube, system, follower) == "leader", 120)
+            wait_until(lambda: _role(kube, system, follower) == "leader", 120)
             labelled = time.perf_counter() - killed
-            _until(lambda: any(t >= killed + labelled for t in times.bound.values()), 120)
+            wait_until(lambda: any(t >= killed + labelled for t in times.bound.values()), 120)
             with times.lock:
                 after = sorted(t - killed for t in times.bound.values() if t > killed)
             creator.join()

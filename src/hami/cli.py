@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -13,7 +15,7 @@ from typer import _click  # typer's own Click, whose Context parse_args takes
 from typer.core import TyperCommand
 
 from hami import __version__
-from hami.clusterflags import ClusterFlags, Output, cluster_flags, dump
+from hami.clusterflags import ClusterFlags, Output, choice, cluster_flags, dump, one_of
 from hami.config.klog import DEBUG_VERBOSITY, KlogFlagError, translate
 from hami.deviceplugin.command import device_plugin
 from hami.deviceplugin.dra.command import dra_plugin
@@ -103,26 +105,40 @@ def _main(
 @app.command()
 def version(
     output: Annotated[
-        Output, typer.Option("--output", "-o", metavar="FORMAT", help="table (the version alone), json or yaml.")
+        Output,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="FORMAT",
+            parser=choice(Output),
+            help="table (the version, then the commit and build date), json or yaml.",
+        ),
     ] = Output.table,
 ) -> None:
-    """Print hami's version (-o json: with the Python and platform it runs on)."""
+    """Print hami's version, the commit it was built from and the build date ("unknown" when the build did not
+    record them); -o json: with the Python and platform it runs on."""
     import platform
 
+    from hami.buildinfo import build_info
+
+    built = build_info()
     if output in (Output.json, Output.yaml):
         doc = {
             "hamiVersion": __version__,
+            "gitCommit": built.commit,
+            "buildDate": built.date,
             "pythonVersion": platform.python_version(),
             "platform": f"{platform.system().lower()}/{platform.machine()}",
         }
         typer.echo(dump(doc, output))
     else:
-        typer.echo(__version__)
+        typer.echo(f"{__version__} (commit {built.commit}, built {built.date})")
 
 
 class OutputFormat(StrEnum):
     table = "table"
     json = "json"
+    yaml = "yaml"
 
 
 def _node_policy(value: str) -> str:
@@ -174,15 +190,128 @@ _SIMULATE_HELP = "\n\n".join(
         "PODS files hold Pods and workloads: Deployments, StatefulSets, ReplicaSets, ReplicationControllers and "
         "Jobs are expanded into the pods their controllers make (template x replicas, Job parallelism), a CronJob "
         "into one run of its job, a DaemonSet into one pod per node its nodeSelector matches. Fields Kubernetes "
-        'does not define are warned about as kubectl does (unknown field "spec.containers[0].resource").',
+        'does not define are warned about as kubectl does (unknown field "spec.containers[0].resource"). Other '
+        "kinds (a Service, a ConfigMap: what `helm template` prints beside its workloads) are skipped with a note; "
+        "`helm template app | hami simulate -s cluster.yaml -` reads standard input.",
         "Candidate nodes are the snapshot's nodes whose labels match the pod's nodeSelector and that are not "
         "unschedulable. Other kube-scheduler predicates (taints and tolerations, affinity, CPU, memory and other "
         "non-device resources) are out of scope.",
-        "Exit status: 0 when every file was read (pending pods included; warnings never change it), 1 when a file "
-        "is unreadable or invalid, 2 for bad arguments, 3 with --fail-on-pending when a pod is pending, denied or "
-        "invalid. Warnings go to standard error.",
+        "Exit status: 0 when every file was read (pending pods included; warnings change it only with --strict), "
+        "1 when a file is unreadable, empty or invalid, 2 for bad arguments, 3 with --fail-on-pending when a pod is "
+        "pending, denied or invalid, or asks for no device beside a warning (a misspelt resource), 4 with --strict "
+        "when anything was warned about. Warnings and notes go to standard error.",
     ]
 )
+
+
+_PodsArg = Annotated[
+    list[Path] | None,
+    typer.Argument(
+        metavar="PODS",
+        help="Pod and workload files (YAML or JSON; multi-document or a List), placed in the order given; - reads "
+        "standard input (helm template app | hami simulate -).",
+    ),
+]
+_PodFileOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--file", "-f", metavar="FILE", help="A pods file, as kubectl's -f (repeatable; placed after the PODS)."
+    ),
+]
+_SimSnapshotOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--snapshot",
+        "-s",
+        metavar="FILE",
+        help="Cluster snapshot: what `kubectl get nodes,pods,resourcequotas -A -o json` (or -o yaml) prints, "
+        "or any mix of Node/Pod/ResourceQuota/List documents. Repeat for several files.",
+    ),
+]
+_DeviceConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", metavar="FILE", help="HAMi device-config.yaml (resource names, memory factor)."),
+]
+_NodePolicyOpt = Annotated[
+    str,
+    typer.Option(
+        "--node-policy", metavar="POLICY", callback=_node_policy, help="Default node policy: binpack or spread."
+    ),
+]
+_GpuPolicyOpt = Annotated[
+    str,
+    typer.Option(
+        "--gpu-policy",
+        metavar="POLICY",
+        callback=_gpu_policy,
+        help="Default GPU policy: binpack, spread, topology-aware, mutex, numa, or a comma chain.",
+    ),
+]
+_SimOutputOpt = Annotated[
+    OutputFormat,
+    typer.Option(
+        "--output",
+        "-o",
+        metavar="FORMAT",
+        parser=choice(OutputFormat),
+        help="table (for people), or json or yaml (one document).",
+    ),
+]
+_NowOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--now",
+        metavar="SECONDS",
+        parser=_unix_time,
+        help="Unix time written into hami.io/vgpu-time. [default: the current time]",
+    ),
+]
+_DemoOpt = Annotated[
+    bool,
+    typer.Option("--demo", help="Run on the built-in example cluster: its own workload, or the PODS given instead."),
+]
+_ReportOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--report",
+        metavar="FILE",
+        help="Also write a self-contained HTML page (heat maps, pending reasons, placements; with --defrag the "
+        "plan: heat maps before and after, the moves) to FILE.",
+    ),
+]
+_SkipAdmissionOpt = Annotated[
+    bool,
+    typer.Option(
+        "--skip-admission", help="Place pods as written: skip the admission webhook's defaults, rewrites and denials."
+    ),
+]
+_DefragOpt = Annotated[
+    bool,
+    typer.Option(
+        "--defrag",
+        help="Dry run: plan the fewest pod moves that free whole cards on the snapshot (no PODS needed), each "
+        "one the scheduler would make itself once the pod is deleted, printed as the kubectl commands to run. Only "
+        "pods a controller recreates (a Deployment's, StatefulSet's or Job's) are moved; cordoned cards and nodes "
+        "are left out.",
+    ),
+]
+_FailOnPendingOpt = Annotated[
+    bool,
+    typer.Option(
+        "--fail-on-pending",
+        help="For CI: exit with status 3 when any pod is pending, denied at admission or invalid, or asks for no "
+        "device while a warning names one of its resources (a misspelt resource name).",
+    ),
+]
+_StrictOpt = Annotated[bool, typer.Option("--strict", help="For CI: exit with status 4 when anything is warned about.")]
+_LiveOpt = Annotated[
+    bool,
+    typer.Option(
+        "--live",
+        help="Read the cluster instead of a snapshot (nodes, pods, quotas, DRA objects), read-only, through the "
+        "kubeconfig (--kubeconfig, --context, --request-timeout), as `hami top` does.",
+    ),
+]
 
 
 @app.command(help=_SIMULATE_HELP)
@@ -190,138 +319,92 @@ _SIMULATE_HELP = "\n\n".join(
 @family_switches
 def simulate(
     cluster: ClusterFlags,
-    pods: Annotated[
-        list[Path] | None,
-        typer.Argument(
-            metavar="PODS",
-            help="Pod and workload files (YAML or JSON; multi-document or a List), placed in the order given.",
-        ),
-    ] = None,
-    snapshot: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--snapshot",
-            "-s",
-            metavar="FILE",
-            help="Cluster snapshot: what `kubectl get nodes,pods,resourcequotas -A -o json` (or -o yaml) prints, "
-            "or any mix of Node/Pod/ResourceQuota/List documents. Repeat for several files.",
-        ),
-    ] = None,
-    config: Annotated[
-        Path | None,
-        typer.Option("--config", metavar="FILE", help="HAMi device-config.yaml (resource names, memory factor)."),
-    ] = None,
-    node_policy: Annotated[
-        str,
-        typer.Option(
-            "--node-policy", metavar="POLICY", callback=_node_policy, help="Default node policy: binpack or spread."
-        ),
-    ] = "binpack",
-    gpu_policy: Annotated[
-        str,
-        typer.Option(
-            "--gpu-policy",
-            metavar="POLICY",
-            callback=_gpu_policy,
-            help="Default GPU policy: binpack, spread, topology-aware, mutex, numa, or a comma chain.",
-        ),
-    ] = "spread",
-    output: Annotated[
-        OutputFormat,
-        typer.Option("--output", "-o", metavar="FORMAT", help="table (for people), or json (one document)."),
-    ] = (OutputFormat.table),
-    now: Annotated[
-        int | None,
-        typer.Option(
-            "--now",
-            metavar="SECONDS",
-            parser=_unix_time,
-            help="Unix time written into hami.io/vgpu-time. [default: the current time]",
-        ),
-    ] = None,
-    demo: Annotated[bool, typer.Option("--demo", help="Run the built-in example cluster and workload.")] = False,
-    report: Annotated[
-        Path | None,
-        typer.Option(
-            "--report",
-            metavar="FILE",
-            help="Also write a self-contained HTML page (heat maps, pending reasons, placements; with --defrag the "
-            "plan: heat maps before and after, the moves) to FILE.",
-        ),
-    ] = None,
-    skip_admission: Annotated[
-        bool,
-        typer.Option(
-            "--skip-admission",
-            help="Place pods as written: skip the admission webhook's defaults, rewrites and denials.",
-        ),
-    ] = False,
-    defrag: Annotated[
-        bool,
-        typer.Option(
-            "--defrag",
-            help="Dry run: plan the fewest pod moves that free whole cards on the snapshot (no PODS needed), each "
-            "one the scheduler would make itself once the pod is deleted, printed as the kubectl commands to run.",
-        ),
-    ] = False,
-    fail_on_pending: Annotated[
-        bool,
-        typer.Option(
-            "--fail-on-pending",
-            help="For CI: exit with status 3 when any pod is pending, denied at admission or invalid.",
-        ),
-    ] = False,
+    pods: _PodsArg = None,
+    file: _PodFileOpt = None,
+    snapshot: _SimSnapshotOpt = None,
+    config: _DeviceConfigOpt = None,
+    node_policy: _NodePolicyOpt = "binpack",
+    gpu_policy: _GpuPolicyOpt = "spread",
+    output: _SimOutputOpt = OutputFormat.table,
+    now: _NowOpt = None,
+    demo: _DemoOpt = False,
+    report: _ReportOpt = None,
+    skip_admission: _SkipAdmissionOpt = False,
+    defrag: _DefragOpt = False,
+    fail_on_pending: _FailOnPendingOpt = False,
+    strict: _StrictOpt = False,
     *,
     families: Families,
-    live: Annotated[
-        bool,
-        typer.Option(
-            "--live",
-            help="Read the cluster instead of a snapshot (nodes, pods, quotas, DRA objects), read-only, through the "
-            "kubeconfig (--kubeconfig, --context, --request-timeout), as `hami top` does.",
-        ),
-    ] = False,
+    live: _LiveOpt = False,
 ) -> None:
     """Place pods on a cluster snapshot offline (help text: ``_SIMULATE_HELP``)."""
     from hami.simulate import SimulateOptions, run_simulate
 
+    files = [*(pods or ()), *(file or ())]
+    _check_stdin([*files, *(snapshot or ()), *([config] if config else [])])
     if defrag:
-        from hami.simulate.defrag import DefragOptions, run_defrag
-
-        if not snapshot:
-            raise typer.BadParameter("--defrag needs --snapshot FILE", param_hint="--snapshot")
-        if pods:
-            raise typer.BadParameter(
-                "--defrag plans moves of the snapshot's own pods and places no PODS file: drop "
-                f"{' '.join(map(str, pods))}, or run without --defrag to place them",
-                param_hint="--defrag",
-            )
-        echo_err = lambda line: typer.echo(line, err=True)  # noqa: E731
-        defrag_opts = DefragOptions(snapshot, config, output.value, node_policy, gpu_policy, families, report)
-        raise typer.Exit(run_defrag(defrag_opts, typer.echo, echo_err))
-    if live and (snapshot or demo):
-        raise typer.BadParameter("--live reads the cluster: give it without --snapshot and --demo", param_hint="--live")
-    if not demo and ((not snapshot and not live) or not pods):
-        raise typer.BadParameter(
-            "give --snapshot FILE (or --live) and at least one PODS file, or --demo", param_hint="arguments"
-        )
+        raise typer.Exit(_defrag(snapshot, files, config, output, node_policy, gpu_policy, families, report))
+    _check_sources(live, snapshot, demo, files)
     opts = SimulateOptions(
         snapshots=tuple(snapshot or ()),
-        pods=tuple(pods or ()),
+        pods=tuple(files),
         config=config,
         node_policy=node_policy,
         gpu_policy=gpu_policy,
-        output="json" if output is OutputFormat.json else "table",
+        output=output.value,
         now=int(time.time()) if now is None else now,
         demo=demo,
         report=report,
         skip_admission=skip_admission,
         families=families,
         fail_on_pending=fail_on_pending,
+        strict=strict,
         live=_live_reader(cluster) if live else None,
     )
-    code = run_simulate(opts, typer.echo, lambda line: typer.echo(line, err=True))
-    raise typer.Exit(code)
+    raise typer.Exit(run_simulate(opts, typer.echo, lambda line: typer.echo(line, err=True)))
+
+
+def _check_stdin(paths: list[Path]) -> None:
+    """Standard input can be read once: ``-`` given twice is a usage error."""
+    if sum(str(p) == "-" for p in paths) > 1:
+        raise typer.BadParameter("- (standard input) can be given once", param_hint="PODS")
+
+
+def _check_sources(live: bool, snapshot: list[Path] | None, demo: bool, files: list[Path]) -> None:
+    if live and (snapshot or demo):
+        raise typer.BadParameter("--live reads the cluster: give it without --snapshot and --demo", param_hint="--live")
+    if demo and snapshot:
+        raise typer.BadParameter("--demo is its own cluster: give it without --snapshot", param_hint="--demo")
+    if not demo and ((not snapshot and not live) or not files):
+        raise typer.BadParameter(
+            "give --snapshot FILE (or --live) and at least one PODS file (or - for standard input), or --demo",
+            param_hint="arguments",
+        )
+
+
+def _defrag(
+    snapshot: list[Path] | None,
+    files: list[Path],
+    config: Path | None,
+    output: OutputFormat,
+    node_policy: str,
+    gpu_policy: str,
+    families: Families,
+    report: Path | None,
+) -> int:
+    """``hami simulate --defrag``: the plan's exit status."""
+    from hami.simulate.defrag import DefragOptions, run_defrag
+
+    if not snapshot:
+        raise typer.BadParameter("--defrag needs --snapshot FILE", param_hint="--snapshot")
+    if files:
+        raise typer.BadParameter(
+            "--defrag plans moves of the snapshot's own pods and places no PODS file: drop "
+            f"{' '.join(map(str, files))}, or run without --defrag to place them",
+            param_hint="--defrag",
+        )
+    opts = DefragOptions(snapshot, config, output.value, node_policy, gpu_policy, families, report)
+    return run_defrag(opts, typer.echo, lambda line: typer.echo(line, err=True))
 
 
 def _live_reader(cluster: ClusterFlags) -> Callable[[], tuple[Snapshot, list[str], str]]:
@@ -400,8 +483,16 @@ _ConfigOpt = Annotated[
 ]
 _ViewOutputOpt = Annotated[
     Output,
-    typer.Option("--output", "-o", metavar="FORMAT", help="table, wide (more columns), json or yaml."),
+    typer.Option(
+        "--output", "-o", metavar="FORMAT", parser=choice(Output), help="table, wide (more columns), json or yaml."
+    ),
 ]
+
+
+def _sort_key(value: str) -> str:
+    from hami.simulate.top import SORT_KEYS  # imported when used: `hami -h` stays quick
+
+    return one_of(SORT_KEYS)(value)
 
 
 def _fail(err: Exception) -> typer.Exit:
@@ -429,21 +520,22 @@ def top(
         str, typer.Option("--model", metavar="PATTERN", help="Only card models matching this pattern (*A100*).")
     ] = "",
     sort: Annotated[
-        str, typer.Option("--sort", metavar="KEY", help="node, free-memory, used-memory, stranded or pods.")
+        str,
+        typer.Option(
+            "--sort", metavar="KEY", parser=_sort_key, help="node, free-memory, used-memory, stranded or pods."
+        ),
     ] = "node",
     output: _ViewOutputOpt = Output.table,
     color: Annotated[
-        ColorMode, typer.Option("--color", help="auto (on a terminal), always or never.")
+        ColorMode, typer.Option("--color", parser=choice(ColorMode), help="auto (on a terminal), always or never.")
     ] = ColorMode.auto,
     cpu_nodes: Annotated[
         bool, typer.Option("--cpu-nodes", help="Also show the nodes without accelerators (hidden by default).")
     ] = False,
 ) -> None:
     from hami.errors import HamiError
-    from hami.simulate.top import SORT_KEYS, TopFilter, build_top, render_top, top_json
+    from hami.simulate.top import TopFilter, build_top, render_top, top_json
 
-    if sort not in SORT_KEYS:
-        raise typer.BadParameter(f"{sort!r} is not one of {', '.join(SORT_KEYS)}", param_hint="--sort")
     try:
         sim, warnings, _, _ = _simulator_for(snapshot, cluster, config)
     except (HamiError, OSError) as err:
@@ -554,33 +646,20 @@ def certs(
     from datetime import UTC, datetime
 
     from hami.errors import HamiError
-    from hami.server.certs import ensure_secret, generate, inject_ca_bundle, write_files
-    from hami.server.certstore import HttpCertStore, in_cluster_client
+    from hami.server.certs import generate, write_files
 
     if out is None and secret is None:
         raise typer.BadParameter("give --out DIR, --secret NAMESPACE/NAME, or both", param_hint="--out/--secret")
     if patch_webhook and secret is None:
         raise typer.BadParameter("--patch-webhook needs --secret (the CA is read from it)", param_hint="--secret")
     now = datetime.now(UTC)
-
-    async def in_cluster(namespace: str, name: str) -> str:
-        async with in_cluster_client() as client:
-            store = HttpCertStore(client)
-            bundle, created = await ensure_secret(store, namespace, name, dns, ip, now=now, days=days, force=force)
-            typer.echo(f"secret {namespace}/{name}: {'new pair written' if created else 'kept'}", err=True)
-            if patch_webhook:
-                count = await inject_ca_bundle(store, patch_webhook, bundle)
-                typer.echo(f"caBundle set on {count} webhook(s) of {patch_webhook}", err=True)
-        if out is not None:
-            write_files(bundle, out)
-        return bundle.ca_bundle
-
     try:
         if secret is not None:
             namespace, _, name = secret.partition("/")
             if not namespace or not name:
                 raise typer.BadParameter("expected NAMESPACE/NAME", param_hint="--secret")
-            ca_bundle = asyncio.run(in_cluster(namespace, name))
+            pair = _CertRequest(dns, ip, now, days, force, out)
+            ca_bundle = asyncio.run(_certs_in_cluster(pair, namespace, name, patch_webhook))
         else:
             bundle = generate(dns, ip, now=now, days=days)
             assert out is not None
@@ -591,6 +670,38 @@ def certs(
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None
     typer.echo(ca_bundle)
+
+
+@dataclass(frozen=True, slots=True)
+class _CertRequest:
+    """What ``hami certs`` asks for: the names, when, for how long, whether to replace a good pair, where to write."""
+
+    dns: list[str]
+    ip: list[str]
+    now: datetime
+    days: int
+    force: bool
+    out: Path | None
+
+
+async def _certs_in_cluster(req: _CertRequest, namespace: str, name: str, patch_webhook: str | None) -> str:
+    """``hami certs --secret``: keep the pair in the Secret (and publish the CA on the webhook); the caBundle."""
+    from hami.server.certs import ensure_secret, inject_ca_bundle, write_files
+    from hami.server.certstore import HttpCertStore, in_cluster_client
+    from hami.simulate.wording import counted
+
+    async with in_cluster_client() as client:
+        store = HttpCertStore(client)
+        bundle, created = await ensure_secret(
+            store, namespace, name, req.dns, req.ip, now=req.now, days=req.days, force=req.force
+        )
+        typer.echo(f"secret {namespace}/{name}: {'new pair written' if created else 'kept'}", err=True)
+        if patch_webhook:
+            count = await inject_ca_bundle(store, patch_webhook, bundle)
+            typer.echo(f"caBundle set on {counted(count, 'webhook')} of {patch_webhook}", err=True)
+    if req.out is not None:
+        write_files(bundle, req.out)
+    return bundle.ca_bundle
 
 
 def main() -> None:

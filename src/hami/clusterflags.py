@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 from hami.config.duration import parse_request_timeout
-from hami.errors import ApiError, HamiError, InvalidInput
+from hami.errors import ApiError, HamiError, InvalidInput, did_you_mean
 
 if TYPE_CHECKING:  # imported where used: `hami version` and `hami -h` need no HTTP client
     from hami.k8s.client import ClientSettings
@@ -46,8 +46,10 @@ __all__ = [
     "ClusterFlags",
     "LiveCluster",
     "Output",
+    "choice",
     "cluster_flags",
     "dump",
+    "one_of",
     "pick_pod",
     "read_cluster",
 ]
@@ -65,6 +67,32 @@ class Output(StrEnum):
     wide = "wide"
     json = "json"
     yaml = "yaml"
+
+
+E = TypeVar("E", bound=StrEnum)
+
+
+def choice(kind: type[E]) -> Callable[[str], E]:
+    """A Typer ``parser`` for an option that takes one of ``kind``'s values: the member (any case), or a usage
+    error naming the choices and the closest one (``'jsno' is not one of table, json; did you mean json?``)."""
+    pick = one_of([m.value for m in kind])
+
+    def parse(value: str) -> E:
+        return value if isinstance(value, kind) else kind(pick(value))
+
+    return parse
+
+
+def one_of(values: Sequence[str]) -> Callable[[str], str]:
+    """``choice`` for plain strings."""
+
+    def parse(value: str) -> str:
+        given = value.strip().casefold()
+        if given in values:
+            return given
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(values)}{did_you_mean(value, values)}")
+
+    return parse
 
 
 def dump(document: object, output: Output | str) -> str:

@@ -41,9 +41,11 @@ or /bind (``hami.scheduling.outcomes``).
 
 from __future__ import annotations
 
+import difflib
 import enum
 import json
 import re
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
@@ -71,6 +73,7 @@ __all__ = [
     "QuantityError",
     "RegionError",
     "TooManyRequests",
+    "did_you_mean",
     "readable_validation",
 ]
 
@@ -142,6 +145,12 @@ def _show(value: object, limit: int = 120) -> str:
     if len(text) > limit:
         text = text[:limit] + f"…(+{len(text) - limit} chars)"
     return f"{text!r}" if isinstance(value, str) else text
+
+
+def did_you_mean(value: str, choices: Iterable[str]) -> str:
+    """``"; did you mean spread?"`` for the choice closest to a mistyped ``value`` (``spred``), else ``""``."""
+    close = difflib.get_close_matches(value.strip().casefold(), sorted(choices), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
 
 
 def _got(field: str, value: object, reason: str) -> str:

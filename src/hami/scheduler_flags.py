@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 
 import typer
@@ -21,7 +22,7 @@ from hami.devices.family import Gate
 if TYPE_CHECKING:
     from hami.simulate.devconfig import Families
 
-__all__ = ["family_parameters", "family_switches", "scheduler", "scheduler_command"]
+__all__ = ["FLAGS", "Flag", "family_parameters", "family_switches", "scheduler", "scheduler_command"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -43,276 +44,207 @@ def _default(setting: str, shown: str | None = None) -> str:
     return f" [default: {shown}]"
 
 
-# One type per flag, declared beside the command; each parameter is named as the settings field it sets.
-_SchedulerName = Annotated[
-    str | None,
-    typer.Option(
+@dataclass(frozen=True, slots=True)
+class Flag:
+    """One option of ``hami scheduler``: the parameter (named as the ``SchedulerSettings`` field it sets), its
+    declaration (``--name`` or ``--on/--off``), help, metavar and type. ``shown`` is the default the help names:
+    None, the settings model's (``_default``); "", none (the help says it itself)."""
+
+    name: str
+    decls: str
+    text: str
+    metavar: str | None = None
+    kind: type = str
+    shown: str | None = None
+
+    def parameter(self) -> inspect.Parameter:
+        suffix = _default(self.name, self.shown) if self.shown != "" else ""
+        option = typer.Option(self.decls, metavar=self.metavar, help=self.text + suffix)
+        annotation: Any = Annotated[self.kind | None, option]
+        return inspect.Parameter(self.name, _KEYWORD, default=None, annotation=annotation)
+
+
+# The scheduler's own options, in the order ``--help`` lists them (the family switches follow
+# ``--device-config-file``), each named as HAMi's flag and as the settings field it sets.
+FLAGS: tuple[Flag, ...] = (
+    Flag(
+        "scheduler_name",
         "--scheduler-name",
-        metavar="NAME",
-        help="Scheduler name the webhook writes into pods' spec.schedulerName; also the events' source."
-        + _default("scheduler_name"),
+        "Scheduler name the webhook writes into pods' spec.schedulerName; also the events' source.",
+        "NAME",
     ),
-]
-_NodeSchedulerPolicy = Annotated[
-    str | None,
-    typer.Option(
+    Flag(
+        "node_scheduler_policy",
         "--node-scheduler-policy",
-        metavar="POLICY",
-        help="Default node policy: binpack fills the busiest node first, spread the idlest."
-        + _default("node_scheduler_policy"),
+        "Default node policy: binpack fills the busiest node first, spread the idlest.",
+        "POLICY",
     ),
-]
-_GpuSchedulerPolicy = Annotated[
-    str | None,
-    typer.Option(
+    Flag(
+        "gpu_scheduler_policy",
         "--gpu-scheduler-policy",
-        metavar="POLICY",
-        help="Default GPU policy: spread, binpack, topology-aware, mutex, numa, or a comma chain (numa,binpack)."
-        + _default("gpu_scheduler_policy"),
+        "Default GPU policy: spread, binpack, topology-aware, mutex, numa, or a comma chain (numa,binpack).",
+        "POLICY",
     ),
-]
-_HttpBind = Annotated[
-    str | None,
-    typer.Option(
-        "--http_bind",
-        metavar="HOST:PORT",
-        help="Service listener: /webhook, /healthz, /readyz." + _default("http_bind"),
-    ),
-]
-_ExtenderBind = Annotated[
-    str | None,
-    typer.Option(
+    Flag("http_bind", "--http_bind", "Service listener: /webhook, /healthz, /readyz.", "HOST:PORT"),
+    Flag(
+        "extender_bind",
         "--extender-bind",
-        metavar="HOST:PORT",
-        help="Extender listener: /filter, /bind; beyond loopback only with a client authentication."
-        + _default("extender_bind"),
+        "Extender listener: /filter, /bind; beyond loopback only with a client authentication.",
+        "HOST:PORT",
     ),
-]
-_CertFile = Annotated[
-    str | None,
-    typer.Option(
-        "--cert_file", metavar="FILE", help="TLS certificate, reloaded when it changes. [default: plain HTTP]"
+    Flag(
+        "cert_file", "--cert_file", "TLS certificate, reloaded when it changes. [default: plain HTTP]", "FILE", shown=""
     ),
-]
-_KeyFile = Annotated[
-    str | None, typer.Option("--key_file", metavar="FILE", help="TLS key; give it with --cert_file. [default: none]")
-]
-_ExtenderClientCaFile = Annotated[
-    str | None,
-    typer.Option(
+    Flag("key_file", "--key_file", "TLS key; give it with --cert_file. [default: none]", "FILE", shown=""),
+    Flag(
+        "extender_client_ca_file",
         "--extender-client-ca-file",
-        metavar="FILE",
-        help="Require extender client certificates signed by this CA (mutual TLS). [default: none]",
+        "Require extender client certificates signed by this CA (mutual TLS). [default: none]",
+        "FILE",
+        shown="",
     ),
-]
-_ExtenderTokenFile = Annotated[
-    str | None,
-    typer.Option(
+    Flag(
+        "extender_token_file",
         "--extender-token-file",
-        metavar="FILE",
-        help="Require a bearer token from this file (one a line) on /filter and /bind. [default: none]",
+        "Require a bearer token from this file (one a line) on /filter and /bind. [default: none]",
+        "FILE",
+        shown="",
     ),
-]
-_MetricsBindAddress = Annotated[
-    str | None,
-    typer.Option(
-        "--metrics-bind-address",
-        metavar="HOST:PORT",
-        help="Prometheus /metrics listener." + _default("metrics_bind_address"),
-    ),
-]
-_MetricsSecure = Annotated[
-    bool | None,
-    typer.Option(
+    Flag("metrics_bind_address", "--metrics-bind-address", "Prometheus /metrics listener.", "HOST:PORT"),
+    Flag(
+        "metrics_secure",
         "--metrics-secure/--no-metrics-secure",
-        help="Serve /metrics over TLS to callers allowed get on /metrics (TokenReview + SubjectAccessReview)."
-        + _default("metrics_secure"),
+        "Serve /metrics over TLS to callers allowed get on /metrics (TokenReview + SubjectAccessReview).",
+        kind=bool,
     ),
-]
-_NodeLabelSelector = Annotated[
-    str | None,
-    typer.Option(
+    Flag(
+        "node_label_selector",
         "--node-label-selector",
-        metavar="K=V,...",
-        help="Register only nodes with all these labels. [default: every node]",
+        "Register only nodes with all these labels. [default: every node]",
+        "K=V,...",
+        shown="",
     ),
-]
-_KubeQps = Annotated[
-    float | None, typer.Option("--kube-qps", metavar="N", help="API requests per second." + _default("kube_qps"))
-]
-_KubeBurst = Annotated[
-    int | None,
-    typer.Option("--kube-burst", metavar="N", help="API requests allowed in a burst." + _default("kube_burst")),
-]
-_NodeLockTimeout = Annotated[
-    str | None,
-    typer.Option(
+    Flag("kube_qps", "--kube-qps", "API requests per second.", "N", float),
+    Flag("kube_burst", "--kube-burst", "API requests allowed in a burst.", "N", int),
+    Flag(
+        "node_lock_timeout",
         "--node-lock-timeout",
-        metavar="DURATION",
-        help="Age after which another scheduler may break a node lock." + _default("node_lock_timeout", "5m"),
+        "Age after which another scheduler may break a node lock.",
+        "DURATION",
+        shown="5m",
     ),
-]
-_NodeLockRetryTimeout = Annotated[
-    str | None,
-    typer.Option(
+    Flag(
+        "node_lock_retry_timeout",
         "--node-lock-retry-timeout",
-        metavar="DURATION",
-        help="How long a PodGroup member's bind waits for a locked node; 0 fails at once."
-        + _default("node_lock_retry_timeout", "28s"),
+        "How long a PodGroup member's bind waits for a locked node; 0 fails at once.",
+        "DURATION",
+        shown="28s",
     ),
-]
-_KubeTimeout = Annotated[
-    str | None,
-    typer.Option(
+    Flag(
+        "kube_timeout",
         "--kube-timeout",
-        metavar="DURATION",
-        help="Timeout of one API request (watches excepted); 0 means 30s." + _default("kube_timeout", "0"),
+        "Timeout of one API request (watches excepted); 0 means 30s.",
+        "DURATION",
+        shown="0",
     ),
-]
-_BindLockWait = Annotated[
-    str | None,
-    typer.Option(
+    Flag(
+        "bind_lock_wait",
         "--bind-lock-wait",
-        metavar="DURATION",
-        help="How long a bind waits for another hami bind's node lock hand-over; 0 fails at once."
-        + _default("bind_lock_wait", "20s"),
+        "How long a bind waits for another hami bind's node lock hand-over; 0 fails at once.",
+        "DURATION",
+        shown="20s",
     ),
-]
-_SuccessEvents = Annotated[
-    bool | None,
-    typer.Option(
+    Flag(
+        "success_events",
         "--success-events/--no-success-events",
-        help="Write the Normal events of a scheduled pod (FilteringSucceed, FilteredNodes, BindingSucceed; HAMi"
-        " writes its two). Off saves two or three API requests per pod." + _default("success_events"),
+        "Write the Normal events of a scheduled pod (FilteringSucceed, FilteredNodes, BindingSucceed; HAMi writes its "
+        "two). Off saves two or three API requests per pod.",
+        kind=bool,
     ),
-]
-_RequeueInterval = Annotated[
-    str | None,
-    typer.Option(
+    Flag(
+        "requeue_interval",
         "--requeue-interval",
-        metavar="DURATION",
-        help="Once capacity frees on a node while pods wait, mark the node so kube-scheduler retries them now, at "
-        "most once per node per this; 0 leaves them to kube-scheduler's own retries (up to 5 minutes)."
-        + _default("requeue_interval", "5s"),
+        "Once capacity frees on a node while pods wait, mark the node so kube-scheduler retries them now, at most "
+        "once per node per this; 0 leaves them to kube-scheduler's own retries (up to 5 minutes).",
+        "DURATION",
+        shown="5s",
     ),
-]
-_ForceOverwriteDefaultScheduler = Annotated[
-    bool | None,
-    typer.Option(
+    Flag(
+        "force_overwrite_default_scheduler",
         "--force-overwrite-default-scheduler/--no-force-overwrite-default-scheduler",
-        help="Let the webhook replace spec.schedulerName: default-scheduler."
-        + _default("force_overwrite_default_scheduler"),
+        "Let the webhook replace spec.schedulerName: default-scheduler.",
+        kind=bool,
     ),
-]
-_Preemption = Annotated[
-    str | None,
-    typer.Option(
+    Flag(
+        "preemption",
         "--preemption",
-        metavar="MODE",
-        help="Who preempts for pods that fit nowhere: extender (kube-scheduler 1.38+ asks hami), self (hami "
-        "evicts: 1.36, 1.37), off; auto picks by the API server's version." + _default("preemption"),
+        "Who preempts for pods that fit nowhere: self (hami evicts; every version), extender (kube-scheduler 1.38+ "
+        "asks hami; by choice only), off; auto is self.",
+        "MODE",
     ),
-]
-_LeaderElect = Annotated[
-    bool | None,
-    typer.Option(
+    Flag(
+        "leader_elect",
         "--leader-elect/--no-leader-elect",
-        help="Follow kube-scheduler's Lease: only the leader's hami decides (for several replicas)."
-        + _default("leader_elect"),
+        "Follow kube-scheduler's Lease: only the leader's hami decides (for several replicas).",
+        kind=bool,
     ),
-]
-_LeaderElectResourceName = Annotated[
-    str | None,
-    typer.Option("--leader-elect-resource-name", metavar="NAME", help="Lease to hold. [default: the scheduler name]"),
-]
-_LeaderElectResourceNamespace = Annotated[
-    str | None,
-    typer.Option(
+    Flag(
+        "leader_elect_resource_name",
+        "--leader-elect-resource-name",
+        "Lease to hold. [default: the scheduler name]",
+        "NAME",
+        shown="",
+    ),
+    Flag(
+        "leader_elect_resource_namespace",
         "--leader-elect-resource-namespace",
-        metavar="NAMESPACE",
-        help="Namespace of the Lease. [default: the pod's own, POD_NAMESPACE]",
+        "Namespace of the Lease. [default: the pod's own, POD_NAMESPACE]",
+        "NAMESPACE",
+        shown="",
     ),
-]
-_DeviceConfigFile = Annotated[
-    str | None,
-    typer.Option(
+    Flag(
+        "device_config_file",
         "--device-config-file",
-        metavar="FILE",
-        help="HAMi's device-config.yaml (resource names, memory factor). [default: built-in defaults]",
+        "HAMi's device-config.yaml (resource names, memory factor). [default: built-in defaults]",
+        "FILE",
+        shown="",
     ),
-]
-_Kubeconfig = Annotated[
-    str | None,
-    typer.Option(
+    Flag(
+        "kubeconfig",
         "--kubeconfig",
-        metavar="FILE",
-        help="Kubeconfig to use. [default: $KUBECONFIG, else in-cluster, else ~/.kube/config]",
+        "Kubeconfig to use. [default: $KUBECONFIG, else in-cluster, else ~/.kube/config]",
+        "FILE",
+        shown="",
     ),
-]
-_Profiling = Annotated[
-    str | None,
-    typer.Option(
+    Flag(
+        "profiling",
         "--profiling",
-        metavar="BOOL",
-        help="HAMi's pprof switch, accepted as --profiling=false only: hami serves no pprof routes."
-        + _default("profiling"),
+        "HAMi's pprof switch, accepted as --profiling=false only: hami serves no pprof routes.",
+        "BOOL",
     ),
-]
-_LegacyMetrics = Annotated[
-    str | None,
-    typer.Option(
+    Flag(
+        "legacy_metrics",
         "--legacy-metrics",
-        metavar="BOOL",
-        help="HAMi's old metric names, accepted as --legacy-metrics=false only: hami exports the current names."
-        + _default("legacy_metrics"),
+        "HAMi's old metric names, accepted as --legacy-metrics=false only: hami exports the current names.",
+        "BOOL",
     ),
-]
-_Debug = Annotated[bool | None, typer.Option("--debug/--no-debug", help="Log at debug level." + _default("debug"))]
-_JsonLogs = Annotated[
-    bool,
-    typer.Option(
-        "--json-logs/--text-logs",
-        show_default=False,
-        help="Structured JSON logs, or text for people. [default: json-logs]",
-    ),
-]
+    Flag("debug", "--debug/--no-debug", "Log at debug level.", kind=bool),
+)
 
-
-def _options(
-    scheduler_name: _SchedulerName = None,
-    node_scheduler_policy: _NodeSchedulerPolicy = None,
-    gpu_scheduler_policy: _GpuSchedulerPolicy = None,
-    http_bind: _HttpBind = None,
-    extender_bind: _ExtenderBind = None,
-    cert_file: _CertFile = None,
-    key_file: _KeyFile = None,
-    extender_client_ca_file: _ExtenderClientCaFile = None,
-    extender_token_file: _ExtenderTokenFile = None,
-    metrics_bind_address: _MetricsBindAddress = None,
-    metrics_secure: _MetricsSecure = None,
-    node_label_selector: _NodeLabelSelector = None,
-    kube_qps: _KubeQps = None,
-    kube_burst: _KubeBurst = None,
-    node_lock_timeout: _NodeLockTimeout = None,
-    node_lock_retry_timeout: _NodeLockRetryTimeout = None,
-    kube_timeout: _KubeTimeout = None,
-    bind_lock_wait: _BindLockWait = None,
-    success_events: _SuccessEvents = None,
-    requeue_interval: _RequeueInterval = None,
-    force_overwrite_default_scheduler: _ForceOverwriteDefaultScheduler = None,
-    preemption: _Preemption = None,
-    leader_elect: _LeaderElect = None,
-    leader_elect_resource_name: _LeaderElectResourceName = None,
-    leader_elect_resource_namespace: _LeaderElectResourceNamespace = None,
-    device_config_file: _DeviceConfigFile = None,
-    kubeconfig: _Kubeconfig = None,
-    profiling: _Profiling = None,
-    legacy_metrics: _LegacyMetrics = None,
-    debug: _Debug = None,
-    json_logs: _JsonLogs = True,
-) -> None:
-    """The scheduler's own options, in the order ``--help`` lists them (the family switches follow
-    ``--device-config-file``); declared here, run by ``scheduler_command``'s command."""
+_JSON_LOGS = inspect.Parameter(
+    "json_logs",
+    inspect.Parameter.KEYWORD_ONLY,
+    default=True,
+    annotation=Annotated[
+        bool,
+        typer.Option(
+            "--json-logs/--text-logs",
+            show_default=False,
+            help="Structured JSON logs, or text for people. [default: json-logs]",
+        ),
+    ],
+)
+"""Not a settings field: how the logs are written."""
 
 
 def family_parameters(registry: Registry = REGISTRY, *, simulated: bool = False) -> list[inspect.Parameter]:
@@ -355,7 +287,7 @@ _OFF = "[default: off, as a default install]"
 def scheduler_command(registry: Registry = REGISTRY) -> Callable[..., None]:
     """``hami scheduler`` for ``registry``: ``_options`` with the registry's family switches after
     ``--device-config-file``. Each parameter is named as the settings field it sets."""
-    own = [p.replace(kind=_KEYWORD) for p in inspect.signature(_options, eval_str=True).parameters.values()]
+    own = [flag.parameter() for flag in FLAGS] + [_JSON_LOGS]
     at = [p.name for p in own].index("device_config_file") + 1
 
     def scheduler(**options: Any) -> None:

@@ -635,7 +635,8 @@ def test_the_device_plugins_node_side_values() -> None:
     ctr = plugin_container(docs)
     assert ctr["args"][-1] == "--mig-reconcile-seconds=30"
     env = {e["name"]: e.get("value") for e in ctr["env"]}
-    assert {k: env[k] for k in env if k not in {"NODE_NAME", "HOOK_PATH", "ENABLE_TOPOLOGY_SCORE"}} == {
+    skipped = {"NODE_NAME", "HOOK_PATH", "ENABLE_TOPOLOGY_SCORE", "IF_HAMI_CORE_MISSING"}
+    assert {k: env[k] for k in env if k not in skipped} == {
         "NVIDIA_VISIBLE_DEVICES": "all",
         "NVIDIA_DRIVER_CAPABILITIES": "utility",
         "DEVICE_LIST_STRATEGY": "cdi-annotations,envvar",
@@ -933,7 +934,7 @@ def test_old_clusters_are_refused() -> None:
 
 @pytest.mark.parametrize(
     ("version", "tag"),
-    [("1.36.3", "v1.36.3"), ("1.37.2", "v1.37.2"), ("1.38.0-beta.0", "v1.38.0-beta.0"), ("1.37.2-eks-4", "v1.37.2")],
+    [("1.36.3", "v1.36.3"), ("1.37.2", "v1.37.2"), ("1.36.0", "v1.36.0"), ("1.37.2-eks-4", "v1.37.2")],
 )
 def test_the_kube_scheduler_sidecar_follows_the_clusters_version_and_a_tested_one_is_never_refused(
     version: str, tag: str
@@ -942,13 +943,12 @@ def test_the_kube_scheduler_sidecar_follows_the_clusters_version_and_a_tested_on
     assert container(docs, "kube-scheduler")["image"] == f"registry.k8s.io/kube-scheduler:{tag}"
 
 
-@pytest.mark.parametrize("version", ["1.35.4", "1.39.0", "1.30.0"])
+@pytest.mark.parametrize("version", ["1.35.4", "1.38.0", "1.38.0-beta.0", "1.39.0", "1.30.0"])
 def test_an_untested_cluster_version_is_refused_only_when_asked(version: str) -> None:
     refused = run_helm("template", "hami", str(CHART), "--kube-version", version, "--set", "kubeVersionCheck=refuse")
     assert refused.returncode != 0
-    assert (
-        f"hami is tested on Kubernetes 1.36 to 1.38 (v1.36.3, v1.37.2, v1.38.0-beta.0); this cluster is v{version}"
-        in (refused.stderr)
+    assert f"hami was tested on Kubernetes v1.36.3 and v1.37.2 (no other release); this cluster is v{version}" in (
+        refused.stderr
     )
     assert "set kubeVersionCheck=warn to install anyway" in refused.stderr
     for check in ("warn", "off"):  # warn: the install notes say it (NOTES.txt); the manifests are the same
@@ -959,7 +959,13 @@ def test_an_untested_cluster_version_is_refused_only_when_asked(version: str) ->
 def test_a_kube_version_check_that_is_no_choice_is_refused_naming_the_key() -> None:
     result = run_helm("template", "hami", str(CHART), "--kube-version", KUBE_VERSION, "--set", "kubeVersionCheck=maybe")
     assert result.returncode != 0
-    assert "kubeVersionCheck: maybe is not one of warn, refuse, off" in result.stderr
+    assert "kubeVersionCheck" in result.stderr  # by the schema (values.schema.json), which lists the choices
+    assert all(choice in result.stderr for choice in ("warn", "refuse", "off"))
+    skipped = run_helm(
+        "template", "hami", str(CHART), "--kube-version", KUBE_VERSION, "--set", "kubeVersionCheck=maybe",
+        "--skip-schema-validation",
+    )  # fmt: skip
+    assert "kubeVersionCheck: maybe is not one of warn, refuse, off" in skipped.stderr  # and by the template
 
 
 # --- the vGPU monitor --------------------------------------------------------------------------------------
@@ -977,13 +983,15 @@ def test_the_monitor_runs_beside_the_plugin_with_only_the_containers_and_claims_
     plugin = daemonset_container(docs, "device-plugin")
     assert monitor["image"] == plugin["image"]
     assert monitor["command"] == ["hami", "monitor"]
-    assert monitor["args"] == ["--port=9394"]  # info, the command's default: a klog -v in extraArgs may change it
+    # info, the command's default log level, is left out: a klog -v in extraArgs may change it
+    assert monitor["args"] == ["--port=9394", "--host-root=/host", "--libvgpu-version=v2.10.0"]
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in monitor["env"]}
     assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert env["HOOK_PATH"] == "/usr/local"
     assert monitor["ports"] == [{"name": "monitorport", "containerPort": 9394, "protocol": "TCP"}]
     assert monitor["volumeMounts"] == [
         {"name": "vgpu-containers", "mountPath": "/usr/local/vgpu/containers"},
+        {"name": "vgpu", "mountPath": "/host/usr/local/vgpu", "readOnly": True},  # hami_core_library_present
         {"name": "vgpu-claims", "mountPath": "/usr/local/vgpu/claims"},
     ]
     volumes = {v["name"]: v for v in daemonset["spec"]["template"]["spec"]["volumes"]}

@@ -238,7 +238,7 @@ def test_hamis_defaults_device_plugin() -> None:
     assert "hostNetwork" not in spec
     assert spec["nodeSelector"] == {"gpu": "on"}
     monitor = container(docs, "DaemonSet", "vgpu-monitor")
-    assert monitor["args"] == ["--port=9394", "-v=4"]
+    assert monitor["args"] == ["--port=9394", "--host-root=/host", "--libvgpu-version=v2.10.0", "-v=4"]
     containers = next(v for v in spec["volumes"] if v["name"] == "vgpu-containers")
     assert containers["hostPath"]["path"] == "/usr/local/vgpu/containers"  # HAMi's monitor.ctrPath
     node_config = one(docs, "ConfigMap", "hami-device-plugin")["data"]["config.json"]
@@ -505,7 +505,6 @@ REFUSED = [
     ({"devicePlugin": {"migStrategy": "mixed"}}, 'set MIG per node: "migstrategy" in devicePlugin.nodeConfiguration'),
     ({"mockDevicePlugin": {"enabled": True}}, "hami's device plugin has --fake-nvml"),
     ({"legacyMetrics": True}, "legacyMetrics: true " + NOT_SUPPORTED),
-    ({"prometheus": {"enabled": True}}, "hami's chart makes no ServiceMonitor"),
     ({"devices": {"ascend": {"image": "ascend-dp:v1"}}}, "hami's chart does not run Ascend's device plugin"),
     (
         {"scheduler": {"extender": {"image": {"repository": "mirror/hami"}}}},

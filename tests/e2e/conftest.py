@@ -62,7 +62,7 @@ def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[realnode.
             binaries = cluster.locate_binaries()
             images = realnode.build_images(tmp_path_factory.mktemp("images"), binaries.kube_scheduler)
             stack.enter_context(realnode.machine_lock())
-            archives = [images["pause"][0], images["kube-scheduler"][0], images["hami"][0]]
+            archives = [images[name][0] for name in ("pause", "kube-scheduler", "hami", "hami-core-standin")]
             started = realnode.start_real_cluster(tmp_path_factory.mktemp("real-cluster"), archives)
         except cluster.ControlPlaneError as err:
             failure = str(err)

@@ -313,10 +313,17 @@ def image_name(archive: Path) -> str:
 
 def build_images(out: Path, kube_scheduler: Path) -> dict[str, tuple[Path, str]]:
     """The images the node and the chart need, built with ``scripts/build-image`` (no Docker, no registry):
-    ``{"pause" | "kube-scheduler" | "hami": (archive, reference)}``."""
+    ``{"pause" | "kube-scheduler" | "hami" | "hami-core-standin": (archive, reference)}`` (the last: HAMi's image
+    layout with a stand-in ``libvgpu.so``, for the chart's HAMi-core install)."""
     script = Path(__file__).resolve().parents[2] / "scripts" / "build-image"
     built: dict[str, tuple[Path, str]] = {}
-    for image, extra in (("pause", []), ("kube-scheduler", ["--binary", str(kube_scheduler)]), ("hami", [])):
+    images: tuple[tuple[str, list[str]], ...] = (
+        ("pause", []),
+        ("kube-scheduler", ["--binary", str(kube_scheduler)]),
+        ("hami", []),
+        ("hami-core-standin", []),
+    )
+    for image, extra in images:
         proc = subprocess.run(
             [sys.executable, str(script), image, "--out", str(out), *extra], capture_output=True, text=True, check=False
         )

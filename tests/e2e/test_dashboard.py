@@ -1,6 +1,8 @@
 """The chart's Grafana dashboard, evaluated for real: Prometheus (Debian's ``prometheus`` package, installed by
-``make test-deps``) scrapes a real ``hami scheduler`` while kube-scheduler places GPU pods through it, and every
-query of every panel returns data.
+``make test-deps``) scrapes a real ``hami scheduler`` while kube-scheduler places GPU pods through it, and a real
+``hami monitor`` (fake NVML, HAMi-core regions the test writes for the placed pods) on their node; every query of
+every panel returns data, with the node and namespace variables at "All" (Grafana's ``.*``) and the variables'
+own queries list the node and the namespace; a namespace selection keeps only its pods.
 
 hami runs as the e2e suite runs it, without ``--metrics-secure`` (plain HTTP on loopback), so Prometheus needs
 no token. Grafana itself is not run: the panels' queries are what Grafana would send to this data source.
@@ -12,6 +14,7 @@ import contextlib
 import json
 import math
 import shutil
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,7 @@ import httpx
 import pytest
 
 from hami.protocol import keys
+from hami.protocol.allocation import decode_pod_devices
 from tests.e2e.cluster import ControlPlane, KubeClient, ManagedProcess, Scheduler, free_port, wait_until
 from tests.e2e.hami_stack import (
     GPU,
@@ -30,22 +34,49 @@ from tests.e2e.hami_stack import (
     gpu_limits,
     register_annotation,
 )
+from tests.e2e.identities import chart_identities
 from tests.helm import CHART
+from tests.unit.monitor.regionfile import Proc, build_region, write_container
 
 DASHBOARD = CHART / "dashboards" / "hami-scheduler.json"
 SCRAPE_INTERVAL = "1s"
 
 
-def panel_queries() -> list[tuple[str, str]]:
-    """``(panel title, PromQL)`` for every target of every panel of the shipped dashboard."""
+MIB = 1048576
+
+
+def panel_queries(selected: dict[str, str] | None = None) -> list[tuple[str, str]]:
+    """``(panel title, PromQL)`` for every target of every panel of the shipped dashboard, its variables
+    replaced as Grafana does: ``selected`` values, else "All" (the variables' ``allValue``)."""
     dashboard = json.loads(DASHBOARD.read_text())
-    return [(p["title"], t["expr"]) for p in dashboard["panels"] for t in p.get("targets", [])]
+    values = {v["name"]: v["allValue"] for v in dashboard["templating"]["list"] if v["type"] == "query"}
+    values.update(selected or {})
+    out = []
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            expr = target["expr"]
+            for name, value in values.items():
+                expr = expr.replace(f"${name}", value)
+            out.append((panel["title"], expr))
+    return out
+
+
+def variable_queries() -> dict[str, tuple[str, str]]:
+    """``name: (metric, label)`` of each ``label_values(metric, label)`` variable."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    found = {}
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] == "query":
+            inner = variable["query"]["query"].removeprefix("label_values(").removesuffix(")")
+            metric, label = (part.strip() for part in inner.split(","))
+            found[variable["name"]] = (metric, label)
+    return found
 
 
 class Prometheus:
     """``prometheus`` scraping one target every second, its data in ``directory``."""
 
-    def __init__(self, directory: Path, target: str, log_file: Path) -> None:
+    def __init__(self, directory: Path, target: str, log_file: Path, monitor: str = "") -> None:
         binary = shutil.which("prometheus")
         assert binary, "prometheus is missing: run `make test-deps` (make test does) to install Debian's prometheus"
         self.port = free_port()
@@ -54,7 +85,14 @@ class Prometheus:
             json.dumps(  # JSON is YAML
                 {
                     "global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": SCRAPE_INTERVAL},
-                    "scrape_configs": [{"job_name": "hami-scheduler", "static_configs": [{"targets": [target]}]}],
+                    "scrape_configs": [
+                        {"job_name": "hami-scheduler", "static_configs": [{"targets": [target]}]},
+                        *(
+                            [{"job_name": "hami-monitor", "static_configs": [{"targets": [monitor]}]}]
+                            if monitor
+                            else []
+                        ),
+                    ],
                 }
             )
         )
@@ -81,7 +119,9 @@ class Prometheus:
         # Prometheus opens its port before its storage is ready and answers every request with a plain-text
         # 503 "Service Unavailable" until then (longer on a loaded machine): wait for /-/ready, then for a scrape.
         wait_until(self.ready, description="prometheus /-/ready", check=check)
-        wait_until(lambda: self.query("up") == [1.0], description="prometheus scraping hami", check=check)
+        wait_until(
+            lambda: self.query('up{job="hami-scheduler"}') == [1.0], description="prometheus scraping hami", check=check
+        )
 
     def ready(self) -> bool:
         return httpx.get(f"http://127.0.0.1:{self.port}/-/ready", timeout=10.0).status_code == 200
@@ -97,10 +137,70 @@ class Prometheus:
         data: list[dict[str, Any]] = body["data"]["result"]
         return data
 
+    def label_values(self, metric: str, label: str) -> list[str]:
+        """What Grafana's ``label_values(metric, label)`` lists: the label's values on the metric's series."""
+        answer = httpx.get(
+            f"http://127.0.0.1:{self.port}/api/v1/label/{label}/values", params={"match[]": metric}, timeout=30.0
+        )
+        answer.raise_for_status()
+        values: list[str] = answer.json()["data"]
+        return values
+
     def query(self, expr: str) -> list[float]:
         """The values of an instant query (vector results), NaN included. A failed request raises
         ``httpx.HTTPError``: ``wait_until`` polls again after it, an assertion shows it."""
         return [float(series["value"][1]) for series in self.result(expr)]
+
+
+class Monitor:
+    """``hami monitor`` on ``node`` (fake NVML: the node's registered cards, busy), its regions under ``hook``."""
+
+    def __init__(self, control_plane: ControlPlane, hook: Path, port: int) -> None:
+        self.plane = control_plane
+        self.hook = hook
+        self.port = port
+        self.process: ManagedProcess | None = None
+
+    @contextlib.contextmanager
+    def running(self, node: str, cards: int, tmp_path: Path) -> Iterator[None]:
+        fixture = tmp_path / "monitor-gpus.yaml"
+        devices = [
+            {
+                "uuid": f"GPU-{node}-{i}",
+                "name": "A100",
+                "stats": {"memory_used_bytes": 9000 * MIB, "utilization": 61, "memory_utilization": 20},
+            }
+            for i in range(cards)
+        ]
+        fixture.write_text(json.dumps({"devices": devices}))
+        (self.hook / "vgpu").mkdir(parents=True, exist_ok=True)
+        (self.hook / "vgpu" / "libvgpu.so.v2.10.0").write_bytes(b"\x7fELF" + bytes(60))  # HAMi-core's stand-in
+        with chart_identities(self.plane).device_plugin(node) as kubeconfig:
+            self.process = ManagedProcess(
+                "hami-monitor",
+                [
+                    sys.executable, "-c", "from hami.cli import main; main()", "monitor", f"--node-name={node}",
+                    f"--fake-nvml={fixture}", f"--kubeconfig={kubeconfig}", f"--hook-path={self.hook}",
+                    "--bind-address=127.0.0.1", f"--port={self.port}", "--interval=0.5",
+                ],
+                self.plane.log_dir / "hami-monitor.log",
+            )  # fmt: skip
+            self.process.start()
+            try:
+                yield
+            finally:
+                self.process.stop()
+
+    def write_regions(self, pods: list[dict[str, Any]]) -> None:
+        """HAMi-core's region of each pod's container: 4000 MiB in use, 30 % of the SMs, on its allocated card."""
+        for pod in pods:
+            notes = pod["metadata"]["annotations"]
+            card = decode_pod_devices(notes[keys.NVIDIA_KEYS.allocated])[0][0].uuid
+            region = build_region(
+                [card], limits=[6000 * MIB], procs=[Proc(1, {0: (MIB, MIB, 4000 * MIB - 2 * MIB, 4000 * MIB)}, {0: 30})]
+            )
+            container = pod["spec"]["containers"][0]["name"]
+            write_container(self.hook / "vgpu" / "containers", pod["metadata"]["uid"], container, region)
 
 
 @pytest.fixture
@@ -111,10 +211,16 @@ def prometheus_on_hami(
     make_node: Callable[..., dict[str, Any]],
     start_scheduler: Callable[..., Scheduler],
     tmp_path: Path,
-) -> Iterator[tuple[Prometheus, KubeClient, str, list[str]]]:
+) -> Iterator[tuple[Prometheus, KubeClient, str, list[str], Monitor]]:
     hami = HamiScheduler(control_plane)
     plugin = FakeDevicePlugin(control_plane, f"hami-e2e/run={namespace}")
-    prometheus = Prometheus(tmp_path, f"127.0.0.1:{hami.metrics_port}", control_plane.log_dir / "prometheus.log")
+    monitor = Monitor(control_plane, tmp_path / "hook", free_port())
+    prometheus = Prometheus(
+        tmp_path,
+        f"127.0.0.1:{hami.metrics_port}",
+        control_plane.log_dir / "prometheus.log",
+        monitor=f"127.0.0.1:{monitor.port}",
+    )
     label = {"hami-e2e/run": namespace}
     nodes = []
     for name, gpus in (("a", 2), ("b", 1)):
@@ -134,13 +240,13 @@ def prometheus_on_hami(
         started.callback(plugin.stop)
         started.callback(prometheus.stop)
         prometheus.start()
-        yield prometheus, kube, namespace, nodes
+        yield prometheus, kube, namespace, nodes, monitor
 
 
 def test_every_dashboard_query_returns_data_from_a_real_prometheus(
-    prometheus_on_hami: tuple[Prometheus, KubeClient, str, list[str]],
+    prometheus_on_hami: tuple[Prometheus, KubeClient, str, list[str], Monitor], tmp_path: Path
 ) -> None:
-    prometheus, kube, namespace, _ = prometheus_on_hami
+    prometheus, kube, namespace, nodes, monitor = prometheus_on_hami
     # One pod at a time, each bind scraped before the next pod: every latency histogram then has a series that
     # grows between two scrapes, so rates and quantiles have something to measure (binds now finish so fast
     # that three at once can all land before the first scrape, and a rate over one sample is 0).
@@ -161,9 +267,35 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(
         lambda: sum(prometheus.query("count(hami_vgpu_memory_allocated_bytes)")) >= 3,
         description="prometheus seeing the three allocations",
     )
+    # the vGPU monitor of the node the first pod went to, with the HAMi-core regions of the pods placed there
+    pods = [kube.get_pod(namespace, f"p{i}") for i in range(3)]
+    node = pods[0]["spec"]["nodeName"]
+    there = [pod for pod in pods if pod["spec"]["nodeName"] == node]
+    cards = 2 if node == nodes[0] else 1
+    with monitor.running(node, cards=cards, tmp_path=tmp_path):
+        monitor.write_regions(there)
+        wait_until(
+            lambda: len(prometheus.query("hami_vgpu_memory_used_bytes")) == len(there),
+            description="prometheus seeing the monitor's usage",
+        )
+        check_every_panel(prometheus)
+        check_variables(prometheus, namespace, node, len(there), cards)
+        # the usage is the regions': 4000 MiB in use per pod there; HAMi-core is on that node
+        assert prometheus.query("sum(hami_vgpu_memory_used_bytes) / 1048576") == [4000.0 * len(there)]
+        assert prometheus.query("hami_core_library_present") == [1.0]
 
+    # and the data is the cluster's: three pods, 6000 MiB each, on the 3 cards of the two good nodes
+    assert prometheus.query("count(hami_vgpu_memory_allocated_bytes)") == [3.0]
+    assert prometheus.query("sum(hami_vgpu_memory_allocated_bytes) / 1048576") == [18000.0]
+    assert prometheus.query("sum(hami_quarantined_nodes)") == [1.0]
+    rates = prometheus.query('sum(rate(hami_request_duration_seconds_count{endpoint="filter"}[5m]))')
+    assert rates
+    assert rates[0] > 0
+
+
+def check_every_panel(prometheus: Prometheus) -> None:
     queries = panel_queries()
-    assert len(queries) >= 15
+    assert len(queries) >= 20
 
     def without_data() -> dict[str, str]:
         return {
@@ -176,10 +308,17 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(
         wait_until(lambda: without_data() == {}, timeout=30, description="data for every panel")
     assert without_data() == {}
 
-    # and the data is the cluster's: three pods, 6000 MiB each, on the 3 cards of the two good nodes
-    assert prometheus.query("count(hami_vgpu_memory_allocated_bytes)") == [3.0]
-    assert prometheus.query("sum(hami_vgpu_memory_allocated_bytes) / 1048576") == [18000.0]
-    assert prometheus.query("sum(hami_quarantined_nodes)") == [1.0]
-    rates = prometheus.query('sum(rate(hami_request_duration_seconds_count{endpoint="filter"}[5m]))')
-    assert rates
-    assert rates[0] > 0
+
+def check_variables(prometheus: Prometheus, namespace: str, node: str, pods_there: int, cards: int) -> None:
+    """The node and namespace variables list the cluster's, and selecting them filters the panels."""
+    variables = variable_queries()
+    assert set(variables) == {"node", "namespace"}
+    assert node in prometheus.label_values(*variables["node"])
+    assert namespace in prometheus.label_values(*variables["namespace"])
+    mine = dict(panel_queries({"namespace": namespace}))
+    assert len(prometheus.query(mine["Memory used per pod"])) == pods_there
+    elsewhere = dict(panel_queries({"namespace": "no-such-namespace"}))
+    assert prometheus.query(elsewhere["Memory used per pod"]) == []
+    assert prometheus.query(elsewhere["Memory allocated per pod"]) == []
+    assert len(prometheus.query(dict(panel_queries({"node": node}))["GPU utilisation per card"])) == cards
+    assert prometheus.query(dict(panel_queries({"node": "no-such-node"}))["GPU utilisation per card"]) == []

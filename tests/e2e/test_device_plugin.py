@@ -84,6 +84,13 @@ def plugin_kubeconfig(control_plane: ControlPlane, make_node: Callable[..., dict
         yield kubeconfig
 
 
+def stand_in_hami_core(hook: Path) -> Path:
+    """A hook path whose vgpu/ holds a stand-in for HAMi-core's library (an ELF header is what the plugin checks)."""
+    (hook / "vgpu").mkdir(parents=True)
+    (hook / "vgpu" / "libvgpu.so.v2.10.0").write_bytes(b"\x7fELF" + bytes(60))
+    return hook
+
+
 async def until(check: Callable[[], Any], what: str) -> Any:
     async with asyncio.timeout(WAIT):
         while True:
@@ -103,7 +110,7 @@ async def test_plugin_registers_and_serves_allocate(
 ) -> None:
     fixture = tmp_path / "gpus.yaml"
     fixture.write_text(FIXTURE)
-    hook = tmp_path / "hook"
+    hook = stand_in_hami_core(tmp_path / "hook")
     log = tmp_path / "plugin.log"
     async with fake_kubelet(sockets) as kubelet:
         with log.open("wb") as out:
@@ -180,6 +187,47 @@ async def test_plugin_registers_and_serves_allocate(
     assert code == 0, output
     assert "device plugin stopped" in output
     assert not (sockets / "hami-nvidia.sock").exists()
+
+
+async def test_without_hami_core_the_node_gets_whole_gpus_and_a_warning_event(
+    plugin_kubeconfig: Path, kube: KubeClient, sockets: Path, tmp_path: Path
+) -> None:
+    """No libvgpu.so under the hook path: the plugin registers each GPU with one share (no pod shares a card it
+    cannot be isolated on) and records HAMiCoreMissing on its Node, under the chart's identity and policy."""
+    fixture = tmp_path / "gpus.yaml"
+    fixture.write_text(FIXTURE)
+    log = tmp_path / "plugin.log"
+    async with fake_kubelet(sockets) as kubelet:
+        with log.open("wb") as out:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "hami.deviceplugin", f"--node-name={NODE}", f"--fake-nvml={fixture}",
+                f"--kubeconfig={plugin_kubeconfig}", f"--plugin-dir={sockets}", f"--hook-path={tmp_path / 'hook'}",
+                f"--node-config-file={tmp_path / 'absent.json'}", stdout=out, stderr=asyncio.subprocess.STDOUT,
+            )  # fmt: skip
+        try:
+            await asyncio.wait_for(kubelet.requests.get(), WAIT)
+
+            def registered() -> bool:
+                notes = kube.get(f"/api/v1/nodes/{NODE}")["metadata"].get("annotations", {})
+                return bool(notes.get("hami.io/node-nvidia-register") == REGISTER.replace('"count":10', '"count":1'))
+
+            def warned() -> list[dict[str, Any]]:
+                events = kube.get("/api/v1/events", fieldSelector=f"involvedObject.name={NODE}")["items"]
+                return [e for e in events if e["reason"] == "HAMiCoreMissing"]
+
+            await until(registered, "the register annotation with whole GPUs")
+            (event,) = await until(warned, "the HAMiCoreMissing event")
+            assert (event["type"], event["involvedObject"]["kind"]) == ("Warning", "Node")
+            assert "GPUs are advertised whole (one pod per GPU instead of 10 shares)" in event["message"]
+            async with grpc.aio.insecure_channel(f"unix://{sockets / 'hami-nvidia.sock'}") as channel:
+                first = await anext(aiter(api.DevicePluginClient(channel).list_and_watch()))
+                assert len(first.devices) == 2
+        finally:
+            if process.returncode is None:
+                process.send_signal(signal.SIGTERM)
+            code = await asyncio.wait_for(process.wait(), WAIT)
+    assert code == 0, log.read_text()
+    assert "ERROR hami.deviceplugin: HAMi-core is not installed on this node" in log.read_text()
 
 
 MIG_NODE_CONFIG = json.dumps({"nodeconfig": [{"name": NODE, "operatingmode": "mig"}]})

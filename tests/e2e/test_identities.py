@@ -64,7 +64,7 @@ ALLOWED: dict[str, list[Check]] = {
         ("get", "leases", LEASE), ("list", "leases", LEASE), ("watch", "leases", LEASE),
         ("list", "resourceslices", DRA), ("watch", "resourceslices", DRA), ("list", "resourceclaims", DRA),
         ("watch", "resourceclaims", DRA), ("list", "deviceclasses", DRA), ("watch", "deviceclasses", DRA),
-        # hami's own preemption, which the chart's scheduler.preemption=auto picks before Kubernetes 1.38
+        # hami's own preemption, which the chart's scheduler.preemption=auto always picks
         ("create", "pods/eviction", {"namespace": "tenant"}), ("patch", "pods/status", {"namespace": "tenant"}),
         ("list", "poddisruptionbudgets", {"group": "policy"}),
     ],

@@ -42,6 +42,8 @@ SHOW = (
     "time.sleep(3600)\n"
 )
 WAIT_S = 180.0
+#: what the chart's install-hami-core init container copies from HAMi's image layout onto the node
+HAMI_CORE = Path("/usr/local/vgpu/libvgpu.so.v2.10.0")
 
 
 def _split(reference: str) -> tuple[str, str]:
@@ -50,7 +52,8 @@ def _split(reference: str) -> tuple[str, str]:
 
 
 def helm_values(cluster: RealCluster) -> list[str]:
-    """The only values the install sets: image names and pull policy, and the fake NVML (test-only switch)."""
+    """The only values the install sets: image names and pull policy (HAMi-core's: a stand-in of HAMi's image,
+    built here), and the fake NVML (test-only switch)."""
     hami_repo, hami_tag = _split(cluster.images["hami.oci.tar"])
     sched_repo, sched_tag = _split(cluster.images["kube-scheduler.oci.tar"])
     registry, repository = sched_repo.split("/", 1)
@@ -63,6 +66,8 @@ def helm_values(cluster: RealCluster) -> list[str]:
         f"scheduler.kubeScheduler.image.tag={sched_tag}",
         "scheduler.kubeScheduler.image.pullPolicy=Never",
         "devicePlugin.testing.acknowledgeFakeGPUs=true",
+        f"devicePlugin.hamiCore.image={cluster.images['hami-core.oci.tar']}",
+        "devicePlugin.hamiCore.pullPolicy=Never",
     ]
 
 
@@ -179,6 +184,9 @@ def test_helm_install_runs_hami_and_a_gpu_pod_gets_its_allocation(
     kube = kube_real
     check_scheduler_replicas(kube)
     check_plugin_registered(kube, installed.node_name)
+    # the init container installed HAMi-core from the (stand-in) image before the plugin started; the node
+    # advertises shares (check_plugin_registered), which the plugin refuses without the library
+    assert HAMI_CORE.read_bytes()[:4] == b"\x7fELF"
     namespace = kube.create_namespace()
     image = installed.images["hami.oci.tar"]
 

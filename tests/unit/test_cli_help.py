@@ -18,7 +18,10 @@ def _run(*args: str) -> tuple[int, str]:
 
 def test_version_flag_and_command() -> None:
     assert _run("--version") == (0, f"{__version__}\n")
-    assert _run("version") == (0, f"{__version__}\n")
+    code, out = _run("version")
+    assert code == 0
+    assert out.startswith(f"{__version__} (commit ")  # the version first, for scripts; then commit and build date
+    assert ", built " in out
 
 
 @pytest.mark.parametrize("command", [[], ["simulate"], ["scheduler"], ["device-plugin"], ["monitor"], ["certs"]])

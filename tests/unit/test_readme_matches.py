@@ -34,6 +34,8 @@ FOREIGN_FLAGS = {
     "--set": "helm",
     "--create-namespace": "helm",
     "--reuse-values": "helm",
+    "--install": "helm",  # helm upgrade --install
+    "--field-selector": "kubectl",  # kubectl get events --field-selector reason=...
     "--replicas": "kubectl",  # kubectl scale
     "--flag": "a placeholder",  # Go's `--flag=true|false` form
     # kubectl create clusterrolebinding / kubectl in general
@@ -52,6 +54,7 @@ FOREIGN_FLAGS = {
     "--recurse-submodules": "git",
     "--branch": "git",
     "--no-deps": "pip",
+    "--build-arg": "docker",  # docker build --build-arg HAMI_BUILD_COMMIT=... (hami version's commit)
     # scripts/k8s-testenv and bench/ (their own argparse)
     "--k8s-version": "scripts/k8s-testenv",
     "--quick": "bench",

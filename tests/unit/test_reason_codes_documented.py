@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from hami.deviceplugin.hamicore import EVENT_REASON as HAMI_CORE_MISSING
 from hami.protocol.events import EventReason
 from hami.protocol.reasons import Reason
 from hami.scheduling.audit import DriftKind
@@ -37,7 +38,7 @@ def test_every_fit_reason_has_a_row_and_every_row_is_a_reason() -> None:
 
 def test_every_event_reason_has_a_row() -> None:
     rows = _first_cells(_section("Events"))
-    codes = {reason.value for reason in EventReason} | {REGISTRATION_REFUSED}
+    codes = {reason.value for reason in EventReason} | {REGISTRATION_REFUSED, HAMI_CORE_MISSING}
     codes |= {event_reason(kind) for kind in ProblemKind}
     assert rows == codes
 

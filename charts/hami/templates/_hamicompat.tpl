@@ -62,7 +62,7 @@
   "devicePlugin.numaRefit.enabled" "devicePlugin.numaRefit.tlsInsecure" "devicePlugin.hostPIDBroker.enabled"
   "devices.ascend.hamiVnpuCore" "global.managedNodeSelectorEnable" "platform.openshift"
   "openshift.securityContextConstraints.create" "selinux.enabled" "podSecurityPolicy.enabled"
-  "mockDevicePlugin.enabled" "legacyMetrics" "prometheus.enabled" -}}
+  "mockDevicePlugin.enabled" "legacyMetrics" "prometheus.enabled" "serviceMonitor.enabled" -}}
 {{- range $family, $_ := .Values.devices -}}
 {{- $keys = append $keys (printf "devices.%s.enabled" $family) -}}
 {{- end -}}
@@ -86,6 +86,7 @@
   (dict "key" "scheduler.service.httpNodePort" "default" "" "alias" "scheduler.service.schedulerPort")
   (dict "key" "scheduler.service.metricsPort" "default" 9395 "alias" "scheduler.service.monitorPort")
   (dict "key" "devicePlugin.vgpuMonitor.resources" "default" dict "alias" "devicePlugin.monitor.resources")
+  (dict "key" "serviceMonitor.enabled" "default" false "alias" "prometheus.enabled" "aliasDefault" false)
   | toJson -}}
 {{- end -}}
 
@@ -270,7 +271,6 @@
   (list "devicePlugin.migStrategy" "none" "set MIG per node: \"migstrategy\" in devicePlugin.nodeConfiguration.config")
   (list "mockDevicePlugin.enabled" false "hami's device plugin has --fake-nvml for clusters without GPUs (docs/device-plugin.md)")
   (list "legacyMetrics" false "hami exports HAMi's current metric names only")
-  (list "prometheus.enabled" false "hami's chart makes no ServiceMonitor; scrape the scheduler Service's metrics port (grafanaDashboard has a dashboard)")
   (list "devices.ascend.image" "" "hami's chart does not run Ascend's device plugin; install HAMi's ascend-device-plugin on its own")
   (list "scheduler.extender.image.repository" "projecthami/hami" "hami runs its own image: set image.repository (and image.tag)")
   (list "devicePlugin.image.repository" "projecthami/hami" "hami runs its own image: set image.repository (and image.tag)")

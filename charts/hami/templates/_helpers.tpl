@@ -270,9 +270,23 @@ dra:
 {{- printf "%s-kube-scheduler" (include "hami.fullname" .) -}}
 {{- end -}}
 
-{{/* The Kubernetes versions hami is tested on (make test-matrix: v1.36.3, v1.37.2, v1.38.0-beta.0). */}}
+{{/* The words of the default GPU policy, alone or a comma chain ("topology-aware, binpack" -> both), as JSON. */}}
+{{- define "hami.gpuPolicyTokens" -}}
+{{- $tokens := list -}}
+{{- range splitList "," (toString .Values.scheduler.defaultSchedulerPolicy.gpuSchedulerPolicy) -}}
+{{- $tokens = append $tokens (trim .) -}}
+{{- end -}}
+{{- $tokens | compact | toJson -}}
+{{- end -}}
+
+{{/* The Kubernetes minor versions hami is tested on: the releases make test-matrix ran are v1.36.3 and v1.37.2
+     (hami.testedKubeReleases); 1.38 is not released and not claimed. */}}
 {{- define "hami.testedKubeVersions" -}}
->=1.36.0-0 <1.39.0-0
+>=1.36.0-0 <1.38.0-0
+{{- end -}}
+
+{{- define "hami.testedKubeReleases" -}}
+v1.36.3 and v1.37.2
 {{- end -}}
 
 {{/* Empty on a tested cluster version; else a sentence saying so (kubeVersionCheck: warn prints it in the notes,
@@ -284,6 +298,6 @@ dra:
 {{- fail (printf "kubeVersionCheck: %v is not one of warn, refuse, off" $check) -}}
 {{- end -}}
 {{- if and (ne $check "off") (not (semverCompare (include "hami.testedKubeVersions" .) $version)) -}}
-hami is tested on Kubernetes 1.36 to 1.38 (v1.36.3, v1.37.2, v1.38.0-beta.0); this cluster is {{ $version }}
+hami was tested on Kubernetes {{ include "hami.testedKubeReleases" . }} (no other release); this cluster is {{ $version }}
 {{- end -}}
 {{- end -}}

@@ -185,8 +185,8 @@ class SchedulerSettingsBase(BaseSettings):
     force_overwrite_default_scheduler: bool = True
     """Whether the webhook may replace ``spec.schedulerName: default-scheduler``."""
     preemption: PreemptionMode = "auto"
-    """Who carries out preemption for pods that fit nowhere: ``extender`` (kube-scheduler 1.38+ calls hami's
-    /preempt and evicts), ``self`` (hami evicts: 1.36, 1.37), ``off``; ``auto`` picks by the API server's version."""
+    """Who carries out preemption for pods that fit nowhere: ``self`` (hami evicts; any version), ``extender``
+    (kube-scheduler 1.38+ calls hami's /preempt and evicts; by choice only), ``off``; ``auto`` is ``self``."""
     leader_elect: bool = False
     leader_elect_resource_name: str = ""
     """Lease to follow; "" = ``scheduler_name``."""

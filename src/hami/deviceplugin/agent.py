@@ -88,6 +88,26 @@ async def run_plugin(
     registrar = Registrar(
         cluster, options.node_name, source, state, settings, timing=options.register_timing, sleep=sleep
     )
+    _announce(options)
+    try:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(registrar.run(), name="register")
+            group.create_task(watch_health(source, state, sleep, options.health_poll_ms), name="health")
+            if mig is not None:
+                group.create_task(_reconcile_mig(allocator, state, options.mig_reconcile_s, sleep), name="mig")
+            if specs is not None:
+                group.create_task(_write_cdi_specs(specs, state, sleep), name="cdi")
+            kubelet = serve_kubelet(service, state, options.paths, settings, timing=options.kubelet_timing, sleep=sleep)
+            group.create_task(kubelet, name="kubelet")
+    finally:
+        with contextlib.suppress(Exception):
+            await asyncio.shield(asyncio.to_thread(source.close))
+        log.info("device plugin stopped")
+
+
+def _announce(options: PluginOptions) -> None:
+    """Write the host's ``ld.so.preload`` for HAMi-core (a warning when it cannot be), and log what is served."""
+    settings = options.settings
     try:
         options.host.ensure_preload()
     except OSError as exc:
@@ -103,29 +123,6 @@ async def run_plugin(
         settings.core_scaling,
         settings.operating_mode,
     )
-    try:
-        async with asyncio.TaskGroup() as group:
-            group.create_task(registrar.run(), name="register")
-            group.create_task(watch_health(source, state, sleep, options.health_poll_ms), name="health")
-            if mig is not None:
-                group.create_task(_reconcile_mig(allocator, state, options.mig_reconcile_s, sleep), name="mig")
-            if specs is not None:
-                group.create_task(_write_cdi_specs(specs, state, sleep), name="cdi")
-            group.create_task(
-                serve_kubelet(
-                    service,
-                    state,
-                    options.paths,
-                    settings,
-                    timing=options.kubelet_timing,
-                    sleep=sleep,
-                ),
-                name="kubelet",
-            )
-    finally:
-        with contextlib.suppress(Exception):
-            await asyncio.shield(asyncio.to_thread(source.close))
-        log.info("device plugin stopped")
 
 
 async def _reconcile_mig(

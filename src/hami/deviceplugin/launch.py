@@ -22,6 +22,7 @@ from typing import Any
 import typer
 
 from hami.config import parse_device_config
+from hami.deviceplugin import hamicore
 from hami.deviceplugin.agent import PluginOptions, run_plugin
 from hami.deviceplugin.discovery import GpuSource, discover
 from hami.deviceplugin.fakenvml import load_fake_nvml
@@ -109,6 +110,7 @@ def launch(
     libvgpu_version: str,
     topology_score: bool,
     fake_nvml: Path | None,
+    if_hami_core_missing: hamicore.IfMissing = "whole-gpus",
     kubeconfig: Path | None,
     node_side: Mapping[str, Any] | None = None,
     mig_reconcile_s: float = 60.0,
@@ -134,21 +136,38 @@ def launch(
             settings = _without_device_nodes(settings, fake_nvml)
         lib: NvmlLib = fake if fake is not None else PynvmlLib()
         numa = fake.numa_of if fake is not None else None
+        host = HostFiles(hook_path=hook_path, libvgpu_version=libvgpu_version)
+        settings, missing = _check_hami_core(settings, host, if_hami_core_missing)
         if dry_run:
+            typer.echo(f"# HAMi-core: {missing or f'{host.library()} found'}")
             _print_inventory(lib, settings, numa)
             return
         options = PluginOptions(
             node_name=node_name,
             settings=settings,
             paths=KubeletPaths(directory=plugin_dir, endpoint=socket_name),
-            host=HostFiles(hook_path=hook_path, libvgpu_version=libvgpu_version),
+            host=host,
             numa=numa,
             mig_reconcile_s=mig_reconcile_s,
         )
-        asyncio.run(_serve(lib, options, kubeconfig))
+        asyncio.run(_serve(lib, options, kubeconfig, missing))
     except HamiError as exc:
         typer.echo(f"hami device-plugin: {exc}", err=True)
         raise typer.Exit(1) from None
+
+
+def _check_hami_core(
+    settings: NodeSettings, host: HostFiles, if_missing: hamicore.IfMissing
+) -> tuple[NodeSettings, str | None]:
+    """The settings to register with and, when HAMi-core is missing on a node that uses it, the sentence saying
+    so and what the node does about it (logged as an error here; also the node's event)."""
+    problem = hamicore.library_problem(host) if settings.operating_mode != "mig" else None
+    if problem is None:
+        return settings, None
+    adjusted = hamicore.adjust(settings, problem, if_missing)
+    message = f"{problem}: {hamicore.consequence(settings, adjusted)}"
+    log.error("%s", message)
+    return adjusted, message
 
 
 def _without_device_nodes(settings: NodeSettings, fixture: Path | None) -> NodeSettings:
@@ -173,7 +192,7 @@ def _print_inventory(lib: NvmlLib, settings: NodeSettings, numa: Callable[[str],
         typer.echo(f"{key}={value}")
 
 
-async def _serve(lib: NvmlLib, options: PluginOptions, kubeconfig: Path | None) -> None:
+async def _serve(lib: NvmlLib, options: PluginOptions, kubeconfig: Path | None, missing: str | None) -> None:
     task = asyncio.current_task()
     assert task is not None
     loop = asyncio.get_running_loop()
@@ -181,6 +200,8 @@ async def _serve(lib: NvmlLib, options: PluginOptions, kubeconfig: Path | None) 
         loop.add_signal_handler(signum, task.cancel)
     async with KubeClient(load_config(kubeconfig)) as client:
         cluster = KubeCluster(client)
+        if missing is not None:
+            await hamicore.record_event(cluster, options.node_name, missing)
 
         async def pods_on_node(node: str) -> list[Pod]:
             return (await client.list(PODS, type=Pod, field_selector=f"spec.nodeName={node}")).items

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
-from hami.errors import ConfigError
+from hami.errors import ConfigError, did_you_mean
 from hami.protocol.inventory import MAX_DEVCORE, MAX_SLOTS
 
 if TYPE_CHECKING:
@@ -111,7 +111,8 @@ class NodeSettings:
             raise ConfigError(
                 "DEVICE_LIST_STRATEGY",
                 ",".join(self.device_list_strategy),
-                f"each strategy must be one of {', '.join(DEVICE_LIST_STRATEGIES)}",
+                f"each strategy must be one of {', '.join(DEVICE_LIST_STRATEGIES)}"
+                + (did_you_mean(unknown[0], DEVICE_LIST_STRATEGIES) if unknown else ""),
             )
         if any(i < 0 for i in self.imex_channel_ids):
             raise ConfigError("IMEX_CHANNEL_IDS", self.imex_channel_ids, "channel ids are never negative")

@@ -42,7 +42,7 @@ from hami.devices.base import (
 )
 from hami.devices.common import SharedDeviceVendor, policy_order
 from hami.devices.configmodel import ConfigModel
-from hami.devices.family import ChartValues, VendorFamily
+from hami.devices.family import ChartValues, vendor_family
 from hami.devices.resources import lookup_resource, mib_hint, whole_quantity
 from hami.devices.scoring import device_scores
 from hami.devices.table import DeviceTable
@@ -289,12 +289,10 @@ class _AmdFit:
         return None
 
 
-AMD_FAMILY: Final = VendorFamily[AmdConfig](
-    family="amd",
-    section="amd",
-    model=AmdConfig,
-    default=AmdConfig,
-    build=lambda c: (AmdVendor(c),),
+AMD_FAMILY: Final = vendor_family(
+    "amd",
+    AmdConfig,
+    AmdVendor,
     chart=ChartValues(
         {"resourceCountName": None, "resourceCoreName": None, "resourceMemoryName": None},
         ("resourceCountName", "resourceMemoryName", "resourceCoreName"),

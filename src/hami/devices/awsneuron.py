@@ -55,7 +55,7 @@ from hami.devices.base import (
 )
 from hami.devices.common import SharedDeviceVendor, policy_order
 from hami.devices.configmodel import ConfigModel
-from hami.devices.family import ChartValues, VendorFamily
+from hami.devices.family import ChartValues, vendor_family
 from hami.devices.resources import lookup_resource, whole_quantity
 from hami.devices.scoring import device_scores
 from hami.devices.table import DeviceTable
@@ -393,12 +393,10 @@ def _index_of(uuid: str) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
-AWSNEURON_FAMILY: Final = VendorFamily[AwsNeuronConfig](
-    family="awsneuron",
-    section="awsneuron",
-    model=AwsNeuronConfig,
-    default=AwsNeuronConfig,
-    build=lambda c: (AwsNeuronVendor(c),),
+AWSNEURON_FAMILY: Final = vendor_family(
+    "awsneuron",
+    AwsNeuronConfig,
+    AwsNeuronVendor,
     chart=ChartValues({"resourceCountName": None, "resourceCoreName": None}, ("resourceCountName", "resourceCoreName")),
 )
 """The registry entry: the ``awsneuron:`` section, one vendor."""

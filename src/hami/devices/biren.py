@@ -26,7 +26,7 @@ from hami.devices.base import ContainerRequest, NodeInventory, Selector
 from hami.devices.common import SharedDeviceVendor
 from hami.devices.configmodel import ConfigModel
 from hami.devices.countonly import CountOnlyResources, count_request
-from hami.devices.family import ChartValues, VendorFamily
+from hami.devices.family import ChartValues, vendor_family
 from hami.protocol import keys
 from hami.protocol.inventory import decode_inventory_json
 from hami.protocol.objects import Container, Node
@@ -78,12 +78,10 @@ class BirenVendor(SharedDeviceVendor):
         return Selector.from_annotations(annotations, (USE_UUID, NOUSE_UUID))
 
 
-BIREN_FAMILY: Final = VendorFamily[BirenConfig](
-    family="biren",
-    section="biren",
-    model=BirenConfig,
-    default=BirenConfig,
-    build=lambda c: (BirenVendor(c),),
+BIREN_FAMILY: Final = vendor_family(
+    "biren",
+    BirenConfig,
+    BirenVendor,
     chart=ChartValues({"resourceCountName": "birenResourceName"}, ("resourceCountName",)),
 )
 """The registry entry: the ``biren:`` section, one vendor."""

@@ -40,7 +40,7 @@ from hami.devices.base import (
 from hami.devices.capacity import CapacityLayout, synthesized_index, unit_memory
 from hami.devices.common import SharedDeviceVendor
 from hami.devices.configmodel import ConfigModel
-from hami.devices.family import ChartValues, VendorFamily
+from hami.devices.family import ChartValues, vendor_family
 from hami.devices.resources import INT32_TOO_LARGE, read_int32
 from hami.errors import QuantityError
 from hami.protocol import keys
@@ -160,12 +160,10 @@ class CambriconVendor(SharedDeviceVendor):
         }
 
 
-CAMBRICON_FAMILY: Final = VendorFamily[CambriconConfig](
-    family="cambricon",
-    section="cambricon",
-    model=CambriconConfig,
-    default=CambriconConfig,
-    build=lambda c: (CambriconVendor(c),),
+CAMBRICON_FAMILY: Final = vendor_family(
+    "cambricon",
+    CambriconConfig,
+    CambriconVendor,
     chart=ChartValues(
         {
             "resourceCountName": "mluResourceName",

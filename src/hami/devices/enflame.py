@@ -67,7 +67,7 @@ from hami.devices.base import (
 )
 from hami.devices.common import SharedDeviceVendor, fit_shared, policy_order
 from hami.devices.configmodel import ConfigModel, yaml_key
-from hami.devices.family import ChartValues, VendorFamily
+from hami.devices.family import ChartValues, vendor_family
 from hami.devices.resources import lookup_resource, whole_quantity
 from hami.devices.scoring import device_scores
 from hami.devices.table import DeviceTable
@@ -517,12 +517,11 @@ def drs_annotations(ctx: AnnotationContext) -> dict[str, str]:
     return out
 
 
-ENFLAME_FAMILY: Final = VendorFamily[EnflameConfig](
-    family="enflame",
-    section="enflame",
-    model=EnflameConfig,
-    default=EnflameConfig,
-    build=lambda c: (EnflameGcuVendor(c), EnflameDrsVendor(c)),
+ENFLAME_FAMILY: Final = vendor_family(
+    "enflame",
+    EnflameConfig,
+    EnflameGcuVendor,
+    EnflameDrsVendor,
     chart=ChartValues(
         {
             "resourceNameGCU": None,

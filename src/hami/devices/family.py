@@ -86,3 +86,23 @@ class VendorFamily(Generic[C]):
     def vendors(self, config: object) -> Sequence[Vendor]:
         """The family's vendors, built from its section of ``config``."""
         return self.build(self.section_of(config))
+
+
+M = TypeVar("M")
+
+
+def vendor_family(
+    name: str, config: type[M], *vendors: Callable[[M], Vendor], chart: ChartValues, **more: Any
+) -> VendorFamily[M]:
+    """The common shape of an entry: a section named as the family, read by the ``config`` model (whose defaults
+    are the section's default), making one vendor of each class of ``vendors`` from it; ``more``: the optional
+    fields (``gate``, ``read``, ``notes``)."""
+    return VendorFamily(
+        family=name,
+        section=name,
+        model=config,
+        default=config,
+        build=lambda section: tuple(make(section) for make in vendors),
+        chart=chart,
+        **more,
+    )

@@ -23,7 +23,7 @@ from hami.devices.base import (
 )
 from hami.devices.common import SharedDeviceVendor
 from hami.devices.configmodel import ConfigModel, Int32
-from hami.devices.family import ChartValues, VendorFamily
+from hami.devices.family import ChartValues, vendor_family
 from hami.devices.resources import lookup_resource, mib_hint, whole_quantity
 from hami.errors import QuantityError
 from hami.protocol import keys
@@ -110,12 +110,10 @@ class HygonVendor(SharedDeviceVendor):
         return Selector.from_annotations(annotations, (USE_UUID, NOUSE_UUID), (USE_TYPE, NOUSE_TYPE))
 
 
-HYGON_FAMILY: Final = VendorFamily[HygonConfig](
-    family="hygon",
-    section="hygon",
-    model=HygonConfig,
-    default=HygonConfig,
-    build=lambda c: (HygonVendor(c),),
+HYGON_FAMILY: Final = vendor_family(
+    "hygon",
+    HygonConfig,
+    HygonVendor,
     chart=ChartValues(
         {
             "resourceCountName": "dcuResourceName",

@@ -62,7 +62,7 @@ from hami.devices.base import (
 )
 from hami.devices.common import SharedDeviceVendor
 from hami.devices.configmodel import ConfigModel
-from hami.devices.family import ChartValues, VendorFamily
+from hami.devices.family import ChartValues, vendor_family
 from hami.devices.resources import lookup_resource, mib_hint, whole_quantity
 from hami.devices.table import DeviceTable
 from hami.errors import QuantityError
@@ -500,12 +500,11 @@ def _room_problem(table: DeviceTable, i: int, request: ContainerRequest) -> tupl
     return None
 
 
-KUNLUN_FAMILY: Final = VendorFamily[KunlunConfig](
-    family="kunlun",
-    section="kunlun",
-    model=KunlunConfig,
-    default=KunlunConfig,
-    build=lambda c: (KunlunVendor(c), XpuVendor(c)),
+KUNLUN_FAMILY: Final = vendor_family(
+    "kunlun",
+    KunlunConfig,
+    KunlunVendor,
+    XpuVendor,
     chart=ChartValues(
         {
             "resourceCountName": "kunlunResourceName",

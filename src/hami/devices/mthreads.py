@@ -52,7 +52,7 @@ from hami.devices.base import (
 from hami.devices.capacity import CapacityLayout, synthesized_index, unit_memory
 from hami.devices.common import SharedDeviceVendor, fit_shared
 from hami.devices.configmodel import ConfigModel
-from hami.devices.family import ChartValues, VendorFamily
+from hami.devices.family import ChartValues, vendor_family
 from hami.devices.resources import INT32_TOO_LARGE, read_int32, whole_quantity
 from hami.devices.screening import Screener, shared_screener
 from hami.devices.table import DeviceTable
@@ -262,12 +262,10 @@ def _uuids(chosen: Sequence[Sequence[Placement]]) -> set[str]:
     return {p.device.uuid for placements in chosen for p in placements}
 
 
-MTHREADS_FAMILY: Final = VendorFamily[MthreadsConfig](
-    family="mthreads",
-    section="mthreads",
-    model=MthreadsConfig,
-    default=MthreadsConfig,
-    build=lambda c: (MthreadsVendor(c),),
+MTHREADS_FAMILY: Final = vendor_family(
+    "mthreads",
+    MthreadsConfig,
+    MthreadsVendor,
     chart=ChartValues(
         {"resourceCountName": None, "resourceMemoryName": None, "resourceCoreName": None, "memoryPerCard": None},
         ("resourceCountName", "resourceMemoryName", "resourceCoreName"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from hami.errors import InvalidInput
+from hami.errors import InvalidInput, did_you_mean
 from hami.protocol import keys
 
 __all__ = ["GPU_POLICIES", "NODE_POLICIES", "GpuPolicy", "parse_gpu_policy", "parse_node_policy"]
@@ -95,7 +95,10 @@ def parse_gpu_policy(value: str, numa_bind: bool, field: str = keys.GPU_SCHEDULE
     unknown = [t for t in tokens if t not in GPU_POLICIES]
     if unknown:
         raise InvalidInput(
-            field, value, f"unknown GPU policy {unknown[0]!r}; expected one of {', '.join(sorted(GPU_POLICIES))}"
+            field,
+            value,
+            f"unknown GPU policy {unknown[0]!r}; expected one of {', '.join(sorted(GPU_POLICIES))}"
+            + did_you_mean(unknown[0], GPU_POLICIES),
         )
     chain: tuple[str, ...] | None = None
     if "," in value or value.strip() == "numa":
@@ -117,5 +120,6 @@ def parse_gpu_policy(value: str, numa_bind: bool, field: str = keys.GPU_SCHEDULE
 def parse_node_policy(value: str, field: str = keys.NODE_SCHEDULER_POLICY) -> str:
     policy = value.strip()
     if policy not in NODE_POLICIES:
-        raise InvalidInput(field, value, f"unknown node policy; expected one of {', '.join(sorted(NODE_POLICIES))}")
+        expected = f"expected one of {', '.join(sorted(NODE_POLICIES))}{did_you_mean(policy, NODE_POLICIES)}"
+        raise InvalidInput(field, value, f"unknown node policy {policy!r}; {expected}")
     return policy

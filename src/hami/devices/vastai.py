@@ -45,7 +45,7 @@ from hami.devices.base import (
 from hami.devices.common import SharedDeviceVendor, policy_order
 from hami.devices.configmodel import ConfigModel
 from hami.devices.countonly import CountOnlyResources, count_request
-from hami.devices.family import ChartValues, VendorFamily
+from hami.devices.family import ChartValues, vendor_family
 from hami.devices.scoring import device_scores
 from hami.devices.table import DeviceTable
 from hami.errors import AnnotationError
@@ -229,12 +229,10 @@ class _VastaiFit:
         return Fitted(placements, aic_score([p.device for p in placements], self.ctx.node_info))
 
 
-VASTAI_FAMILY: Final = VendorFamily[VastaiConfig](
-    family="vastai",
-    section="vastai",
-    model=VastaiConfig,
-    default=VastaiConfig,
-    build=lambda c: (VastaiVendor(c),),
+VASTAI_FAMILY: Final = vendor_family(
+    "vastai",
+    VastaiConfig,
+    VastaiVendor,
     chart=ChartValues({"resourceCountName": "vastaiResourceName"}, ("resourceCountName",)),
 )
 """The registry entry: the ``vastai:`` section, one vendor."""

@@ -1,7 +1,8 @@
 """How to reach the API server: a kubeconfig file or the pod's service account (in-cluster).
 
 :func:`load_config` picks the source the way kubectl and client-go do: an explicit kubeconfig path, else the
-``KUBECONFIG`` variable (a ``:``-separated list, merged first-wins by entry name), else the in-cluster service
+``KUBECONFIG`` variable (a ``:``-separated list, merged first-wins by entry name; one naming only missing files is
+an error that names them, not a reason to read another), else the in-cluster service
 account when ``KUBERNETES_SERVICE_HOST`` is set, else ``~/.kube/config``. Everything is read and checked at load
 time, so a bad file fails at start-up with a :class:`~hami.errors.ConfigError` naming the file and the field.
 
@@ -317,6 +318,9 @@ def load_config(
     existing = [p for p in listed if p.exists()]
     if existing:
         return load_kubeconfig(existing, context=context)
+    if listed:  # kubectl's habit: a KUBECONFIG that names only missing files is not passed over for another
+        names = os.pathsep.join(str(p) for p in listed)
+        raise ConfigError("KUBECONFIG", names, "no such file: the kubeconfig it names does not exist")
     if env.get("KUBERNETES_SERVICE_HOST"):
         return load_incluster_config(env=env, root=service_account_dir)
     default = (home or Path.home()) / ".kube" / "config"

@@ -16,6 +16,8 @@ from typing import Annotated
 
 import typer
 
+from hami.deviceplugin.command import log_level as log_level_parser
+
 __all__ = ["monitor"]
 
 
@@ -25,6 +27,12 @@ def monitor(
     hook_path: Annotated[
         str, typer.Option(envvar="HOOK_PATH", help="Host directory holding vgpu/ (the device plugin's --hook-path).")
     ] = "/usr/local",
+    libvgpu_version: Annotated[
+        str, typer.Option(help="HAMi-core's version, as the device plugin's (libvgpu.so.<version> is looked for).")
+    ] = "v2.10.0",
+    host_root: Annotated[
+        Path, typer.Option(help="Where the host's <hook path>/vgpu is visible, for hami_core_library_present.")
+    ] = Path("/"),
     bind_address: Annotated[str, typer.Option(help="Address the metrics endpoint listens on.")] = "0.0.0.0",
     port: Annotated[int, typer.Option(help="Port of the metrics endpoint (HAMi's monitor: 9394).")] = 9394,
     interval: Annotated[float, typer.Option(help="Seconds between pod refreshes and feedback rounds.")] = 5.0,
@@ -38,7 +46,7 @@ def monitor(
         typer.Option(help="hami's DRA plugin's checkpoint: which claim each <hook>/vgpu/claims/<UID> is."),
     ] = Path("/var/lib/kubelet/plugins/hami-core-gpu.project-hami.io/checkpoint.json"),
     kubeconfig: Annotated[Path | None, typer.Option(help="Default: KUBECONFIG, in-cluster, ~/.kube/config.")] = None,
-    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    log_level: Annotated[str, typer.Option(parser=log_level_parser, help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run HAMi's vGPU monitor: per-container GPU usage from HAMi-core, per-GPU usage from NVML, priority
     feedback."""
@@ -47,6 +55,7 @@ def monitor(
     launch(
         node_name=node_name,
         hook_path=hook_path,
+        hami_core=(libvgpu_version, host_root),
         bind_address=bind_address,
         port=port,
         interval=interval,

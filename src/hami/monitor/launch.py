@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 from prometheus_client import CollectorRegistry, start_http_server
 
+from hami.deviceplugin.response import HostFiles
 from hami.errors import HamiError, NvmlError
 from hami.k8s.client import KubeClient
 from hami.k8s.config import load_config
@@ -28,6 +29,7 @@ def launch(
     node_name: str,
     hook_path: str,
     bind_address: str,
+    hami_core: tuple[str, Path] = ("v2.10.0", Path("/")),
     port: int,
     interval: float,
     max_regions: int,
@@ -53,6 +55,7 @@ def launch(
             grace_seconds=cleanup_grace,
             claims_dir=vgpu / "claims",
             dra_checkpoint=dra_checkpoint,
+            hami_core=HostFiles(hook_path=hook_path, libvgpu_version=hami_core[0], root=hami_core[1]),
         )
         asyncio.run(_serve(Monitor(lib, options), bind_address, port, interval, kubeconfig))
     except HamiError as exc:

@@ -15,7 +15,10 @@ per container device (region), labels ``namespace, pod, container, vdevice_index
 hami's own
     ``hami_vgpu_monitor_region_skipped{path, reason}`` = 1 for each region file or directory not used this
     scrape; ``hami_vgpu_monitor_regions`` regions read; ``hami_vgpu_monitor_regions_truncated`` 1 when more
-    container directories exist than ``--max-regions``; ``hami_vgpu_monitor_nvml_up`` 0 when NVML failed.
+    container directories exist than ``--max-regions``; ``hami_vgpu_monitor_nvml_up`` 0 when NVML failed;
+    ``hami_core_library_present{node}`` 1 when HAMi-core's ``libvgpu.so`` (the file the device plugin mounts into
+    GPU containers, ``hami.deviceplugin.hamicore``) is on the node, 0 when no memory or core limit can be enforced
+    (the plugin then advertises whole GPUs unless told to share anyway).
 
 A query NVML does not support on a GPU is left out (as HAMi does); a region that cannot be read is skipped and
 reported (a log line the first time, and the metric); the monitor always answers.
@@ -38,6 +41,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from hami.deviceplugin.dra import checkpoint
+from hami.deviceplugin.hamicore import library_problem
+from hami.deviceplugin.response import HostFiles
 from hami.errors import NvmlError, RegionError
 from hami.monitor.claims import ClaimOwner, scan_claims
 from hami.monitor.feedback import FeedbackInput, observe
@@ -64,6 +69,8 @@ class MonitorOptions:
     grace_seconds: float = 300.0
     claims_dir: Path | None = None  # <hook>/vgpu/claims (hami's DRA plugin); None: DRA claims are not read
     dra_checkpoint: Path | None = None  # the DRA plugin's checkpoint.json: claim UID -> namespace and name
+    hami_core: HostFiles | None = None
+    """Where HAMi-core's library is looked for (``hami_core_library_present``); None: the gauge is not served."""
 
 
 class Monitor(Collector):
@@ -180,6 +187,14 @@ class Monitor(Collector):
             "1 when more container directories exist than --max-regions (the rest are not read)",
             value=int(result.truncated),
         )
+        if self._options.hami_core is not None:
+            present = GaugeMetricFamily(
+                "hami_core_library_present",
+                "1 when HAMi-core's libvgpu.so is on this node; 0: no GPU memory or core limit can be enforced",
+                labels=["node", "zone"],
+            )
+            present.add_metric([self._options.node_name, ZONE], int(library_problem(self._options.hami_core) is None))
+            yield present
 
     def _host_metrics(self) -> Iterator[Metric]:
         stats, up = self._gpu_stats()

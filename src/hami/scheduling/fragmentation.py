@@ -6,8 +6,8 @@ taken is no use to anyone, and 6 GiB free is no use to a cluster whose pods all 
 workload-aware definition of GPU fragmentation (free resources the observed task shapes cannot use), a card's
 **stranded** memory is its free memory minus the most any single seen shape could take from it (as many copies
 as fit in its free slots, memory and cores), and likewise for cores. A wholly free card strands nothing (any
-pod, up to a whole card, can use it); a card that cannot receive work (unhealthy, cordoned, blocked, no free slot)
-strands all of its free capacity.
+pod, up to a whole card, can use it); a card that cannot receive work (unhealthy, cordoned or on a cordoned
+node, blocked, no free slot) strands all of its free capacity.
 
 ``shapes_of`` collects the shapes from the ledger's charges (per vendor); ``card_fragments`` judges every card,
 ``model_fragments`` sums per vendor and model, and ``fragmentation_index`` is the cluster's stranded share of
@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from hami.scheduling.state import ClusterState, PodRecord
+from hami.devices.table import DeviceTable
+from hami.scheduling.state import ClusterState, NodeState, PodRecord
 
 __all__ = [
     "MAX_SHAPES",
@@ -28,6 +29,7 @@ __all__ = [
     "ModelFragment",
     "Shape",
     "card_fragments",
+    "card_usable",
     "count_shapes",
     "fragmentation_index",
     "model_fragments",
@@ -119,6 +121,14 @@ def _copies(shape: Shape, slots: int, mem: int, cores: int) -> int:
     return max(n, 0)
 
 
+def card_usable(node: NodeState, table: DeviceTable, i: int) -> bool:
+    """Whether the scheduler may place work on card ``i`` of ``table``: healthy, not blocked, and cordoned neither
+    itself (``hami.io/device-cordon``) nor through its node (``spec.unschedulable``, ``kubectl cordon``). ``hami
+    top``'s stranded capacity and ``hami simulate --defrag``'s free cards both count by it."""
+    info = table.infos[i]
+    return info.health and table.broken[i] is None and info.id not in node.cordoned and not node.unschedulable
+
+
 def card_fragments(
     state: ClusterState, shapes: Mapping[str, Iterable[Shape]] | None = None, names: Iterable[str] | None = None
 ) -> list[CardFragment]:
@@ -137,7 +147,7 @@ def card_fragments(
                 slots = max(info.count - table.used[i], 0)
                 mem = max(info.devmem - table.usedmem[i], 0)
                 cores = max(info.devcore - table.usedcores[i], 0)
-                usable = info.health and table.broken[i] is None and info.id not in node.cordoned
+                usable = card_usable(node, table, i)
                 open_ = usable and slots > 0
                 whole_free = usable and table.used[i] == 0 and table.usedmem[i] == 0
                 if not open_:

@@ -1,11 +1,13 @@
 """``--preemption``: who carries out preemption for a pod that fits nowhere, chosen once at start-up.
 
 kube-scheduler's DefaultPreemption runs only its in-tree filters in its dry run, so it never finds a victim for a
-pod that lacks GPU shares. From Kubernetes 1.38 (kubernetes#135486) it calls a preemption-capable extender with its
-candidate nodes and lets it name the victims; kube-scheduler then evicts them (``extender``: hami evicts nothing
-itself). Before 1.38 nothing asks hami, so hami preempts itself from /filter (``self``:
-``hami.scheduling.preempting``). ``auto`` reads the API server's version (``GET /version``; kube-scheduler runs
-beside the API server of the same minor version in every supported skew that matters here).
+pod that lacks GPU shares. hami therefore preempts itself from /filter (``self``: ``hami.scheduling.preempting``),
+which works the same on every Kubernetes version while kube-scheduler's configuration declares no
+``preemptVerb`` (the chart declares none unless ``extender`` is chosen). From Kubernetes 1.38 (kubernetes#135486)
+kube-scheduler can instead call a preemption-capable extender with its candidate nodes and let it name the victims
+(``extender``: kube-scheduler evicts, hami evicts nothing); that path has not been run against a released
+Kubernetes, so it is used only when chosen. ``auto`` is ``self``: only a verified mechanism; the API server's
+version is read for the log line only.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ def parse_version(git_version: str) -> tuple[int, int] | None:
 
 
 def resolve_preemption(mode: PreemptionMode, git_version: str | None) -> tuple[Resolved, str]:
-    """The mode to run and why (for the log). ``git_version`` is the API server's (None: it could not be read,
-    then ``auto`` preempts itself: hami's eviction is correct on every version, merely not needed from 1.38)."""
+    """The mode to run and why (for the log). ``auto`` is always ``self`` (hami's eviction, verified on every
+    tested version); ``git_version`` (the API server's, None when it could not be read) only shapes the reason."""
     if mode != "auto":
         return mode, f"--preemption={mode}"
     version = parse_version(git_version) if git_version is not None else None
@@ -41,7 +43,8 @@ def resolve_preemption(mode: PreemptionMode, git_version: str | None) -> tuple[R
         shown = "could not be read" if git_version is None else f"{git_version!r} is not a version"
         return "self", f"--preemption=auto: the API server's version {shown}; hami preempts itself"
     if version >= EXTENDER_VERB_SINCE:
-        return "extender", (
-            f"--preemption=auto: Kubernetes {git_version} calls hami's /preempt; kube-scheduler evicts, hami does not"
+        return "self", (
+            f"--preemption=auto: hami preempts itself on Kubernetes {git_version} too (kube-scheduler's preempt "
+            "verb is used only with --preemption=extender)"
         )
     return "self", f"--preemption=auto: Kubernetes {git_version} asks no extender for victims; hami preempts itself"

@@ -1,9 +1,11 @@
 """``hami simulate``: read the files, place the pods in order, print the result.
 
-Exit status (``EXIT_*``): 0 when every file was read (whatever the placements; warnings never change it), 1 when
-a file is unreadable or invalid (the message names the file, the object and the field), 3 with
-``fail_on_pending`` when a pod was not placed (pending, denied by the admission webhook, or an invalid request);
-typer answers 2 for bad arguments. Warnings (a node or pod of the snapshot that could not be used, an unknown
+Exit status (``EXIT_*``): 0 when every file was read (whatever the placements; warnings change it only with
+``strict``), 1 when a file is unreadable, empty or invalid (the message names the file, the object and the field),
+3 with ``fail_on_pending`` when a pod was not placed (pending, denied by the admission webhook, an invalid request,
+or a pod that asks for no device while a warning names one of its resources: a misspelt resource), 4 with
+``strict`` when anything was warned about; typer answers 2 for bad arguments. Notes (an object that makes no pod,
+such as a Service, skipped) never fail. Warnings (a node or pod of the snapshot that could not be used, an unknown
 field, a resource no vendor owns) go to the error stream, so standard output stays one JSON document with
 ``--output json``.
 """
@@ -15,21 +17,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
-from hami.errors import HamiError
+import yaml
+
+from hami.errors import HamiError, InvalidInput
 from hami.scheduling.request import SchedulingDefaults
 from hami.simulate.demo import demo_sources, render_demo
 from hami.simulate.devconfig import Families, device_config_from_text
 from hami.simulate.html import render_html
 from hami.simulate.loading import Snapshot, load_snapshot, read_files, read_pods, require_nodes
-from hami.simulate.report import render_json, render_summary
+from hami.simulate.report import document, render_json, render_summary
 from hami.simulate.simulator import Outcome, Simulator
+from hami.simulate.wording import counted
 
-__all__ = ["EXIT_INVALID_INPUT", "EXIT_NOT_PLACED", "EXIT_OK", "NOT_PLACED", "SimulateOptions", "run_simulate"]
+__all__ = [
+    "EXIT_INVALID_INPUT",
+    "EXIT_NOT_PLACED",
+    "EXIT_OK",
+    "EXIT_WARNINGS",
+    "NOT_PLACED",
+    "SimulateOptions",
+    "run_simulate",
+]
 
 EXIT_OK: Final = 0
 EXIT_INVALID_INPUT: Final = 1
 EXIT_NOT_PLACED: Final = 3
 """``--fail-on-pending``: some pod was not placed (2 is taken: bad arguments)."""
+EXIT_WARNINGS: Final = 4
+"""``--strict``: something was warned about (an unknown field, a resource no vendor owns, ...)."""
 NOT_PLACED: Final = frozenset({"pending", "denied", "invalid"})
 """The statuses ``--fail-on-pending`` fails on (a pod asking for no device hami manages is not one of them)."""
 
@@ -43,7 +58,7 @@ class SimulateOptions:
     config: Path | None = None
     node_policy: str = "binpack"
     gpu_policy: str = "spread"
-    output: Literal["table", "json"] = "table"
+    output: Literal["table", "json", "yaml"] = "table"
     now: int = 0
     demo: bool = False
     report: Path | None = None
@@ -52,7 +67,10 @@ class SimulateOptions:
     families: Families = field(default_factory=Families)
     """The device families scheduled (a default install's unless switched)."""
     fail_on_pending: bool = False
-    """Exit ``EXIT_NOT_PLACED`` when a pod is pending, denied or invalid (for CI)."""
+    """Exit ``EXIT_NOT_PLACED`` when a pod is pending, denied or invalid, or asks for no device beside a warning
+    (for CI)."""
+    strict: bool = False
+    """Exit ``EXIT_WARNINGS`` when anything was warned about (for CI)."""
     live: Callable[[], tuple[Snapshot, list[str], str]] | None = None
     """Read the cluster instead of snapshot files: returns its objects, notes, and the kubeconfig context's
     namespace, where pods that name none go (as ``kubectl apply -f`` puts them); the shell's kubeconfig reader."""
@@ -68,6 +86,8 @@ def run_simulate(opts: SimulateOptions, out: Callable[[str], None], err: Callabl
         families = None if opts.demo and opts.families == Families() else opts.families.enabled()
         snapshot, pod_sources, namespace = _inputs(opts, warnings)
         loaded = read_pods(pod_sources, [n.obj for n in snapshot.nodes], opts.now, namespace)
+        if not loaded.pods and not loaded.warnings:  # only objects that make no pod (Services, ConfigMaps)
+            raise InvalidInput(", ".join(label for label, _ in pod_sources), None, _NO_POD)
     except (HamiError, OSError) as error:  # a file, or the cluster with --live (a kubeconfig, the API server)
         err(f"error: {error}")
         return EXIT_INVALID_INPUT
@@ -75,30 +95,55 @@ def run_simulate(opts: SimulateOptions, out: Callable[[str], None], err: Callabl
     sim = Simulator(config, defaults, admission=not opts.skip_admission, families=families)
     sim.add_snapshot(snapshot)
     outcomes = [sim.place(pod, opts.now) for pod in loaded.pods]
-    for warning in [*warnings, *loaded.warnings, *sim.warnings, *sim.dra_notes()]:
+    for note in loaded.notes:
+        err(f"note: {note}")
+    warned = [*warnings, *loaded.warnings, *sim.warnings, *sim.dra_notes()]
+    for warning in warned:
         err(f"warning: {warning}")
-    title = "hami simulate --demo" if opts.demo else "hami simulate"
-    if opts.report is not None:
-        try:
-            opts.report.write_text(render_html(title, sim.state, outcomes, sim.dra), encoding="utf-8")
-        except OSError as error:
-            err(f"error: {opts.report}: cannot write the report: {error.strerror or error}")
-            return EXIT_INVALID_INPUT
-        err(f"report written to {opts.report}")
+    if not _write_report(opts, sim, outcomes, err):
+        return EXIT_INVALID_INPUT
+    out(_rendered(opts, sim, outcomes))
+    return _exit_status(opts, outcomes, len(warned), err)
+
+
+_NO_POD: Final = "makes no pod: it holds no Pod and no workload (Deployment, Job, ...), only other kinds (skipped)"
+
+
+def _title(opts: SimulateOptions) -> str:
+    return "hami simulate --demo" if opts.demo else "hami simulate"
+
+
+def _write_report(
+    opts: SimulateOptions, sim: Simulator, outcomes: Sequence[Outcome], err: Callable[[str], None]
+) -> bool:
+    """Write the HTML report when asked; False when it cannot be written (said on ``err``)."""
+    if opts.report is None:
+        return True
+    try:
+        opts.report.write_text(render_html(_title(opts), sim.state, outcomes, sim.dra), encoding="utf-8")
+    except OSError as error:
+        err(f"error: {opts.report}: cannot write the report: {error.strerror or error}")
+        return False
+    err(f"report written to {opts.report}")
+    return True
+
+
+def _rendered(opts: SimulateOptions, sim: Simulator, outcomes: Sequence[Outcome]) -> str:
     if opts.output == "json":
-        out(render_json(sim.state, outcomes, sim.dra))
-    elif opts.demo:
-        out(render_demo(sim.state, outcomes))
-    else:
-        out(render_summary(title, sim.state, outcomes, sim.dra))
-    return _exit_status(opts, outcomes, err)
+        return render_json(sim.state, outcomes, sim.dra)
+    if opts.output == "yaml":
+        return yaml.safe_dump(document(sim.state, outcomes, sim.dra), sort_keys=False, allow_unicode=True).rstrip("\n")
+    if opts.demo and not opts.pods:
+        return render_demo(sim.state, outcomes)
+    return render_summary(_title(opts), sim.state, outcomes, sim.dra)
 
 
 def _inputs(opts: SimulateOptions, warnings: list[str]) -> tuple[Snapshot, list[tuple[str, str]], str]:
-    """The cluster (demo, snapshot files or live), the pod files' texts, and the namespace of pods that name none
-    ("": ``default``). Raises ``InvalidInput``."""
+    """The cluster (demo, snapshot files or live), the pod files' texts (the demo's workload unless files are
+    given), and the namespace of pods that name none ("": ``default``). Raises ``InvalidInput``."""
     if opts.demo:
-        snapshot_sources, pod_sources = demo_sources()
+        snapshot_sources, demo_pods = demo_sources()
+        pod_sources = read_files(opts.pods) if opts.pods else demo_pods
     elif opts.live is not None:
         snapshot, notes, namespace = opts.live()
         warnings += notes
@@ -111,14 +156,26 @@ def _inputs(opts: SimulateOptions, warnings: list[str]) -> tuple[Snapshot, list[
     return snapshot, pod_sources, ""
 
 
-def _exit_status(opts: SimulateOptions, outcomes: Sequence[Outcome], err: Callable[[str], None]) -> int:
-    if not opts.fail_on_pending:
-        return EXIT_OK
-    missed = [o for o in outcomes if o.status in NOT_PLACED]
-    if not missed:
-        return EXIT_OK
-    counts = ", ".join(f"{n} {s}" for s in sorted(NOT_PLACED) if (n := sum(o.status == s for o in missed)))
-    err(
-        f"--fail-on-pending: {len(missed)} of {len(outcomes)} pods not placed ({counts}); exit status {EXIT_NOT_PLACED}"
-    )
-    return EXIT_NOT_PLACED
+def _failed(o: Outcome) -> bool:
+    """Whether ``--fail-on-pending`` counts the pod as not placed: pending, denied or invalid, or asking for no
+    device while a warning names one of its resources (a misspelt ``nvidia.com/gpumem`` leaves it without one)."""
+    return o.status in NOT_PLACED or (o.status == "no-devices" and bool(o.warnings))
+
+
+def _exit_status(opts: SimulateOptions, outcomes: Sequence[Outcome], warned: int, err: Callable[[str], None]) -> int:
+    missed = [o for o in outcomes if _failed(o)] if opts.fail_on_pending else []
+    if missed:
+        statuses = [*sorted(NOT_PLACED), "no-devices"]
+        counts = ", ".join(f"{n} {_WORDS.get(s, s)}" for s in statuses if (n := sum(o.status == s for o in missed)))
+        err(
+            f"--fail-on-pending: {len(missed)} of {counted(len(outcomes), 'pod')} not placed ({counts}); "
+            f"exit status {EXIT_NOT_PLACED}"
+        )
+        return EXIT_NOT_PLACED
+    if opts.strict and warned:
+        err(f"--strict: {counted(warned, 'warning')} (above); exit status {EXIT_WARNINGS}")
+        return EXIT_WARNINGS
+    return EXIT_OK
+
+
+_WORDS: Final = {"no-devices": "asking for no device beside a warning"}

@@ -2,7 +2,8 @@
 
 The plan is made on the snapshot's ledger with the scheduler's own ``decide``/``reserve`` (through
 ``hami.simulate.whatif``) under the active policies; nothing in the cluster is touched. Greedy, cheapest card
-first: among the cards in use (healthy, not cordoned), take the one held by the fewest pods (then the least
+first: among the cards in use (healthy, not blocked, neither the card nor its node cordoned: ``card_usable``, the
+rule ``hami top``'s stranded capacity follows), take the one held by the fewest pods (then the least
 memory) and move its pods — largest first, one at a time, as deleting them one by one would: each pod is taken out
 of the ledger and placed again where the scheduler itself would put its replacement (nothing is blocked or
 steered). A move counts only if that choice leaves the card (and lands on a card already in use: a move onto an
@@ -10,6 +11,13 @@ empty card frees nothing); so every planned move is one that ``kubectl delete po
 else is scheduled meanwhile (under ``spread`` a pod deleted from a card that is then emptiest comes back to it, and
 no move is planned). If every pod of the card moves, the moves are kept and the card counts as freed; otherwise
 the ledger is put back as it was and the next card is tried. It stops when no card can be freed.
+
+Only a pod that its controller recreates elsewhere is ever moved: one owned by a ReplicaSet (a Deployment's),
+ReplicationController, StatefulSet or Job (``RECREATED``). A pod with no controller is lost when deleted; a
+DaemonSet's pod comes back on the same node; another owner's is not known to come back: such a pod stays, the plan
+says why (``DefragPlan.kept``), and a card it holds is never counted as one to free. A card on a cordoned node is
+neither a source (freeing it gains nothing the scheduler could use) nor a destination (the scheduler places nothing
+there).
 
 Freeing a card held by *k* pods costs at least *k* moves, so taking the cheapest feasible card each round gives the
 fewest moves per freed card whenever the cards' pods are independent (the common case, and the fixtures' optimum);
@@ -24,8 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+import yaml
+
 from hami.errors import InvalidInput
 from hami.scheduling.decide import Decision
+from hami.scheduling.fragmentation import card_usable
 from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState, PodRecord
 from hami.simulate.devconfig import Families, device_config_from_text
@@ -34,9 +45,11 @@ from hami.simulate.loading import load_snapshot, read_files
 from hami.simulate.report import utilization_document
 from hami.simulate.simulator import Simulator
 from hami.simulate.whatif import place, put_back, take_out
+from hami.simulate.wording import counted
 
 __all__ = [
     "CARRY_OUT",
+    "RECREATED",
     "DefragOptions",
     "DefragPlan",
     "Move",
@@ -45,6 +58,7 @@ __all__ = [
     "plan_defrag",
     "render_defrag",
     "run_defrag",
+    "stay_reason",
 ]
 
 
@@ -64,6 +78,24 @@ class DefragPlan:
     free_before: int
     free_after: int
     cards: int
+    kept: tuple[tuple[str, str], ...] = ()
+    """(pod, why it is not moved) for each pod holding a usable card that no controller would recreate elsewhere."""
+
+
+RECREATED: Final = frozenset({"ReplicaSet", "ReplicationController", "StatefulSet", "Job", "Deployment"})
+"""The controllers that make a new pod, which the scheduler places anew, when one of theirs is deleted."""
+
+
+def stay_reason(controller: tuple[str, str] | None) -> str | None:
+    """Why a pod with this controller (kind, name) must not be deleted to move it; None when it may."""
+    if controller is None:
+        return "no controller: deleting it would lose it (give it a Deployment, or move it by hand)"
+    kind, name = controller
+    if kind in RECREATED:
+        return None
+    if kind == "DaemonSet":
+        return f"DaemonSet {name}'s pod: its controller recreates it on the same node"
+    return f"owned by {kind} {name}, which is not known to recreate it elsewhere"
 
 
 CardKey = tuple[str, str, str]  # node, vendor, uuid
@@ -78,7 +110,7 @@ def _cards(state: ClusterState) -> tuple[set[CardKey], dict[CardKey, int], int]:
         for vendor, table in node.tables.items():
             for i, info in enumerate(table.infos):
                 total += 1
-                if not info.health or table.broken[i] is not None or info.id in node.cordoned:
+                if not card_usable(node, table, i):
                     continue
                 if table.used[i] == 0 and table.usedmem[i] == 0:
                     free.add((name, vendor, info.id))
@@ -117,6 +149,8 @@ def _try_free(sim: Simulator, card: CardKey, free: set[CardKey]) -> list[Move] |
     holders = _holders(state, card)
     if not holders or any(r.uid not in sim.existing for r in holders):
         return None  # a pod the plan cannot re-read (say, a record without its Pod) is never moved
+    if any(stay_reason(sim.controllers.get(r.uid)) is not None for r in holders):
+        return None  # a pod no controller recreates elsewhere holds it: the card stays in use
     if _claimed(state, card):
         return None  # a DRA claim holds part of it: moving the pods away would not free it
     holders.sort(key=lambda r: (-sum(c.mem for c in r.charges), r.key))
@@ -158,14 +192,20 @@ def plan_defrag(sim: Simulator) -> DefragPlan:
                 freed.append((card[0], card[2]))
                 progress = True
                 break
-    return _finish(state, moves, freed, free_before, total)
-
-
-def _finish(
-    state: ClusterState, moves: list[Move], freed: list[tuple[str, str]], before: int, total: int
-) -> DefragPlan:
     after, _, _ = _cards(state)
-    return DefragPlan(tuple(moves), tuple(freed), before, len(after), total)
+    return DefragPlan(tuple(moves), tuple(freed), free_before, len(after), total, _kept(sim))
+
+
+def _kept(sim: Simulator) -> tuple[tuple[str, str], ...]:
+    """Each pod holding a usable card that stays because no controller would recreate it elsewhere, and why."""
+    _, used, _ = _cards(sim.state)
+    kept: dict[str, str] = {}
+    for card in sorted(used):
+        for record in _holders(sim.state, card):
+            reason = stay_reason(sim.controllers.get(record.uid))
+            if reason is not None:
+                kept[record.key] = reason
+    return tuple(sorted(kept.items()))
 
 
 def delete_command(pod: str) -> str:
@@ -177,7 +217,7 @@ def delete_command(pod: str) -> str:
 
 CARRY_OUT: Final = (
     "To carry the plan out, run the commands in order, one at a time, each once the previous pod's replacement is "
-    "running (a pod without a controller is not recreated: apply its manifest again). Each move is where the "
+    "running. Each move is where the "
     "scheduler itself puts the replacement under the policies given, as long as nothing else is scheduled meanwhile."
 )
 
@@ -185,7 +225,7 @@ CARRY_OUT: Final = (
 def render_defrag(plan: DefragPlan, policies: str = "") -> str:
     under = f", {policies}" if policies else ""
     lines = [
-        f"Defragmentation plan (dry run{under}): {len(plan.moves)} move(s) free {len(plan.freed)} card(s); "
+        f"Defragmentation plan (dry run{under}): {_moves_free(plan)}; "
         f"whole free cards {plan.free_before} -> {plan.free_after} of {plan.cards}"
     ]
     for i, m in enumerate(plan.moves, start=1):
@@ -197,11 +237,20 @@ def render_defrag(plan: DefragPlan, policies: str = "") -> str:
     if not plan.moves:
         lines.append(
             "  no card can be freed by deleting its pods: the scheduler would put them back on it, on an empty "
-            "card, or nowhere"
+            "card, or nowhere, or a pod there has no controller to recreate it"
         )
-    else:
+    if plan.kept:
+        lines += ["", f"{counted(len(plan.kept), 'pod')} not moved:"]
+        lines += [f"  {pod}: {why}" for pod, why in plan.kept]
+    if plan.moves:
         lines += ["", CARRY_OUT]
     return "\n".join(lines)
+
+
+def _moves_free(plan: DefragPlan) -> str:
+    """``1 move frees 1 card``, ``2 moves free 2 cards``."""
+    verb = "frees" if len(plan.moves) == 1 else "free"
+    return f"{counted(len(plan.moves), 'move')} {verb} {counted(len(plan.freed), 'card')}"
 
 
 def defrag_json(plan: DefragPlan) -> dict[str, Any]:
@@ -219,6 +268,7 @@ def defrag_json(plan: DefragPlan) -> dict[str, Any]:
         "wholeFreeCardsBefore": plan.free_before,
         "wholeFreeCardsAfter": plan.free_after,
         "cards": plan.cards,
+        "kept": [{"pod": pod, "reason": why} for pod, why in plan.kept],
     }
 
 
@@ -270,7 +320,11 @@ def run_defrag(opts: DefragOptions, out: Callable[[str], None], err: Callable[[s
             err(f"error: {opts.report}: cannot write the report: {error.strerror or error}")
             return 1
         err(f"report written to {opts.report}")
-    out(json.dumps(defrag_json(plan), indent=2) if opts.output == "json" else text)
+    if opts.output == "yaml":
+        text = yaml.safe_dump(defrag_json(plan), sort_keys=False, allow_unicode=True).rstrip("\n")
+    elif opts.output == "json":
+        text = json.dumps(defrag_json(plan), indent=2)
+    out(text)
     return 0
 
 

@@ -42,6 +42,7 @@ from hami.scheduling.dra import HeldCard, held_by_card
 from hami.scheduling.filter import NodeRejection
 from hami.scheduling.request import PodRequest, prefilter
 from hami.scheduling.state import ClusterState, NodeState, PodRecord
+from hami.scheduling.usage import Kind
 from hami.simulate.loading import Sourced
 from hami.simulate.preempting import PreemptionView, explain_preemption, preemption_json, render_preemption
 from hami.simulate.report import cores_text
@@ -143,7 +144,9 @@ def _describe_need(req: PodRequest) -> tuple[str, ...]:
                 else (f"{c.mem_percentage}% of memory" if c.mem_percentage <= 100 else "all memory")
             )
             cores = cores_text(c.coresreq, "% cores")
-            out.append(f"container {pos} ({req.kinds[pos].value}): {c.nums} x {vendor} device, {mem}, {cores} each")
+            name = req.names[pos] if pos < len(req.names) and req.names[pos] else f"#{pos}"
+            kind = "" if req.kinds[pos] is Kind.APP else f"{req.kinds[pos].value} "
+            out.append(f"{kind}container {name}: {c.nums} x {vendor} device, {mem}, {cores} each")
     return tuple(out)
 
 

@@ -20,14 +20,17 @@ from hami.devices.base import Vendor
 
 __all__ = ["CLOSE", "Role", "resource_hint", "resource_roles", "role_of", "zero_count_problems"]
 
-Role = Literal["count", "memory", "cores"]
+Role = Literal["count", "memory", "cores", "priority"]
 CLOSE: Final = 0.8
 _LISTED: Final = 6
 
 
 def role_of(name: str) -> Role:
-    """The role a resource name reads as: memory (``…mem…``), cores (``…core…``, ``…vcore…``) or a count."""
+    """The role a resource name reads as: memory (``…mem…``), cores (``…core…``, ``…vcore…``), a task priority
+    (``nvidia.com/priority``: a setting, not a number of devices) or a count."""
     tail = name.rpartition("/")[2].casefold()
+    if "priority" in tail or tail.startswith("prio"):
+        return "priority"
     if "mem" in tail:
         return "memory"
     if "core" in tail and not tail.endswith(("neuroncore",)):

@@ -167,14 +167,14 @@ def _ranked(counter: Counter[str]) -> list[tuple[str, int]]:
 def _pending_section(outcomes: Sequence[Outcome]) -> str:
     waiting = [o for o in outcomes if o.status in ("pending", "invalid", "denied")]
     if not waiting:
-        return "<h2>Pending pods</h2><p>Every pod that asks for devices was placed.</p>"
+        return "<h2>Pods not placed</h2><p>Every pod that asks for devices was placed.</p>"
     cards, nodes, pods = _pending_counts(waiting)
     rows: list[list[str]] = []
     for o in waiting:
         rejected = sorted(o.rejected.items())
         rows.append([o.pod, o.message, ""])
         rows += [["", node, rejection.summary] for node, rejection in rejected]
-    parts = ["<h2>Pending pods: why</h2>"]
+    parts = ["<h2>Pods not placed (pending, invalid, denied at admission): why</h2>"]
     if cards:
         parts.append(
             '<h3>Cards</h3><p class="muted caption">Cards (devices) failing each check, summed over the pending '

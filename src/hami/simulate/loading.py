@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,9 +33,11 @@ from hami.simulate.fields import WORKLOAD_KINDS, unknown_fields
 from hami.simulate.workloads import expand_workload
 
 __all__ = [
+    "STDIN",
     "LoadedPods",
     "Snapshot",
     "Sourced",
+    "controller_of",
     "load_pods",
     "load_snapshot",
     "read_documents",
@@ -78,6 +81,9 @@ class Sourced(Generic[T]):
     """The node the pod's controller binds it to (a DaemonSet's pod); None: any candidate node."""
     warnings: tuple[str, ...] = ()
     """What reading the pod's object found wrong (``unknown field`` of the Pod, or of the workload that makes it)."""
+    controller: tuple[str, str] | None = None
+    """The ``(kind, name)`` of the object's controlling owner (``ownerReferences`` with ``controller: true``):
+    what recreates a snapshot's pod once it is deleted (``hami simulate --defrag``); None: no controller."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +93,8 @@ class LoadedPods:
 
     pods: list[Sourced[Pod]]
     warnings: list[str]
+    notes: list[str] = field(default_factory=list)
+    """What was read and left alone, which is no mistake: objects that make no pod (a Service, a ConfigMap)."""
 
 
 @dataclass(slots=True)
@@ -101,11 +109,26 @@ class Snapshot:
     claims: list[Sourced[ResourceClaim]] = field(default_factory=list)
 
 
+STDIN: Final = "-"
+"""The file name that stands for standard input (``helm template app | hami simulate -``)."""
+STDIN_LABEL: Final = "<stdin>"
+
+
 def _read_text(path: Path, label: str) -> str:
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise InvalidInput(label, str(path), f"cannot read the file: {getattr(err, 'strerror', None) or err}") from None
+        data = sys.stdin.buffer.read() if str(path) == STDIN else path.read_bytes()
+    except OSError as err:
+        raise InvalidInput(label, str(path), f"cannot read the file: {err.strerror or err}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        byte = data[err.start : err.start + 1].hex()
+        raise InvalidInput(
+            label,
+            None,
+            f"not a text file (byte 0x{byte} at offset {err.start} is not UTF-8): give a YAML or JSON manifest, "
+            "as `kubectl get -o yaml` or `helm template` print",
+        ) from None
 
 
 def _json_documents(text: str, label: str) -> Iterator[object]:
@@ -193,7 +216,17 @@ def _decode(raw: dict[str, Any], kind_type: type[T], where: str, label: str, kee
         path, reason = _decode_error_field(err)
         path, value = _locate(raw, path, reason)
         raise InvalidInput(f"{origin}: {path or '(object)'}", value, reason) from None
-    return Sourced(obj, label, origin, raw if keep else None)
+    return Sourced(obj, label, origin, raw if keep else None, controller=controller_of(raw))
+
+
+def controller_of(raw: dict[str, Any]) -> tuple[str, str] | None:
+    """The ``(kind, name)`` of the owner reference marked ``controller: true`` in ``raw``'s metadata, if any."""
+    meta = raw.get("metadata")
+    refs = meta.get("ownerReferences") if isinstance(meta, dict) else None
+    for ref in refs if isinstance(refs, list) else ():
+        if isinstance(ref, dict) and ref.get("controller") is True:
+            return str(ref.get("kind") or ""), str(ref.get("name") or "")
+    return None
 
 
 def _json_type(value: object) -> str:
@@ -246,8 +279,13 @@ def _load(
 
 
 def read_files(paths: Sequence[Path]) -> list[tuple[str, str]]:
-    """``(label, text)`` for each file, the label being the path as given; raises ``InvalidInput``."""
-    return [(str(path), _read_text(path, str(path))) for path in paths]
+    """``(label, text)`` for each file, the label being the path as given (``<stdin>`` for ``-``, read from
+    standard input); raises ``InvalidInput``."""
+    out = []
+    for path in paths:
+        label = STDIN_LABEL if str(path) == STDIN else str(path)
+        out.append((label, _read_text(path, label)))
+    return out
 
 
 def load_snapshot(sources: Sequence[tuple[str, str]]) -> Snapshot:
@@ -286,31 +324,51 @@ def read_pods(
     into the pods their controllers make (``hami.simulate.workloads``; ``nodes`` for DaemonSets, ``now`` names a
     CronJob's run). An object that names no namespace goes to ``namespace`` when given (``kubectl apply -f``'s
     habit: the context's). Each keeps its raw object for admission. Fields Kubernetes does not define are warnings, as
-    ``kubectl --validate=warn`` gives them. Raises ``InvalidInput`` naming the file and the object."""
-    pods: list[Sourced[Pod]] = []
-    warnings: list[str] = []
+    ``kubectl --validate=warn`` gives them; an object of another kind (a Service, a ConfigMap: what ``helm template``
+    prints beside its workloads) is skipped with a note. Raises ``InvalidInput`` naming the file and the object,
+    and for a file that holds no object at all."""
+    loaded = LoadedPods([], [])
     for label, text in sources:
-        for where, written in _objects(read_documents(text, label), label):
-            raw = _in_namespace(written, namespace)
-            kind = raw.get("kind")
-            origin = f"{label}: {where} ({_describe(raw)})"
-            if kind not in _POD_KINDS:
-                workloads = ", ".join(sorted(WORKLOAD_KINDS))
-                reason = f"unknown kind in a pods file; expected Pod, a workload ({workloads}) or a List"
-                raise InvalidInput(origin, kind, reason)
-            unknown = tuple(f"{origin}: {problem}" for problem in unknown_fields(raw))
-            warnings += unknown
-            if kind == "Pod":
-                item = _decode(raw, Pod, where, label, keep=True)
-                pods.append(Sourced(item.obj, label, item.origin, item.raw, None, unknown))
-                continue
-            made = expand_workload(raw, origin, nodes, now)
-            if not made:
-                warnings.append(f"{origin}: makes no pod now (replicas 0, suspended, or no node matches)")
-            for i, pod in enumerate(made):
-                item = _decode(pod.raw, Pod, f"{where} ({_describe(raw)}) pod {i + 1} of {len(made)}", label, True)
-                pods.append(Sourced(item.obj, label, item.origin, item.raw, pod.node, unknown))
-    return LoadedPods(pods, warnings)
+        objects = list(_objects(read_documents(text, label), label))
+        if not objects:
+            raise InvalidInput(label, None, _EMPTY)
+        for where, written in objects:
+            _read_pod_object(loaded, label, where, _in_namespace(written, namespace), nodes, now)
+    return loaded
+
+
+_EMPTY: Final = (
+    "holds no Kubernetes object (an empty file, or only comments): give Pods or workloads (Deployment, Job, ...) "
+    "as YAML or JSON"
+)
+
+
+def _read_pod_object(
+    loaded: LoadedPods, label: str, where: str, raw: dict[str, Any], nodes: Sequence[Node], now: int
+) -> None:
+    """Add the pods one object of a pods file makes to ``loaded``: a Pod, a workload's pods, or a note that an
+    object of another kind (a Service) places none."""
+    kind = raw.get("kind")
+    origin = f"{label}: {where} ({_describe(raw)})"
+    if not isinstance(kind, str) or not kind:
+        workloads = ", ".join(sorted(WORKLOAD_KINDS))
+        reason = f"no kind; expected Pod, a workload ({workloads}) or a List"
+        raise InvalidInput(origin, kind, reason)
+    if kind not in _POD_KINDS:
+        loaded.notes.append(f"{origin}: skipped, a {kind} makes no pod")
+        return
+    unknown = tuple(f"{origin}: {problem}" for problem in unknown_fields(raw))
+    loaded.warnings.extend(unknown)
+    if kind == "Pod":
+        item = _decode(raw, Pod, where, label, keep=True)
+        loaded.pods.append(Sourced(item.obj, label, item.origin, item.raw, None, unknown))
+        return
+    made = expand_workload(raw, origin, nodes, now)
+    if not made:
+        loaded.warnings.append(f"{origin}: makes no pod now (replicas 0, suspended, or no node matches)")
+    for i, pod in enumerate(made):
+        item = _decode(pod.raw, Pod, f"{where} ({_describe(raw)}) pod {i + 1} of {len(made)}", label, True)
+        loaded.pods.append(Sourced(item.obj, label, item.origin, item.raw, pod.node, unknown))
 
 
 def _in_namespace(raw: dict[str, Any], namespace: str) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from hami.scheduling.request import PodRequest
 from hami.scheduling.state import ClusterState, PodRecord
 from hami.scheduling.usage import Charge
 from hami.simulate.report import core_unit, cores_text
+from hami.simulate.wording import counted
 
 __all__ = [
     "SHOWN",
@@ -90,7 +91,7 @@ def explain_preemption(state: ClusterState, pod: Pod, req: PodRequest, nodes: Se
     best = shown[0]
     if best.victims:
         names = ", ".join(v.pod for v in best.victims)
-        message = f"would preempt {len(best.victims)} pod(s) on {best.node}: {names}"
+        message = f"would preempt {counted(len(best.victims), 'pod')} on {best.node}: {names}"
     else:
         message = f"fits on {best.node} once the pods being preempted there have left: nothing to preempt"
     return PreemptionView(req.priority, policy, message, shown, len(outcome.candidates) - len(shown), refused)
@@ -147,7 +148,7 @@ def render_preemption(view: PreemptionView) -> list[str]:
         lines += [f"     preempt {_pod_text(v, 'frees')}" for v in node.victims]
         lines += [f"     keep    {_pod_text(k, 'holds')}: {k.why}" for k in node.kept]
     if view.more:
-        lines.append(f"  ... and {view.more} more candidate node(s)")
+        lines.append(f"  ... and {view.more} more candidate {'node' if view.more == 1 else 'nodes'}")
     lines += [f"  {node}: none, {why}" for node, why in sorted(view.refused.items())]
     return lines
 

@@ -7,7 +7,7 @@ hami simulate"); ``document`` builds it. Tables: ``render_summary`` (header, pla
 from __future__ import annotations
 
 import json
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from typing import Final
 
 from hami.devices.base import SliceLabels, cores_shown
@@ -18,6 +18,8 @@ from hami.scheduling.dra import DraLedger, HeldCard, held_by_card
 from hami.scheduling.state import ClusterState
 from hami.scheduling.usage import Kind
 from hami.simulate.simulator import Outcome, container_devices
+from hami.simulate.top import fragmentation_json
+from hami.simulate.wording import UNLIMITED, card_health, cores_text, counted
 
 __all__ = [
     "UNLIMITED",
@@ -70,8 +72,6 @@ def decisions_document(outcomes: Iterable[Outcome]) -> dict[str, object]:
 def fragmentation_document(state: ClusterState) -> object | None:
     """The fragmentation view (``hami.simulate.top.fragmentation_json``: the cluster index, per-model totals, per-card
     stranded memory/cores and largest slice), the document's ``"fragmentation"`` field after ``"utilization"``."""
-    from hami.simulate.top import fragmentation_json  # top renders with this module's helpers
-
     return fragmentation_json(state)
 
 
@@ -97,16 +97,6 @@ def _held_json(held: HeldCard | None) -> dict[str, int] | None:
     if held is None:
         return None
     return {"claims": held.claims, "slots": held.slots, "memoryMiB": held.mem, "cores": held.cores}
-
-
-def card_health(healthy: bool, blocked: str | None, cordoned: bool) -> str:
-    """A card's health as ``hami top`` and ``hami simulate`` name it: ``unhealthy``, ``blocked: <why>``,
-    ``cordoned`` or ``healthy`` (the first that holds)."""
-    if not healthy:
-        return "unhealthy"
-    if blocked is not None:
-        return f"blocked: {blocked}"
-    return "cordoned" if cordoned else "healthy"
 
 
 def utilization_document(state: ClusterState) -> list[dict[str, object]]:
@@ -200,7 +190,8 @@ def summary_line(title: str, state: ClusterState, outcomes: Sequence[Outcome]) -
         parts.append(f"{c['denied']} denied at admission")
     if c["noDevices"]:
         parts.append(f"{c['noDevices']} asking for no device")
-    return f"{title}: {c['nodes']} nodes, {c['devices']} devices; {c['pods']} pods in order: {', '.join(parts)}"
+    sizes = f"{counted(c['nodes'], 'node')}, {counted(c['devices'], 'device')}; {counted(c['pods'], 'pod')} in order"
+    return f"{title}: {sizes}: {', '.join(parts)}"
 
 
 def render_summary(title: str, state: ClusterState, outcomes: Sequence[Outcome], dra: DraLedger | None = None) -> str:
@@ -220,15 +211,26 @@ def render_summary(title: str, state: ClusterState, outcomes: Sequence[Outcome],
         problems, warnings = doc["problems"], doc["warnings"]
         assert isinstance(problems, list)
         assert isinstance(warnings, list)
+        claims = doc["claims"]
+        assert isinstance(claims, int)
         lines += [
             "",
-            f"DRA: {doc['claims']} claim(s) charged beside device-plugin pods (their part: DRA-HELD); "
-            f"{len(problems)} problem(s), {len(warnings)} warning(s) (printed as warnings)",
+            f"DRA: {counted(claims, 'claim')} charged beside device-plugin pods (their part: DRA-HELD); "
+            f"{counted(len(problems), 'problem')}, {counted(len(warnings), 'warning')} (printed as warnings)",
         ]
-    pending = render_pending(outcomes)
-    if pending:
-        lines += ["", "Pending pods and why each node was rejected", *pending]
+    for status, heading in NOT_PLACED_HEADINGS:
+        section = render_pending(outcomes, (status,))
+        if section:
+            lines += ["", heading, *section]
     return "\n".join(lines)
+
+
+NOT_PLACED_HEADINGS: Final = (
+    ("pending", "Pending pods and why each node was rejected"),
+    ("invalid", "Invalid pods (their request cannot be read)"),
+    ("denied", "Denied at admission (the webhook refuses them; the cluster would not create them)"),
+)
+"""The sections of ``render_summary`` for pods not placed, one per status, in this order."""
 
 
 # --- tables -------------------------------------------------------------------------------------------
@@ -268,16 +270,6 @@ def _slice_texts(o: Outcome, state: ClusterState | None) -> dict[tuple[str, int,
             labels = hook.slice_labels(info, [s.slice.position]) if info is not None else []
             out[(vendor, s.container, s.device)] = f"{hook.slice_kind} {labels[0] if labels else s.slice.template}"
     return out
-
-
-UNLIMITED: Final = "unlimited cores"
-"""How a share without a core limit reads (0 cores in the allocation: the pod's work is not throttled, it may use
-the whole card's compute) — never ``0%``."""
-
-
-def cores_text(cores: int, unit: str) -> str:
-    """A share's cores for a person: ``30%``, ``152/304 cores``, or ``unlimited cores`` for 0 (no core limit)."""
-    return UNLIMITED if cores == 0 else f"{cores}{unit}"
 
 
 def core_unit(state: ClusterState | None, node: str, uuid: str, vendor: str | None = None) -> str:
@@ -356,11 +348,14 @@ def render_placements(outcomes: Sequence[Outcome], state: ClusterState | None = 
     return _table(["POD", "NODE", "DEVICES"], [[o.pod, o.node or "-", _status(o, state)] for o in outcomes])
 
 
-def render_pending(outcomes: Sequence[Outcome]) -> list[str]:
-    """For each pending, invalid or denied pod: its message, then each rejected node's reasons (HAMi's text)."""
+def render_pending(
+    outcomes: Sequence[Outcome], statuses: Collection[str] = ("pending", "invalid", "denied")
+) -> list[str]:
+    """For each pod of one of ``statuses`` (pending, invalid or denied): its message, then each rejected node's
+    reasons (HAMi's text)."""
     lines: list[str] = []
     for o in outcomes:
-        if o.status not in ("pending", "invalid", "denied"):
+        if o.status not in statuses:
             continue
         lines.append(f"{o.pod}: {o.message}")
         lines += _rejection_lines({node: r.summary for node, r in o.rejected.items()})

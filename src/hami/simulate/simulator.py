@@ -34,7 +34,7 @@ the field.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -221,6 +221,8 @@ class Simulator:
         """Domain → family, for the resource domains of the families this run does not schedule."""
         self.existing: dict[str, Pod] = {}
         """The snapshot's pods that hold devices, by the UID their ledger record has."""
+        self.controllers: dict[str, tuple[str, str] | None] = {}
+        """The controller (kind, name) of each of ``existing``, as its snapshot object names it (None: none)."""
         self.dra = DraLedger(self.state, config.dra)
         """The snapshot's DRA claims, charged as held capacity (``hami.scheduling.dra``)."""
 
@@ -300,6 +302,7 @@ class Simulator:
             return None
         self._uids.add(record.uid)
         self.existing[record.uid] = pod
+        self.controllers[record.uid] = item.controller
         missing = self.state.dangling.get(record.uid)
         if missing:
             uuids = ", ".join(sorted(uuid for _, uuid in missing))
@@ -329,6 +332,21 @@ class Simulator:
                 continue
             names.append(name)
         return names, len(self.state.nodes) - len(names)
+
+    def excluded_text(self, pod: Pod, names: Sequence[str], pinned: str | None = None) -> str:
+        """Why the nodes not in ``names`` (``candidates``) were left out, naming the labels: ``2 not matching
+        nodeSelector zone=east, 1 unschedulable`` (``bound to node a by its controller`` for a pinned pod)."""
+        if pinned is not None:
+            return f"bound to node {pinned} by its controller"
+        chosen = set(names)
+        causes: dict[str, int] = {}
+        for name, node in sorted(self.state.nodes.items()):
+            if name in chosen:
+                continue
+            wrong = next((f"{k}={v}" for k, v in sorted(pod.spec.node_selector.items()) if node.labels.get(k) != v), "")
+            cause = f"not matching nodeSelector {wrong}" if wrong else "unschedulable"
+            causes[cause] = causes.get(cause, 0) + 1
+        return ", ".join(f"{n} {cause}" for cause, n in sorted(causes.items()))
 
     def admit(self, item: Sourced[Pod]) -> Outcome | Admitted:
         """The pod as the admission webhook leaves it (the first half of the pipeline ``place`` and ``hami explain
@@ -369,7 +387,7 @@ class Simulator:
         reserve(self.state, req, decision)
         message = decision.message
         if excluded:
-            message += f" ({excluded} more excluded by nodeSelector or unschedulable)"
+            message += f" ({excluded} more excluded: {self.excluded_text(pod, names, item.node)})"
         topology = self.topology_warning(item, req, decision.node)
         if topology:
             notes.append(topology)

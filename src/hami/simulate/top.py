@@ -29,7 +29,7 @@ from hami.scheduling.fragmentation import (
     model_fragments,
 )
 from hami.scheduling.state import ClusterState
-from hami.simulate.report import card_health, cores_text
+from hami.simulate.wording import card_health, cores_text, counted
 
 __all__ = [
     "SORT_KEYS",
@@ -313,7 +313,7 @@ def _node_state(node: NodeRow) -> str:
 def _node_head(node: NodeRow) -> str:
     """A node's header line: its name, cards and state, then each refused registration and each vendor whose
     devices kubelet does not back."""
-    head = f"{node.name}  {len(node.cards)} card(s), {_node_state(node)}"
+    head = f"{node.name}  {counted(len(node.cards), 'card')}, {_node_state(node)}"
     for vendor, problem in sorted(node.problems.items()):
         head += f"; {vendor} registration refused: {problem}"
     for vendor, short in sorted(node.not_allocatable.items()):
@@ -329,68 +329,80 @@ def render_top(view: TopView, colour: bool = False, wide: bool = False) -> str:
         return "no node with accelerators matches (or the cluster has none)" + (f"; {hidden}" if hidden else "")
     lines: list[str] = []
     for node in view.nodes:
-        head = _node_head(node)
-        lines.append(_paint(head, _BOLD, colour) if node.schedulable else _paint(head, _YELLOW, colour))
-        rows = []
-        for c in node.cards:
-            health_code = "" if c.health == "healthy" else _RED
-            rows.append(
-                [
-                    (f"  {c.index}", ""),
-                    (c.uuid, ""),
-                    (c.model, ""),
-                    (f"{c.slots[0]}/{c.slots[1]}", _usage_colour(*c.slots)),
-                    (f"{c.memory[0]}/{c.memory[1]} {_bar(*c.memory)} {_pct(*c.memory)}%", _usage_colour(*c.memory)),
-                    (f"{c.cores[0]}/{c.cores[1]}", _usage_colour(*c.cores)),
-                    (
-                        str(c.fragment.stranded_mem) if c.fragment.stranded_mem else "-",
-                        _YELLOW if c.fragment.stranded_mem else "",
-                    ),
-                    (c.health, health_code),
-                    (_holders_cell(c), _DIM if not c.pods and c.dra is None else ""),
-                ]
-            )
-            if wide:
-                extra = _wide_cells(c)
-                rows[-1][7:7] = extra[1:]  # after STRANDED MiB
-                rows[-1].insert(2, extra[0])
-        if rows:
-            header = ["  #", "DEVICE", "MODEL", "SLOTS", "MEMORY MiB", "CORES", "STRANDED MiB", "HEALTH", "PODS"]
-            if wide:
-                header[7:7] = _WIDE_HEADER[1:]
-                header.insert(2, _WIDE_HEADER[0])
-            lines += _table(header, rows, colour)
-        lines.append("")
+        lines += _node_lines(node, colour, wide)
     if view.models:
-        lines.append(_paint(f"Fragmentation (cluster index {view.fragmentation_index:.2f})", _BOLD, colour))
-        rows = [
-            [
-                (m.vendor, ""),
-                (m.model, ""),
-                (str(m.cards), ""),
-                (str(m.whole_free_cards), ""),
-                (str(m.free_mem), ""),
-                (str(m.stranded_mem), _YELLOW if m.stranded_mem else ""),
-                (str(m.stranded_cores), _YELLOW if m.stranded_cores else ""),
-                (f"{m.largest_mem} MiB, {m.largest_cores}%", ""),
-            ]
-            for m in view.models
-        ]
-        header = [
-            "VENDOR",
-            "MODEL",
-            "CARDS",
-            "FREE CARDS",
-            "FREE MiB",
-            "STRANDED MiB",
-            "STRANDED CORES",
-            "LARGEST SLICE",
-        ]
-        lines += _table(header, rows, colour)
+        lines += _model_lines(view, colour)
     lines += _dra_lines(view, colour)
     if hidden:
         lines += ["", _paint(hidden, _DIM, colour)]
     return "\n".join(lines).rstrip()
+
+
+_CARD_HEADER: Final = ("  #", "DEVICE", "MODEL", "SLOTS", "MEMORY MiB", "CORES", "STRANDED MiB", "HEALTH", "PODS")
+_MODEL_HEADER: Final = (
+    "VENDOR",
+    "MODEL",
+    "CARDS",
+    "FREE CARDS",
+    "FREE MiB",
+    "STRANDED MiB",
+    "STRANDED CORES",
+    "LARGEST SLICE",
+)
+
+
+def _node_lines(node: NodeRow, colour: bool, wide: bool) -> list[str]:
+    """A node's header line, its cards' table and a blank line."""
+    head = _node_head(node)
+    lines = [_paint(head, _BOLD, colour) if node.schedulable else _paint(head, _YELLOW, colour)]
+    rows = [_card_cells(c, wide) for c in node.cards]
+    if rows:
+        header = list(_CARD_HEADER)
+        if wide:
+            header[7:7] = _WIDE_HEADER[1:]
+            header.insert(2, _WIDE_HEADER[0])
+        lines += _table(header, rows, colour)
+    return [*lines, ""]
+
+
+def _card_cells(c: CardRow, wide: bool) -> list[tuple[str, str]]:
+    """One card's cells (text, colour code), in ``_CARD_HEADER``'s order (``wide``: with ``_WIDE_HEADER``'s)."""
+    stranded = c.fragment.stranded_mem
+    cells = [
+        (f"  {c.index}", ""),
+        (c.uuid, ""),
+        (c.model, ""),
+        (f"{c.slots[0]}/{c.slots[1]}", _usage_colour(*c.slots)),
+        (f"{c.memory[0]}/{c.memory[1]} {_bar(*c.memory)} {_pct(*c.memory)}%", _usage_colour(*c.memory)),
+        (f"{c.cores[0]}/{c.cores[1]}", _usage_colour(*c.cores)),
+        (str(stranded) if stranded else "-", _YELLOW if stranded else ""),
+        (c.health, "" if c.health == "healthy" else _RED),
+        (_holders_cell(c), _DIM if not c.pods and c.dra is None else ""),
+    ]
+    if wide:
+        extra = _wide_cells(c)
+        cells[7:7] = extra[1:]  # after STRANDED MiB
+        cells.insert(2, extra[0])
+    return cells
+
+
+def _model_lines(view: TopView, colour: bool) -> list[str]:
+    """The fragmentation summary: the cluster index, then one row per vendor and model."""
+    rows = [
+        [
+            (m.vendor, ""),
+            (m.model, ""),
+            (str(m.cards), ""),
+            (str(m.whole_free_cards), ""),
+            (str(m.free_mem), ""),
+            (str(m.stranded_mem), _YELLOW if m.stranded_mem else ""),
+            (str(m.stranded_cores), _YELLOW if m.stranded_cores else ""),
+            (f"{m.largest_mem} MiB, {m.largest_cores}%", ""),
+        ]
+        for m in view.models
+    ]
+    title = _paint(f"Fragmentation (cluster index {view.fragmentation_index:.2f})", _BOLD, colour)
+    return [title, *_table(_MODEL_HEADER, rows, colour)]
 
 
 def _hidden_line(view: TopView) -> str:
@@ -426,29 +438,30 @@ def _dra_lines(view: TopView, colour: bool) -> list[str]:
     return lines
 
 
+def _card_json(c: CardRow) -> dict[str, Any]:
+    """One card of :func:`top_json`."""
+    f = c.fragment
+    return {
+        "vendor": c.vendor,
+        "index": c.index,
+        "uuid": c.uuid,
+        "model": c.model,
+        "health": c.health,
+        "slots": {"used": c.slots[0], "total": c.slots[1]},
+        "memoryMiB": {"used": c.memory[0], "total": c.memory[1]},
+        "cores": {"used": c.cores[0], "total": c.cores[1]},
+        "pods": [{"pod": p.pod, "memoryMiB": p.mem, "cores": p.cores} for p in c.pods],
+        "dra": None
+        if c.dra is None
+        else {"claims": c.dra.claims, "slots": c.dra.slots, "memoryMiB": c.dra.mem, "cores": c.dra.cores},
+        "strandedMemoryMiB": f.stranded_mem,
+        "strandedCores": f.stranded_cores,
+        "largestSlice": {"memoryMiB": f.largest_mem, "cores": f.largest_cores},
+    }
+
+
 def top_json(view: TopView) -> dict[str, Any]:
     """The view as one JSON-able document (field names are stable; memory in MiB, cores in percent)."""
-
-    def card(c: CardRow) -> dict[str, Any]:
-        f = c.fragment
-        return {
-            "vendor": c.vendor,
-            "index": c.index,
-            "uuid": c.uuid,
-            "model": c.model,
-            "health": c.health,
-            "slots": {"used": c.slots[0], "total": c.slots[1]},
-            "memoryMiB": {"used": c.memory[0], "total": c.memory[1]},
-            "cores": {"used": c.cores[0], "total": c.cores[1]},
-            "pods": [{"pod": p.pod, "memoryMiB": p.mem, "cores": p.cores} for p in c.pods],
-            "dra": None
-            if c.dra is None
-            else {"claims": c.dra.claims, "slots": c.dra.slots, "memoryMiB": c.dra.mem, "cores": c.dra.cores},
-            "strandedMemoryMiB": f.stranded_mem,
-            "strandedCores": f.stranded_cores,
-            "largestSlice": {"memoryMiB": f.largest_mem, "cores": f.largest_cores},
-        }
-
     return {
         "nodes": [
             {
@@ -457,7 +470,7 @@ def top_json(view: TopView) -> dict[str, Any]:
                 "cordoned": n.cordoned,
                 "problems": dict(n.problems),
                 "notAllocatable": dict(n.not_allocatable),
-                "cards": [card(c) for c in n.cards],
+                "cards": [_card_json(c) for c in n.cards],
             }
             for n in view.nodes
         ],

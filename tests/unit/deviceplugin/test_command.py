@@ -13,15 +13,31 @@ from .conftest import FIXTURES
 runner = CliRunner()
 
 
-def test_dry_run_prints_the_annotations_this_node_would_get() -> None:
+def hook_with_hami_core(tmp_path: Path) -> str:
+    """A hook path whose vgpu/ holds a stand-in HAMi-core (an ELF header), so the node advertises shares."""
+    (tmp_path / "vgpu").mkdir(parents=True)
+    (tmp_path / "vgpu" / "libvgpu.so").write_bytes(b"\x7fELF" + bytes(60))
+    return f"--hook-path={tmp_path}"
+
+
+def test_dry_run_prints_the_annotations_this_node_would_get(tmp_path: Path) -> None:
     result = runner.invoke(
-        app, ["device-plugin", "--dry-run", "--fake-nvml", str(FIXTURES / "two-t4.yaml"), "--topology-score"]
+        app,
+        [
+            "device-plugin",
+            "--dry-run",
+            "--fake-nvml",
+            str(FIXTURES / "two-t4.yaml"),
+            "--topology-score",
+            hook_with_hami_core(tmp_path),
+        ],
     )
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0] == "# GPU 0 GPU-0a1 Tesla T4, 15360 MiB, bus 00000000:3B:00.0, NUMA 0"
-    assert lines[2].startswith('hami.io/node-nvidia-register=[{"id":"GPU-0a1","count":10,"devmem":15360,')
-    assert lines[3] == (
+    assert lines[0] == f"# HAMi-core: {tmp_path}/vgpu/libvgpu.so found"
+    assert lines[1] == "# GPU 0 GPU-0a1 Tesla T4, 15360 MiB, bus 00000000:3B:00.0, NUMA 0"
+    assert lines[3].startswith('hami.io/node-nvidia-register=[{"id":"GPU-0a1","count":10,"devmem":15360,')
+    assert lines[4] == (
         'hami.io/node-nvidia-score=[{"uuid":"GPU-0a1","score":{"GPU-0a2":10}},{"uuid":"GPU-0a2","score":{"GPU-0a1":10}}]'
     )
 
@@ -42,6 +58,7 @@ def test_node_config_and_device_config_shape_the_inventory(tmp_path: Path) -> No
             f"--fake-nvml={FIXTURES / 'two-t4.yaml'}",
             f"--config-file={device_config}",
             f"--node-config-file={node_config}",
+            hook_with_hami_core(tmp_path / "hook"),
         ],
     )
     assert result.exit_code == 0, result.output

@@ -194,6 +194,9 @@ def test_load_config_order_explicit_env_in_cluster_home(tmp_path: Path) -> None:
     assert load_config(env={}, home=home).source == f"kubeconfig {home_config}, context dev"
     with pytest.raises(ConfigError, match="no kubeconfig found"):
         load_config(env={}, home=tmp_path / "nowhere")
+    # a KUBECONFIG naming a missing file is named in the error, never passed over for ~/.kube/config
+    with pytest.raises(ConfigError, match=r"^KUBECONFIG: no such file.*'/x'"):
+        load_config(env={"KUBECONFIG": "/x", **in_cluster}, home=home, service_account_dir=root)
 
 
 async def test_tls_with_the_configured_ca_and_client_certificate(tmp_path: Path) -> None:

@@ -69,9 +69,11 @@ def pod(
     policy: str | None = None,
     deleting: bool = False,
     preempted: bool = False,
+    owner: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """A pod asking for ``gpus`` × (``mem`` MiB, ``cores``%); with ``on`` it already holds ``cards`` of that node.
-    ``deleting``: terminating (on its own); ``preempted``: terminating because a scheduler preempted it."""
+    ``deleting``: terminating (on its own); ``preempted``: terminating because a scheduler preempted it; ``owner``
+    (kind, name): its controller (``ownerReferences``)."""
     notes = dict(annotations or {})
     if on is not None:
         allocated = "".join(f"GPU-{on}-{c},NVIDIA,{mem},{cores}:" for c in cards) + ";"
@@ -100,6 +102,11 @@ def pod(
         meta["deletionTimestamp"] = "2026-11-27T12:00:00Z"
     if preempted:
         status["conditions"] = [{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}]
+    if owner is not None:
+        kind, owned_by = owner
+        meta["ownerReferences"] = [
+            {"apiVersion": "apps/v1", "kind": kind, "name": owned_by, "uid": f"uid-{owned_by}", "controller": True}
+        ]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
 
 

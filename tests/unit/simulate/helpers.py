@@ -24,9 +24,9 @@ class CliResult:
     stderr: str
 
 
-def run_cli(*args: str | Path) -> CliResult:
-    """``hami simulate ARGS`` in-process; standard output and error kept apart."""
-    result = CliRunner().invoke(app, ["simulate", *map(str, args)])
+def run_cli(*args: str | Path, stdin: str | bytes | None = None) -> CliResult:
+    """``hami simulate ARGS`` in-process, ``stdin`` on standard input; standard output and error kept apart."""
+    result = CliRunner().invoke(app, ["simulate", *map(str, args)], input=stdin)
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
     return CliResult(result.exit_code, result.stdout, result.stderr)

@@ -111,6 +111,10 @@ def test_tables_json_and_report_show_denied_pods() -> None:
     assert "2 pods in order: 1 placed, 0 pending, 1 denied at admission" in table
     assert re.search(r"^default/pinned +- +denied \(see below\)$", table, re.MULTILINE)
     assert "default/pinned: pods.yaml: document 1 (Pod default/pinned): denied by the admission webhook" in table
+    # under a heading of their own, never under "Pending pods" (no node rejected them: the cluster never makes them)
+    assert "Pending pods" not in table
+    denied = table.split("\nDenied at admission (the webhook refuses them; the cluster would not create them)\n", 1)[1]
+    assert denied.startswith("default/pinned: ")
     html = render_html("hami simulate", sim.state, outcomes)
     assert "AdmissionDenied" in html
     assert "denied by the admission webhook: pod has node assigned" in html

@@ -102,9 +102,11 @@ def test_several_snapshots_and_pod_files_in_order_with_table_output() -> None:
         "gpu-node-2  GPU-2b       NVIDIA-Tesla T4     0/10   0/15360      0/100",
         "",
         "Pending pods and why each node was rejected",
-        "default/east-1: no available node, 1 nodes do not meet (5 more excluded by nodeSelector or unschedulable)",
+        "default/east-1: no available node, 1 nodes do not meet "
+        "(5 more excluded: 4 not matching nodeSelector zone=east, 1 unschedulable)",
         "  alpha: 1/1 CardInsufficientMemory",
-        "default/east-2: no available node, 1 nodes do not meet (5 more excluded by nodeSelector or unschedulable)",
+        "default/east-2: no available node, 1 nodes do not meet "
+        "(5 more excluded: 4 not matching nodeSelector zone=east, 1 unschedulable)",
         "  alpha: 1/1 CardInsufficientMemory",
     ]
 
@@ -165,7 +167,10 @@ def test_usage_errors_exit_2() -> None:
     assert bad_policy.code == 2
     assert "unknown GPU policy 'fastest'" in bad_policy.stderr
     assert run_cli("-s", DATA / "kubectl-list.json", "--node-policy", "random", DATA / "pods-web.yaml").code == 2
-    assert run_cli("-s", DATA / "kubectl-list.json", "-o", "yaml", DATA / "pods-web.yaml").code == 2
+    yml = run_cli("-s", DATA / "kubectl-list.json", "-o", "yml", DATA / "pods-web.yaml")
+    assert yml.code == 2
+    assert "'yml' is not one of table, json, yaml; did you mean yaml?" in yml.stderr
+    assert "Value error" not in yml.stderr
 
 
 def test_help_says_what_is_out_of_scope() -> None:

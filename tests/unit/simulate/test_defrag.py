@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,7 +13,14 @@ from typer.testing import CliRunner
 
 from hami.cli import app
 from hami.simulate.defrag import defrag_json, plan_defrag, render_defrag
-from tests.unit.simulate.clusterfix import node, pod, simulator, snapshot_text
+from tests.unit.simulate import clusterfix
+from tests.unit.simulate.clusterfix import node, simulator, snapshot_text
+
+
+def pod(name: str, mem: int, **kw: Any) -> dict[str, Any]:
+    """A pod of a Deployment (its ReplicaSet recreates it), unless ``owner`` says otherwise."""
+    kw.setdefault("owner", ("ReplicaSet", "app-5d4f"))
+    return clusterfix.pod(name, mem, **kw)
 
 
 def card_usage(sim) -> dict[str, int]:
@@ -91,7 +99,7 @@ def test_text_json_and_cli(tmp_path: Path) -> None:
     ]
     plan = plan_defrag(simulator(*objects, gpu_policy="binpack"))
     assert render_defrag(plan).splitlines()[:5] == [
-        "Defragmentation plan (dry run): 1 move(s) free 1 card(s); whole free cards 0 -> 1 of 2",
+        "Defragmentation plan (dry run): 1 move frees 1 card; whole free cards 0 -> 1 of 2",
         "  1. move team/x1: a (GPU-a-0) -> a (GPU-a-1)",
         "     kubectl delete pod -n team x1",
         "  frees a/GPU-a-0",
@@ -193,3 +201,81 @@ def test_plans_never_over_allocate_and_only_ever_free_cards(cards: list[list[int
     assert plan.free_after == plan.free_before + len(plan.freed)
     assert all(after[uuid] == 0 for _, uuid in plan.freed)
     assert len(plan.moves) >= len(plan.freed)
+
+
+def test_only_pods_a_controller_recreates_are_moved_and_the_others_say_why(tmp_path: Path) -> None:
+    # x1 alone on card 0 would be the one move; as a bare pod (deleting it loses it) or a DaemonSet's (it comes back
+    # on this node) it stays, and so does its card: the plan moves y1 and y2 onto it instead
+    for owner, why in [
+        (None, "no controller: deleting it would lose it"),
+        (("DaemonSet", "exporter"), "DaemonSet exporter's pod: its controller recreates it on the same node"),
+        (("Workflow", "w1"), "owned by Workflow w1, which is not known to recreate it elsewhere"),
+    ]:
+        objects = [
+            node("a", [(16000, 4)] * 2),
+            pod("x1", 4000, on="a", cards=(0,), owner=owner),
+            pod("y1", 4000, on="a", cards=(1,)),
+            pod("y2", 4000, on="a", cards=(1,)),
+        ]
+        plan = plan_defrag(simulator(*objects, gpu_policy="binpack"))
+        assert [m.pod for m in plan.moves] == ["team/y1", "team/y2"]
+        assert plan.freed == (("a", "GPU-a-1"),)
+        assert plan.kept == (("team/x1", plan.kept[0][1]),)
+        assert plan.kept[0][1].startswith(why)
+        text = render_defrag(plan)
+        assert "kubectl delete pod -n team x1" not in text
+        assert f"1 pod not moved:\n  team/x1: {why}" in text
+        assert defrag_json(plan)["kept"] == [{"pod": "team/x1", "reason": plan.kept[0][1]}]
+    for kind in ["ReplicaSet", "StatefulSet", "Job", "ReplicationController"]:
+        objects[1] = pod("x1", 4000, on="a", cards=(0,), owner=(kind, "app"))
+        assert [m.pod for m in plan_defrag(simulator(*objects, gpu_policy="binpack")).moves] == ["team/x1"]
+
+
+def test_a_bare_pod_on_the_destination_does_not_block_moves_elsewhere() -> None:
+    sim = simulator(
+        node("a", [(16000, 4)] * 2),
+        pod("x1", 4000, on="a", cards=(0,)),
+        pod("batch", 4000, on="a", cards=(1,), owner=None),
+        gpu_policy="binpack",
+    )
+    plan = plan_defrag(sim)
+    assert [(m.pod, m.to_devices) for m in plan.moves] == [("team/x1", ("GPU-a-1",))]
+    assert plan.kept == (("team/batch", plan.kept[0][1]),)
+
+
+def test_cordoned_cards_are_neither_a_gain_nor_a_destination() -> None:
+    # b is cordoned (kubectl cordon): emptying its card gains nothing the scheduler could use, and nothing lands
+    # there; a's card 1 is cordoned by hami.io/device-cordon: the same
+    sim = simulator(
+        node("a", [(16000, 4)] * 3, cordon=(1,)),
+        node("b", [(16000, 4)], unschedulable=True),
+        pod("x1", 4000, on="a", cards=(0,)),
+        pod("y1", 4000, on="a", cards=(2,)),
+        pod("y2", 4000, on="a", cards=(2,)),
+        pod("c1", 2000, on="b"),
+        gpu_policy="binpack",
+    )
+    plan = plan_defrag(sim)
+    assert [(m.pod, m.to_node, m.to_devices) for m in plan.moves] == [("team/x1", "a", ("GPU-a-2",))]
+    assert plan.freed == (("a", "GPU-a-0"),)
+    # the whole free cards are the usable ones: a's 1 (cordoned) and b's (on a cordoned node) are not counted
+    assert (plan.free_before, plan.free_after, plan.cards) == (0, 1, 4)
+
+
+def test_top_and_defrag_agree_on_whole_free_and_stranded_cards() -> None:
+    from hami.simulate.top import build_top
+
+    objects = [
+        node("a", [(16000, 4)] * 2),
+        node("b", [(16000, 4)] * 2, unschedulable=True),
+        pod("x1", 4000, on="a", cards=(0,)),
+        pod("c1", 4000, on="b", cards=(0,)),
+    ]
+    sim = simulator(*objects, gpu_policy="binpack")
+    view = build_top(sim.state)
+    whole_free = sum(m.whole_free_cards for m in view.models)
+    plan = plan_defrag(simulator(*objects, gpu_policy="binpack"))
+    assert plan.free_before == whole_free == 1  # a's card 1; b's free card is stranded, not free
+    stranded = {c.uuid: c.fragment.stranded_mem for n in view.nodes for c in n.cards}
+    assert stranded["GPU-b-1"] == 16000
+    assert stranded["GPU-b-0"] == 12000

@@ -99,7 +99,7 @@ def test_the_text_report_shows_the_dra_held_part_per_card() -> None:
     assert "1/10" in row
     assert "1 claim: 10240 MiB, 100%" in row
     assert "DRA-HELD" in text
-    assert "DRA: 3 claim(s) charged beside device-plugin pods" in text
+    assert "DRA: 3 claims charged beside device-plugin pods" in text
 
 
 def test_the_json_document_carries_the_dra_part_and_the_reports() -> None:

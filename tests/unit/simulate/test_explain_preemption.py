@@ -41,7 +41,7 @@ def test_the_lowest_priority_pod_that_makes_room_is_preempted_and_the_others_say
     p = e.preemption
     assert p is not None
     assert (p.priority, p.policy) == (100, "PreemptLowerPriority")
-    assert p.message == "would preempt 1 pod(s) on a: team/batch-low"
+    assert p.message == "would preempt 1 pod on a: team/batch-low"
     (a,) = p.candidates
     (victim,) = a.victims
     assert (victim.pod, victim.priority) == ("team/batch-low", 1)
@@ -97,7 +97,7 @@ def test_text_and_json() -> None:
     e = explain(sim, as_pod(pod("infer", 6000, priority=100)))
     text = render_explain(e).split("\n\nPreemption", 1)[1]
     assert text.splitlines() == [
-        " (priority 100, PreemptLowerPriority): would preempt 1 pod(s) on a: team/batch-low",
+        " (priority 100, PreemptLowerPriority): would preempt 1 pod on a: team/batch-low",
         "  1. a",
         "     preempt team/batch-low (priority 1, frees GPU-a-0 6000 MiB, 20% cores, 1 slot)",
         "     keep    team/batch-mid (priority 5, holds GPU-a-0 6000 MiB, unlimited cores, 1 slot): "
@@ -128,4 +128,4 @@ def test_the_command_shows_it_for_a_pod_of_the_snapshot(tmp_path: Any) -> None:
     path.write_text(snapshot_text(*contended(), pod("infer", 6000, priority=100)))
     result = CliRunner().invoke(app, ["explain", "team/infer", "--snapshot", str(path), "-o", "json"])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)["preemption"]["message"] == "would preempt 1 pod(s) on a: team/batch-low"
+    assert json.loads(result.stdout)["preemption"]["message"] == "would preempt 1 pod on a: team/batch-low"

@@ -48,6 +48,13 @@ def test_roles() -> None:
     ]
 
 
+def test_the_task_priority_is_no_count_resource() -> None:
+    roles = resource_roles(vendors_from_config(default_device_config()).values(), ["nvidia.com/priority"])
+    assert roles["nvidia.com/priority"] == "priority"
+    assert resource_hint("nvidia.com/gpus-x", roles) == "; hami's count resources under nvidia.com/ are nvidia.com/gpu"
+    assert resource_hint("nvidia.com/priorty", roles) == "; did you mean nvidia.com/priority?"
+
+
 def test_zero_count_beside_memory() -> None:
     vendors = vendors_from_config(default_device_config()).values()
     (problem,) = zero_count_problems({"nvidia.com/gpu": 0, "nvidia.com/gpumem": 3000}, vendors)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from hami.errors import InvalidInput
-from hami.simulate.loading import load_pods, load_snapshot, read_documents, read_files
+from hami.simulate.loading import load_pods, load_snapshot, read_documents, read_files, read_pods
 from tests.unit.simulate.helpers import DATA
 
 
@@ -79,13 +79,43 @@ def test_unknown_kind_names_the_file_and_the_object() -> None:
     )
 
 
-def test_a_pods_file_holds_pods_only() -> None:
+def test_a_pods_file_skips_other_kinds_with_a_note() -> None:
+    text = "kind: Pod\nmetadata: {name: a}\n---\nkind: Service\nmetadata: {name: web}\n---\n"
+    text += "kind: Node\nmetadata: {name: n1}\n"
+    loaded = read_pods([("pods.yaml", text)])
+    assert [p.obj.metadata.name for p in loaded.pods] == ["a"]
+    assert loaded.warnings == []
+    assert loaded.notes == [
+        "pods.yaml: document 2 (Service web): skipped, a Service makes no pod",
+        "pods.yaml: document 3 (Node n1): skipped, a Node makes no pod",
+    ]
+
+
+def test_a_pods_file_object_without_a_kind_is_an_error() -> None:
     with pytest.raises(InvalidInput) as err:
-        load_pods([("pods.yaml", "kind: Pod\nmetadata: {name: a}\n---\nkind: Node\nmetadata: {name: n1}\n")])
+        load_pods([("pods.yaml", "kind: Pod\nmetadata: {name: a}\n---\nmetadata: {name: b}\n")])
     assert str(err.value) == (
-        "pods.yaml: document 2 (Node n1): unknown kind in a pods file; expected Pod, a workload (CronJob, DaemonSet, "
+        "pods.yaml: document 2 ((no kind) b): no kind; expected Pod, a workload (CronJob, DaemonSet, "
         "Deployment, Job, ReplicaSet, ReplicationController, StatefulSet) or a List"
     )
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "---\n---\n"])
+def test_an_empty_pods_file_is_an_error(text: str) -> None:
+    with pytest.raises(InvalidInput, match=r"^pods.yaml: holds no Kubernetes object \(an empty file"):
+        read_pods([("pods.yaml", text)])
+
+
+def test_a_binary_file_is_named_in_words(tmp_path: Path) -> None:
+    garbage = tmp_path / "pods.bin"
+    garbage.write_bytes(b"\x7fELF\x02\x01\x01\x00\xff\xfe")
+    with pytest.raises(InvalidInput) as err:
+        read_files([garbage])
+    assert str(err.value) == (
+        f"{garbage}: not a text file (byte 0xff at offset 8 is not UTF-8): give a YAML or JSON manifest, "
+        "as `kubectl get -o yaml` or `helm template` print"
+    )
+    assert "codec" not in str(err.value)
 
 
 def test_an_object_without_kind_is_an_unknown_kind() -> None:

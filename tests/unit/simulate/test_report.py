@@ -46,7 +46,7 @@ def test_json_document_for_pending_and_invalid_pods() -> None:
         "devices": [],
         "annotations": {},
         "reasons": {"gpu-node-1": {"CardInsufficientMemory": 2}, "gpu-node-2": {"CardInsufficientMemory": 2}},
-        "message": "no available node, 2 nodes do not meet (3 more excluded by nodeSelector or unschedulable)",
+        "message": "no available node, 2 nodes do not meet (3 more excluded: 3 not matching nodeSelector pool=t4)",
         "admission": None,
         "warnings": [],
     }
@@ -127,7 +127,7 @@ def test_tables_for_placed_pending_and_invalid_pods() -> None:
         "batch/fill-4  -           pending (see below)",
     ]
     assert render_pending(outcomes) == [
-        "batch/fill-4: no available node, 2 nodes do not meet (1 more excluded by nodeSelector or unschedulable)",
+        "batch/fill-4: no available node, 2 nodes do not meet (1 more excluded: 1 not matching nodeSelector pool=t4)",
         "  gpu-node-1: 2/2 CardInsufficientMemory",
         "  gpu-node-2: 2/2 CardInsufficientMemory",
     ]

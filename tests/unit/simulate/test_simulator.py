@@ -74,7 +74,9 @@ def test_each_placement_is_reserved_before_the_next_pod() -> None:
     last = outcomes[3]
     assert last.status == "pending"
     assert last.reasons == {"gpu-node-1": {"CardInsufficientMemory": 2}, "gpu-node-2": {"CardInsufficientMemory": 2}}
-    assert last.message == ("no available node, 2 nodes do not meet (1 more excluded by nodeSelector or unschedulable)")
+    assert last.message == (
+        "no available node, 2 nodes do not meet (1 more excluded: 1 not matching nodeSelector pool=t4)"
+    )
     assert {o.rejected["gpu-node-1"].summary for o in outcomes[3:]} == {"2/2 CardInsufficientMemory"}
     assert sorted(sim.state.pods) == [
         "7a1e2b3c-0001-4d5e-8f90-aaaaaaaaaaa1",

@@ -71,7 +71,7 @@ def test_text_is_plain_unless_colour_is_asked_for() -> None:
     view = build_top(cluster().state)
     plain = render_top(view)
     assert "\033[" not in plain
-    assert "gpu-b  1 card(s), cordoned (unschedulable)" in plain
+    assert "gpu-b  1 card, cordoned (unschedulable)" in plain
     assert "6000/16000" in plain
     assert "ml/train (6000 MiB, 30%)" in plain
     assert "Fragmentation (cluster index" in plain
@@ -88,7 +88,9 @@ def test_json_document() -> None:
     assert a["cards"][0]["pods"] == [{"pod": "ml/train", "memoryMiB": 6000, "cores": 30}]
     assert a["cards"][0]["strandedMemoryMiB"] == 4000
     models = {m["model"]: m for m in doc["fragmentation"]["models"]}
-    assert models["NVIDIA A100"]["largestSlice"] == {"memoryMiB": 40000, "cores": 100}
+    # the A100 sits on a cordoned node: its free 40000 MiB are stranded, no slice of it can be had
+    assert models["NVIDIA A100"]["largestSlice"] == {"memoryMiB": 0, "cores": 0}
+    assert models["NVIDIA A100"]["strandedMemoryMiB"] == 40000
     json.dumps(doc)
 
 
@@ -155,13 +157,13 @@ def test_cpu_nodes_are_hidden_unless_asked_and_refused_nodes_are_not_schedulable
     assert not refused_row.schedulable
     assert not refused_row.cordoned
     text = render_top(view)
-    assert text.startswith("b-refused  0 card(s), not schedulable by hami; NVIDIA registration refused: ")
+    assert text.startswith("b-refused  0 cards, not schedulable by hami; NVIDIA registration refused: ")
     assert "schedulable" not in text.splitlines()[0].split(";")[0].replace("not schedulable by hami", "")
     assert text.endswith("1 node without accelerators not shown (--cpu-nodes shows them)")
     assert top_json(view)["cpuNodesHidden"] == 1
     shown = build_top(sim.state, TopFilter(cpu_nodes=True))
     assert [n.name for n in shown.nodes] == ["a-cpu", "b-refused", "c-gpu", "z-gpu"]
-    assert "a-cpu  0 card(s), no accelerator registered" in render_top(shown)
+    assert "a-cpu  0 cards, no accelerator registered" in render_top(shown)
 
 
 def test_cli_cpu_nodes_flag(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -171,7 +173,7 @@ def test_cli_cpu_nodes_flag(tmp_path) -> None:  # type: ignore[no-untyped-def]
     hidden = CliRunner().invoke(app, ["top", "-s", str(snap)])
     assert "a-cpu" not in hidden.stdout
     shown = CliRunner().invoke(app, ["top", "-s", str(snap), "--cpu-nodes"])
-    assert shown.stdout.startswith("a-cpu  0 card(s), no accelerator registered")
+    assert shown.stdout.startswith("a-cpu  0 cards, no accelerator registered")
 
 
 def test_a_node_whose_kubelet_does_not_back_its_registration_is_shown_not_schedulable() -> None:
@@ -189,7 +191,7 @@ def test_a_node_whose_kubelet_does_not_back_its_registration_is_shown_not_schedu
     row = next(n for n in view.nodes if n.name == "gpu-r")
     assert not row.schedulable
     assert render_top(view).startswith(
-        "gpu-r  2 card(s), devices not allocatable (kubelet); NVIDIA devices not allocatable: kubelet reports "
+        "gpu-r  2 cards, devices not allocatable (kubelet); NVIDIA devices not allocatable: kubelet reports "
         "nvidia.com/gpu allocatable 0"
     )
     assert top_json(view)["nodes"][0]["notAllocatable"] == {"NVIDIA": row.not_allocatable["NVIDIA"]}

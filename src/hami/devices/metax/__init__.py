@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from hami.devices.family import ChartValues, VendorFamily
+from hami.devices.family import ChartValues, vendor_family
 from hami.devices.metax.config import MetaxConfig
 from hami.devices.metax.gpu import GPU, GPU_KEYS, MetaxGpuVendor
 from hami.devices.metax.sgpu import SGPU_KEYS, MetaxSgpuVendor
@@ -13,12 +13,11 @@ from hami.devices.metax.wire import SGPU
 
 __all__ = ["GPU", "GPU_KEYS", "METAX_FAMILY", "SGPU", "SGPU_KEYS", "MetaxConfig", "MetaxGpuVendor", "MetaxSgpuVendor"]
 
-METAX_FAMILY: Final = VendorFamily[MetaxConfig](
-    family="metax",
-    section="metax",
-    model=MetaxConfig,
-    default=MetaxConfig,
-    build=lambda c: (MetaxGpuVendor(c), MetaxSgpuVendor(c)),
+METAX_FAMILY: Final = vendor_family(
+    "metax",
+    MetaxConfig,
+    MetaxGpuVendor,
+    MetaxSgpuVendor,
     chart=ChartValues(
         {
             "resourceCountName": None,

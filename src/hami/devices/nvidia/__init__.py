@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from hami.devices.family import ChartValues, VendorFamily
+from hami.devices.family import ChartValues, vendor_family
 from hami.devices.nvidia.config import GpuCorePolicy, MigProfileAllowlistEntry, NvidiaConfig
 from hami.devices.nvidia.request import parse_nvidia_request, parse_pod_nvidia_requests
 from hami.devices.nvidia.vendor import NvidiaVendor
@@ -30,12 +30,10 @@ _MANAGED: Final = (
     "resourcePriorityName",
 )
 
-NVIDIA_FAMILY: Final = VendorFamily[NvidiaConfig](
-    family="nvidia",
-    section="nvidia",
-    model=NvidiaConfig,
-    default=NvidiaConfig,
-    build=lambda c: (NvidiaVendor(c),),
+NVIDIA_FAMILY: Final = vendor_family(
+    "nvidia",
+    NvidiaConfig,
+    NvidiaVendor,
     chart=ChartValues(
         {
             "resourceCountName": "resourceName",
