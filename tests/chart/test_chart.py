@@ -983,7 +983,7 @@ def daemonset_container(docs: list[dict[str, Any]], name: str) -> dict[str, Any]
     return next(c for c in spec["containers"] if c["name"] == name)
 
 
-def test_the_monitor_runs_beside_the_plugin_with_only_the_containers_directory() -> None:
+def test_the_monitor_runs_beside_the_plugin_with_only_the_containers_and_claims_directories() -> None:
     docs = render()
     daemonset = one(docs, "DaemonSet")
     monitor = daemonset_container(docs, "vgpu-monitor")
@@ -999,14 +999,29 @@ def test_the_monitor_runs_beside_the_plugin_with_only_the_containers_directory()
     assert monitor["volumeMounts"] == [
         {"name": "vgpu-containers", "mountPath": "/usr/local/vgpu/containers"},
         {"name": "vgpu", "mountPath": "/host/usr/local/vgpu", "readOnly": True},  # hami_core_library_present
+        {"name": "vgpu-claims", "mountPath": "/usr/local/vgpu/claims"},
     ]
     volumes = {v["name"]: v for v in daemonset["spec"]["template"]["spec"]["volumes"]}
     assert volumes["vgpu-containers"]["hostPath"] == {"path": "/usr/local/vgpu/containers", "type": "DirectoryOrCreate"}
+    assert volumes["vgpu-claims"]["hostPath"] == {"path": "/usr/local/vgpu/claims", "type": "DirectoryOrCreate"}
+    assert "dra-plugin-dir" not in volumes
     security = monitor["securityContext"]
     assert "privileged" not in security
     assert security["runAsUser"] == 0  # DAC_OVERRIDE takes effect for root only, not for the image's user
     assert security["allowPrivilegeEscalation"] is False
     assert security["capabilities"] == {"drop": ["ALL"], "add": ["DAC_OVERRIDE"]}
+
+
+def test_with_the_dra_plugin_the_monitor_reads_its_checkpoint_read_only() -> None:
+    docs = render("draPlugin.enabled=true", "draPlugin.kubeletDir=/data/kubelet")
+    daemonset = one(docs, "DaemonSet", "hami-device-plugin")
+    monitor = next(c for c in daemonset["spec"]["template"]["spec"]["containers"] if c["name"] == "vgpu-monitor")
+    plugin_dir = "/data/kubelet/plugins/hami-core-gpu.project-hami.io"
+    assert f"--dra-checkpoint={plugin_dir}/checkpoint.json" in monitor["args"]
+    mount = next(m for m in monitor["volumeMounts"] if m["name"] == "dra-plugin-dir")
+    assert mount == {"name": "dra-plugin-dir", "mountPath": plugin_dir, "readOnly": True}
+    volumes = {v["name"]: v for v in daemonset["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["dra-plugin-dir"]["hostPath"]["path"] == plugin_dir
 
 
 def test_the_monitor_follows_the_hook_path_and_its_own_values() -> None:
