@@ -122,7 +122,9 @@ def test_default_objects() -> None:
         ("ServiceAccount", "hami-kube-scheduler"),
         ("ServiceAccount", "hami-scheduler"),
         ("ValidatingAdmissionPolicy", "hami-device-plugin-node-restriction"),
+        ("ValidatingAdmissionPolicy", "hami-scheduler-allocations"),
         ("ValidatingAdmissionPolicyBinding", "hami-device-plugin-node-restriction"),
+        ("ValidatingAdmissionPolicyBinding", "hami-scheduler-allocations"),
     ]
 
 
@@ -660,12 +662,17 @@ def test_the_device_plugins_node_side_values() -> None:
 
 
 def test_the_node_restriction_needs_kubernetes_1_30_or_an_explicit_opt_out() -> None:
-    result = run_helm("template", "hami", str(CHART), "--kube-version", "1.29.4")
+    sets = ["--set", "scheduler.allocationPolicy.enabled=false"]  # the other policy needing 1.30 (its own test)
+    result = run_helm("template", "hami", str(CHART), "--kube-version", "1.29.4", *sets)
     assert result.returncode != 0
     assert "devicePlugin.nodeRestriction needs Kubernetes 1.30 or newer" in result.stderr
     assert "Set devicePlugin.nodeRestriction=false" in result.stderr
     docs = render("devicePlugin.nodeRestriction=false")
-    assert not [d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy")]
+    assert not [
+        d
+        for d in docs
+        if d["kind"].startswith("ValidatingAdmissionPolicy") and "node-restriction" in d["metadata"]["name"]
+    ]
 
 
 def test_the_certificate_jobs_may_touch_only_their_secret_and_webhook() -> None:
@@ -981,7 +988,7 @@ def daemonset_container(docs: list[dict[str, Any]], name: str) -> dict[str, Any]
     return next(c for c in spec["containers"] if c["name"] == name)
 
 
-def test_the_monitor_runs_beside_the_plugin_with_only_the_containers_directory() -> None:
+def test_the_monitor_runs_beside_the_plugin_with_only_the_containers_and_claims_directories() -> None:
     docs = render()
     daemonset = one(docs, "DaemonSet")
     monitor = daemonset_container(docs, "vgpu-monitor")
@@ -997,14 +1004,29 @@ def test_the_monitor_runs_beside_the_plugin_with_only_the_containers_directory()
     assert monitor["volumeMounts"] == [
         {"name": "vgpu-containers", "mountPath": "/usr/local/vgpu/containers"},
         {"name": "vgpu", "mountPath": "/host/usr/local/vgpu", "readOnly": True},  # hami_core_library_present
+        {"name": "vgpu-claims", "mountPath": "/usr/local/vgpu/claims"},
     ]
     volumes = {v["name"]: v for v in daemonset["spec"]["template"]["spec"]["volumes"]}
     assert volumes["vgpu-containers"]["hostPath"] == {"path": "/usr/local/vgpu/containers", "type": "DirectoryOrCreate"}
+    assert volumes["vgpu-claims"]["hostPath"] == {"path": "/usr/local/vgpu/claims", "type": "DirectoryOrCreate"}
+    assert "dra-plugin-dir" not in volumes
     security = monitor["securityContext"]
     assert "privileged" not in security
     assert security["runAsUser"] == 0  # DAC_OVERRIDE takes effect for root only, not for the image's user
     assert security["allowPrivilegeEscalation"] is False
     assert security["capabilities"] == {"drop": ["ALL"], "add": ["DAC_OVERRIDE"]}
+
+
+def test_with_the_dra_plugin_the_monitor_reads_its_checkpoint_read_only() -> None:
+    docs = render("draPlugin.enabled=true", "draPlugin.kubeletDir=/data/kubelet")
+    daemonset = one(docs, "DaemonSet", "hami-device-plugin")
+    monitor = next(c for c in daemonset["spec"]["template"]["spec"]["containers"] if c["name"] == "vgpu-monitor")
+    plugin_dir = "/data/kubelet/plugins/hami-core-gpu.project-hami.io"
+    assert f"--dra-checkpoint={plugin_dir}/checkpoint.json" in monitor["args"]
+    mount = next(m for m in monitor["volumeMounts"] if m["name"] == "dra-plugin-dir")
+    assert mount == {"name": "dra-plugin-dir", "mountPath": plugin_dir, "readOnly": True}
+    volumes = {v["name"]: v for v in daemonset["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["dra-plugin-dir"]["hostPath"]["path"] == plugin_dir
 
 
 def test_the_monitor_follows_the_hook_path_and_its_own_values() -> None:

@@ -9,7 +9,9 @@ token the TokenRequest API minted for one of those ServiceAccounts (no kubelet o
 * ``kubeconfig(HAMI_SA)`` / ``kubeconfig(KUBE_SCHEDULER_SA)``: hami's and the kube-scheduler sidecar's identities;
 * ``device_plugin(node)``: a context manager that creates a stand-in for the plugin's DaemonSet pod bound to
   ``node`` (spec.nodeName) and yields a kubeconfig with a token bound to that pod, so the token carries the
-  node's name as the kubelet's projected token does; the pod (and so the token) is deleted afterwards.
+  node's name as the kubelet's projected token does; the pod (and so the token) is deleted afterwards;
+* ``tenant(namespace)``: a client for a tenant of ``namespace`` (a ServiceAccount there that may create, update
+  and delete pods in it, nothing else), the identity the chart's allocation policy holds back.
 
 Cluster-scoped objects are shared by the whole session; the chart names its ServiceAccounts after the release,
 so nothing here collides with test objects.
@@ -145,6 +147,55 @@ class ChartIdentities:
         with self.device_plugin_pod(node) as pod:
             yield self.write_kubeconfig(f"{DEVICE_PLUGIN_SA}-{node}", self.token(DEVICE_PLUGIN_SA, bound_pod=pod))
 
+    @contextlib.contextmanager
+    def tenant(self, namespace: str) -> Iterator[KubeClient]:
+        """A client for a tenant of ``namespace``: a ServiceAccount there with a Role to create, read, update and
+        delete pods in it (what a namespace's user has; the API server's ``edit`` role is empty here, filled in
+        only by a controller that does not run)."""
+        name = f"hami-e2e-tenant-{uuid.uuid4().hex[:8]}"
+        rules = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list", "update", "patch"]}]
+        rbac = "/apis/rbac.authorization.k8s.io/v1"
+        with self.plane.client() as kube:
+            kube.post(
+                f"/api/v1/namespaces/{namespace}/serviceaccounts",
+                {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}},
+            )
+            kube.post(
+                f"{rbac}/namespaces/{namespace}/roles",
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "Role",
+                    "metadata": {"name": name},
+                    "rules": rules,
+                },
+            )
+            kube.post(
+                f"{rbac}/namespaces/{namespace}/rolebindings",
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "RoleBinding",
+                    "metadata": {"name": name},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                    "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+                },
+            )
+            body = {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": 3600},
+            }
+            token = kube.post(f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", body)["status"]["token"]
+            try:
+                with self.client(token) as tenant:
+                    yield tenant
+            finally:
+                for path in (
+                    f"{rbac}/namespaces/{namespace}/rolebindings/{name}",
+                    f"{rbac}/namespaces/{namespace}/roles/{name}",
+                ):
+                    kube.delete(path)
+                kube.delete(f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}")
+
 
 _APPLIED: dict[Path, ChartIdentities] = {}
 
@@ -166,6 +217,7 @@ def chart_identities(plane: ControlPlane) -> ChartIdentities:
                 apply(kube, obj, RELEASE_NAMESPACE)
         identities = ChartIdentities(plane, docs)
         _wait_for_node_restriction(kube, identities)
+        _wait_for_allocation_policy(kube, identities)
     _APPLIED[plane.workdir] = identities
     return identities
 
@@ -188,3 +240,23 @@ def _wait_for_node_restriction(kube: KubeClient, identities: ChartIdentities) ->
             wait_until(refused, interval=0.25, description="the device plugin's ValidatingAdmissionPolicy")
     finally:
         kube.delete_node(probe)
+
+
+def _wait_for_allocation_policy(kube: KubeClient, identities: ChartIdentities) -> None:
+    """As ``_wait_for_node_restriction``, for the scheduler's allocation policy: wait until a tenant's pod that
+    carries ``hami.io/vgpu-node`` is refused (RBAC alone would allow it)."""
+    namespace = kube.create_namespace()
+    try:
+        with identities.tenant(namespace) as tenant:
+
+            def refused() -> bool:
+                try:
+                    tenant.create_pod(namespace, "probe", annotations={"hami.io/vgpu-node": "probe"})
+                except ApiError as err:
+                    return err.status in (403, 422) and "may not write hami.io/vgpu-node" in str(err)
+                kube.delete_pod(namespace, "probe")
+                return False
+
+            wait_until(refused, interval=0.25, description="the scheduler's allocation ValidatingAdmissionPolicy")
+    finally:
+        kube.delete(f"/api/v1/namespaces/{namespace}")

@@ -65,6 +65,7 @@ class Preemption:
             self.namespace,
             name,
             limits=gpu_limits(gpu=1, mem=mem, cores=0),
+            scheduler_name=SCHEDULER_NAME,  # hami believes the allocations of its own scheduler's pods only
             annotations=annotations,
             labels=labels,
             node_name=full,

@@ -20,7 +20,7 @@ import yaml
 
 from hami.protocol import keys
 from tests.e2e.cluster import ApiError, ControlPlane, KubeClient, wait_until
-from tests.e2e.hami_stack import GPU, HamiScheduler, gpu_limits, register_annotation
+from tests.e2e.hami_stack import GPU, SCHEDULER_NAME, HamiScheduler, gpu_limits, register_annotation
 
 BIN = Path(sys.executable).parent
 PLUGIN = """#!{python}
@@ -130,6 +130,7 @@ def placed(kube: KubeClient, namespace: str, name: str, node: str, card: str, me
         name,
         limits=gpu_limits(gpu=1, mem=mem, cores=cores),
         node_name=node,
+        scheduler_name=SCHEDULER_NAME,  # hami believes the allocations of its own scheduler's pods only
         annotations={
             keys.VGPU_NODE: node,
             keys.VGPU_TIME: "1700000000",

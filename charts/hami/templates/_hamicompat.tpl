@@ -51,7 +51,7 @@
 {{- define "hami.booleanKeys" -}}
 {{- $keys := list "metaxsGPUTopologyAware" "dra.enabled" "grafanaDashboard.enabled"
   "scheduler.leaderElect" "scheduler.forceOverwriteDefaultScheduler" "scheduler.overwriteEnv"
-  "scheduler.metricsSecure" "scheduler.livenessProbe" "scheduler.kubeScheduler.enabled"
+  "scheduler.metricsSecure" "scheduler.livenessProbe" "scheduler.allocationPolicy.enabled" "scheduler.kubeScheduler.enabled"
   "scheduler.kubeScheduler.extenderTLSInsecure" "scheduler.admissionWebhook.enabled"
   "scheduler.admissionWebhook.customURL.enabled" "scheduler.admissionWebhook.manageNamespaceSelector"
   "scheduler.certManager.enabled" "scheduler.patch.enabled" "scheduler.networkPolicy.enabled"

@@ -14,8 +14,10 @@ Every unit is explicit:
   ``percent`` (100 = one whole card, hami's own unit) or ``share`` (the value is relative to the device's own
   capacity value, e.g. streaming multiprocessors). hami converts to the card's core units (``devcore``).
 
-Default: on, with NVIDIA's DRA driver (``gpu.nvidia.com``, vendor ``NVIDIA``, attribute ``uuid``, capacity
-``memory`` in bytes, and a ``cores`` capacity in percent when a device publishes one). ``vendor`` is a hami vendor
+Default: on, with NVIDIA's DRA driver (``gpu.nvidia.com``) and HAMi's (``hami-core-gpu.project-hami.io``, which
+``hami dra-plugin`` is too): both vendor ``NVIDIA``, attribute ``uuid``, capacity ``memory`` in bytes and a
+``cores`` capacity in percent when a device publishes one. So a node that runs hami's DRA plugin beside the device
+plugin has its claims counted on the device plugin's cards without any setting. ``vendor`` is a hami vendor
 key (``NVIDIA``, ``DCU``, …, as in the node registrations); the ledger reports a key no vendor has.
 """
 
@@ -28,7 +30,15 @@ from pydantic import Field, StrictBool, StrictStr, field_validator
 
 from hami.devices.configmodel import ConfigModel
 
-__all__ = ["MEMORY_UNITS_MIB", "CoresUnit", "DraConfig", "DraDriverConfig", "MemoryUnit", "default_dra_drivers"]
+__all__ = [
+    "DEFAULT_DRIVERS",
+    "MEMORY_UNITS_MIB",
+    "CoresUnit",
+    "DraConfig",
+    "DraDriverConfig",
+    "MemoryUnit",
+    "default_dra_drivers",
+]
 
 MemoryUnit = Literal["bytes", "KiB", "MiB", "GiB"]
 CoresUnit = Literal["percent", "share"]
@@ -91,13 +101,17 @@ class DraDriverConfig(ConfigModel):
         return value if value == "" else _check_name(value)
 
 
+DEFAULT_DRIVERS: Final = ("gpu.nvidia.com", "hami-core-gpu.project-hami.io")
+"""NVIDIA's DRA driver and HAMi's (hami's own ``hami dra-plugin``): same names and units (module docstring)."""
+
+
 def default_dra_drivers() -> tuple[DraDriverConfig, ...]:
-    """NVIDIA's DRA driver (``gpu.nvidia.com``) with its published names and units."""
-    return (DraDriverConfig(driver="gpu.nvidia.com"),)
+    """The :data:`DEFAULT_DRIVERS` with their published names and units."""
+    return tuple(DraDriverConfig(driver=name) for name in DEFAULT_DRIVERS)
 
 
 class DraConfig(ConfigModel):
-    """``dra:`` — ``enabled`` (default true) and the ``drivers`` to count (default: NVIDIA's DRA driver)."""
+    """``dra:`` — ``enabled`` (default true) and the ``drivers`` to count (default: NVIDIA's and HAMi's)."""
 
     enabled: StrictBool = True
     drivers: tuple[DraDriverConfig, ...] = Field(default_factory=default_dra_drivers)

@@ -30,9 +30,18 @@ from hami.devices.metax import METAX_FAMILY
 from hami.devices.mthreads import MTHREADS_FAMILY
 from hami.devices.nvidia import NVIDIA_FAMILY
 from hami.devices.vastai import VASTAI_FAMILY
+from hami.protocol import keys
 from hami.protocol.keys import VendorKeys
 
-__all__ = ["FAMILIES", "REGISTRY", "Registry", "default_sections", "registered_keys", "vendors_from_config"]
+__all__ = [
+    "FAMILIES",
+    "REGISTRY",
+    "Registry",
+    "allocation_keys",
+    "default_sections",
+    "registered_keys",
+    "vendors_from_config",
+]
 
 Registry = Sequence[VendorFamily[Any]]
 """Registry entries in order (``REGISTRY``, or a test's registry with a vendor of its own)."""
@@ -85,3 +94,16 @@ def registered_keys(registry: Registry = REGISTRY) -> tuple[VendorKeys, ...]:
     """Every registered vendor's annotation keys, in registry order (the node agent reads the other vendors'
     allocations to leave their work alone). Keys do not depend on the config."""
     return tuple(v.keys for v in vendors_from_config(_Defaults(registry), registry=registry).values())
+
+
+def allocation_keys(registry: Registry = REGISTRY) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The pod annotations the chart's admission policy guards (docs/trust.md), sorted: (what only hami's scheduler
+    writes: the chosen node, the decision and bind times, every vendor's allocation; what the device plugin of the
+    pod's own node writes too: the bind phase, every vendor's to-allocate and its ``hami.io/`` extras). A vendor's
+    extras outside ``hami.io/`` belong to that vendor's own device plugin and are not guarded.
+    ``charts/hami/templates/scheduler/_allocation-keys.tpl`` holds these lists (tests/chart checks them)."""
+    every = registered_keys(registry)
+    scheduler = {keys.VGPU_NODE, keys.VGPU_TIME, keys.BIND_TIME, *(k.allocated for k in every)}
+    plugin = {keys.BIND_PHASE, *(k.to_allocate for k in every if k.to_allocate)}
+    plugin |= {extra for k in every for extra in k.extra if extra.startswith("hami.io/")}
+    return tuple(sorted(scheduler)), tuple(sorted(plugin - scheduler))

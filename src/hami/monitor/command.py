@@ -2,8 +2,11 @@
 
 Reads HAMi-core's regions under ``<hook path>/vgpu/containers`` and NVML, serves HAMi's monitor metrics on
 ``--port`` (9394) at ``/metrics``, and every ``--interval`` seconds writes the priority feedback into the regions
-and removes the directories of containers whose pod left this node. ``--fake-nvml`` reads a YAML fixture instead of
-NVML (``hami.monitor.gpustats``). The work is done in :mod:`hami.monitor.launch`, imported when the command runs.
+and removes the directories of containers whose pod left this node. The regions of DRA claims hami's DRA plugin
+prepared (``<hook path>/vgpu/claims``) are read too, tied to their containers through ``--dra-checkpoint`` (the
+plugin's checkpoint) and the pods on the node (:mod:`hami.monitor.claims`). ``--fake-nvml`` reads a YAML fixture
+instead of NVML (``hami.monitor.gpustats``). The work is done in :mod:`hami.monitor.launch`, imported when the
+command runs.
 """
 
 from __future__ import annotations
@@ -38,6 +41,10 @@ def monitor(
         float, typer.Option(help="Seconds a dead container's directory is kept before it is removed.")
     ] = 300.0,
     fake_nvml: Annotated[Path | None, typer.Option(help="Use a YAML fixture instead of NVML (no GPU needed).")] = None,
+    dra_checkpoint: Annotated[
+        Path,
+        typer.Option(help="hami's DRA plugin's checkpoint: which claim each <hook>/vgpu/claims/<UID> is."),
+    ] = Path("/var/lib/kubelet/plugins/hami-core-gpu.project-hami.io/checkpoint.json"),
     kubeconfig: Annotated[Path | None, typer.Option(help="Default: KUBECONFIG, in-cluster, ~/.kube/config.")] = None,
     log_level: Annotated[str, typer.Option(parser=log_level_parser, help="debug, info, warning or error.")] = "info",
 ) -> None:
@@ -55,6 +62,7 @@ def monitor(
         max_regions=max_regions,
         cleanup_grace=cleanup_grace,
         fake_nvml=fake_nvml,
+        dra_checkpoint=dra_checkpoint,
         kubeconfig=kubeconfig,
         log_level=log_level,
     )

@@ -37,6 +37,7 @@ def launch(
     fake_nvml: Path | None,
     kubeconfig: Path | None,
     log_level: str,
+    dra_checkpoint: Path | None = None,
 ) -> None:
     """Run until SIGTERM/SIGINT. Errors hami expects end the process with one line on stderr, exit status 1."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -46,11 +47,14 @@ def launch(
         if max_regions < 1 or interval <= 0:
             raise HamiError(f"--max-regions must be ≥ 1 and --interval > 0, not {max_regions} and {interval}")
         lib = _nvml(fake_nvml)
+        vgpu = Path(hook_path.rstrip("/") or "/") / "vgpu"
         options = MonitorOptions(
             node_name=node_name,
-            containers_dir=Path(hook_path.rstrip("/") or "/") / "vgpu" / "containers",
+            containers_dir=vgpu / "containers",
             max_regions=max_regions,
             grace_seconds=cleanup_grace,
+            claims_dir=vgpu / "claims",
+            dra_checkpoint=dra_checkpoint,
             hami_core=HostFiles(hook_path=hook_path, libvgpu_version=hami_core[0], root=hami_core[1]),
         )
         asyncio.run(_serve(Monitor(lib, options), bind_address, port, interval, kubeconfig))

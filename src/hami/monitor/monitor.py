@@ -22,6 +22,10 @@ hami's own
 
 A query NVML does not support on a GPU is left out (as HAMi does); a region that cannot be read is skipped and
 reported (a log line the first time, and the metric); the monitor always answers.
+
+DRA: with ``claims_dir`` set, the regions of claims hami's DRA plugin prepared (``<hook>/vgpu/claims``) are read
+too and reported under the same names, per container that uses the claim or, when none can be found, by claim
+(:mod:`.claims`); they get the priority feedback like the others and are never removed by the monitor.
 """
 
 from __future__ import annotations
@@ -36,9 +40,11 @@ from pathlib import Path
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from hami.deviceplugin.dra import checkpoint
 from hami.deviceplugin.hamicore import library_problem
 from hami.deviceplugin.response import HostFiles
 from hami.errors import NvmlError, RegionError
+from hami.monitor.claims import ClaimOwner, scan_claims
 from hami.monitor.feedback import FeedbackInput, observe
 from hami.monitor.gpustats import GpuStats, StatsNvml, read_gpu_stats
 from hami.monitor.region import OFF_RECENT_KERNEL, OFF_UTILIZATION_SWITCH, write_int32
@@ -61,6 +67,8 @@ class MonitorOptions:
     containers_dir: Path  # <hook>/vgpu/containers
     max_regions: int = 1024
     grace_seconds: float = 300.0
+    claims_dir: Path | None = None  # <hook>/vgpu/claims (hami's DRA plugin); None: DRA claims are not read
+    dra_checkpoint: Path | None = None  # the DRA plugin's checkpoint.json: claim UID -> namespace and name
     hami_core: HostFiles | None = None
     """Where HAMi-core's library is looked for (``hami_core_library_present``); None: the gauge is not served."""
 
@@ -95,6 +103,9 @@ class Monitor(Collector):
             grace_seconds=self._options.grace_seconds,
             clean_up=clean_up,
         )
+        if self._options.claims_dir is not None:
+            owners = self._claim_owners(result)
+            scan_claims(self._options.claims_dir, pods, owners, max_regions=self._options.max_regions, result=result)
         self._report(result.skipped)
         if result.truncated:
             log.warning(
@@ -104,6 +115,19 @@ class Monitor(Collector):
                 self._options.max_regions,
             )
         return result
+
+    def _claim_owners(self, result: ScanResult) -> dict[str, ClaimOwner] | None:
+        """Claim UID → (namespace, name) from the DRA plugin's checkpoint; None (and a skipped entry) when it
+        cannot be read. A missing file is no claim."""
+        path = self._options.dra_checkpoint
+        if path is None:
+            return None
+        try:
+            claims = checkpoint.load(path)
+        except checkpoint.CheckpointError as exc:
+            result.skipped.append(Skipped(path, "unreadable", str(exc)))
+            return None
+        return {uid: (str(c.get("namespace", "")), str(c.get("name", ""))) for uid, c in claims.items()}
 
     def _report(self, skipped: Sequence[Skipped]) -> None:
         current = {(str(s.path), s.reason) for s in skipped}

@@ -24,7 +24,7 @@ from hami.errors import RegionError
 from hami.monitor.region import Region, read_region
 from hami.protocol.objects import Pod
 
-__all__ = ["ContainerRegion", "ScanResult", "Skipped", "scan"]
+__all__ = ["ContainerRegion", "ScanResult", "Skipped", "cache_file", "directory_mtime", "entries", "scan"]
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def _containers(pod: Pod) -> set[str]:
     return {c.name for c in (*pod.spec.init_containers, *pod.spec.containers)}
 
 
-def _cache_file(directory: Path) -> Path | Skipped | None:
+def cache_file(directory: Path) -> Path | Skipped | None:
     """The directory's ``*.cache`` file; ``None`` when the container has not started CUDA yet."""
     try:
         names = sorted(os.listdir(directory))
@@ -86,9 +86,9 @@ def scan(
     removed) under ``root`` (``<hook>/vgpu/containers``)."""
     result = ScanResult()
     by_uid = {p.metadata.uid: p for p in pods} if pods is not None else None
-    for name in _entries(root, max_regions, result):
+    for name in entries(root, max_regions, result):
         directory = root / name
-        mtime = _directory_mtime(directory)
+        mtime = directory_mtime(directory)
         if mtime is None:
             continue
         uid, sep, container = name.partition("_")
@@ -105,7 +105,7 @@ def scan(
     return result
 
 
-def _entries(root: Path, max_regions: int, result: ScanResult) -> list[str]:
+def entries(root: Path, max_regions: int, result: ScanResult) -> list[str]:
     """The names under ``root``, at most ``max_regions`` of them (``truncated`` then set); none if it is missing."""
     try:
         entries = sorted(os.listdir(root))
@@ -120,7 +120,7 @@ def _entries(root: Path, max_regions: int, result: ScanResult) -> list[str]:
     return entries
 
 
-def _directory_mtime(path: Path) -> float | None:
+def directory_mtime(path: Path) -> float | None:
     """The modification time of ``path`` if it is a directory (not a link to one), else ``None``."""
     try:
         info = os.lstat(path)
@@ -134,7 +134,7 @@ def _read_container(directory: Path, pod: Pod, container: str, result: ScanResul
     if container not in _containers(pod):
         result.skipped.append(Skipped(directory, "foreign", f"pod {pod.key} has no container {container!r}"))
         return
-    found = _cache_file(directory)
+    found = cache_file(directory)
     if found is None:
         return
     if isinstance(found, Skipped):

@@ -8,7 +8,7 @@ Field names follow the v1 API of Kubernetes 1.34+ (``k8s.io/api/resource/v1``), 
 capacity sit directly on the device (v1beta1 nested them under ``basic``):
 
 * ``ResourceSlice.spec``: ``driver``, ``pool.{name, generation}``, ``nodeName``, ``devices[].{name, attributes,
-  capacity (value, requestPolicy.default), allowMultipleAllocations, nodeName}``;
+  capacity (value, requestPolicy.default), allowMultipleAllocations, nodeName, taints[].{key, value, effect}}``;
 * ``ResourceClaim``: ``metadata.uid``, ``status.allocation.devices.results[].{request, driver, pool, device,
   shareID, consumedCapacity, adminAccess}``, ``status.allocation.nodeSelector``, ``status.reservedFor[].{resource,
   name, uid}``;
@@ -35,6 +35,7 @@ __all__ = [
     "DeviceClass",
     "DeviceClassSpec",
     "DeviceRequestAllocationResult",
+    "DeviceTaint",
     "NodeSelector",
     "NodeSelectorRequirement",
     "NodeSelectorTerm",
@@ -90,6 +91,18 @@ class DeviceCapacity(msgspec.Struct, rename="camel", omit_defaults=True):
     request_policy: CapacityRequestPolicy | None = None
 
 
+class DeviceTaint(msgspec.Struct, omit_defaults=True):
+    """A device taint (``DRADeviceTaints``, GA in 1.37): ``effect`` is ``NoSchedule``, ``NoExecute`` or ``None``."""
+
+    key: str = ""
+    value: str = ""
+    effect: str = ""
+
+    def text(self) -> str:
+        """``key=value:effect`` (``key:effect`` without a value), as kubectl writes node taints."""
+        return f"{self.key}{'=' + self.value if self.value else ''}:{self.effect}"
+
+
 class Device(msgspec.Struct, rename="camel", omit_defaults=True):
     """One device of a slice (``nodeName`` only with ``spec.perDeviceNodeSelection``)."""
 
@@ -98,6 +111,7 @@ class Device(msgspec.Struct, rename="camel", omit_defaults=True):
     capacity: dict[str, DeviceCapacity] = {}
     allow_multiple_allocations: bool | None = None
     node_name: str = ""
+    taints: list[DeviceTaint] = []
 
 
 class ResourcePool(msgspec.Struct, rename="camel", omit_defaults=True):

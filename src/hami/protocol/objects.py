@@ -18,6 +18,7 @@ import msgspec
 
 __all__ = [
     "Container",
+    "ContainerClaim",
     "ContainerStatus",
     "EnvVar",
     "LabelRequirement",
@@ -31,6 +32,8 @@ __all__ = [
     "PodDisruptionBudget",
     "PodDisruptionBudgetSpec",
     "PodDisruptionBudgetStatus",
+    "PodResourceClaim",
+    "PodResourceClaimStatus",
     "PodSpec",
     "PodStatus",
     "QuantityValue",
@@ -59,9 +62,33 @@ class ObjectMeta(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
     creation_timestamp: str | None = None
 
 
+class ContainerClaim(msgspec.Struct, omit_defaults=True, gc=False):
+    """``resources.claims[]``: one of the pod's ``spec.resourceClaims`` (by its ``name``) this container uses."""
+
+    name: str = ""
+    request: str = ""
+
+
 class ResourceRequirements(msgspec.Struct, omit_defaults=True, gc=False):
     limits: dict[str, QuantityValue] = {}
     requests: dict[str, QuantityValue] = {}
+    claims: list[ContainerClaim] = []
+
+
+class PodResourceClaim(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
+    """``spec.resourceClaims[]``: a claim by its own name, or one made from a template (its name then in
+    ``status.resourceClaimStatuses``)."""
+
+    name: str = ""
+    resource_claim_name: str = ""
+    resource_claim_template_name: str = ""
+
+
+class PodResourceClaimStatus(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
+    """``status.resourceClaimStatuses[]``: the ResourceClaim generated for a template entry of that ``name``."""
+
+    name: str = ""
+    resource_claim_name: str = ""
 
 
 class SecurityContext(msgspec.Struct, omit_defaults=True, gc=False):
@@ -99,6 +126,7 @@ class PodSpec(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
     preemption_policy: str | None = None  # "Never" or "PreemptLowerPriority" (admission sets it from the class)
     termination_grace_period_seconds: int | None = None  # how long a preemption waits for its victims
     scheduling_group: SchedulingGroup | None = None
+    resource_claims: list[PodResourceClaim] = []
 
 
 class ContainerStatus(msgspec.Struct, omit_defaults=True, gc=False):
@@ -121,6 +149,7 @@ class PodStatus(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
     nominated_node_name: str = ""  # where a preemption made room for the pod (hami's holds are rebuilt from it)
     init_container_statuses: list[ContainerStatus] = []
     conditions: tuple[PodCondition, ...] = ()
+    resource_claim_statuses: list[PodResourceClaimStatus] = []
 
 
 class Pod(msgspec.Struct, omit_defaults=True, gc=False):

@@ -338,12 +338,16 @@ class Cycle(CycleParts):
             self.nominated.pop(uid, None)
 
     def _watch_allocation(self, pod: Pod) -> str | None:
-        """A pod that carries an allocation: the ledger takes it, unless our newer reservation is pending."""
+        """A pod that carries an allocation: the ledger takes it, unless our newer reservation is pending. It is
+        believed (``records.believed_node``) when hami's scheduler serves it or this process reserved it: a record
+        in the ledger under its UID can only come from this process's /filter when the pod is not otherwise
+        believed (the scheduler name never changes, a bound pod stays bound)."""
         uid = pod.metadata.uid
         reader = self.records
         if reader is None or reader.vendors is not self.vendors:
-            reader = self.records = RecordReader(self.vendors)
-        record = reader.read(pod)
+            reader = self.records = RecordReader(self.vendors, (self.settings.scheduler_name,))
+        current = self.state.pods.get(uid)
+        record = reader.read(pod, ours=current is not None or uid in self.pending)
         if record is None:
             return None
         problem = (
@@ -351,7 +355,6 @@ class Cycle(CycleParts):
             if record.problem
             else None
         )
-        current = self.state.pods.get(uid)
         if current is not None and _same(current, record):
             self.pending.discard(uid)
             if _standing(current) != _standing(record):  # priority, start, deletion: what preemption reads

@@ -42,6 +42,9 @@ class CycleSettings:
     """Pause between two tries of such a wait (HAMi's 100 ms) when there is no ``LockWaits``."""
     bind_lock_wait: float = 0.0
     """``--bind-lock-wait``: how long a bind waits for a node locked by another hami bind in progress (0: not)."""
+    scheduler_name: str = "hami-scheduler"
+    """``--scheduler-name``: the pods whose allocation annotations the watch believes without a reservation of
+    this process (``hami.scheduling.records.believed_node``)."""
     preemption: bool = False
     """``--preemption`` resolved to ``self``: a pod that fits nowhere preempts lower-priority pods through hami
     (``hami.scheduling.preempting``). False with ``extender`` (kube-scheduler evicts) and ``off``."""
@@ -90,7 +93,8 @@ class CycleParts:
     version, so a Binding that arrives after its request timed out cannot bind a pod whose allocation was cleaned
     up (or rewritten) meanwhile."""
     records: RecordReader | None = None
-    """Reads the watched pods' records for ``vendors`` (built on first use, again if ``vendors`` is replaced)."""
+    """Reads the watched pods' records for ``vendors`` and ``settings.scheduler_name`` (built on first use, again
+    if ``vendors`` is replaced)."""
     holds: HoldBook = field(default_factory=HoldBook)
     """Capacity held for preemptors while their victims terminate (``hami.scheduling.holds``)."""
     nominated: dict[str, Pod] = field(default_factory=dict)

@@ -9,12 +9,22 @@ record with ``problem`` set, so callers report it (``hami_pods_undecodable``, lo
 vendor whose allocation decodes and, for one that does not, from the to-allocate annotation when that is intact.
 When neither says which devices the pod holds, nothing can be charged to a device: the record keeps the pod
 visible (it is reported on every update) until its annotations are repaired or it ends.
+
+**What is believed** (``believed_node``; docs/trust.md). Annotations are written by whoever may update the pod, so
+they are charged only when they can be trusted. A bound pod is charged to ``spec.nodeName`` (set by a Binding,
+which only a scheduler may create), never to the node ``hami.io/vgpu-node`` names. A pod is charged only when it
+is served by hami's scheduler (``spec.schedulerName``, immutable, is one of hami's): the chart's admission policy
+lets only hami's scheduler write the allocation annotations, so on such a pod they are hami's (or HAMi's, before a
+switch). A pod this process reserved itself (its own /filter decision, ``ours``) is charged whatever its
+scheduler name, as long as the reservation stands. Anything else (a pod of another scheduler carrying copied or
+forged annotations) charges no card. HAMi believes every pod that carries ``hami.io/vgpu-node``.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Hashable, Mapping
+from collections.abc import Collection, Hashable, Mapping
+from typing import Final
 
 from hami.devices.base import Vendor
 from hami.devices.common import reads_slices
@@ -26,9 +36,20 @@ from hami.protocol.objects import Pod
 from hami.scheduling.state import OneVendor, PodRecord
 from hami.scheduling.usage import app_charges, container_kinds, effective_charges
 
-__all__ = ["RecordReader", "holds_devices", "init_containers_done", "is_terminal", "pod_group", "record_from_pod"]
+__all__ = [
+    "HAMI_SCHEDULER",
+    "RecordReader",
+    "believed_node",
+    "holds_devices",
+    "init_containers_done",
+    "is_terminal",
+    "pod_group",
+    "record_from_pod",
+]
 
 _TERMINAL = frozenset({"Succeeded", "Failed"})
+HAMI_SCHEDULER: Final = "hami-scheduler"
+"""``--scheduler-name``'s default: the scheduler name whose pods are believed when no other is given."""
 
 
 def is_terminal(pod: Pod) -> bool:
@@ -48,6 +69,21 @@ def pod_group(pod: Pod) -> str:
 def holds_devices(pod: Pod) -> bool:
     """Whether hami (or HAMi) placed this pod: it carries ``hami.io/vgpu-node``."""
     return bool(pod.metadata.annotations.get(keys.VGPU_NODE))
+
+
+def believed_node(pod: Pod, schedulers: Collection[str], *, ours: bool = False) -> str | None:
+    """The node the pod's allocation is charged to, or None when it charges nothing (module docstring).
+
+    ``schedulers``: hami's scheduler names (``--scheduler-name``); ``ours``: this process reserved the pod itself.
+    A finished pod and one without ``hami.io/vgpu-node`` hold nothing; a pod neither served by hami's scheduler nor
+    ``ours`` is not believed; a bound pod is on ``spec.nodeName``; an unbound one on the node hami chose for it.
+    """
+    chosen = pod.metadata.annotations.get(keys.VGPU_NODE)
+    if not chosen or pod.status.phase in _TERMINAL:
+        return None
+    if not ours and pod.spec.scheduler_name not in schedulers:
+        return None
+    return pod.spec.node_name or chosen
 
 
 def init_containers_done(pod: Pod) -> bool:
@@ -77,13 +113,20 @@ def _from_to_allocate(pod: Pod, vendor: Vendor) -> PodDevices | None:
     return decoded if any(decoded) else None
 
 
-def record_from_pod(pod: Pod, vendors: Mapping[str, Vendor]) -> PodRecord | None:
-    """The ledger record for a placed, non-terminal pod; None when the pod holds no devices.
+def record_from_pod(
+    pod: Pod,
+    vendors: Mapping[str, Vendor],
+    schedulers: Collection[str] = (HAMI_SCHEDULER,),
+    *,
+    ours: bool = False,
+) -> PodRecord | None:
+    """The ledger record for a placed, non-terminal pod whose allocation is believed (``believed_node``); None
+    when the pod holds no devices or is not believed.
 
     Works out the vendors' keys afresh on every call: a caller that reads many pods (the watch, the audit, the
     simulator) keeps one :class:`RecordReader` instead.
     """
-    return RecordReader(vendors).read(pod)
+    return RecordReader(vendors, schedulers).read(pod, ours=ours)
 
 
 class RecordReader:
@@ -97,10 +140,12 @@ class RecordReader:
     charges in the same order, the same problem text.
     """
 
-    __slots__ = ("_allocated", "_slicers", "vendors")
+    __slots__ = ("_allocated", "_slicers", "schedulers", "vendors")
 
-    def __init__(self, vendors: Mapping[str, Vendor]) -> None:
+    def __init__(self, vendors: Mapping[str, Vendor], schedulers: Collection[str] = (HAMI_SCHEDULER,)) -> None:
         self.vendors = vendors
+        self.schedulers = frozenset(schedulers)
+        """hami's scheduler names: the pods it believes (``believed_node``)"""
         allocated: dict[str, list[tuple[int, str, Vendor]]] = {}
         for i, (name, vendor) in enumerate(vendors.items()):
             allocated.setdefault(vendor.keys.allocated, []).append((i, name, vendor))
@@ -108,10 +153,11 @@ class RecordReader:
         """allocation annotation key → the vendors reading it, with their position in ``vendors``"""
         self._slicers = [(name, vendor) for name, vendor in sorted(vendors.items()) if reads_slices(vendor)]
 
-    def read(self, pod: Pod) -> PodRecord | None:
+    def read(self, pod: Pod, *, ours: bool = False) -> PodRecord | None:
+        """The pod's record, or None (``believed_node``; ``ours``: this process reserved the pod itself)."""
         annotations = pod.metadata.annotations
-        node = annotations.get(keys.VGPU_NODE)
-        if not node or pod.status.phase in _TERMINAL:
+        node = believed_node(pod, self.schedulers, ours=ours)
+        if node is None:
             return None
         devices, problems = self._devices(pod)
         slices: list[tuple[str, str, Hashable]] = []

@@ -1,12 +1,13 @@
 """The periodic re-list of pods that checks the ledger against the API (the comparison is ``hami.scheduling.audit``).
 
 Every ``API_AUDIT_SECONDS`` the runtime's self-check loop runs :meth:`LedgerAudit.run`: list every pod that has not
-finished (paginated, one consistent snapshot), turn each pod into a record as the pod watch does, compare with the
-ledger leaving out hami's pending ``/filter`` reservations, and act on the differences that the previous re-list
-found unchanged: each is logged, counted in ``hami_ledger_api_drift{kind}`` and repaired (the ledger set to what the
-watch would have made of the listed pod; ``hami_ledger_api_repairs{kind}``). A difference seen once is logged at
-info level and looked at again next time. Nothing runs before the caches have synced, and a failed list is logged,
-counted as an API error and retried at the next period.
+finished (paginated, one consistent snapshot), turn each pod into a record as the pod watch does (believing what it
+believes, ``records.believed_node``: a pod of another scheduler counts only while the ledger holds it as this
+process's own reservation), compare with the ledger leaving out hami's pending ``/filter`` reservations, and act on
+the differences that the previous re-list found unchanged: each is logged, counted in ``hami_ledger_api_drift{kind}``
+and repaired (the ledger set to what the watch would have made of the listed pod; ``hami_ledger_api_repairs{kind}``).
+A difference seen once is logged at info level and looked at again next time. Nothing runs before the caches have
+synced, and a failed list is logged, counted as an API error and retried at the next period.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from hami.errors import ApiError, InvalidInput
 from hami.k8s.client import ListPage
 from hami.protocol.objects import Pod
 from hami.scheduling.audit import ApiDrift, DriftKind, compare_with_api, confirmed, repair
-from hami.scheduling.records import RecordReader, holds_devices
+from hami.scheduling.records import HAMI_SCHEDULER, RecordReader, holds_devices
 from hami.scheduling.state import ClusterState, PodRecord
 from hami.server.metrics import Metrics
 
@@ -58,6 +59,8 @@ class LedgerAudit:
     pending: Callable[[], Collection[str]]
     ready: Callable[[], bool] = lambda: True
     page_size: int = PAGE_SIZE
+    schedulers: Collection[str] = (HAMI_SCHEDULER,)
+    """hami's scheduler names (``--scheduler-name``): the pods believed without a reservation of this process."""
     previous: frozenset[Hashable] = field(default_factory=frozenset)
     """``ApiDrift.key`` of every difference the last check found (confirmed or not)."""
 
@@ -85,7 +88,7 @@ class LedgerAudit:
         api: dict[str, PodRecord] = {}
         versions: dict[str, str] = {}
         seen_first = False
-        reader = RecordReader(self.vendors)
+        reader = RecordReader(self.vendors, self.schedulers)
         async for page in self.lister.list_pods(self.page_size):
             if page.first and seen_first:  # the listing started over: forget the partial one
                 api.clear()
@@ -93,7 +96,9 @@ class LedgerAudit:
             seen_first = True
             for pod in page.items:
                 uid = pod.metadata.uid
-                record = reader.read(pod) if holds_devices(pod) else None
+                # believed as the watch believes it: a record in the ledger under a pod's UID that the pod alone
+                # does not justify is this process's own reservation (``Cycle._watch_allocation``)
+                record = reader.read(pod, ours=uid in self.state.pods) if holds_devices(pod) else None
                 if record is not None:
                     api[uid] = record
                 if record is not None or uid in self.state.pods:

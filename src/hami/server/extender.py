@@ -59,7 +59,7 @@ from hami.scheduling.ports import ClusterPort, LockWaits
 from hami.scheduling.preempting import read_budgets
 from hami.scheduling.preemption import Budget
 from hami.scheduling.preemptverb import VerbAnswer, answer_preempt_verb
-from hami.scheduling.records import pod_group
+from hami.scheduling.records import HAMI_SCHEDULER, pod_group
 from hami.scheduling.request import SchedulingDefaults, prefilter
 from hami.scheduling.state import ClusterState
 from hami.server.busy import BusyNodes
@@ -115,6 +115,7 @@ class Extender:
         dra: DraConfig | None = None,
         success_events: bool = True,
         preemption: bool = False,
+        scheduler_name: str = HAMI_SCHEDULER,
         profiles: DeviceProfiles | None = None,
     ) -> None:
         self.state = state
@@ -133,6 +134,7 @@ class Extender:
             lock_retry_timeout=lock_retry_timeout,
             bind_lock_wait=bind_lock_wait,
             preemption=preemption,
+            scheduler_name=scheduler_name,
         )
         clocks = Clocks(wall=clock, stopwatch=time.perf_counter, sleep=asyncio.sleep)
         self.busy = BusyNodes(node_locks)

@@ -209,6 +209,18 @@ class Runtime:
             for sock in listeners:
                 sock.close()
 
+    def _audit(self, cluster: KubeCluster, extender: Extender, readiness: Readiness) -> LedgerAudit:
+        """The periodic API re-list of pods, believing what the pod watch believes (``--scheduler-name``)."""
+        return LedgerAudit(
+            self.state,
+            self.vendors,
+            cluster,
+            self.metrics,
+            lambda: extender.cycle.pending,
+            readiness.synced,
+            schedulers=(self.settings.scheduler_name,),
+        )
+
     async def _run(self, listeners: list[socket.socket]) -> None:
         s = self.settings
         hold_collector()
@@ -252,16 +264,14 @@ class Runtime:
                 node_locks=self.housekeeping.locks,
                 dra=self.device_config.dra,
                 preemption=self._preemption_mode() == "self",
+                scheduler_name=s.scheduler_name,
                 profiles=self.profiles,
             )
             self.extender = extender
             watched_nodes, watched_pods = self._start_watches(
                 client, cluster, extender, locker, events, supervisor, synced
             )
-            audit = LedgerAudit(
-                self.state, self.vendors, cluster, self.metrics, lambda: extender.cycle.pending, readiness.synced
-            )
-            supervisor.start(self._self_check(audit), name="self-check")
+            supervisor.start(self._self_check(self._audit(cluster, extender, readiness)), name="self-check")
             supervisor.start(self.housekeeping.sweep(), name="lock-sweep")
             supervisor.start(watch_loop_lag(self.metrics.loop_lag.observe), name="loop-lag")
             servers = await self._servers(extender, supervisor, stack, client_settings)

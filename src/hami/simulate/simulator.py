@@ -289,7 +289,9 @@ class Simulator:
         ns = pod.metadata.namespace or DEFAULT_NAMESPACE
         pod = _with_identity(pod, pod.metadata.uid or f"snapshot-{ns}-{pod.metadata.name}")
         try:
-            record = self.records.read(pod)
+            # a snapshot is the operator's own: every pod in it that carries an allocation counts (a bound one on
+            # spec.nodeName), whatever its scheduler name
+            record = self.records.read(pod, ours=True)
         except InvalidInput as err:
             self.warnings.append(f"{item.origin}: allocation does not decode, pod not charged: {err}")
             return None

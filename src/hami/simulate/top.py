@@ -6,18 +6,21 @@ caller decides by whether standard output is a terminal) and ``top_json`` as one
 
 DRA (issue 18): a card's used slots, memory and cores count device-plugin pods and DRA claims together; ``dra`` is
 the claims' part (``hami.scheduling.dra.held_by_card``), shown beside the pods. With the ledger given, its warnings
-(DeviceClasses serving hami's resources, cores defaulting to the whole card) and problems are shown after the cards.
+(DeviceClasses serving hami's resources, cores defaulting to the whole card) and problems are shown after the cards,
+and so are the DRA devices published with a ``NoSchedule``/``NoExecute`` device taint (a driver's unhealthy GPU,
+e.g. hami's own DRA plugin's): a registered card of the same UUID shows as ``unhealthy``, and every such device is
+listed, also on a node without a hami registration.
 """
 
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from hami.devices.base import cores_shown
-from hami.scheduling.dra import DraLedger, DraProblem, DraWarning, HeldCard, held_by_card
+from hami.scheduling.dra import DraDevice, DraLedger, DraProblem, DraWarning, HeldCard, held_by_card
 from hami.scheduling.fragmentation import (
     CardFragment,
     ModelFragment,
@@ -107,6 +110,8 @@ class TopView:
     dra_problems: tuple[DraProblem, ...] = ()
     cpu_nodes_hidden: int = 0
     """Nodes without accelerators left out (``TopFilter.cpu_nodes`` off)."""
+    dra_tainted: tuple[DraDevice, ...] = ()
+    """DRA devices of the shown nodes published with a blocking device taint (unhealthy)."""
     gangs: tuple[GangView, ...] = ()
     """Gangs not yet bound whole: members holding devices unbound, waiting, and what the gang lacks."""
 
@@ -122,11 +127,13 @@ def _holders(state: ClusterState, namespace: str) -> dict[tuple[str, str], list[
     return out
 
 
-def _health(state: ClusterState, node: str, vendor: str, i: int) -> str:
+def _health(state: ClusterState, node: str, vendor: str, i: int, tainted: Set[tuple[str, str, str]]) -> str:
+    """The card's health; a DRA device of its UUID published with a blocking taint makes it unhealthy."""
     n = state.nodes[node]
     table = n.tables[vendor]
     info = table.infos[i]
-    return card_health(info.health, table.broken[i], info.id in n.cordoned)
+    healthy = info.health and (node, vendor, info.id) not in tainted
+    return card_health(healthy, table.broken[i], info.id in n.cordoned)
 
 
 def _sort_key(sort: str) -> Any:
@@ -147,7 +154,9 @@ def build_top(state: ClusterState, flt: TopFilter = TopFilter(), dra: DraLedger 
     if flt.sort not in SORT_KEYS:
         raise ValueError(f"sort must be one of {', '.join(SORT_KEYS)}")
     fragments = {(c.node, c.vendor, c.uuid): c for c in card_fragments(state)}
-    cards = sorted(_card_rows(state, flt, fragments), key=_sort_key(flt.sort))
+    tainted = dra.tainted() if dra is not None else ()
+    marked = {(d.node, vendor, d.uuid) for vendor, d in tainted if d.uuid}
+    cards = sorted(_card_rows(state, flt, fragments, marked), key=_sort_key(flt.sort))
     order: list[str] = []
     per_node: dict[str, list[CardRow]] = {}
     for card in cards:
@@ -170,7 +179,15 @@ def build_top(state: ClusterState, flt: TopFilter = TopFilter(), dra: DraLedger 
     everything = list(fragments.values())
     warnings, problems = (dra.warnings(), dra.problems()) if dra is not None else ((), ())
     models = tuple(model_fragments(everything))
-    return TopView(nodes, models, fragmentation_index(everything), warnings, problems, hidden)
+    shown = tuple(d for vendor, d in tainted if _shows(flt, d.node, vendor))
+    return TopView(nodes, models, fragmentation_index(everything), warnings, problems, hidden, shown)
+
+
+def _shows(flt: TopFilter, node: str, vendor: str) -> bool:
+    """Whether the node and vendor filters let a DRA device through (model and namespace filters do not apply)."""
+    if flt.node and not fnmatch.fnmatchcase(node, flt.node):
+        return False
+    return not flt.vendor or vendor.casefold() == flt.vendor.casefold()
 
 
 def _node_row(state: ClusterState, name: str, cards: Sequence[CardRow]) -> NodeRow:
@@ -181,8 +198,14 @@ def _node_row(state: ClusterState, name: str, cards: Sequence[CardRow]) -> NodeR
     return NodeRow(name, schedulable, tuple(cards), dict(node.problems), node.unschedulable, dict(node.unallocatable))
 
 
-def _card_rows(state: ClusterState, flt: TopFilter, fragments: Mapping[tuple[str, str, str], Any]) -> Iterator[CardRow]:
-    """Every card the filter lets through, in node, vendor and registration order."""
+def _card_rows(
+    state: ClusterState,
+    flt: TopFilter,
+    fragments: Mapping[tuple[str, str, str], Any],
+    tainted: Set[tuple[str, str, str]],
+) -> Iterator[CardRow]:
+    """Every card the filter lets through, in node, vendor and registration order; ``tainted``: (node, vendor,
+    uuid) of the cards a DRA driver published with a blocking taint."""
     holders = _holders(state, flt.namespace)
     held = held_by_card(state)
     for name in sorted(state.nodes):
@@ -206,7 +229,7 @@ def _card_rows(state: ClusterState, flt: TopFilter, fragments: Mapping[tuple[str
                     index=info.index,
                     uuid=info.id,
                     model=info.type,
-                    health=_health(state, name, vendor, i),
+                    health=_health(state, name, vendor, i, tainted),
                     slots=(table.used[i], info.count),
                     memory=(table.usedmem[i], info.devmem),
                     cores=(cores_shown(counter, table.usedcores[i]), cores_shown(counter, info.devcore)),
@@ -409,10 +432,15 @@ def _wide_cells(c: CardRow) -> list[tuple[str, str]]:
 
 
 def _dra_lines(view: TopView, colour: bool) -> list[str]:
-    """DRA warnings (what each trap will do) and problems (what is, or is not, counted)."""
-    if not (view.dra_warnings or view.dra_problems):
+    """DRA devices tainted unhealthy, warnings (what each trap will do) and problems (what is, or is not,
+    counted)."""
+    if not (view.dra_warnings or view.dra_problems or view.dra_tainted):
         return []
     lines = ["", _paint("DRA", _BOLD, colour)]
+    for d in view.dra_tainted:
+        uuid = f" ({d.uuid})" if d.uuid else ""
+        text = f"unhealthy {'/'.join(d.key)}{uuid} on {d.node}: tainted {', '.join(d.taints)}"
+        lines.append(_paint(text, _RED, colour))
     lines += [_paint(f"warning {w.kind} {w.object}: {w.message}", _YELLOW, colour) for w in view.dra_warnings]
     for p in view.dra_problems:
         where = f" on {p.node}" if p.node else ""
@@ -475,6 +503,17 @@ def top_json(view: TopView) -> dict[str, Any]:
             ],
         },
         "dra": {
+            "tainted": [
+                {
+                    "node": d.node,
+                    "driver": d.key[0],
+                    "pool": d.key[1],
+                    "device": d.key[2],
+                    "uuid": d.uuid,
+                    "taints": list(d.taints),
+                }
+                for d in view.dra_tainted
+            ],
             "warnings": [{"kind": w.kind.value, "object": w.object, "message": w.message} for w in view.dra_warnings],
             "problems": [
                 {"kind": p.kind.value, "object": p.object, "node": p.node, "message": p.message}

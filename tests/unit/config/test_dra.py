@@ -9,18 +9,35 @@ from hami.config.dra import DraConfig
 from hami.errors import ConfigError
 
 
-def test_the_default_counts_nvidias_driver_in_bytes() -> None:
+def test_the_default_counts_nvidias_driver_and_hamis_own_in_bytes() -> None:
     dra = parse_device_config("nvidia:\n  deviceSplitCount: 10\n", "f").config.dra
-    (driver,) = dra.drivers
     assert dra.enabled
-    assert (driver.driver, driver.vendor, driver.uuid_attribute) == ("gpu.nvidia.com", "NVIDIA", "uuid")
-    assert (driver.memory_capacity, driver.memory_unit, driver.cores_capacity, driver.cores_unit) == (
-        "memory",
-        "bytes",
-        "cores",
-        "percent",
-    )
-    assert set(dra.active()) == {"gpu.nvidia.com"}
+    assert [d.driver for d in dra.drivers] == ["gpu.nvidia.com", "hami-core-gpu.project-hami.io"]
+    for driver in dra.drivers:
+        assert (driver.vendor, driver.uuid_attribute) == ("NVIDIA", "uuid")
+        assert (driver.memory_capacity, driver.memory_unit, driver.cores_capacity, driver.cores_unit) == (
+            "memory",
+            "bytes",
+            "cores",
+            "percent",
+        )
+    assert set(dra.active()) == {"gpu.nvidia.com", "hami-core-gpu.project-hami.io"}
+
+
+def test_the_default_knows_the_driver_hamis_dra_plugin_publishes() -> None:
+    from hami.deviceplugin.dra.slices import DRIVER
+
+    assert DRIVER in DraConfig().active()
+
+
+def test_the_charts_default_drivers_equal_the_device_configs() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    values = yaml.safe_load((Path(__file__).parents[3] / "charts/hami/values.yaml").read_text())
+    rendered = parse_device_config(yaml.safe_dump({"dra": values["dra"]}), "values.yaml").config.dra
+    assert rendered == DraConfig()
 
 
 def test_a_section_lists_drivers_with_explicit_units() -> None:

@@ -139,7 +139,7 @@ async def test_publisher_creates_then_patches_with_resource_version_and_removes_
 ) -> None:
     fake, client = kube
     publisher = SlicePublisher(client, "node-1")
-    leftover = {"metadata": {"name": "node-1-hami-core-gpu.project-hami.io-x7k2"},
+    leftover: dict[str, Any] = {"metadata": {"name": "node-1-hami-core-gpu.project-hami.io-x7k2"},
                 "spec": {"pool": {"name": "node-1", "generation": 4}}}  # fmt: skip
     fake.script("GET", SLICES, slice_list(leftover))
     fake.script("POST", SLICES, Reply(201, {}))

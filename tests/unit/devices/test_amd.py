@@ -423,6 +423,7 @@ def test_the_decision_writes_hamis_annotations_and_the_ledger_reads_them_back() 
         "hami.io/amd-devices-allocated": allocation,
     }
     placed = msgspec.convert(pod_raw({COUNT: "1"}, decision.annotations), Pod)
+    placed.spec.scheduler_name = "hami-scheduler"  # the webhook's; records believe hami's scheduler's pods
     record = record_from_pod(placed, state.vendors)
     assert record is not None
     assert record.devices[AMD] == ((), (ContainerDevice("amd-1", MI210, 4096, 52),), ())

@@ -225,7 +225,9 @@ def test_the_decision_writes_hamis_capital_b_annotations_and_the_ledger_reads_th
         "hami.io/Biren-devices-to-allocate": allocation,
         "hami.io/Biren-devices-allocated": allocation,
     }
-    record = record_from_pod(msgspec.convert(pod_raw(decision.annotations), Pod), state.vendors)
+    placed = msgspec.convert(pod_raw(decision.annotations), Pod)
+    placed.spec.scheduler_name = "hami-scheduler"  # the webhook's; records believe hami's scheduler's pods
+    record = record_from_pod(placed, state.vendors)
     assert record is not None
     assert record.devices[BIREN] == decision.devices[BIREN]
 

@@ -527,6 +527,7 @@ def test_whole_xpu_annotations_are_hamis() -> None:
         DEVICE_IDX: "2",
     }
     placed = _pod([{XPU_COUNT: "2"}, {XPU_COUNT: "1"}, {}], decision.annotations)
+    placed.spec.scheduler_name = "hami-scheduler"  # the webhook's; records believe hami's scheduler's pods
     record = record_from_pod(placed, state.vendors)
     assert record is not None
     assert record.problem is None

@@ -88,7 +88,7 @@ def _pod(containers: Sequence[Mapping[str, Any]], annotations: Mapping[str, str]
     specs = [{"name": f"c{i}", "resources": {"limits": dict(limits)}} for i, limits in enumerate(containers)]
     raw: dict[str, Any] = {
         "metadata": {"name": f"p-{uid}", "namespace": "team", "uid": uid, "annotations": dict(annotations or {})},
-        "spec": {"containers": specs},
+        "spec": {"containers": specs, "schedulerName": "hami-scheduler"},
     }
     return msgspec.convert(raw, Pod)
 

@@ -296,7 +296,9 @@ def test_the_aic_score_picks_the_node_where_the_dies_share_a_card() -> None:
         "hami.io/Vastai-devices-to-allocate": allocation,
         "hami.io/Vastai-devices-allocated": allocation,
     }
-    record = record_from_pod(msgspec.convert(pod_raw(2, decision.annotations), Pod), state.vendors)
+    placed = msgspec.convert(pod_raw(2, decision.annotations), Pod)
+    placed.spec.scheduler_name = "hami-scheduler"  # the webhook's; records believe hami's scheduler's pods
+    record = record_from_pod(placed, state.vendors)
     assert record is not None
     assert record.devices[VASTAI] == ((ContainerDevice("va-0", VASTAI, 0, 0), ContainerDevice("va-1", VASTAI, 0, 0)),)
 

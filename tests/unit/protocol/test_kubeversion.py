@@ -34,7 +34,7 @@ def test_a_beta_sorts_before_its_release_line_and_after_the_previous_one() -> No
 def test_the_tested_releases_are_exactly_the_tested_window() -> None:
     for text in TESTED:
         assert server_profile(parse_kube_version(text)).tested
-    for text in ("v1.35.4", "v1.39.0"):
+    for text in ("v1.35.4", "v1.38.0-beta.0", "v1.38.1"):
         assert not server_profile(parse_kube_version(text)).tested
 
 
@@ -66,10 +66,13 @@ def test_a_scheduler_configuration_older_than_v1_is_named_unsupported() -> None:
 
 
 def test_the_log_line_says_the_version_each_choice_and_whether_it_is_tested() -> None:
-    tested = server_profile(parse_kube_version("v1.38.0-beta.0")).describe()
-    assert tested.startswith("Kubernetes v1.38.0-beta.0 (tested): DRA resource.k8s.io/v1, consumable capacity GA;")
-    assert "extender preemption calls carry nodes with empty victim lists too (1.38+)" in tested
+    tested = server_profile(parse_kube_version("v1.37.2")).describe()
+    assert tested.startswith("Kubernetes v1.37.2 (tested): DRA resource.k8s.io/v1, consumable capacity beta, on by")
+    assert "extender preemption calls carry nodes with victims only" in tested
+    newer = server_profile(parse_kube_version("v1.38.0-beta.0")).describe()
+    assert newer.startswith("Kubernetes v1.38.0-beta.0 (NOT tested (hami is tested on v1.36.3, v1.37.2)): DRA")
+    assert "extender preemption calls carry nodes with empty victim lists too (1.38+)" in newer
     old = server_profile(parse_kube_version("v1.33.1")).describe()
-    assert "(NOT tested (hami is tested on v1.36.3, v1.37.2, v1.38.0-beta.0))" in old
+    assert "(NOT tested (hami is tested on v1.36.3, v1.37.2))" in old
     assert "DRA not watched (resource.k8s.io/v1 is 1.34+)" in old
     assert "extender preemption calls carry nodes with victims only" in old

@@ -213,10 +213,18 @@ def pod(
     name: str = "pod-1",
     phase: str = "",
     init_statuses: Sequence[dict[str, Any]] = (),
+    scheduler_name: str = "hami-scheduler",
+    node_name: str = "",
 ) -> Pod:
+    """A pod of hami's scheduler (as hami's webhook leaves it), unbound unless ``node_name`` is given."""
     raw: dict[str, Any] = {
         "metadata": {"name": name, "namespace": namespace, "uid": uid, "annotations": dict(annotations or {})},
-        "spec": {"containers": list(containers), "initContainers": list(init)},
+        "spec": {
+            "containers": list(containers),
+            "initContainers": list(init),
+            "schedulerName": scheduler_name,
+            "nodeName": node_name,
+        },
         "status": {"phase": phase, "initContainerStatuses": list(init_statuses)},
     }
     return msgspec.convert(raw, type=Pod)

@@ -153,6 +153,7 @@ def test_extra_annotations_see_the_whole_decision_and_only_allocated_is_written(
     again = decide(state, request, ["a"], 6)
     assert again.annotations[ASSIGNED].startswith("a@6000000000:")
     placed = toy_pod("first", "second", annotations=decision.annotations)
+    placed.spec.scheduler_name = "hami-scheduler"  # the webhook's; records believe hami's scheduler's pods
     record = record_from_pod(placed, state.vendors)
     assert record is not None
     assert record.problem is None

@@ -94,7 +94,8 @@ def gpu_pod(
     annotations: Mapping[str, str] | None = None,
     phase: str = "Pending",
 ) -> Pod:
-    """A one-container pod asking for NVIDIA resources in its limits (``None`` leaves a resource out)."""
+    """A one-container pod of hami's scheduler asking for NVIDIA resources in its limits (``None`` leaves a
+    resource out)."""
     limits: dict[str, QuantityValue] = {"nvidia.com/gpu": gpu}
     if mem is not None:
         limits["nvidia.com/gpumem"] = mem
@@ -102,7 +103,10 @@ def gpu_pod(
         limits["nvidia.com/gpucores"] = cores
     return Pod(
         metadata=ObjectMeta(name=name, namespace=namespace, uid=f"uid-{name}", annotations=dict(annotations or {})),
-        spec=PodSpec(containers=[Container(name="main", resources=ResourceRequirements(limits=limits))]),
+        spec=PodSpec(
+            containers=[Container(name="main", resources=ResourceRequirements(limits=limits))],
+            scheduler_name="hami-scheduler",  # as hami's webhook leaves it
+        ),
         status=PodStatus(phase=phase),
     )
 

@@ -20,7 +20,7 @@ from hami.simulate.html import render_html
 from hami.simulate.loading import Sourced, load_snapshot
 from hami.simulate.report import document, render_summary
 from hami.simulate.simulator import Simulator
-from hami.simulate.top import build_top, render_top, top_json
+from hami.simulate.top import TopFilter, build_top, render_top, top_json
 from tests.unit.scheduling.drafix import (
     A100_MIB,
     UUID,
@@ -181,3 +181,52 @@ def test_explain_says_what_claims_hold_of_each_card(tmp_path: Path) -> None:
     assert cards[GPU0]["dra"] == {"claims": 1, "memoryMiB": 10240, "cores": 100}
     text = CliRunner().invoke(app, ["explain", "--snapshot", str(snapshot), "-f", str(manifest)]).stdout
     assert "CardComputeUnitsExhausted (DRA claims hold 10240 MiB, 100 cores)" in text
+
+
+def hami_plugin_slice(node: str, gpus: list[tuple[str, int, bool]]) -> dict[str, Any]:
+    """The slice hami's DRA plugin publishes (its own builder): (uuid, minor, healthy) per GPU."""
+    from hami.deviceplugin.discovery import GpuInfo
+    from hami.deviceplugin.dra.slices import NodeFacts, SliceDevice, device_name, resource_slice
+
+    devices = [
+        SliceDevice(device_name(minor), GpuInfo(uuid, minor, "A100", A100_MIB, minor=minor), A100_MIB << 20, healthy)
+        for uuid, minor, healthy in gpus
+    ]
+    return resource_slice(node, f"uid-{node}", devices, NodeFacts("580.65.06"))
+
+
+def test_top_shows_a_gpu_hamis_dra_plugin_tainted_as_unhealthy_in_text_and_json() -> None:
+    dra_only = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "dra-only"}}
+    slices = (
+        hami_plugin_slice("dra-node-1", [(GPU0, 0, True), (GPU1, 1, False)]),
+        hami_plugin_slice("dra-only", [("GPU-elsewhere", 3, False), ("GPU-fine", 4, True)]),
+    )
+    sim = simulator(extra=(dra_only, *slices))
+    view = build_top(sim.state, dra=sim.dra)
+    health = {c.uuid: c.health for n in view.nodes for c in n.cards}
+    assert (health[GPU0], health[GPU1], health[GPU2]) == ("healthy", "unhealthy", "healthy")
+    text = render_top(view)
+    driver = "hami-core-gpu.project-hami.io"
+    taint = f"{driver}/unhealthy=true:NoSchedule"
+    assert f"unhealthy {driver}/dra-node-1/hami-gpu-1 ({GPU1}) on dra-node-1: tainted {taint}" in text
+    assert f"unhealthy {driver}/dra-only/hami-gpu-3 (GPU-elsewhere) on dra-only: tainted {taint}" in text
+    assert f"unhealthy {driver}/dra-only/hami-gpu-4" not in text  # healthy devices are not listed
+    assert sum(line.startswith("unhealthy ") for line in text.splitlines()) == 2
+    doc = top_json(view)
+    card = next(c for c in doc["nodes"][0]["cards"] if c["uuid"] == GPU1)
+    assert card["health"] == "unhealthy"
+    assert [(t["node"], t["device"], t["uuid"], t["taints"]) for t in doc["dra"]["tainted"]] == [
+        ("dra-node-1", "hami-gpu-1", GPU1, [taint]),
+        ("dra-only", "hami-gpu-3", "GPU-elsewhere", [taint]),
+    ]
+    only = top_json(build_top(sim.state, TopFilter(node="dra-only"), dra=sim.dra))
+    assert [t["device"] for t in only["dra"]["tainted"]] == ["hami-gpu-3"]
+
+
+def test_a_taint_with_effect_none_is_not_unhealthy() -> None:
+    body = hami_plugin_slice("dra-node-1", [(GPU0, 0, False)])
+    body["spec"]["devices"][0]["taints"][0]["effect"] = "None"
+    sim = simulator(extra=(body,))
+    view = build_top(sim.state, dra=sim.dra)
+    assert {c.health for c in view.nodes[0].cards} == {"healthy"}
+    assert top_json(view)["dra"]["tainted"] == []

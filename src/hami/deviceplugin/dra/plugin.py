@@ -9,6 +9,10 @@
 * :class:`SlicePublisher` keeps the node's one ResourceSlice equal to the inventory: created when missing, patched
   with its ``resourceVersion`` (and a new pool generation) when the devices change, and any other slice of this
   driver for this node's pool deleted (a leftover of HAMi's driver would shadow it).
+* :func:`clean_up_loop` every ``clean_up_s`` (10 minutes, as HAMi's driver) unprepares the checkpoint's claims
+  that are gone from the API (not found, or found with another UID: a new claim of the same name), so a claim
+  kubelet never unprepared (deleted while the plugin was down, a node restarted mid-way) does not keep its CDI
+  spec, directory and entry for ever. A claim the API cannot be asked about stays.
 * :func:`publish_loop` re-reads the GPUs every ``rediscover_s`` and when health changes; :func:`watch_xids`
   feeds critical XIDs into the :class:`~.inventory.HealthBook`.
 """
@@ -47,6 +51,9 @@ __all__ = [
     "PluginRun",
     "RegistrationService",
     "SlicePublisher",
+    "claim_reader",
+    "clean_up_gone_claims",
+    "clean_up_loop",
     "publish_loop",
     "run_dra_plugin",
     "serve_sockets",
@@ -273,6 +280,40 @@ async def watch_xids(source: GpuSource, gpus: Callable[[], list[GpuInfo]], book:
         state.changed.set()
 
 
+async def clean_up_gone_claims(store: ClaimStore, read_claim: ClaimReader) -> list[str]:
+    """Unprepare every checkpoint entry whose claim is gone from the API (module docstring); returns their UIDs.
+    An API error other than not-found leaves that claim alone until the next round."""
+    gone = []
+    for uid, (namespace, name) in sorted(store.entries().items()):
+        try:
+            claim = await read_claim(namespace, name)
+        except NotFound:
+            why = "is gone from the API"
+        except HamiError as exc:
+            log.warning("cannot check prepared claim %s/%s (%s), keeping it: %s", namespace, name, uid, exc)
+            continue
+        else:
+            if claim.metadata.uid == uid:
+                continue
+            why = f"now has UID {claim.metadata.uid} (a new claim of that name)"
+        log.info("unpreparing claim %s/%s (%s): it %s", namespace, name, uid, why)
+        try:
+            await asyncio.to_thread(store.unprepare, uid)
+        except (HamiError, OSError) as exc:
+            log.warning("cannot unprepare claim %s/%s (%s), retrying next round: %s", namespace, name, uid, exc)
+            continue
+        gone.append(uid)
+    return gone
+
+
+async def clean_up_loop(store: ClaimStore, read_claim: ClaimReader, interval_s: float = 600.0) -> None:
+    """:func:`clean_up_gone_claims` every ``interval_s`` until cancelled (first after one interval, when kubelet
+    has had time to unprepare what it knows of)."""
+    while True:
+        await asyncio.sleep(interval_s)
+        await clean_up_gone_claims(store, read_claim)
+
+
 async def _read_node(
     source: GpuSource, seen: dict[str, GpuInfo], book: HealthBook, root_of: Callable[[str], str] | None
 ) -> Inventory:
@@ -320,8 +361,18 @@ class PluginRun:
     paths: DraPaths
     rediscover_s: float = 60.0
     recover_after_s: float = 300.0
+    clean_up_s: float = 600.0
     root_of: Callable[[str], str] | None = None
     numa: Callable[[str], int] | None = None
+
+
+def claim_reader(client: KubeClient) -> ClaimReader:
+    """GET a ResourceClaim by namespace and name (raises ``NotFound``, ``ApiError``)."""
+
+    async def read_claim(namespace: str, name: str) -> ResourceClaim:
+        return await client.get(RESOURCE_CLAIMS, name, namespace=namespace, type=ResourceClaim)
+
+    return read_claim
 
 
 async def run_dra_plugin(lib: NvmlLib, client: KubeClient, store: ClaimStore, run: PluginRun) -> None:
@@ -330,8 +381,7 @@ async def run_dra_plugin(lib: NvmlLib, client: KubeClient, store: ClaimStore, ru
     state = InventoryState()
     book = HealthBook(recover_after_s=run.recover_after_s)
 
-    async def read_claim(namespace: str, name: str) -> ResourceClaim:
-        return await client.get(RESOURCE_CLAIMS, name, namespace=namespace, type=ResourceClaim)
+    read_claim = claim_reader(client)
 
     def gpus() -> list[GpuInfo]:
         current = state.current
@@ -346,5 +396,6 @@ async def run_dra_plugin(lib: NvmlLib, client: KubeClient, store: ClaimStore, ru
                 publish_loop(source, publisher, state, book, rediscover_s=run.rediscover_s, root_of=run.root_of)
             )
             group.create_task(watch_xids(source, gpus, book, state))
+            group.create_task(clean_up_loop(store, read_claim, run.clean_up_s))
     finally:
         source.close()

@@ -103,6 +103,12 @@ class ClaimStore:
         with self._lock:
             return {uid: str(record["state"]) for uid, record in self._claims.items()}
 
+    def entries(self) -> dict[str, tuple[str, str]]:
+        """Claim UID → (namespace, name) of every claim in the checkpoint (for the clean-up of claims gone from
+        the API)."""
+        with self._lock:
+            return {uid: (str(record["namespace"]), str(record["name"])) for uid, record in self._claims.items()}
+
     def prepare(self, claim: ResourceClaim, pool: str, devices: Mapping[str, SliceDevice]) -> list[PreparedDevice]:
         """Prepare ``claim`` (already read from the API) on this node. Raises ``PrepareRefused`` or ``OSError``."""
         uid = claim.metadata.uid

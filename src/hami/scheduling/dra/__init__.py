@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from hami.scheduling.dra.held import DraRecord, HeldCard, held_by_card
 from hami.scheduling.dra.ledger import DraLedger
-from hami.scheduling.dra.mapping import ProblemKind
+from hami.scheduling.dra.mapping import DraDevice, ProblemKind
 from hami.scheduling.dra.reports import DraProblem, DraWarning, WarningKind
 
 __all__ = [
+    "DraDevice",
     "DraLedger",
     "DraProblem",
     "DraRecord",

@@ -55,6 +55,8 @@ seen by then counts as live.
 re-derives the claims on its devices; a node's registration changing re-derives the claims on that node
 (``node_event``); a claim changing replaces its records. ``DraWarning``s name the traps: a DeviceClass whose
 ``extendedResourceName`` is one of hami's resources, and shared devices whose ``cores`` default to the whole card.
+``tainted()`` lists the devices a driver published with a ``NoSchedule``/``NoExecute`` taint (an unhealthy GPU:
+``hami top`` shows it).
 """
 
 from __future__ import annotations
@@ -170,6 +172,17 @@ class DraLedger:
         classes = [self._class_warnings[k] for k in sorted(self._class_warnings)]
         slices = [self._slice_warnings[k] for k in sorted(self._slice_warnings)]
         return self._config_warnings + tuple(classes + slices)
+
+    def tainted(self) -> tuple[tuple[str, DraDevice], ...]:
+        """Every used device with a blocking taint, with its driver's hami vendor key, by node and device."""
+        found = [
+            (self.drivers[dev.key[0]].vendor, dev)
+            for view in self._views.values()
+            for devices in view.groups.values()
+            for dev in devices.values()
+            if dev.taints and dev.key[0] in self.drivers
+        ]
+        return tuple(sorted(found, key=lambda vd: (vd[1].node, vd[1].key)))
 
     def records(self) -> tuple[DraRecord, ...]:
         """Every held record the ledger charged."""

@@ -29,6 +29,7 @@ from hami.protocol.inventory import DeviceInfo
 from hami.protocol.quantity import parse_quantity
 
 __all__ = [
+    "BLOCKING_EFFECTS",
     "MISMATCH_FACTOR",
     "CapacityOf",
     "DeviceKey",
@@ -38,6 +39,9 @@ __all__ = [
     "read_slice",
     "taken",
 ]
+
+BLOCKING_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
+"""Device-taint effects that keep new claims off a device (``None`` is informational)."""
 
 MISMATCH_FACTOR: Final = 8
 """How far (×) a device's memory may be from its registered memory before the units are taken to disagree."""
@@ -86,6 +90,9 @@ class DraDevice:
     """``allowMultipleAllocations``: allocations carry a shareID and consume capacity."""
     memory: CapacityOf | None
     cores: CapacityOf | None
+    taints: tuple[str, ...] = ()
+    """Its ``NoSchedule``/``NoExecute`` device taints as ``key=value:effect``: kube-scheduler places no new claim on
+    it (a driver taints a device that turned unhealthy); shown as unhealthy by ``hami top``."""
 
 
 def _capacity(cap: DeviceCapacity, where: str) -> CapacityOf:
@@ -139,7 +146,9 @@ def read_slice(sl: ResourceSlice, cfg: DraDriverConfig) -> tuple[list[DraDevice]
             continue
         uuid = attribute.text() if attribute is not None else None
         key = (spec.driver, spec.pool.name, dev.name)
-        devices.append(DraDevice(key, name, node, uuid or None, bool(dev.allow_multiple_allocations), mem, core))
+        taints = tuple(t.text() for t in dev.taints if t.effect in BLOCKING_EFFECTS)
+        shared = bool(dev.allow_multiple_allocations)
+        devices.append(DraDevice(key, name, node, uuid or None, shared, mem, core, taints))
     return devices, problems
 
 
