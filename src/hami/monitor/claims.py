@@ -20,9 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from hami.errors import RegionError
-from hami.monitor.region import read_region
-from hami.monitor.scan import ContainerRegion, ScanResult, Skipped, cache_file, directory_mtime, entries
+from hami.monitor.scan import ContainerRegion, ScanResult, directory_mtime, entries, region_in
 from hami.protocol.objects import Pod
 
 __all__ = ["ClaimOwner", "claim_users", "scan_claims"]
@@ -73,16 +71,8 @@ def scan_claims(
         directory = root / uid
         if directory_mtime(directory) is None:
             continue
-        found = cache_file(directory)
-        if found is None:
-            continue
-        if isinstance(found, Skipped):
-            result.skipped.append(found)
-            continue
-        try:
-            region = read_region(found)
-        except RegionError as exc:
-            result.skipped.append(Skipped(found, exc.reason, str(exc)))
+        region = region_in(directory, result)
+        if region is None:
             continue
         owner = owners.get(uid) if owners is not None else None
         tied = users.get(owner, []) if owner is not None else []

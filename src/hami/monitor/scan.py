@@ -24,7 +24,16 @@ from hami.errors import RegionError
 from hami.monitor.region import Region, read_region
 from hami.protocol.objects import Pod
 
-__all__ = ["ContainerRegion", "ScanResult", "Skipped", "cache_file", "directory_mtime", "entries", "scan"]
+__all__ = [
+    "ContainerRegion",
+    "ScanResult",
+    "Skipped",
+    "cache_file",
+    "directory_mtime",
+    "entries",
+    "region_in",
+    "scan",
+]
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +80,22 @@ def cache_file(directory: Path) -> Path | Skipped | None:
     if len(caches) > 1:
         return Skipped(directory, "ambiguous", f"{len(caches)} .cache files in {directory}, one expected")
     return directory / caches[0] if caches else None
+
+
+def region_in(directory: Path, result: ScanResult) -> Region | None:
+    """The region of the directory's cache file; ``None`` when there is none yet, or when it is skipped (the reason
+    added to ``result``)."""
+    found = cache_file(directory)
+    if found is None:
+        return None
+    if isinstance(found, Skipped):
+        result.skipped.append(found)
+        return None
+    try:
+        return read_region(found)
+    except RegionError as exc:
+        result.skipped.append(Skipped(found, exc.reason, str(exc)))
+        return None
 
 
 def scan(
@@ -134,16 +159,8 @@ def _read_container(directory: Path, pod: Pod, container: str, result: ScanResul
     if container not in _containers(pod):
         result.skipped.append(Skipped(directory, "foreign", f"pod {pod.key} has no container {container!r}"))
         return
-    found = cache_file(directory)
-    if found is None:
-        return
-    if isinstance(found, Skipped):
-        result.skipped.append(found)
-        return
-    try:
-        region = read_region(found)
-    except RegionError as exc:
-        result.skipped.append(Skipped(found, exc.reason, str(exc)))
+    region = region_in(directory, result)
+    if region is None:
         return
     uid = pod.metadata.uid
     result.regions.append(ContainerRegion(pod.metadata.namespace, pod.metadata.name, uid, container, region))
