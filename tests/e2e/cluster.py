@@ -24,13 +24,13 @@ from __future__ import annotations
 import atexit
 import base64
 import contextlib
-import ctypes
 import datetime
 import functools
 import ipaddress
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import ssl
@@ -246,13 +246,12 @@ class ManagedProcess:
             log.write(f"$ {' '.join(self.args)}\n".encode())
             log.flush()
             self.popen = subprocess.Popen(
-                self.args,
+                _dying_with_parent(self.args),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=self.env,
                 start_new_session=True,  # own process group: killpg(pid) ends it and only it
-                preexec_fn=_die_with_parent if _LIBC is not None else None,  # noqa: PLW1509
             )
         _RUNNING[self.popen.pid] = self
 
@@ -294,14 +293,16 @@ class ManagedProcess:
 
 # Linux: the kernel SIGKILLs the children if the test process dies without cleaning up (SIGKILL, a
 # crash), so no etcd/kube-apiserver outlives its pytest run. SIGKILL, not SIGTERM: a kube-apiserver
-# whose etcd vanished at the same moment hangs in its graceful shutdown.
-_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
-_PR_SET_PDEATHSIG = 1
+# whose etcd vanished at the same moment hangs in its graceful shutdown. util-linux's setpriv sets the
+# parent-death signal and execs the command (the setting survives exec), so Popen needs no preexec_fn:
+# with one, Python forks instead of vforking, and the fork handlers of a library the test process loaded
+# run in the child before exec (gRPC's event engine aborted a kube-scheduler there with SIGABRT).
+_SETPRIV = shutil.which("setpriv") if sys.platform == "linux" else None
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec; no threads are involved
-    if _LIBC is not None:
-        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+def _dying_with_parent(args: Sequence[str]) -> list[str]:
+    """``args`` run so that the kernel SIGKILLs the process when this one dies (as they are without setpriv)."""
+    return [_SETPRIV, "--pdeathsig", "KILL", "--", *args] if _SETPRIV else list(args)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
