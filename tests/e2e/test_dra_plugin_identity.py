@@ -70,6 +70,31 @@ def token_on(plane: ControlPlane, kube: KubeClient, node: str) -> tuple[str, str
     return answer["status"]["token"], meta["name"]
 
 
+def sockets_dir(run: str) -> Path:
+    """The plugin's socket directories' parent: a short /tmp path (a Unix socket path has at most 107 bytes)."""
+    return Path(f"/tmp/hdra-{run}")
+
+
+def plugin_process(node: str, kubeconfig: Path, tmp_path: Path, run: str, *extra: str) -> ManagedProcess:
+    """``hami dra-plugin`` for ``node`` on the fake NVML fixture in ``tmp_path/fake.yaml``, its sockets under
+    :func:`sockets_dir`."""
+    short = sockets_dir(run)
+    args = [
+        str(Path(sys.executable).parent / "hami"),
+        "dra-plugin",
+        f"--node-name={node}",
+        f"--kubeconfig={kubeconfig}",
+        f"--plugin-dir={short}/p",
+        f"--registry-dir={short}/r",
+        f"--cdi-dir={tmp_path}/cdi",
+        f"--hook-path={tmp_path}/hook",
+        f"--fake-nvml={tmp_path}/fake.yaml",
+        "--rediscover-seconds=0.5",
+        *extra,
+    ]
+    return ManagedProcess("hami-dra-plugin", args, tmp_path / "plugin.log")
+
+
 def refused(call: Callable[..., object], *args: object) -> str:
     with pytest.raises(ApiError) as caught:
         call(*args)
@@ -90,24 +115,7 @@ def test_the_plugin_publishes_its_nodes_slice_and_may_write_no_other(
     config = tmp_path / "plugin.kubeconfig"
     _write_kubeconfig(config, plane.server, plane.ca_pem, token)
     (tmp_path / "fake.yaml").write_text(FIXTURE)
-    short = Path(f"/tmp/hdra-{run}")
-    process = ManagedProcess(
-        "hami-dra-plugin",
-        [
-            str(Path(sys.executable).parent / "hami"),
-            "dra-plugin",
-            f"--node-name={mine}",
-            f"--kubeconfig={config}",
-            f"--plugin-dir={short}/p",
-            f"--registry-dir={short}/r",
-            f"--cdi-dir={tmp_path}/cdi",
-            f"--hook-path={tmp_path}/hook",
-            f"--fake-nvml={tmp_path}/fake.yaml",
-            "--rediscover-seconds=0.5",
-            "--log-level=debug",
-        ],
-        tmp_path / "plugin.log",
-    )
+    process = plugin_process(mine, config, tmp_path, run, "--log-level=debug")
     process.start()
     try:
         published = wait_until(
@@ -121,7 +129,7 @@ def test_the_plugin_publishes_its_nodes_slice_and_may_write_no_other(
         assert again["metadata"]["resourceVersion"] == published["metadata"]["resourceVersion"]
     finally:
         process.stop()
-        shutil.rmtree(short, ignore_errors=True)
+        shutil.rmtree(sockets_dir(run), ignore_errors=True)
         kube.delete_pod(RELEASE_NAMESPACE, pod)
     (device,) = published["spec"]["devices"]
     assert published["spec"]["nodeName"] == mine
@@ -188,24 +196,7 @@ def test_an_unhealthy_gpu_is_published_tainted_and_untainted_when_it_recovers(
     make_node(node)
     fixture = FIXTURE + "xids:\n  - {uuid: GPU-id-0, xid: 13}\n  - {uuid: GPU-id-0, xid: 79}\n"
     (tmp_path / "fake.yaml").write_text(fixture)
-    short = Path(f"/tmp/hdra-{run}")
-    process = ManagedProcess(
-        "hami-dra-plugin",
-        [
-            str(Path(sys.executable).parent / "hami"),
-            "dra-plugin",
-            f"--node-name={node}",
-            f"--kubeconfig={control_plane.kubeconfig}",
-            f"--plugin-dir={short}/p",
-            f"--registry-dir={short}/r",
-            f"--cdi-dir={tmp_path}/cdi",
-            f"--hook-path={tmp_path}/hook",
-            f"--fake-nvml={tmp_path}/fake.yaml",
-            "--rediscover-seconds=0.5",
-            "--recover-after-seconds=2",
-        ],
-        tmp_path / "plugin.log",
-    )
+    process = plugin_process(node, Path(control_plane.kubeconfig), tmp_path, run, "--recover-after-seconds=2")
     path = f"{SLICES}/{node}-{DRIVER}"
 
     def taints() -> list[dict[str, Any]] | None:
@@ -222,6 +213,6 @@ def test_an_unhealthy_gpu_is_published_tainted_and_untainted_when_it_recovers(
         assert "healthy again" in process.log_file.read_text()
     finally:
         process.stop()
-        shutil.rmtree(short, ignore_errors=True)
+        shutil.rmtree(sockets_dir(run), ignore_errors=True)
         with contextlib.suppress(ApiError):
             kube.delete(path)
