@@ -40,6 +40,6 @@ def pod_claim_name(container: str) -> str:
 
 def claim_name(pod_name: str, generate_name: str, container: str, suffix: str) -> str:
     """The ResourceClaim's name for one container of a pod (module docstring), at most 63 characters."""
-    base = pod_name or generate_name.rstrip("-") or "pod"
+    base = pod_name or generate_name.rstrip("-.") or "pod"
     stem = _fit(f"{base}-{container}", MAX_NAME - len(suffix) - 1)
     return f"{stem}-{suffix}"
