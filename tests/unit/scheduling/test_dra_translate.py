@@ -148,7 +148,7 @@ def test_a_count_alone_is_an_exclusive_whole_card() -> None:
 def test_no_cores_books_zero_and_tells_the_driver_to_set_no_sm_limit() -> None:
     verdict, _ = review(pod(ctr(limits={GPU: "1", MEM: "1024"})))
     [plan] = verdict.claims
-    assert plan.spec == {"devices": {"requests": [gpu_request(memory="1024Mi")], "config": [NO_SM_LIMIT]}}
+    assert plan.spec == {"devices": {"requests": [gpu_request(memory="1Gi")], "config": [NO_SM_LIMIT]}}
 
 
 def test_several_gpus_must_be_distinct_cards() -> None:
@@ -336,17 +336,20 @@ def test_a_percentage_becomes_one_alternative_per_known_card_size() -> None:
     [request] = plan.spec["devices"]["requests"]
     memory = f'device.capacity["{DRIVER}"].memory'
 
-    def alternative(card: int, take: int) -> dict[str, Any]:
+    def alternative(card: int, take: int, taken: str = "", size: str = "") -> dict[str, Any]:
         return {
             "name": f"mem-{card}",
             "deviceClassName": DRIVER,
             "allocationMode": "ExactCount",
             "count": 2,
-            "selectors": [{"cel": {"expression": f'{memory}.compareTo(quantity("{card}Mi")) == 0'}}],
-            "capacity": {"requests": {"cores": "10", "memory": f"{take}Mi"}},
+            "selectors": [{"cel": {"expression": f'{memory}.compareTo(quantity("{size or f"{card}Mi"}")) == 0'}}],
+            "capacity": {"requests": {"cores": "10", "memory": taken or f"{take}Mi"}},
         }
 
-    assert request == {"name": "gpu", "firstAvailable": [alternative(15360, 3840), alternative(81920, 20480)]}
+    assert request == {
+        "name": "gpu",
+        "firstAvailable": [alternative(15360, 3840, "3840Mi", "15Gi"), alternative(81920, 20480, "20Gi", "80Gi")],
+    }
     assert plan.spec["devices"]["constraints"] == [{"requests": ["gpu"], "distinctAttribute": f"{DRIVER}/uuid"}]
 
 
