@@ -5,6 +5,10 @@ The pure translation (``hami.scheduling.dra.translate``) is unit-tested; here th
 alternatives, the ``distinctAttribute`` constraint, the opaque configuration, the capacity requests — is a valid
 ResourceClaim and comes back unchanged, and the translated pod (its ``resourceClaims``, container ``claims``, label,
 annotation, names) is a valid pod, ``generateName`` included.
+
+Then the selectors are judged where they matter: kube-scheduler allocates translated claims from the ResourceSlice
+hami's DRA plugin publishes for an A100, an A10 and two T4s, on the cards the extender's filters would allow, with the
+memory and cores HAMi would book; and kube-controller-manager releases and deletes them once their pods are gone.
 """
 
 from __future__ import annotations
