@@ -1,6 +1,7 @@
 """hami's own preemption (``--preemption=self``) stays out of DRA mode's way (issue 38).
 
-kube-scheduler preempts for DRA-mode pods itself (its DynamicResources plugin understands claims). hami must:
+kube-scheduler preempts for DRA-mode pods itself (for node resources; Kubernetes 1.37 does not preempt to free a
+device: see tests/e2e/test_dra_policy.py). hami must:
 
 * never preempt *for* a DRA-mode pod: no eviction, no hold, no nomination — neither from a /filter (kube-scheduler
   does not call it for a pod that names no managed resource, but a stray call must change nothing), nor from the
