@@ -4,8 +4,8 @@ The ledger (``ledger.py``) charges a claim to the *registered* card of the same 
 has no registration; two things still need amounts there:
 
 * **the node policy** for DRA-mode pods (``hami.scheduling.dra.policy``): how full each card of a node is;
-* **namespace quotas** (``limits.nvidia.com/gpumem``, ``limits.nvidia.com/gpucores``): what the namespace's
-  allocated claims hold, counted once per claim whatever its node.
+* **namespace quotas** (``limits.<memory resource>``, ``limits.<core resource>`` of the driver's vendor): what the
+  namespace's allocated claims hold, counted once per claim whatever its node.
 
 Both read the device as its own card: memory is its ``memoryCapacity`` converted to MiB, cores 100 (one whole card in
 percent; a ``share`` unit is scaled to that), and a shared allocation takes its ``consumedCapacity`` converted with the
