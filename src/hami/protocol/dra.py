@@ -9,7 +9,7 @@ capacity sit directly on the device (v1beta1 nested them under ``basic``):
 
 * ``ResourceSlice.spec``: ``driver``, ``pool.{name, generation}``, ``nodeName``, ``devices[].{name, attributes,
   capacity (value, requestPolicy.default), allowMultipleAllocations, nodeName, taints[].{key, value, effect}}``;
-* ``ResourceClaim``: ``metadata.uid``, ``status.allocation.devices.results[].{request, driver, pool, device,
+* ``ResourceClaim``: ``metadata.uid``, ``metadata.ownerReferences[].{apiVersion, kind, name, uid, controller}``, ``status.allocation.devices.results[].{request, driver, pool, device,
   shareID, consumedCapacity, adminAccess}``, ``status.allocation.nodeSelector``, ``status.reservedFor[].{resource,
   name, uid}``;
 * ``DeviceClass.spec.extendedResourceName``.
@@ -28,6 +28,7 @@ from hami.protocol.objects import ObjectMeta, QuantityValue
 __all__ = [
     "AllocationResult",
     "CapacityRequestPolicy",
+    "ClaimMeta",
     "Device",
     "DeviceAllocationResult",
     "DeviceAttribute",
@@ -39,6 +40,7 @@ __all__ = [
     "NodeSelector",
     "NodeSelectorRequirement",
     "NodeSelectorTerm",
+    "OwnerReference",
     "ResourceClaim",
     "ResourceClaimConsumerReference",
     "ResourceClaimStatus",
@@ -198,8 +200,24 @@ class ResourceClaimStatus(msgspec.Struct, rename="camel", omit_defaults=True):
     reserved_for: list[ResourceClaimConsumerReference] = []
 
 
+class OwnerReference(msgspec.Struct, rename="camel", omit_defaults=True):
+    """``metadata.ownerReferences[]`` as far as hami reads it (DRA mode: whose claim it is)."""
+
+    api_version: str = ""
+    kind: str = ""
+    name: str = ""
+    uid: str = ""
+    controller: bool = False
+
+
+class ClaimMeta(ObjectMeta, rename="camel", omit_defaults=True):
+    """A claim's metadata: with its owners (DRA mode's claim controller creates claims owned by their pod)."""
+
+    owner_references: list[OwnerReference] = []
+
+
 class ResourceClaim(msgspec.Struct, omit_defaults=True):
-    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    metadata: ClaimMeta = msgspec.field(default_factory=ClaimMeta)
     status: ResourceClaimStatus = msgspec.field(default_factory=ResourceClaimStatus)
     kind: str = "ResourceClaim"
 
