@@ -21,15 +21,20 @@ driver's own domain, which is what an unqualified name means.
 
 from __future__ import annotations
 
+from typing import Any, Final, Literal
+
 import msgspec
 
 from hami.protocol.objects import ObjectMeta, QuantityValue
 
 __all__ = [
+    "HAMI_CORE_CONFIG_API_VERSION",
+    "HAMI_CORE_CONFIG_KIND",
     "AllocationResult",
     "CapacityRequestPolicy",
     "ClaimMeta",
     "Device",
+    "DeviceAllocationConfiguration",
     "DeviceAllocationResult",
     "DeviceAttribute",
     "DeviceCapacity",
@@ -40,6 +45,7 @@ __all__ = [
     "NodeSelector",
     "NodeSelectorRequirement",
     "NodeSelectorTerm",
+    "OpaqueDeviceConfiguration",
     "OwnerReference",
     "ResourceClaim",
     "ResourceClaimConsumerReference",
@@ -47,8 +53,22 @@ __all__ = [
     "ResourcePool",
     "ResourceSlice",
     "ResourceSliceSpec",
+    "hami_core_config",
     "local_name",
 ]
+
+HAMI_CORE_CONFIG_API_VERSION: Final = "hami.io/v1alpha1"
+HAMI_CORE_CONFIG_KIND: Final = "HAMiCoreConfig"
+
+SmLimit = Literal["booked", "none"]
+"""``smLimit`` of a ``HAMiCoreConfig``: ``booked`` (the default) limits each card's compute to the cores the claim
+booked (at least 1 %); ``none`` sets no limit, as HAMi does for a task that asked for no cores."""
+
+
+def hami_core_config(sm_limit: SmLimit) -> dict[str, Any]:
+    """The ``parameters`` of an opaque device configuration for hami's driver (a claim's ``spec.devices.config``,
+    copied by kube-scheduler into ``status.allocation.devices.config``)."""
+    return {"apiVersion": HAMI_CORE_CONFIG_API_VERSION, "kind": HAMI_CORE_CONFIG_KIND, "smLimit": sm_limit}
 
 
 def local_name(name: str, driver: str) -> str:
@@ -151,8 +171,25 @@ class DeviceRequestAllocationResult(msgspec.Struct, rename="camel", omit_default
     admin_access: bool | None = None
 
 
+class OpaqueDeviceConfiguration(msgspec.Struct, omit_defaults=True):
+    """Configuration for one driver; ``parameters`` is the driver's own object, left undecoded here."""
+
+    driver: str = ""
+    parameters: Any = None
+
+
+class DeviceAllocationConfiguration(msgspec.Struct, omit_defaults=True):
+    """One configuration of an allocation (``source`` ``FromClass`` or ``FromClaim``), for the results of the
+    listed ``requests`` (a subrequest ``gpu/a`` is covered by ``gpu``; no requests: every result)."""
+
+    source: str = ""
+    requests: list[str] = []
+    opaque: OpaqueDeviceConfiguration | None = None
+
+
 class DeviceAllocationResult(msgspec.Struct, omit_defaults=True):
     results: list[DeviceRequestAllocationResult] = []
+    config: list[DeviceAllocationConfiguration] = []
 
 
 class NodeSelectorRequirement(msgspec.Struct, omit_defaults=True):
