@@ -15,7 +15,7 @@ limit, errors and latency metric (endpoint ``webhook-dra``); its decision is ``D
 request becomes ResourceClaim references; ``hami.scheduling.dra.translate``). It has no side effects: nothing is
 created at admission (the claim controller creates the claims once the pod exists), so a dry run, a later
 webhook's refusal or a ``generateName`` pod leaves nothing behind. The claims' names end in five random characters
-drawn here (:func:`claim_suffix`), so the decision stays pure. With ``--dra-mode`` off the route still answers,
+drawn here (:func:`claim_suffix`, one draw per claim), so the decision stays pure. With ``--dra-mode`` off the route still answers,
 refusing every pod with a message that says DRA mode is off: a webhook configuration that sends pods here while
 the scheduler runs without DRA mode is a misconfiguration, and the pod's author should read so rather than a 404.
 """
@@ -106,9 +106,9 @@ class _Verdict(Protocol):
 
 
 class ClaimAdmission(Protocol):
-    """DRA mode's decision (``hami.scheduling.dra.translate.DraAdmission``): ``suffix`` ends the claims' names."""
+    """DRA mode's decision (``hami.scheduling.dra.translate.DraAdmission``): ``suffix()`` ends each claim's name."""
 
-    def review(self, raw: Mapping[str, Any], namespace: str, suffix: str) -> _Verdict: ...
+    def review(self, raw_pod: Mapping[str, Any], namespace: str, suffix: Callable[[], str]) -> _Verdict: ...
 
 
 Decide = Callable[[Mapping[str, Any], str], _Verdict]
@@ -173,7 +173,7 @@ def dra_webhook_route(
     def decide(raw: Mapping[str, Any], namespace: str) -> _Verdict:
         if admission is None:
             return _Refusal(DRA_MODE_OFF)
-        return admission.review(raw, namespace, suffix())
+        return admission.review(raw, namespace, suffix)
 
     return _review_route(decide, metrics, path, "webhook-dra")
 

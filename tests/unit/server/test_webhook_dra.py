@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,11 +38,12 @@ class Decision:
     def __init__(self) -> None:
         self.seen: list[tuple[str, str]] = []
 
-    def review(self, raw: Mapping[str, Any], namespace: str, suffix: str) -> Verdict:
-        self.seen.append((namespace, suffix))
-        if raw["metadata"].get("name") == "no":
+    def review(self, raw_pod: Mapping[str, Any], namespace: str, suffix: Callable[[], str]) -> Verdict:
+        drawn = suffix()
+        self.seen.append((namespace, drawn))
+        if raw_pod["metadata"].get("name") == "no":
             return Verdict(False, "containers[0] (main): nvidia.com/vgpu-mode mig is not available in DRA mode")
-        return Verdict(True, patch=({"op": "add", "path": "/metadata/labels", "value": {"claim": suffix}},))
+        return Verdict(True, patch=({"op": "add", "path": "/metadata/labels", "value": {"claim": drawn}},))
 
 
 def app(decision: Decision | None, metrics: Metrics | None = None) -> httpx.AsyncClient:
@@ -118,7 +119,7 @@ async def test_the_transport_rules_of_webhook_hold() -> None:
 
 async def test_a_bug_in_the_decision_is_500_and_the_server_keeps_serving() -> None:
     class Broken(Decision):
-        def review(self, raw: Mapping[str, Any], namespace: str, suffix: str) -> Verdict:
+        def review(self, raw_pod: Mapping[str, Any], namespace: str, suffix: Callable[[], str]) -> Verdict:
             raise RuntimeError("boom")
 
     async with app(Broken()) as client:

@@ -34,6 +34,8 @@ from typing import Any, Final
 from hami.errors import InvalidInput
 from hami.protocol.dra import OwnerReference
 from hami.protocol.objects import Pod
+from hami.scheduling.dra.translate import DRA_LABEL
+from hami.scheduling.dra.translate import REQUESTS_ANNOTATION as DRA_REQUESTS_ANNOTATION
 
 __all__ = [
     "DRA_LABEL",
@@ -49,10 +51,6 @@ __all__ = [
     "served",
 ]
 
-DRA_LABEL: Final = "hami.io/dra"
-"""The label of a DRA-mode pod and of its claims (HAMi-DRA's), value ``"true"``."""
-DRA_REQUESTS_ANNOTATION: Final = "hami.io/dra-requests"
-"""The pod's claims by object name → each container's original HAMi request (written by ``/webhook/dra``)."""
 DRA_POD_ANNOTATION: Final = "hami.io/dra-pod"
 """On a claim: the name of the pod it was created for."""
 RESOURCE_API: Final = "resource.k8s.io/v1"
