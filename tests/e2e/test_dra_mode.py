@@ -405,3 +405,16 @@ def test_a_dra_pod_over_its_namespaces_gpu_memory_quota_is_refused_at_admission(
     assert claim_names(small)
     with contextlib.suppress(ApiError):
         kube.delete_pod(ns, "small")
+
+
+def test_a_memory_percentage_becomes_that_share_of_the_published_card(stack: Stack) -> None:
+    kube, ns = stack.kube, stack.dra_ns
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50", "nvidia.com/gpucores": "10"}
+    created = kube.create_pod(ns, "half", limits=limits)
+    [name] = claim_names(created)
+    kube.wait_for_pod_scheduled(ns, "half")
+    claim = stack.claim(ns, name)
+    [request] = claim["spec"]["devices"]["requests"]
+    assert [a["name"] for a in request["firstAvailable"]] == ["mem-40960"]  # the one card size published
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    assert parse_quantity(result["consumedCapacity"]["memory"], "memory") == 20480 * MIB
