@@ -4,9 +4,10 @@ The decisions are pure (``hami.scheduling.dra.translate``): ``DraAdmission`` ans
 admission first, over the extender's vendors, defaults and quota book, as ``/webhook``), and ``claim_spec``
 re-translates a pod's recorded request into its claim's spec for the claim controller (``hami.server.draclaims``).
 
-Both are given the card memory sizes the DRA driver publishes now (``DraLedger.memory_sizes``: the ResourceSlices
-hami counts), so a ``gpumem-percentage`` request becomes one alternative per card size (``firstAvailable``). At most
-``MAX_ALTERNATIVES`` sizes, the smallest: a cluster with more distinct card sizes serves such a request on those.
+Both are given the card memory sizes ``--dra-card-memory`` names, else those hami's DRA driver publishes now
+(``DraLedger.memory_sizes``: the ResourceSlices hami counts), so a ``gpumem-percentage`` request becomes one
+alternative per card size (``firstAvailable``). At most ``MAX_ALTERNATIVES`` sizes, the smallest: a cluster with
+more distinct card sizes serves such a request on those.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ __all__ = ["LiveDraAdmission", "dra_settings", "dra_translate"]
 
 def dra_settings(settings: SchedulerSettings, extender: Extender) -> DraModeSettings:
     """The translation's settings now: the DeviceClass the claims name (``--dra-device-class``) and the card
-    memory sizes hami's driver publishes."""
-    sizes = extender.dra.memory_sizes(DEFAULT_DRA_DRIVER)[:MAX_ALTERNATIVES]
+    memory sizes: ``--dra-card-memory``, else those hami's driver publishes."""
+    sizes = settings.dra_card_memory or extender.dra.memory_sizes(DEFAULT_DRA_DRIVER)[:MAX_ALTERNATIVES]
     return DraModeSettings(device_class=settings.dra_device_class, card_memory_mib=sizes)
 
 

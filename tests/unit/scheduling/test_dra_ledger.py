@@ -11,8 +11,8 @@ from hami.scheduling.state import ClusterState, PodRecord
 from hami.scheduling.usage import Charge
 from tests.unit.scheduling.builders import NVIDIA, gpu, resource_quota, vendors
 from tests.unit.scheduling.drafix import (
-    DRIVER,
     A100_MIB,
+    DRIVER,
     SMALL_MIB,
     UUID,
     cards,
