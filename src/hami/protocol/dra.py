@@ -9,9 +9,9 @@ capacity sit directly on the device (v1beta1 nested them under ``basic``):
 
 * ``ResourceSlice.spec``: ``driver``, ``pool.{name, generation}``, ``nodeName``, ``devices[].{name, attributes,
   capacity (value, requestPolicy.default), allowMultipleAllocations, nodeName, taints[].{key, value, effect}}``;
-* ``ResourceClaim``: ``metadata.uid``, ``status.allocation.devices.results[].{request, driver, pool, device,
-  shareID, consumedCapacity, adminAccess}``, ``status.allocation.nodeSelector``, ``status.reservedFor[].{resource,
-  name, uid}``;
+* ``ResourceClaim``: ``metadata.uid``, ``metadata.ownerReferences[].{apiVersion, kind, name, uid, controller}``,
+  ``status.allocation.devices.results[].{request, driver, pool, device, shareID, consumedCapacity, adminAccess}``,
+  ``status.allocation.nodeSelector``, ``status.reservedFor[].{resource, name, uid}``;
 * ``DeviceClass.spec.extendedResourceName``.
 
 Quantities stay as written (``"80Gi"``, or a number from a YAML file); ``hami.protocol.quantity`` parses them.
@@ -32,6 +32,7 @@ __all__ = [
     "HAMI_CORE_CONFIG_KIND",
     "AllocationResult",
     "CapacityRequestPolicy",
+    "ClaimMeta",
     "Device",
     "DeviceAllocationConfiguration",
     "DeviceAllocationResult",
@@ -45,6 +46,7 @@ __all__ = [
     "NodeSelectorRequirement",
     "NodeSelectorTerm",
     "OpaqueDeviceConfiguration",
+    "OwnerReference",
     "ResourceClaim",
     "ResourceClaimConsumerReference",
     "ResourceClaimStatus",
@@ -235,8 +237,24 @@ class ResourceClaimStatus(msgspec.Struct, rename="camel", omit_defaults=True):
     reserved_for: list[ResourceClaimConsumerReference] = []
 
 
+class OwnerReference(msgspec.Struct, rename="camel", omit_defaults=True):
+    """``metadata.ownerReferences[]`` as far as hami reads it (DRA mode: whose claim it is)."""
+
+    api_version: str = ""
+    kind: str = ""
+    name: str = ""
+    uid: str = ""
+    controller: bool = False
+
+
+class ClaimMeta(ObjectMeta, rename="camel", omit_defaults=True):
+    """A claim's metadata: with its owners (DRA mode's claim controller creates claims owned by their pod)."""
+
+    owner_references: list[OwnerReference] = msgspec.field(default_factory=list)
+
+
 class ResourceClaim(msgspec.Struct, omit_defaults=True):
-    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    metadata: ClaimMeta = msgspec.field(default_factory=ClaimMeta)
     status: ResourceClaimStatus = msgspec.field(default_factory=ResourceClaimStatus)
     kind: str = "ResourceClaim"
 

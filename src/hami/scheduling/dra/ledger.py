@@ -68,7 +68,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from hami.config.dra import DraConfig, DraDriverConfig
+from hami.config.dra import MEMORY_UNITS_MIB, DraConfig, DraDriverConfig
 from hami.protocol.dra import DeviceClass, DeviceRequestAllocationResult, ResourceClaim, ResourceSlice
 from hami.protocol.inventory import DeviceInfo
 from hami.scheduling.dra.amounts import Held, device_card, result_held
@@ -221,6 +221,22 @@ class DraLedger:
             (cfg.vendor, device_card(dev, cfg), Held(mem, cores))
             for _, (cfg, dev, (mem, cores)) in sorted(found.items())
         ]
+
+    def memory_sizes(self, driver: str) -> tuple[int, ...]:
+        """The distinct memory sizes in MiB (rounded down) of the devices ``driver`` publishes, smallest first (DRA
+        mode turns a ``gpumem-percentage`` into one alternative per card size); () for a driver not counted."""
+        config = self.drivers.get(driver)
+        if config is None:
+            return ()
+        num, den = MEMORY_UNITS_MIB[config.memory_unit]
+        sizes = {
+            int(dev.memory.value * num / den)
+            for published in self._slices.values()
+            if published.pool[0] == driver
+            for dev in published.devices
+            if dev.memory is not None
+        }
+        return tuple(sorted(size for size in sizes if size > 0))
 
     # --- events --------------------------------------------------------------------------------------------------
     def slice_event(self, sl: ResourceSlice, deleted: bool = False) -> list[DraProblem]:

@@ -37,6 +37,7 @@ import msgspec
 from hami.devices.base import Vendor
 from hami.devices.dra import DraModeSettings, DraRefused, DraRequest, DraTranslation, cel_string
 from hami.errors import InvalidInput
+from hami.protocol import keys
 from hami.protocol.jsonpatch import apply_patch
 from hami.protocol.objects import Container, Pod, ResourceRequirements
 from hami.protocol.podpatch import PatchOp, Section, pointer
@@ -55,8 +56,8 @@ __all__ = [
     "claim_spec",
 ]
 
-DRA_LABEL: Final = "hami.io/dra"
-REQUESTS_ANNOTATION: Final = "hami.io/dra-requests"
+DRA_LABEL: Final = keys.DRA_LABEL
+REQUESTS_ANNOTATION: Final = keys.DRA_REQUESTS
 REQUEST_NAME: Final = "gpu"
 MIB: Final = 1 << 20
 
