@@ -6,12 +6,14 @@ plugin holds back from claims stays the device plugin's."""
 from __future__ import annotations
 
 import msgspec
+from prometheus_client import CollectorRegistry
 
 from hami.deviceplugin.discovery import GpuInfo
 from hami.deviceplugin.dra.slices import DRIVER, NodeFacts, resource_slice, slice_devices
 from hami.protocol import keys
 from hami.protocol.allocation import decode_pod_devices
 from hami.protocol.dra import ResourceSlice
+from hami.server.dra import DraCollector
 from tests.unit.scheduling.drafix import result, synthetic_claim
 from tests.unit.server.support import NS, World, gpu_node, gpu_pod, make_world
 
@@ -75,3 +77,14 @@ async def test_a_card_held_back_from_claims_stays_the_device_plugins_and_counts_
     world.add_pod(gpu_pod("q", mem=1000, cores=10, annotations={keys.NVIDIA_USE_GPUUUID: GPU1}))
     assert (await world.filter(world.pod("q"), [NODE])).node_names in (None, [])
     assert world.state.verify() == []
+
+
+def test_the_gauge_counts_the_cards_held_back_per_node() -> None:
+    world = switching_world(frozenset({GPU1}))
+    extender = world.extender
+    registry = CollectorRegistry()
+    registry.register(DraCollector(lambda: world.state, extender.dra_problems, extender.dra_warnings,
+                                   lambda: True, extender.dra.tainted))  # fmt: skip
+    assert registry.get_sample_value("hami_dra_cards_held_back", {"node": NODE}) == 1
+    assert extender.on_resource_slice(plugins_slice(frozenset())) == []  # the pods are gone: republished
+    assert registry.get_sample_value("hami_dra_cards_held_back", {"node": NODE}) is None
