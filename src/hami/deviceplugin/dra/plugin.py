@@ -15,6 +15,10 @@
   spec, directory and entry for ever. A claim the API cannot be asked about stays.
 * :func:`publish_loop` re-reads the GPUs every ``rediscover_s`` and when health changes; :func:`watch_xids`
   feeds critical XIDs into the :class:`~.inventory.HealthBook`.
+* :class:`DevicePluginGuard` watches the pods bound to this node (``spec.nodeName``) and those hami's extender
+  chose it for (label ``hami.io/vgpu-node``), and holds back from claims every card a pod of hami's device plugin
+  holds (:mod:`.guard`): the publisher taints it, and the first slice is published only after both first lists
+  are in, so no card is ever offered before the plugin knows.
 """
 
 from __future__ import annotations
@@ -34,17 +38,22 @@ import grpc
 from hami.deviceplugin.discovery import GpuInfo, GpuSource, discover
 from hami.deviceplugin.dra import draapi as api
 from hami.deviceplugin.dra.claims import PrepareRefused
+from hami.deviceplugin.dra.guard import HELD_BACK_TAINT, Holders, device_plugin_holders
 from hami.deviceplugin.dra.inventory import HealthBook, Inventory, read_inventory
-from hami.deviceplugin.dra.slices import DRIVER, resource_slice, slice_name
+from hami.deviceplugin.dra.slices import DRIVER, TAINT_KEY, resource_slice, slice_name
 from hami.deviceplugin.dra.state import ClaimStore, PreparedDevice
 from hami.deviceplugin.nvml import APPLICATION_XIDS, NvmlLib
 from hami.errors import HamiError, NotFound, NvmlError
 from hami.k8s.client import KubeClient
-from hami.k8s.resources import NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
+from hami.k8s.resources import NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from hami.k8s.watch import Callbacks, Reflector
 from hami.protocol.dra import ResourceClaim
-from hami.protocol.objects import Node
+from hami.protocol.keys import VGPU_NODE
+from hami.protocol.objects import Node, Pod
+from hami.scheduling.records import HAMI_SCHEDULER
 
 __all__ = [
+    "DevicePluginGuard",
     "DraPaths",
     "DraService",
     "InventoryState",
@@ -207,11 +216,12 @@ class SlicePublisher:
         self._node = node_name
         self._published: dict[str, Any] | None = None
 
-    async def publish(self, inventory: Inventory) -> bool:
-        """Create or patch the slice; returns whether anything was written. Raises ``ApiError``."""
+    async def publish(self, inventory: Inventory, held_back: frozenset[str] = frozenset()) -> bool:
+        """Create or patch the slice, the cards ``held_back`` (UUIDs) tainted; returns whether anything was
+        written. Raises ``ApiError``."""
         node = await self._client.get(NODES, self._node, type=Node)
         others, generation = await self._other_slices()
-        desired = resource_slice(self._node, node.metadata.uid, inventory.devices, inventory.facts)
+        desired = resource_slice(self._node, node.metadata.uid, inventory.devices, inventory.facts, held_back=held_back)
         name = slice_name(self._node)
         try:
             current = await self._client.get(RESOURCE_SLICES, name, type=dict[str, Any])
@@ -240,6 +250,7 @@ class SlicePublisher:
     async def _patch(self, current: dict[str, Any], desired: dict[str, Any], generation: int) -> bool:
         spec = current.get("spec", {})
         wanted = desired["spec"]
+        _keep_taint_times(spec.get("devices", []), wanted["devices"])
         same = (
             all(spec.get(k) == wanted[k] for k in ("driver", "nodeName", "devices"))
             and spec.get("pool", {}).get("name") == wanted["pool"]["name"]
@@ -250,14 +261,100 @@ class SlicePublisher:
         wanted["pool"]["generation"] = generation + 1
         body = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}, "spec": wanted}
         await self._client.patch(RESOURCE_SLICES, current["metadata"]["name"], body, type=dict[str, Any])
-        healthy = sum("taints" not in d for d in wanted["devices"])
-        log.info(
-            "updated ResourceSlice %s: %d devices, %d healthy",
-            current["metadata"]["name"],
-            len(wanted["devices"]),
-            healthy,
-        )
+        devices = wanted["devices"]
+        healthy = sum(all(t["key"] != TAINT_KEY for t in d.get("taints", ())) for d in devices)
+        held = sum(any(t["key"] == HELD_BACK_TAINT for t in d.get("taints", ())) for d in devices)
+        name = current["metadata"]["name"]
+        log.info("updated ResourceSlice %s: %d devices, %d healthy, %d held back", name, len(devices), healthy, held)
         return True
+
+
+def _keep_taint_times(current: list[dict[str, Any]], wanted: list[dict[str, Any]]) -> None:
+    """Give each wanted taint the ``timeAdded`` the API server stamped on the same taint of the same device, so
+    an unchanged slice compares equal (and is not written again) and a taint keeps the time it was added."""
+    stamped = {
+        (d.get("name"), t.get("key"), t.get("effect")): t["timeAdded"]
+        for d in current
+        for t in d.get("taints", ())
+        if "timeAdded" in t
+    }
+    for device in wanted:
+        for taint in device.get("taints", ()):
+            added = stamped.get((device["name"], taint["key"], taint["effect"]))
+            if added is not None:
+                taint["timeAdded"] = added
+
+
+_LABEL_VALUE_MAX = 63
+"""A label value's longest length: a longer node name cannot be selected by label."""
+
+
+class DevicePluginGuard:
+    """The cards pods of hami's device plugin hold on this node (module docstring), from two watches: the pods
+    bound to it (``spec.nodeName``) and the pods hami's ``/filter`` chose it for and has not bound yet (label
+    ``hami.io/vgpu-node=<node>``, written with the allocation), so a card is held back from the moment hami
+    reserves it, as hami's ledger charges it. ``changed`` is set whenever the held cards change (and once both
+    first lists are in: :attr:`synced`)."""
+
+    def __init__(self, client: KubeClient, node_name: str, schedulers: frozenset[str], changed: asyncio.Event) -> None:
+        self._node = node_name
+        self._schedulers = schedulers
+        self._changed = changed
+        self.holders = Holders()
+        self._logged: frozenset[str] = frozenset()
+        self._listed: set[str] = set()
+        self.synced = asyncio.Event()
+        """Set once both watches have listed: before, no card may be offered."""
+        self.bound: Reflector[Pod] = Reflector(
+            client, PODS, Pod, Callbacks(self._on_pod, functools.partial(self._on_listed, "bound")),
+            field_selector=f"spec.nodeName={node_name}",
+        )  # fmt: skip
+        self.chosen: Reflector[Pod] | None = None
+        if len(node_name) <= _LABEL_VALUE_MAX:
+            self.chosen = Reflector(
+                client, PODS, Pod, Callbacks(self._on_pod, functools.partial(self._on_listed, "chosen")),
+                label_selector=f"{VGPU_NODE}={node_name}",
+            )  # fmt: skip
+        else:  # no label can name this node (hami's label write fails too): the bound pods are all there is
+            self._listed.add("chosen")
+
+    async def run(self) -> None:
+        """Both watches, until cancelled."""
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.bound.run())
+            if self.chosen is not None:
+                group.create_task(self.chosen.run())
+
+    def _on_listed(self, which: str) -> None:
+        self._listed.add(which)
+        if len(self._listed) == 2 and not self.synced.is_set():
+            self.synced.set()
+            self._refresh(force=True)
+        elif self.synced.is_set():
+            self._refresh()  # a relist after a watch failure
+
+    def _on_pod(self, pod: Pod, deleted: bool) -> None:
+        if self.synced.is_set():
+            self._refresh()
+
+    def _refresh(self, *, force: bool = False) -> None:
+        stores = [r.store for r in (self.chosen, self.bound) if r is not None]
+        pods = {p.metadata.uid: p for store in stores for p in store.values()}  # the bound view last
+        holders = device_plugin_holders(pods.values(), self._node, self._schedulers)
+        if holders != self.holders or force:
+            self.holders = holders
+            self._changed.set()
+
+    def held_back(self, inventory: Inventory) -> frozenset[str]:
+        """The inventory's cards to publish held back; logs each card as it is held back or released."""
+        uuids = [d.gpu.uuid for d in inventory.devices]
+        held = self.holders.held_back(uuids)
+        for uuid in sorted(held - self._logged):
+            log.info("GPU %s: held back from claims: %s", uuid, self.holders.why(uuid))
+        for uuid in sorted(self._logged - held):
+            log.info("GPU %s: no pod of the device plugin holds it any more, offering it to claims", uuid)
+        self._logged = held
+        return held
 
 
 async def watch_xids(source: GpuSource, gpus: Callable[[], list[GpuInfo]], book: HealthBook, state: InventoryState,
@@ -337,16 +434,26 @@ async def publish_loop(
     *,
     rediscover_s: float = 60.0,
     root_of: Callable[[str], str] | None = None,
+    guard: DevicePluginGuard | None = None,
 ) -> None:
-    """Discover, publish, repeat every ``rediscover_s`` or when health changes, until cancelled. NVML and API
+    """Discover, publish, repeat every ``rediscover_s`` or when health or the cards ``guard`` holds back change,
+    until cancelled. With ``guard``, nothing is published before its first list of pods is in. NVML and API
     failures are logged and retried at the next round."""
     seen: dict[str, GpuInfo] = {}  # every GPU published so far: one discovery stops finding stays, tainted
+    waited = 0
     while True:
         state.changed.clear()
         try:
             inventory = await _read_node(source, seen, book, root_of)
             state.set(inventory)
-            await publisher.publish(inventory)
+            if guard is None:
+                await publisher.publish(inventory)
+            elif guard.synced.is_set():
+                await publisher.publish(inventory, guard.held_back(inventory))
+            else:
+                waited += 1  # at start-up once; again means the list fails (the pods list/watch right missing?)
+                level = logging.INFO if waited == 1 else logging.WARNING
+                log.log(level, "not publishing yet: the pods bound to this node (list/watch pods) are not listed")
         except (HamiError, NvmlError) as exc:
             log.error("cannot publish this node's GPUs: %s", exc)
         with contextlib.suppress(TimeoutError):
@@ -364,6 +471,8 @@ class PluginRun:
     clean_up_s: float = 600.0
     root_of: Callable[[str], str] | None = None
     numa: Callable[[str], int] | None = None
+    schedulers: frozenset[str] = frozenset({HAMI_SCHEDULER})
+    """hami's scheduler names: the device-plugin pods the guard believes (:mod:`.guard`)"""
 
 
 def claim_reader(client: KubeClient) -> ClaimReader:
@@ -390,10 +499,14 @@ async def run_dra_plugin(lib: NvmlLib, client: KubeClient, store: ClaimStore, ru
     service = DraService(store, state, read_claim, pool=run.node_name)
     registration = RegistrationService(run.paths)
     publisher = SlicePublisher(client, run.node_name)
+    guard = DevicePluginGuard(client, run.node_name, run.schedulers, state.changed)
     try:
         async with serve_sockets(service, registration, run.paths), asyncio.TaskGroup() as group:
+            group.create_task(guard.run())
             group.create_task(
-                publish_loop(source, publisher, state, book, rediscover_s=run.rediscover_s, root_of=run.root_of)
+                publish_loop(
+                    source, publisher, state, book, rediscover_s=run.rediscover_s, root_of=run.root_of, guard=guard
+                )
             )
             group.create_task(watch_xids(source, gpus, book, state))
             group.create_task(clean_up_loop(store, read_claim, run.clean_up_s))
