@@ -1,5 +1,5 @@
 """A node switched to DRA while a pod of hami's device plugin still holds a share of one of its cards
-(docs/dra-mode-switching.md), on the real control plane.
+(docs/dra-mode.md#switching-between-modes), on the real control plane.
 
 The node registers two cards in HAMi's format; hami's extender (kube-scheduler calling it) places a device-plugin
 pod on card 0. Then ``hami dra-plugin`` starts for the node under the chart's ServiceAccount, ClusterRole and

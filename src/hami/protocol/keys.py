@@ -60,7 +60,7 @@ NVIDIA_HANDSHAKE: Final = "hami.io/node-handshake"
 
 # --- DRA device taints ------------------------------------------------------------------------
 # hami's own: hami's DRA plugin holds a card back from claims (NoSchedule) while pods hami placed through the
-# device plugin hold shares of it (docs/dra-mode-switching.md)
+# device plugin hold shares of it (docs/dra-mode.md#switching-between-modes)
 DEVICE_PLUGIN_PODS_TAINT: Final = "hami.io/device-plugin-pods"
 
 # --- pod annotations and labels set by users --------------------------------------------------

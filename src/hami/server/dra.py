@@ -316,7 +316,7 @@ def _held(state: ClusterState) -> Iterator[Metric]:
 
 def _held_back(tainted: Iterable[tuple[str, DraDevice]]) -> Metric:
     """``hami_dra_cards_held_back{node}``: devices hami's DRA plugin holds back from claims because device-plugin
-    pods use them (docs/dra-mode-switching.md)."""
+    pods use them (docs/dra-mode.md#switching-between-modes)."""
     family = GaugeMetricFamily(
         "hami_dra_cards_held_back",
         "Devices hami's DRA plugin holds back from claims because pods of hami's device plugin use them",

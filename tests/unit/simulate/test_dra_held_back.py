@@ -1,5 +1,5 @@
 """``hami top`` on a card hami's DRA plugin holds back from claims because device-plugin pods use it
-(docs/dra-mode-switching.md): the card stays healthy; the DRA section says it is held back and why."""
+(docs/dra-mode.md#switching-between-modes): the card stays healthy; the DRA section says it is held back and why."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Which cards hami's DRA plugin holds back from claims because pods of the device plugin hold shares of them
-(docs/dra-mode-switching.md).
+(docs/dra-mode.md#switching-between-modes).
 
 kube-scheduler allocates claims from the slice alone: it does not see the pods hami's extender placed through the
 device plugin (allocation annotations). On a node switched to DRA while such pods still run (``helm upgrade`` with

@@ -99,7 +99,7 @@ class DraDevice:
     @property
     def held_back(self) -> bool:
         """hami's DRA plugin holds it back from claims because pods of hami's device plugin use it
-        (docs/dra-mode-switching.md): the card is well, only not offered to claims."""
+        (docs/dra-mode.md#switching-between-modes): the card is well, only not offered to claims."""
         return any(t.partition(":")[0].partition("=")[0] == keys.DEVICE_PLUGIN_PODS_TAINT for t in self.taints)
 
     @property
