@@ -624,7 +624,8 @@ def top(
     for w in warnings:
         typer.echo(f"warning: {w}", err=True)
     namespace = "" if cluster.all_namespaces else cluster.namespace or ""
-    view = build_top(sim.state, TopFilter(node, vendor, model, namespace, sort, cpu_nodes), sim.dra)
+    flt = TopFilter(node, vendor, model, namespace, sort, cpu_nodes)
+    view = build_top(sim.state, flt, sim.dra, sim.dra_served, sim.claim_containers)
     waiting = [g for g in gang_views(sim, pods) if not g.complete and (not namespace or g.namespace == namespace)]
     view = dataclasses.replace(view, gangs=tuple(waiting))
     if output in (Output.json, Output.yaml):

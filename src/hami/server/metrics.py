@@ -3,7 +3,9 @@
 Cluster gauges are computed at scrape time from the live ``ClusterState`` (no copy, no background loop), so
 HAMi's Grafana dashboards work unchanged: same metric names, same labels, the constant label ``zone="vGPU"``,
 memory in bytes (MiB × 1048576). Pod-level gauges use hami's per-device effective charges, so like HAMi's they
-carry ``container_index="0"``.
+carry ``container_index="0"``. A DRA claim's share (DRA mode, issue 38) is a pod-level sample like a device-plugin
+pod's, under each pod the claim serves (``hami.scheduling.dra.claim_users``), with the same labels: HAMi's
+dashboards show DRA-mode pods beside the others.
 
 hami adds latency histograms per stage and endpoint, decisions by result (and those that passed over a node whose
 node lock a bind held or was about to take), lock hand-over waits, Kubernetes API errors, ledger
@@ -23,6 +25,7 @@ from prometheus_client.registry import Collector
 from hami import __version__
 from hami.devices.base import core_counter
 from hami.scheduling.audit import DriftKind
+from hami.scheduling.dra import claim_users
 from hami.scheduling.fragmentation import card_fragments, fragmentation_index, model_fragments
 from hami.scheduling.holds import PreemptionHold
 from hami.scheduling.state import ClusterState, NodeState
@@ -150,11 +153,12 @@ def _pod_metrics(state: ClusterState) -> Iterator[Metric]:
         "hami_vgpu_core_allocated_ratio", "Cores allocated to a pod on a device", labels=pod_labels
     )
     devcores = device_cores(state)
-    for record in state.pods.values():
+    shares = [(r, r.name) for r in state.pods.values()] + [(r, pod) for r, pod in claim_users(state)]
+    for record, pod in shares:
         for ch in record.charges:
             if not ch.uuid:
                 continue
-            labels = [record.namespace, record.node, record.name, "0", ch.uuid, _ZONE]
+            labels = [record.namespace, record.node, pod, "0", ch.uuid, _ZONE]
             vmem.add_metric(labels, ch.mem * _MIB)
             total, count = devcores.get(ch.uuid, (0, _as_is))
             vcore.add_metric(labels, core_percent(total, count(ch.cores))[1])

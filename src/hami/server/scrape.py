@@ -17,6 +17,7 @@ The order of families and samples is ``hami.server.metrics._StateCollector``'s (
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 
@@ -25,6 +26,7 @@ from prometheus_client.utils import floatToGoString
 
 from hami.devices.base import Vendor, core_counter
 from hami.protocol.inventory import DeviceInfo
+from hami.scheduling.dra import claim_users
 from hami.scheduling.fragmentation import (
     CardFragment,
     Shape,
@@ -164,7 +166,12 @@ def _as_is(value: int) -> int:
     return value
 
 
-def _pods(records: Sequence[PodRecord], devcores: Mapping[str, tuple[int, Count]]) -> Iterator[str]:
+def _pods(
+    records: Sequence[PodRecord],
+    devcores: Mapping[str, tuple[int, Count]],
+    claims: Sequence[tuple[PodRecord, str]] = (),
+) -> Iterator[str]:
+    """The pod-level samples: each pod's charges, then each DRA claim's under each pod it serves (``claims``)."""
     vmem = _Family("hami_vgpu_memory_allocated_bytes", "Memory allocated to a pod on a device", _POD)
     vcore = _Family("hami_vgpu_core_allocated_ratio", "Cores allocated to a pod on a device", _POD)
     amounts: tuple[tuple[_Family, Callable[[int, int], int]], ...] = (
@@ -173,10 +180,10 @@ def _pods(records: Sequence[PodRecord], devcores: Mapping[str, tuple[int, Count]
     )
     for family, amount in amounts:
         out = [family.head]
-        for record in records:
+        for record, pod in itertools.chain(((r, r.name) for r in records), claims):
             for ch in record.charges:
                 if ch.uuid:
-                    labels = [record.namespace, record.node, record.name, "0", ch.uuid, _ZONE]
+                    labels = [record.namespace, record.node, pod, "0", ch.uuid, _ZONE]
                     total, count = devcores.get(ch.uuid, (0, _as_is))
                     cores = core_percent(total, count(ch.cores))[1]
                     out.append(family.sample(labels, amount(ch.mem, cores)))
@@ -277,7 +284,7 @@ def state_text(state: ClusterState) -> Iterator[str]:
     for k in range(0, len(nodes), _BATCH // 4):  # 40,000 devices took 0.3 s in one go
         device_cores(state, nodes[k : k + _BATCH // 4], devcores)
         yield ""
-    yield from _pods(records, devcores)
+    yield from _pods(records, devcores, claim_users(state))
     yield from _quotas(state)
     yield from _problems(nodes, records)
     yield from _fragmentation(state, records)

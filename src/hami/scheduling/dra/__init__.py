@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from hami.scheduling.dra.held import DraRecord, HeldCard, held_by_card
+from hami.scheduling.dra.held import DraRecord, HeldCard, claim_users, consumers, held_by_card
 from hami.scheduling.dra.ledger import DraLedger
 from hami.scheduling.dra.mapping import DraDevice, ProblemKind
 from hami.scheduling.dra.reports import DraProblem, DraWarning, WarningKind
@@ -23,5 +23,7 @@ __all__ = [
     "HeldCard",
     "ProblemKind",
     "WarningKind",
+    "claim_users",
+    "consumers",
     "held_by_card",
 ]
