@@ -4,6 +4,8 @@ describes and on a node only the DRA driver serves."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from hami.protocol.drapod import as_written, claim_containers, dra_requests
@@ -22,9 +24,9 @@ MIXED = "gpu-a"  # hami's device plugin and the DRA plugin both serve its cards 
 ONLY = "dra-b"  # only the DRA plugin: no hami registration
 
 
-def mixed_slice() -> dict[str, object]:
+def mixed_slice() -> dict[str, Any]:
     sl = hami_slice(MIXED, [16000, 16000], model="NVIDIA-Tesla T4")
-    for i, dev in enumerate(sl["spec"]["devices"]):  # type: ignore[index]
+    for i, dev in enumerate(sl["spec"]["devices"]):
         dev["attributes"]["uuid"] = {"string": f"GPU-{MIXED}-{i}"}
     return sl
 
