@@ -173,7 +173,8 @@ def allocate(state: ClusterState, name: str, req: PodRequest, published: Publish
             taken, reasons, checks = _first_fit(state, node, req, creq, mine[vendor], extra)
             first = first or checks
             if len(taken) < creq.nums:
-                return DraPlacement(name, rejection=_rejection(name, creq, reasons, len(checks)), cards=tuple(checks))
+                rejection = _rejection(name, creq, reasons, len(checks), len(taken))
+                return DraPlacement(name, rejection=rejection, cards=tuple(checks))
             devices[vendor].append(tuple(taken))
             for d in taken:
                 mem, cores = extra.get(d.uuid, (0, 0))
@@ -185,16 +186,20 @@ def allocate(state: ClusterState, name: str, req: PodRequest, published: Publish
     return DraPlacement(name, placed, charges, cards=tuple(first), score=node.score())
 
 
-def _rejection(name: str, creq: ContainerRequest, reasons: dict[Reason, int], published: int) -> NodeRejection:
-    """Too few cards fit one claim: the cards' reasons, and ``NodeInsufficientDevice`` when the node does not
-    publish as many cards as the claim asks (it never could: unresolvable)."""
+def _rejection(
+    name: str, creq: ContainerRequest, reasons: dict[Reason, int], published: int, fit: int
+) -> NodeRejection:
+    """Too few cards fit one claim: the cards' reasons, how many fit of how many asked, and
+    ``NodeInsufficientDevice`` when the node does not publish as many cards as the claim asks (it never could:
+    unresolvable)."""
     counts = dict(reasons)
     short = published < creq.nums
     if short:
         counts[Reason.NODE_INSUFFICIENT_DEVICE] = max(published, 1)
-    total = max(published, 1)
-    detail = f"{published} card(s) published, the claim asks for {creq.nums} distinct" if short else ""
-    return NodeRejection(name, counts, total, (), short, detail)
+        detail = f"{published} card(s) published, the claim asks for {creq.nums} distinct"
+    else:
+        detail = f"{fit} of {published} card(s) fit, the claim asks for {creq.nums} distinct"
+    return NodeRejection(name, counts, max(published, 1), (), short, detail)
 
 
 def choose(placements: Iterable[DraPlacement], node_policy: str) -> DraPlacement | None:
