@@ -43,6 +43,7 @@ from hami.scheduling.bind import bind_lock_keys
 from hami.scheduling.cycle import Cycle
 from hami.scheduling.decide import Decision
 from hami.scheduling.dra import DraLedger, DraProblem, DraWarning
+from hami.scheduling.dra.served import ServedView
 from hami.scheduling.outcomes import (
     ApiFailure,
     BindOutcome,
@@ -150,6 +151,12 @@ class Extender:
         """DRA claims charged beside hami's pods (``hami.scheduling.dra``); fed by the ``on_resource_*`` handlers."""
         self.dra.pod_lookup = self._live_pod_uid
         self.dra.settled = self._synced
+        self.served = ServedView(state, dra if dra is not None else DraConfig())
+        """Nodes only a DRA driver serves, apart from ``state`` (no pod of hami's is placed there): their cards and
+        claims for the metrics (``hami.scheduling.dra.served``)."""
+        self.served.ledger.pod_lookup = self._live_pod_uid
+        self.served.ledger.settled = self._synced
+        metrics.served = lambda: self.served.state
         self._gang_tasks: set[asyncio.Task[None]] = set()
         """Releases of gangs whose PodGroup failed, running (``on_pod_group``)."""
         self.freed: Callable[[str], None] = lambda node: None
@@ -376,6 +383,7 @@ class Extender:
             log.warning("%s", problem)
         meta = pod.metadata
         _log_dra(self.dra.pod_event(meta.namespace, meta.name, meta.uid, deleted))
+        self.served.pod_event(meta.namespace, meta.name, meta.uid, deleted)
 
     def on_node(self, node: Node, deleted: bool = False) -> None:
         """Apply one node event to the state. An event that changes nothing the state reads (a node lock taken or
@@ -389,6 +397,7 @@ class Extender:
             self._node_inputs.pop(name, None)
             self.state.remove_node(name)
             _log_dra(self.dra.node_event(name))
+            self.served.node_event(name)
             return
         self.busy.node_seen(node)  # the locks this process's binds took, now shown by the watch
         inputs = self._inputs_of(node)
@@ -399,6 +408,7 @@ class Extender:
         held_back = set(before.unallocatable) if before is not None else set()
         after = self.state.upsert_node(node)
         _log_dra(self.dra.node_event(name))
+        self.served.node_event(name)
         if held_back - after.unallocatable.keys():
             # kubelet reports the devices again: the pods turned down meanwhile are retried now (the status update
             # that says so may have reached kube-scheduler before this handler)
@@ -423,11 +433,15 @@ class Extender:
     # --- DRA (issue 18): read-only towards DRA; the shell logs, counts and records the problems returned ----------
     def on_resource_slice(self, obj: ResourceSlice, deleted: bool = False) -> list[DraProblem]:
         """Apply a ResourceSlice event; returns the problems it newly raised."""
-        return self.dra.slice_event(obj, deleted)
+        raised = self.dra.slice_event(obj, deleted)
+        self.served.slice_event(obj, deleted)
+        return raised
 
     def on_resource_claim(self, obj: ResourceClaim, deleted: bool = False) -> list[DraProblem]:
         """Apply a ResourceClaim event; returns the problems it newly raised."""
-        return self.dra.claim_event(obj, deleted)
+        raised = self.dra.claim_event(obj, deleted)
+        self.served.claim_event(obj, deleted)
+        return raised
 
     def on_device_class(self, obj: DeviceClass, deleted: bool = False) -> list[DraProblem]:
         """Apply a DeviceClass event (its warning, if any, shows in ``dra_warnings()``); raises no problem."""

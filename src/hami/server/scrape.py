@@ -37,7 +37,7 @@ from hami.scheduling.fragmentation import (
     top_shapes,
 )
 from hami.scheduling.state import ClusterState, NodeState, PodRecord
-from hami.server.metrics import Metrics, core_percent, device_cores
+from hami.server.metrics import Metrics, core_percent, device_cores, with_served
 
 __all__ = ["SLICE_S", "scrape", "scrape_chunks", "state_text"]
 
@@ -275,16 +275,19 @@ def _card_families(cards: Sequence[CardFragment]) -> Iterator[str]:
         yield "".join(out)
 
 
-def state_text(state: ClusterState) -> Iterator[str]:
-    """The cluster gauges as Prometheus text, in pieces; resumable between pieces while the state changes."""
+def state_text(state: ClusterState, served: ClusterState | None = None) -> Iterator[str]:
+    """The cluster gauges as Prometheus text, in pieces; resumable between pieces while the state changes.
+    ``served``: the cards only a DRA driver serves (``Metrics.served``), in the device and pod gauges."""
     nodes = list(state.nodes.values())
     records = list(state.pods.values())
-    yield from _devices(nodes, state.vendors)
+    shown = with_served(state, served)
+    yield from _devices(shown, state.vendors)
     devcores: dict[str, tuple[int, Count]] = {}
-    for k in range(0, len(nodes), _BATCH // 4):  # 40,000 devices took 0.3 s in one go
-        device_cores(state, nodes[k : k + _BATCH // 4], devcores)
+    for k in range(0, len(shown), _BATCH // 4):  # 40,000 devices took 0.3 s in one go
+        device_cores(state, shown[k : k + _BATCH // 4], devcores)
         yield ""
-    yield from _pods(records, devcores, claim_users(state))
+    claims = claim_users(state) + (claim_users(served) if served is not None else [])
+    yield from _pods(records, devcores, claims)
     yield from _quotas(state)
     yield from _problems(nodes, records)
     yield from _fragmentation(state, records)
@@ -296,7 +299,7 @@ async def scrape_chunks(metrics: Metrics, state: ClusterState, slice_s: float = 
     yield generate_latest(metrics.own)
     parts: list[str] = []
     start = time.perf_counter()
-    for piece in state_text(state):
+    for piece in state_text(state, metrics.served()):
         parts.append(piece)
         if time.perf_counter() - start >= slice_s:
             yield "".join(parts).encode()
