@@ -76,7 +76,7 @@ def test_a_pending_dra_pod_is_told_which_card_lacks_what() -> None:
     ]
     text = render_explain(e)
     assert "cannot allocate all claims" in text
-    head = "dra-b: does not fit: 0 of 2 card(s) fit, the claim asks for 1 distinct; "
+    head = "dra-b: does not fit: 0 of 2 card(s) fit, the claim asks for 1; "
     assert head + "1/2 CardInsufficientMemory, 1/2 CardNotHealth" in text
     assert "(DRA claims hold 8000 MiB, 50 cores)" in text
     doc = explain_json(e)

@@ -198,7 +198,9 @@ def _rejection(
         counts[Reason.NODE_INSUFFICIENT_DEVICE] = max(published, 1)
         detail = f"{published} card(s) published, the claim asks for {creq.nums} distinct"
     else:
-        detail = f"{fit} of {published} card(s) fit, the claim asks for {creq.nums} distinct"
+        detail = (
+            f"{fit} of {published} card(s) fit, the claim asks for {creq.nums}{' distinct' if creq.nums > 1 else ''}"
+        )
     return NodeRejection(name, counts, max(published, 1), (), short, detail)
 
 
