@@ -147,21 +147,24 @@ class Extender:
         """Node annotations the state never reads: hami's own writes (locks, the requeue nudge)."""
         self._node_inputs: dict[str, tuple[object, ...]] = {}
         """Per node, what the state reads from it as last applied (see ``on_node``)."""
-        self.dra = DraLedger(state, dra if dra is not None else DraConfig())
-        """DRA claims charged beside hami's pods (``hami.scheduling.dra``); fed by the ``on_resource_*`` handlers."""
-        self.dra.pod_lookup = self._live_pod_uid
-        self.dra.settled = self._synced
-        self.served = ServedView(state, dra if dra is not None else DraConfig())
-        """Nodes only a DRA driver serves, apart from ``state`` (no pod of hami's is placed there): their cards and
-        claims for the metrics (``hami.scheduling.dra.served``)."""
-        self.served.ledger.pod_lookup = self._live_pod_uid
-        self.served.ledger.settled = self._synced
-        metrics.served = lambda: self.served.state
+        self.dra, self.served = self._dra_ledgers(state, dra if dra is not None else DraConfig(), metrics)
         self._gang_tasks: set[asyncio.Task[None]] = set()
         """Releases of gangs whose PodGroup failed, running (``on_pod_group``)."""
         self.freed: Callable[[str], None] = lambda node: None
         """Told each node whose capacity freed with no pod event (a preemption hold ran out): the runtime's
         requeue nudge (``hami.server.requeue``)."""
+
+    def _dra_ledgers(self, state: ClusterState, config: DraConfig, metrics: Metrics) -> tuple[DraLedger, ServedView]:
+        """``dra``: DRA claims charged beside hami's pods (``hami.scheduling.dra``), fed by the ``on_resource_*``
+        handlers; ``served``: the nodes only a DRA driver serves, apart from ``state`` (no pod of hami's is placed
+        there), their cards and claims for the metrics (``hami.scheduling.dra.served``)."""
+        ledger = DraLedger(state, config)
+        served = ServedView(state, config)
+        for each in (ledger, served.ledger):
+            each.pod_lookup = self._live_pod_uid
+            each.settled = self._synced
+        metrics.served = lambda: served.state
+        return ledger, served
 
     # --- CycleObserver ---------------------------------------------------------------------------------------
     def commit_failed_late(self, outcome: FilterOutcome) -> None:
