@@ -3,7 +3,10 @@ cards in the device gauges and each claim's share under its pod, while /filter s
 
 from __future__ import annotations
 
+from prometheus_client import CollectorRegistry
+
 from hami.protocol.objects import Node, NodeStatus, ObjectMeta
+from hami.server.dra import DraCollector
 from hami.server.scrape import state_text
 from tests.unit.scheduling.drafix import result, shared_device, synthetic_claim, synthetic_slice
 from tests.unit.server.support import NS, World, gpu_node, gpu_pod, make_world
@@ -64,3 +67,23 @@ def test_a_deleted_slice_takes_its_cards_out_of_the_view() -> None:
     world = dra_only_world()
     world.extender.on_resource_slice(synthetic_slice("s1", NODE, []), deleted=True)
     assert world.extender.served.state.nodes == {}
+
+
+def test_dra_mode_pods_are_marked_by_hamis_own_gauge() -> None:
+    world = dra_only_world()
+    world.add_node(gpu_node("n2", gpus=1, mem=24000))
+    world.extender.on_resource_slice(synthetic_slice("s2", "n2", [shared_device("gpu-0", "GPU-n2-0", "24000Mi")]))
+    claim = synthetic_claim("d", [result("gpu-0", "n2", "s2", memory="1Gi")], pods=[("q", "uid-q")], namespace=NS)
+    world.extender.on_resource_claim(claim)
+    registry = CollectorRegistry()
+    ext = world.extender
+    registry.register(
+        DraCollector(lambda: ext.state, ext.dra_problems, ext.dra_warnings, lambda: True, lambda: ext.served.state)
+    )
+    marked = {
+        (labels["namespace"], labels["pod"], labels["node"]): value
+        for family in registry.collect()
+        if family.name == "hami_dra_pod_claims"
+        for labels, value in ((s.labels, s.value) for s in family.samples)
+    }
+    assert marked == {(NS, "p", NODE): 1, (NS, "q", "n2"): 1}  # a DRA-only node's pod and a registered card's
