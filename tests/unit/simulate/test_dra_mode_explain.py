@@ -165,3 +165,14 @@ def test_the_simulate_command_takes_dra(tmp_path: Path) -> None:
     assert decision["message"].startswith("DRA mode: 1/3 nodes")
     plain = CliRunner().invoke(app, ["simulate", "--snapshot", str(snap), str(pods), "-o", "json"])
     assert json.loads(plain.stdout)["decisions"][0]["status"] == "pending"  # hami's extender: no card has 20000
+
+
+def test_the_text_report_counts_no_slots_on_a_card_only_the_dra_driver_serves(tmp_path: Path) -> None:
+    snap = tmp_path / "snap.json"
+    snap.write_text(snapshot_text(*objects()))
+    pods = tmp_path / "pods.json"
+    pods.write_text(snapshot_text(pod("x", 10000, 10, namespace="ml")))
+    result = CliRunner().invoke(app, ["simulate", "--snapshot", str(snap), str(pods), "--dra"])
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.stdout.splitlines() if line.startswith(f"{ONLY}  GPU-{ONLY}-0"))
+    assert row.split()[4] == "1/-"  # the serve pod's claim (x went to gpu-a); slots are not DRA's limit
