@@ -315,6 +315,16 @@ _LiveOpt = Annotated[
     ),
 ]
 
+_DraOpt = Annotated[
+    bool,
+    typer.Option(
+        "--dra",
+        help="What-if for DRA mode: place PODS as DRA-mode pods, with kube-scheduler's allocator on the cards DRA "
+        "drivers publish (first fit by card index, distinct cards per claim, the capacity claims and pods leave; "
+        "among feasible nodes hami's node policy), instead of through hami's extender.",
+    ),
+]
+
 _TemplateNodeOpt = Annotated[
     Path | None,
     typer.Option(
@@ -361,6 +371,7 @@ def simulate(
     *,
     families: Families,
     live: _LiveOpt = False,
+    dra: _DraOpt = False,
     template_node: _TemplateNodeOpt = None,
     device_profiles: _DeviceProfilesOpt = None,
     device_profile_label: _ProfileLabelOpt = "node.kubernetes.io/instance-type",
@@ -392,6 +403,7 @@ def simulate(
         fail_on_pending=fail_on_pending,
         strict=strict,
         live=_live_reader(cluster) if live else None,
+        dra=dra,
     )
     raise typer.Exit(run_simulate(opts, typer.echo, lambda line: typer.echo(line, err=True)))
 
@@ -624,7 +636,8 @@ def top(
     for w in warnings:
         typer.echo(f"warning: {w}", err=True)
     namespace = "" if cluster.all_namespaces else cluster.namespace or ""
-    view = build_top(sim.state, TopFilter(node, vendor, model, namespace, sort, cpu_nodes), sim.dra)
+    flt = TopFilter(node, vendor, model, namespace, sort, cpu_nodes)
+    view = build_top(sim.state, flt, sim.dra, sim.dra_served, sim.claim_containers)
     waiting = [g for g in gang_views(sim, pods) if not g.complete and (not namespace or g.namespace == namespace)]
     view = dataclasses.replace(view, gangs=tuple(waiting))
     if output in (Output.json, Output.yaml):

@@ -243,10 +243,116 @@ def prometheus_on_hami(
         yield prometheus, kube, namespace, nodes, monitor
 
 
+DRA = "/apis/resource.k8s.io/v1"
+DRIVER = "hami-core-gpu.project-hami.io"
+
+
+@contextlib.contextmanager
+def dra_mode_pod(kube: KubeClient, namespace: str, node: str) -> Iterator[str]:
+    """A pod in DRA mode (as hami's webhook and claim controller leave it: label ``hami.io/dra``, a claim owned by
+    the pod for 6000 MiB and 10 cores) on ``node``, which only hami's DRA plugin serves: the test publishes its
+    slice (two 24000-MiB cards), the default kube-scheduler allocates the claim. Yields the pod's name; the
+    cluster-scoped objects are removed afterwards."""
+    device_class = f"{namespace}-hami-gpu"
+    devices = [
+        {
+            "name": f"hami-gpu-{minor}",
+            "allowMultipleAllocations": True,
+            "attributes": {
+                "uuid": {"string": f"GPU-{node}-{minor}"},
+                "minor": {"int": minor},
+                "productName": {"string": "NVIDIA A10"},
+            },
+            "capacity": {
+                "cores": {
+                    "value": "100",
+                    "requestPolicy": {"default": "100", "validRange": {"min": "0", "max": "100"}},
+                },
+                "memory": {"value": "24000Mi", "requestPolicy": {"default": "24000Mi", "validRange": {"min": "1Mi"}}},
+            },
+        }
+        for minor in range(2)
+    ]
+    pool = {"name": node, "generation": 1, "resourceSliceCount": 1}
+    kube.post(
+        f"{DRA}/resourceslices",
+        {"metadata": {"name": node}, "spec": {"driver": DRIVER, "nodeName": node, "pool": pool, "devices": devices}},
+    )
+    selector = {"cel": {"expression": f'device.driver == "{DRIVER}"'}}
+    kube.post(f"{DRA}/deviceclasses", {"metadata": {"name": device_class}, "spec": {"selectors": [selector]}})
+    claim = "d0-main-x2b4z"
+    entry = {
+        "container": "main",
+        "section": "containers",
+        "resources": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "6000", "nvidia.com/gpucores": "10"},
+        "annotations": {},
+    }
+    pod = kube.create_pod(
+        namespace,
+        "d0",
+        labels={"hami.io/dra": "true"},
+        annotations={"hami.io/dra-requests": json.dumps({claim: entry})},
+        containers=[
+            {
+                "name": "main",
+                "image": "registry.invalid/hami-e2e:none",
+                "resources": {"claims": [{"name": "hami-main"}]},
+            }
+        ],
+        spec={
+            "resourceClaims": [{"name": "hami-main", "resourceClaimName": claim}],
+            "nodeSelector": {"kubernetes.io/hostname": node},
+        },
+    )
+    request = {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": 1}
+    request["capacity"] = {"requests": {"memory": "6000Mi", "cores": "10"}}
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": "d0", "uid": pod["metadata"]["uid"], "controller": True}
+    kube.post(
+        f"{DRA}/namespaces/{namespace}/resourceclaims",
+        {
+            "metadata": {"name": claim, "annotations": {"hami.io/dra-pod": "d0"}, "ownerReferences": [owner]},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": request}]}},
+        },
+    )
+    path = f"{DRA}/namespaces/{namespace}/resourceclaims/{claim}"
+    try:
+        yield "d0"
+    finally:
+        allocated = kube.get(path)
+        allocated["status"] = {}
+        kube.put(f"{path}/status", allocated)
+        kube.patch(path, {"metadata": {"finalizers": None}})
+        kube.delete(path)
+        kube.delete(f"{DRA}/resourceslices/{node}")
+        kube.delete(f"{DRA}/deviceclasses/{device_class}")
+
+
 def test_every_dashboard_query_returns_data_from_a_real_prometheus(
-    prometheus_on_hami: tuple[Prometheus, KubeClient, str, list[str], Monitor], tmp_path: Path
+    prometheus_on_hami: tuple[Prometheus, KubeClient, str, list[str], Monitor],
+    tmp_path: Path,
+    make_node: Callable[..., dict[str, Any]],
+    start_scheduler: Callable[..., Scheduler],
 ) -> None:
     prometheus, kube, namespace, nodes, monitor = prometheus_on_hami
+    dra_node = f"{namespace}-dra"
+    make_node(dra_node)  # no hami registration: only the DRA plugin serves it
+    start_scheduler(None)  # the default profile: it allocates the DRA-mode pod's claim
+    with dra_mode_pod(kube, namespace, dra_node) as dra_pod:
+        kube.wait_for_pod_scheduled(namespace, dra_pod)
+        dashboard_with_pods(prometheus, kube, namespace, nodes, monitor, tmp_path, (dra_node, dra_pod))
+
+
+def dashboard_with_pods(
+    prometheus: Prometheus,
+    kube: KubeClient,
+    namespace: str,
+    nodes: list[str],
+    monitor: Monitor,
+    tmp_path: Path,
+    dra: tuple[str, str],
+) -> None:
+    """Three device-plugin pods placed through hami, beside the DRA-mode pod ``dra`` (node, pod): every panel
+    has data, and the DRA-mode pod is counted under HAMi's names like the others."""
     # One pod at a time, each bind scraped before the next pod: every latency histogram then has a series that
     # grows between two scrapes, so rates and quantiles have something to measure (binds now finish so fast
     # that three at once can all land before the first scrape, and a rate over one sample is 0).
@@ -264,8 +370,8 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(
             description=f"prometheus seeing bind {i + 1}",
         )
     wait_until(
-        lambda: sum(prometheus.query("count(hami_vgpu_memory_allocated_bytes)")) >= 3,
-        description="prometheus seeing the three allocations",
+        lambda: sum(prometheus.query("count(hami_vgpu_memory_allocated_bytes)")) >= 4,
+        description="prometheus seeing the three allocations and the DRA-mode pod's claim",
     )
     # the vGPU monitor of the node the first pod went to, with the HAMi-core regions of the pods placed there
     pods = [kube.get_pod(namespace, f"p{i}") for i in range(3)]
@@ -284,9 +390,20 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(
         assert prometheus.query("sum(hami_vgpu_memory_used_bytes) / 1048576") == [4000.0 * len(there)]
         assert prometheus.query("hami_core_library_present") == [1.0]
 
-    # and the data is the cluster's: three pods, 6000 MiB each, on the 3 cards of the two good nodes
-    assert prometheus.query("count(hami_vgpu_memory_allocated_bytes)") == [3.0]
-    assert prometheus.query("sum(hami_vgpu_memory_allocated_bytes) / 1048576") == [18000.0]
+    # and the data is the cluster's: three pods, 6000 MiB each, on the 3 cards of the two good nodes, and the
+    # DRA-mode pod's 6000 MiB on the first card of the node only the DRA plugin serves (its 2 cards counted)
+    assert prometheus.query("count(hami_vgpu_memory_allocated_bytes)") == [4.0]
+    assert prometheus.query("sum(hami_vgpu_memory_allocated_bytes) / 1048576") == [24000.0]
+    dra_node, dra_pod = dra
+    (series,) = prometheus.result(f'hami_vgpu_memory_allocated_bytes{{pod="{dra_pod}"}}')
+    assert {k: series["metric"][k] for k in ("namespace", "node", "device_uuid")} == {
+        "namespace": namespace,
+        "node": dra_node,
+        "device_uuid": f"GPU-{dra_node}-0",
+    }
+    assert prometheus.query(f'count(hami_gpu_memory_limit_bytes{{node="{dra_node}"}})') == [2.0]
+    assert prometheus.query(f'sum(hami_gpu_core_allocated_ratio{{node="{dra_node}"}})') == [10.0]
+    assert dra_node in prometheus.label_values(*variable_queries()["node"])
     assert prometheus.query("sum(hami_quarantined_nodes)") == [1.0]
     rates = prometheus.query('sum(rate(hami_request_duration_seconds_count{endpoint="filter"}[5m]))')
     assert rates

@@ -37,6 +37,7 @@ class Reason(enum.StrEnum):
     NODE_UNREGISTERED = "NodeUnregistered"
     NODE_QUARANTINED = "NodeQuarantined"
     NODE_DEVICES_NOT_ALLOCATABLE = "NodeDevicesNotAllocatable"  # hami's own: kubelet does not back the registration
+    NODE_NO_DRA_DEVICES = "NodeNoDraDevices"  # hami's own: a DRA-mode pod, and the node publishes no DRA device
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,7 +48,7 @@ from hami.k8s.watch import Callbacks, Reflector
 from hami.protocol.dra import DeviceClass, ResourceClaim, ResourceSlice
 from hami.protocol.events import EventType
 from hami.protocol.kubeversion import ServerProfile
-from hami.scheduling.dra import DraDevice, DraProblem, DraWarning, ProblemKind, held_by_card
+from hami.scheduling.dra import DraDevice, DraProblem, DraWarning, ProblemKind, claim_users, held_by_card
 from hami.scheduling.state import ClusterState
 from hami.server.extender import Extender
 from hami.server.metrics import Metrics
@@ -262,12 +262,14 @@ class DraCollector(Collector):
         warnings: Callable[[], Iterable[DraWarning]],
         watching: Callable[[], bool],
         tainted: Callable[[], Iterable[tuple[str, DraDevice]]] = tuple,
+        served: Callable[[], ClusterState | None] = lambda: None,
     ) -> None:
         self._tainted = tainted
         self._state = state
         self._problems = problems
         self._warnings = warnings
         self._watching = watching
+        self._served = served
 
     def collect(self) -> Iterator[Metric]:
         watching = GaugeMetricFamily(
@@ -286,6 +288,26 @@ class DraCollector(Collector):
         )
         yield from _held(self._state())
         yield _held_back(self._tainted())
+        yield _pod_claims(self._state(), self._served())
+
+
+def _pod_claims(state: ClusterState, served: ClusterState | None) -> Metric:
+    """``hami_dra_pod_claims{namespace, pod, node}``: the DRA claims serving each pod (DRA mode, issue 38). HAMi's
+    pod gauges carry no mode label; this one says which of their pods are DRA-mode pods (join on namespace and
+    pod)."""
+    family = GaugeMetricFamily(
+        "hami_dra_pod_claims",
+        "Allocated DRA ResourceClaims serving the pod (a DRA-mode pod; HAMi's pod gauges show its share)",
+        labels=["namespace", "pod", "node"],
+    )
+    counts: dict[tuple[str, str, str], int] = {}
+    for each in (state, served):
+        for record, pod in claim_users(each) if each is not None else ():
+            key = (record.namespace, pod, record.node)
+            counts[key] = counts.get(key, 0) + 1
+    for key, n in sorted(counts.items()):
+        family.add_metric(list(key), n)
+    return family
 
 
 def _by_kind(name: str, documentation: str, kinds: list[str], always: list[str]) -> Iterator[Metric]:
@@ -378,6 +400,7 @@ def start_dra(
             extender.dra_warnings,
             lambda: watches.watching,
             extender.dra.tainted,
+            lambda: extender.served.state,
         )
     )
     supervisor.start(watches.run(supervisor), name="watch-dra")

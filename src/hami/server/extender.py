@@ -45,6 +45,7 @@ from hami.scheduling.cycle import Cycle
 from hami.scheduling.decide import Decision
 from hami.scheduling.dra import DraLedger, DraProblem, DraWarning
 from hami.scheduling.dra.policy import prioritize
+from hami.scheduling.dra.served import ServedView
 from hami.scheduling.outcomes import (
     ApiFailure,
     BindOutcome,
@@ -148,15 +149,24 @@ class Extender:
         """Node annotations the state never reads: hami's own writes (locks, the requeue nudge)."""
         self._node_inputs: dict[str, tuple[object, ...]] = {}
         """Per node, what the state reads from it as last applied (see ``on_node``)."""
-        self.dra = DraLedger(state, dra if dra is not None else DraConfig())
-        """DRA claims charged beside hami's pods (``hami.scheduling.dra``); fed by the ``on_resource_*`` handlers."""
-        self.dra.pod_lookup = self._live_pod_uid
-        self.dra.settled = self._synced
+        self.dra, self.served = self._dra_ledgers(state, dra if dra is not None else DraConfig(), metrics)
         self._gang_tasks: set[asyncio.Task[None]] = set()
         """Releases of gangs whose PodGroup failed, running (``on_pod_group``)."""
         self.freed: Callable[[str], None] = lambda node: None
         """Told each node whose capacity freed with no pod event (a preemption hold ran out): the runtime's
         requeue nudge (``hami.server.requeue``)."""
+
+    def _dra_ledgers(self, state: ClusterState, config: DraConfig, metrics: Metrics) -> tuple[DraLedger, ServedView]:
+        """``dra``: DRA claims charged beside hami's pods (``hami.scheduling.dra``), fed by the ``on_resource_*``
+        handlers; ``served``: the nodes only a DRA driver serves, apart from ``state`` (no pod of hami's is placed
+        there), their cards and claims for the metrics (``hami.scheduling.dra.served``)."""
+        ledger = DraLedger(state, config)
+        served = ServedView(state, config)
+        for each in (ledger, served.ledger):
+            each.pod_lookup = self._live_pod_uid
+            each.settled = self._synced
+        metrics.served = lambda: served.state
+        return ledger, served
 
     # --- CycleObserver ---------------------------------------------------------------------------------------
     def commit_failed_late(self, outcome: FilterOutcome) -> None:
@@ -397,6 +407,7 @@ class Extender:
             log.warning("%s", problem)
         meta = pod.metadata
         _log_dra(self.dra.pod_event(meta.namespace, meta.name, meta.uid, deleted))
+        self.served.pod_event(meta.namespace, meta.name, meta.uid, deleted)
 
     def on_node(self, node: Node, deleted: bool = False) -> None:
         """Apply one node event to the state. An event that changes nothing the state reads (a node lock taken or
@@ -410,6 +421,7 @@ class Extender:
             self._node_inputs.pop(name, None)
             self.state.remove_node(name)
             _log_dra(self.dra.node_event(name))
+            self.served.node_event(name)
             return
         self.busy.node_seen(node)  # the locks this process's binds took, now shown by the watch
         inputs = self._inputs_of(node)
@@ -420,6 +432,7 @@ class Extender:
         held_back = set(before.unallocatable) if before is not None else set()
         after = self.state.upsert_node(node)
         _log_dra(self.dra.node_event(name))
+        self.served.node_event(name)
         if held_back - after.unallocatable.keys():
             # kubelet reports the devices again: the pods turned down meanwhile are retried now (the status update
             # that says so may have reached kube-scheduler before this handler)
@@ -444,11 +457,15 @@ class Extender:
     # --- DRA (issue 18): read-only towards DRA; the shell logs, counts and records the problems returned ----------
     def on_resource_slice(self, obj: ResourceSlice, deleted: bool = False) -> list[DraProblem]:
         """Apply a ResourceSlice event; returns the problems it newly raised."""
-        return self.dra.slice_event(obj, deleted)
+        raised = self.dra.slice_event(obj, deleted)
+        self.served.slice_event(obj, deleted)
+        return raised
 
     def on_resource_claim(self, obj: ResourceClaim, deleted: bool = False) -> list[DraProblem]:
         """Apply a ResourceClaim event; returns the problems it newly raised."""
-        return self.dra.claim_event(obj, deleted)
+        raised = self.dra.claim_event(obj, deleted)
+        self.served.claim_event(obj, deleted)
+        return raised
 
     def on_device_class(self, obj: DeviceClass, deleted: bool = False) -> list[DraProblem]:
         """Apply a DeviceClass event (its warning, if any, shows in ``dra_warnings()``); raises no problem."""

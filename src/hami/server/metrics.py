@@ -3,7 +3,9 @@
 Cluster gauges are computed at scrape time from the live ``ClusterState`` (no copy, no background loop), so
 HAMi's Grafana dashboards work unchanged: same metric names, same labels, the constant label ``zone="vGPU"``,
 memory in bytes (MiB × 1048576). Pod-level gauges use hami's per-device effective charges, so like HAMi's they
-carry ``container_index="0"``.
+carry ``container_index="0"``. A DRA claim's share (DRA mode, issue 38) is a pod-level sample like a device-plugin
+pod's, under each pod the claim serves (``hami.scheduling.dra.claim_users``), with the same labels: HAMi's
+dashboards show DRA-mode pods beside the others.
 
 hami adds latency histograms per stage and endpoint, decisions by result (and those that passed over a node whose
 node lock a bind held or was about to take), lock hand-over waits, Kubernetes API errors, ledger
@@ -23,9 +25,10 @@ from prometheus_client.registry import Collector
 from hami import __version__
 from hami.devices.base import core_counter
 from hami.scheduling.audit import DriftKind
+from hami.scheduling.dra import claim_users
 from hami.scheduling.fragmentation import card_fragments, fragmentation_index, model_fragments
 from hami.scheduling.holds import PreemptionHold
-from hami.scheduling.state import ClusterState, NodeState
+from hami.scheduling.state import ClusterState, NodeState, PodRecord
 
 __all__ = ["Metrics"]
 
@@ -37,13 +40,17 @@ _LOCK_WAIT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20
 
 
 class _StateCollector(Collector):
-    def __init__(self, state: Callable[[], ClusterState]) -> None:
+    def __init__(
+        self, state: Callable[[], ClusterState], served: Callable[[], ClusterState | None] = lambda: None
+    ) -> None:
         self._state = state
+        self._served = served
 
     def collect(self) -> Iterator[Metric]:
         state = self._state()
-        yield from _device_metrics(state)
-        yield from _pod_metrics(state)
+        served = self._served()
+        yield from _device_metrics(state, served)
+        yield from _pod_metrics(state, served)
         yield from _quota_metrics(state)
         yield from _problem_metrics(state)
         yield from _fragmentation(state)
@@ -82,7 +89,8 @@ def device_cores(
     return out
 
 
-def _device_metrics(state: ClusterState) -> Iterator[Metric]:
+def _device_metrics(state: ClusterState, served: ClusterState | None = None) -> Iterator[Metric]:
+    """HAMi's device gauges: every registered card, then every card only a DRA driver serves (``served``)."""
     dev_labels = ["node", "device_uuid", "device_index", "device_type", "zone"]
     mem_limit = GaugeMetricFamily("hami_gpu_memory_limit_bytes", "Device memory limit", labels=dev_labels)
     core_limit = GaugeMetricFamily("hami_gpu_core_limit_ratio", "Device core limit (percent units)", labels=dev_labels)
@@ -109,7 +117,7 @@ def _device_metrics(state: ClusterState) -> Iterator[Metric]:
     mem_ratio = GaugeMetricFamily(
         "hami_node_gpu_memory_allocated_ratio", "Allocated / total device memory", labels=dev_labels
     )
-    for node in state.nodes.values():
+    for node in with_served(state, served):
         for name, table in node.tables.items():
             count = core_counter(state.vendors.get(name))
             for i, info in enumerate(table.infos):
@@ -141,7 +149,22 @@ def _device_metrics(state: ClusterState) -> Iterator[Metric]:
     yield from (mem_limit, core_limit, mem_alloc, shared, core_alloc, overview, mem_ratio)
 
 
-def _pod_metrics(state: ClusterState) -> Iterator[Metric]:
+def with_served(state: ClusterState, served: ClusterState | None) -> list[NodeState]:
+    """The nodes whose cards the device gauges show: the scheduler's, then those of the cards only a DRA driver
+    serves (``hami.scheduling.dra.served.ServedView``)."""
+    nodes = list(state.nodes.values())
+    return nodes + list(served.nodes.values()) if served is not None else nodes
+
+
+def pod_shares(state: ClusterState, served: ClusterState | None) -> list[tuple[PodRecord, str]]:
+    """The pod-level samples' sources: each pod's record, then each DRA claim's record under each pod it serves,
+    on registered cards and on cards only a DRA driver serves."""
+    shares: list[tuple[PodRecord, str]] = [(r, r.name) for r in state.pods.values()]
+    shares += claim_users(state)
+    return shares + list(claim_users(served)) if served is not None else shares
+
+
+def _pod_metrics(state: ClusterState, served: ClusterState | None = None) -> Iterator[Metric]:
     pod_labels = ["namespace", "node", "pod", "container_index", "device_uuid", "zone"]
     vmem = GaugeMetricFamily(
         "hami_vgpu_memory_allocated_bytes", "Memory allocated to a pod on a device", labels=pod_labels
@@ -149,12 +172,12 @@ def _pod_metrics(state: ClusterState) -> Iterator[Metric]:
     vcore = GaugeMetricFamily(
         "hami_vgpu_core_allocated_ratio", "Cores allocated to a pod on a device", labels=pod_labels
     )
-    devcores = device_cores(state)
-    for record in state.pods.values():
+    devcores = device_cores(state, with_served(state, served))
+    for record, pod in pod_shares(state, served):
         for ch in record.charges:
             if not ch.uuid:
                 continue
-            labels = [record.namespace, record.node, record.name, "0", ch.uuid, _ZONE]
+            labels = [record.namespace, record.node, pod, "0", ch.uuid, _ZONE]
             vmem.add_metric(labels, ch.mem * _MIB)
             total, count = devcores.get(ch.uuid, (0, _as_is))
             vcore.add_metric(labels, core_percent(total, count(ch.cores))[1])
@@ -239,7 +262,10 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         """Everything (``own`` and the cluster gauges), for ``get_sample_value`` and other in-process readers."""
         self.registry.register(self.own)
-        self.registry.register(_StateCollector(state))
+        self.served: Callable[[], ClusterState | None] = lambda: None
+        """The cards only a DRA driver serves, apart from the scheduler's state (``ServedView.state``; the extender
+        sets it): the device and pod gauges show them like registered cards."""
+        self.registry.register(_StateCollector(state, lambda: self.served()))  # noqa: PLW0108 (set later)
         Gauge(
             "hami_build_info",
             "hami build information",

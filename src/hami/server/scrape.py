@@ -17,6 +17,7 @@ The order of families and samples is ``hami.server.metrics._StateCollector``'s (
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 
@@ -25,6 +26,7 @@ from prometheus_client.utils import floatToGoString
 
 from hami.devices.base import Vendor, core_counter
 from hami.protocol.inventory import DeviceInfo
+from hami.scheduling.dra import claim_users
 from hami.scheduling.fragmentation import (
     CardFragment,
     Shape,
@@ -35,7 +37,7 @@ from hami.scheduling.fragmentation import (
     top_shapes,
 )
 from hami.scheduling.state import ClusterState, NodeState, PodRecord
-from hami.server.metrics import Metrics, core_percent, device_cores
+from hami.server.metrics import Metrics, core_percent, device_cores, with_served
 
 __all__ = ["SLICE_S", "scrape", "scrape_chunks", "state_text"]
 
@@ -164,7 +166,12 @@ def _as_is(value: int) -> int:
     return value
 
 
-def _pods(records: Sequence[PodRecord], devcores: Mapping[str, tuple[int, Count]]) -> Iterator[str]:
+def _pods(
+    records: Sequence[PodRecord],
+    devcores: Mapping[str, tuple[int, Count]],
+    claims: Sequence[tuple[PodRecord, str]] = (),
+) -> Iterator[str]:
+    """The pod-level samples: each pod's charges, then each DRA claim's under each pod it serves (``claims``)."""
     vmem = _Family("hami_vgpu_memory_allocated_bytes", "Memory allocated to a pod on a device", _POD)
     vcore = _Family("hami_vgpu_core_allocated_ratio", "Cores allocated to a pod on a device", _POD)
     amounts: tuple[tuple[_Family, Callable[[int, int], int]], ...] = (
@@ -173,10 +180,10 @@ def _pods(records: Sequence[PodRecord], devcores: Mapping[str, tuple[int, Count]
     )
     for family, amount in amounts:
         out = [family.head]
-        for record in records:
+        for record, pod in itertools.chain(((r, r.name) for r in records), claims):
             for ch in record.charges:
                 if ch.uuid:
-                    labels = [record.namespace, record.node, record.name, "0", ch.uuid, _ZONE]
+                    labels = [record.namespace, record.node, pod, "0", ch.uuid, _ZONE]
                     total, count = devcores.get(ch.uuid, (0, _as_is))
                     cores = core_percent(total, count(ch.cores))[1]
                     out.append(family.sample(labels, amount(ch.mem, cores)))
@@ -268,16 +275,19 @@ def _card_families(cards: Sequence[CardFragment]) -> Iterator[str]:
         yield "".join(out)
 
 
-def state_text(state: ClusterState) -> Iterator[str]:
-    """The cluster gauges as Prometheus text, in pieces; resumable between pieces while the state changes."""
+def state_text(state: ClusterState, served: ClusterState | None = None) -> Iterator[str]:
+    """The cluster gauges as Prometheus text, in pieces; resumable between pieces while the state changes.
+    ``served``: the cards only a DRA driver serves (``Metrics.served``), in the device and pod gauges."""
     nodes = list(state.nodes.values())
     records = list(state.pods.values())
-    yield from _devices(nodes, state.vendors)
+    shown = with_served(state, served)
+    yield from _devices(shown, state.vendors)
     devcores: dict[str, tuple[int, Count]] = {}
-    for k in range(0, len(nodes), _BATCH // 4):  # 40,000 devices took 0.3 s in one go
-        device_cores(state, nodes[k : k + _BATCH // 4], devcores)
+    for k in range(0, len(shown), _BATCH // 4):  # 40,000 devices took 0.3 s in one go
+        device_cores(state, shown[k : k + _BATCH // 4], devcores)
         yield ""
-    yield from _pods(records, devcores)
+    claims = claim_users(state) + (claim_users(served) if served is not None else [])
+    yield from _pods(records, devcores, claims)
     yield from _quotas(state)
     yield from _problems(nodes, records)
     yield from _fragmentation(state, records)
@@ -289,7 +299,7 @@ async def scrape_chunks(metrics: Metrics, state: ClusterState, slice_s: float = 
     yield generate_latest(metrics.own)
     parts: list[str] = []
     start = time.perf_counter()
-    for piece in state_text(state):
+    for piece in state_text(state, metrics.served()):
         parts.append(piece)
         if time.perf_counter() - start >= slice_s:
             yield "".join(parts).encode()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Final, Literal
 
@@ -23,6 +24,7 @@ from hami.errors import HamiError, InvalidInput
 from hami.scheduling.request import SchedulingDefaults
 from hami.simulate.demo import demo_sources, render_demo
 from hami.simulate.devconfig import Families, device_config_from_text
+from hami.simulate.dramode import place_dra
 from hami.simulate.html import render_html
 from hami.simulate.loading import Snapshot, load_snapshot, read_files, read_pods, require_nodes
 from hami.simulate.report import document, render_json, render_summary
@@ -71,6 +73,9 @@ class SimulateOptions:
     (for CI)."""
     strict: bool = False
     """Exit ``EXIT_WARNINGS`` when anything was warned about (for CI)."""
+    dra: bool = False
+    """Place the pods as DRA-mode pods (``hami.simulate.dramode``: kube-scheduler's allocator on the published
+    cards) instead of through hami's extender."""
     live: Callable[[], tuple[Snapshot, list[str], str]] | None = None
     """Read the cluster instead of snapshot files: returns its objects, notes, and the kubeconfig context's
     namespace, where pods that name none go (as ``kubectl apply -f`` puts them); the shell's kubeconfig reader."""
@@ -94,7 +99,8 @@ def run_simulate(opts: SimulateOptions, out: Callable[[str], None], err: Callabl
     defaults = SchedulingDefaults(node_policy=opts.node_policy, gpu_policy=opts.gpu_policy)
     sim = Simulator(config, defaults, admission=not opts.skip_admission, families=families)
     sim.add_snapshot(snapshot)
-    outcomes = [sim.place(pod, opts.now) for pod in loaded.pods]
+    place = partial(place_dra, sim) if opts.dra else sim.place
+    outcomes = [place(pod, opts.now) for pod in loaded.pods]
     for note in loaded.notes:
         err(f"note: {note}")
     warned = [*warnings, *loaded.warnings, *sim.warnings, *sim.dra_notes()]

@@ -35,6 +35,7 @@ from hami.devices.base import ContainerRequest, FitContext, Unfit, Vendor
 from hami.devices.table import DeviceTable
 from hami.errors import InvalidInput
 from hami.protocol import keys
+from hami.protocol.drapod import is_dra_pod
 from hami.protocol.objects import Pod
 from hami.protocol.podpatch import PatchOp
 from hami.scheduling.decide import Decision
@@ -84,6 +85,7 @@ class CardVerdict:
     need_mem: int
     need_cores: int
     free_slots: int
+    """Slots left; -1 where slots do not count (a DRA-mode pod: a shared DRA device has none)."""
     free_mem: int
     free_cores: int
     verdict: str
@@ -137,7 +139,8 @@ class Explanation:
     """For a member of a gang: its members' states and what the gang lacks (``hami.simulate.gangview``)."""
 
 
-def _describe_need(req: PodRequest) -> tuple[str, ...]:
+def describe_need(req: PodRequest) -> tuple[str, ...]:
+    """What each container asks for, one line each (``needs`` of the explanation)."""
     out = []
     for pos, containers in enumerate(req.containers):
         for vendor, c in sorted(containers.items()):
@@ -285,6 +288,10 @@ def explain(sim: Simulator, pod: Pod, suggest: bool = True, pinned: str | None =
             pod.metadata, namespace=ns, uid=pod.metadata.uid or f"explain-{ns}-{pod.metadata.name}"
         ),
     )
+    if is_dra_pod(pod):  # its claims are kube-scheduler's to allocate: judged by that allocator's model
+        from hami.simulate.dramode import explain_dra  # (it builds on this module)
+
+        return explain_dra(sim, pod, pinned)
     key = pod.key
     state = sim.state
     record = _find_record(state, key)
@@ -321,7 +328,7 @@ def explain(sim: Simulator, pod: Pod, suggest: bool = True, pinned: str | None =
         message,
         decision.node,
         record.node if record else None,
-        _describe_need(req),
+        describe_need(req),
         verdicts,
         suggestions,
         preemption=preemption,
@@ -450,7 +457,7 @@ def render_explain(e: Explanation, wide: bool = False) -> str:
                     str(c.free_mem),
                     str(c.need_cores) if c.need_cores else "unlimited",
                     str(c.free_cores),
-                    str(c.free_slots),
+                    str(c.free_slots) if c.free_slots >= 0 else "-",
                     c.verdict
                     if c.dra is None
                     else f"{c.verdict} (DRA claims hold {c.dra.mem} MiB, {c.dra.cores} cores)",
@@ -499,7 +506,7 @@ def explain_json(e: Explanation) -> dict[str, Any]:
                         "freeMemoryMiB": c.free_mem,
                         "needCores": c.need_cores,
                         "freeCores": c.free_cores,
-                        "freeSlots": c.free_slots,
+                        "freeSlots": c.free_slots if c.free_slots >= 0 else None,
                         "verdict": c.verdict,
                         "dra": None
                         if c.dra is None

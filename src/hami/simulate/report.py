@@ -15,6 +15,7 @@ from hami.devices.table import DeviceTable
 from hami.protocol.allocation import ContainerDevice
 from hami.protocol.inventory import DeviceInfo
 from hami.scheduling.dra import DraLedger, HeldCard, held_by_card
+from hami.scheduling.dra.served import DRA_SHARES
 from hami.scheduling.state import ClusterState
 from hami.scheduling.usage import Kind
 from hami.simulate.simulator import Outcome, container_devices
@@ -427,7 +428,7 @@ def render_utilization(state: ClusterState) -> list[str]:
                     name,
                     info.id,
                     info.type,
-                    f"{table.used[i]}/{info.count}",
+                    f"{table.used[i]}/{'-' if info.count == DRA_SHARES else info.count}",  # DRA: no slots
                     f"{table.usedmem[i]}/{info.devmem}",
                     _cores_cell(state, vendor, table.usedcores[i], info.devcore),
                 ]

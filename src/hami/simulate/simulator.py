@@ -43,14 +43,17 @@ import msgspec
 from hami.config import DeviceConfig
 from hami.config.settings import GATED_FAMILIES
 from hami.devices import FAMILIES, vendors_from_config
+from hami.devices.base import NodeInventory
 from hami.errors import InvalidInput
 from hami.protocol.allocation import ContainerDevice
+from hami.protocol.drapod import claim_containers
 from hami.protocol.objects import Node, Pod
 from hami.protocol.podpatch import PatchOp
 from hami.protocol.reasons import Reason
 from hami.scheduling.admission import Admission, AdmissionSettings, admitters_for
 from hami.scheduling.decide import Decision, decide, reserve
 from hami.scheduling.dra import DraLedger
+from hami.scheduling.dra.served import served_inventories
 from hami.scheduling.filter import NodeRejection
 from hami.scheduling.memo import Verdicts
 from hami.scheduling.records import RecordReader, holds_devices
@@ -225,6 +228,10 @@ class Simulator:
         """The controller (kind, name) of each of ``existing``, as its snapshot object names it (None: none)."""
         self.dra = DraLedger(self.state, config.dra)
         """The snapshot's DRA claims, charged as held capacity (``hami.scheduling.dra``)."""
+        self.claim_containers: dict[tuple[str, str], str] = {}
+        """(namespace, claim name) → the container of the snapshot's pods using that claim."""
+        self.dra_served: dict[str, frozenset[str]] = {}
+        """Node → the vendors whose cards only a DRA driver serves there (``_adopt_served``)."""
 
     # --- the snapshot ----------------------------------------------------------------------------------
     def add_snapshot(self, snap: Snapshot) -> None:
@@ -235,6 +242,10 @@ class Simulator:
             problems = self.state.upsert_quota(quota.obj)
             self.warnings += [f"{quota.origin}: {p}; that limit is ignored" for p in problems]
         added = {uid for uid in (self._add_existing_pod(pod) for pod in snap.pods) if uid is not None}
+        for item in snap.pods:
+            ns = item.obj.metadata.namespace or DEFAULT_NAMESPACE
+            for claim, container in claim_containers(item.obj).items():
+                self.claim_containers[(ns, claim)] = container
         for record in self.state.orphans():
             if record.uid in added:
                 self.warnings.append(
@@ -258,6 +269,35 @@ class Simulator:
             self.dra.slice_event(sl.obj)
         for claim in snap.claims:
             self.dra.claim_event(claim.obj)
+        self._adopt_served()
+
+    def _adopt_served(self) -> None:
+        """Give the nodes only a DRA driver serves (no hami registration of the vendor: DRA mode) their published
+        devices as cards (``hami.scheduling.dra.served``), so the claims there are charged and shown like pods on a
+        registered card. Their vendor is marked not allocatable: hami's extender places no device-plugin pod
+        there (``simulate --dra`` allocates DRA-mode pods there)."""
+        served = served_inventories(self.state, self.dra.devices(), self.dra.drivers)
+        for name, added in sorted(served.items()):
+            old = self.state.nodes.get(name)
+            kept: dict[str, NodeInventory] = {}
+            if old is not None:
+                kept = {
+                    v: NodeInventory(t.infos, old.pair_scores.get(v, {}), old.node_info.get(v, {}))
+                    for v, t in old.tables.items()
+                }
+            drivers = {v: d.driver for d in self.dra.drivers.values() for v in added if d.vendor == v}
+            why = {v: f"served only by the DRA driver {drivers[v]} (no device-plugin registration)" for v in added}
+            self.state.set_node(
+                name,
+                {**kept, **added},
+                labels=old.labels if old is not None else {},
+                unschedulable=old.unschedulable if old is not None else False,
+                cordoned=old.cordoned if old is not None else frozenset(),
+                problems=old.problems if old is not None else {},
+                unallocatable={**(old.unallocatable if old is not None else {}), **why},
+            )
+            self.dra_served[name] = frozenset(added)
+            self.dra.node_event(name)
 
     def dra_notes(self) -> list[str]:
         """Each DRA problem and warning as a line for a person (``DRA <kind>: <object>[ on <node>]: <message>``)."""

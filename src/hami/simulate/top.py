@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from hami.devices.base import cores_shown
-from hami.scheduling.dra import DraDevice, DraLedger, DraProblem, DraWarning, HeldCard, held_by_card
+from hami.scheduling.dra import DraDevice, DraLedger, DraProblem, DraWarning, HeldCard, claim_users, held_by_card
 from hami.scheduling.fragmentation import (
     CardFragment,
     ModelFragment,
@@ -63,11 +63,16 @@ class TopFilter:
 
 @dataclass(frozen=True, slots=True)
 class CardHolder:
-    """One pod's share of one card."""
+    """One pod's share of one card: a device-plugin pod's allocation (``mode`` ``extender``), or a DRA claim's
+    share attributed to a pod it serves (``dra``: ``claim`` names it, ``container`` is the container using it when
+    known)."""
 
     pod: str
     mem: int
     cores: int
+    mode: str = "extender"
+    claim: str = ""
+    container: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +90,9 @@ class CardRow:
     fragment: CardFragment
     dra: HeldCard | None = None
     """What DRA claims hold of the card (part of ``slots``/``memory``/``cores``); None when nothing."""
+    dra_only: bool = False
+    """A card only a DRA driver serves (no hami registration: ``hami.scheduling.dra.served``); its slots are not
+    counted by kube-scheduler (shown ``-``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +107,8 @@ class NodeRow:
     not_allocatable: Mapping[str, str] = field(default_factory=dict)
     """Vendor → why kubelet does not back its registered devices (``NodeState.unallocatable``): no pod is placed
     on them until it does."""
+    dra_served: tuple[str, ...] = ()
+    """Vendors whose cards only a DRA driver serves on this node (DRA mode: kube-scheduler allocates there)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +126,11 @@ class TopView:
     """Gangs not yet bound whole: members holding devices unbound, waiting, and what the gang lacks."""
 
 
-def _holders(state: ClusterState, namespace: str) -> dict[tuple[str, str], list[CardHolder]]:
+def _holders(
+    state: ClusterState, namespace: str, containers: Mapping[tuple[str, str], str]
+) -> dict[tuple[str, str], list[CardHolder]]:
+    """Per (vendor, uuid): the device-plugin pods on the card, then the pods DRA claims on it serve (each with the
+    claim's share; ``containers``: (namespace, claim) → the container using it)."""
     out: dict[tuple[str, str], list[CardHolder]] = {}
     for record in sorted(state.pods.values(), key=lambda r: r.key):
         if namespace and record.namespace != namespace:
@@ -124,6 +138,14 @@ def _holders(state: ClusterState, namespace: str) -> dict[tuple[str, str], list[
         for ch in record.charges:
             cores = cores_shown(state.vendors.get(ch.vendor), ch.cores)
             out.setdefault((ch.vendor, ch.uuid), []).append(CardHolder(record.key, ch.mem, cores))
+    for record, pod in claim_users(state):
+        if namespace and record.namespace != namespace:
+            continue
+        container = containers.get((record.namespace, record.name), "")
+        for ch in record.charges:
+            cores = cores_shown(state.vendors.get(ch.vendor), ch.cores)
+            holder = CardHolder(f"{record.namespace}/{pod}", ch.mem, cores, "dra", record.name, container)
+            out.setdefault((ch.vendor, ch.uuid), []).append(holder)
     return out
 
 
@@ -148,15 +170,25 @@ def _sort_key(sort: str) -> Any:
     return lambda c: (c.node, c.vendor, c.index)
 
 
-def build_top(state: ClusterState, flt: TopFilter = TopFilter(), dra: DraLedger | None = None) -> TopView:
+def build_top(
+    state: ClusterState,
+    flt: TopFilter = TopFilter(),
+    dra: DraLedger | None = None,
+    served: Mapping[str, Set[str]] | None = None,
+    containers: Mapping[tuple[str, str], str] | None = None,
+) -> TopView:
     """The rows ``hami top`` shows. Fragmentation is judged over the whole cluster (filters only hide rows); with
-    ``dra``, its warnings and problems join the view."""
+    ``dra``, its warnings and problems join the view. ``served``: node → the vendors only a DRA driver serves
+    there (their cards come from the slices: ``Simulator.dra_served``); ``containers``: (namespace, claim name) →
+    the container using the claim (``Simulator.claim_containers``)."""
+    served = served or {}
     if flt.sort not in SORT_KEYS:
         raise ValueError(f"sort must be one of {', '.join(SORT_KEYS)}")
     fragments = {(c.node, c.vendor, c.uuid): c for c in card_fragments(state)}
     tainted = dra.tainted() if dra is not None else ()
     marked = {(d.node, vendor, d.uuid) for vendor, d in tainted if d.uuid and d.unhealthy}
-    cards = sorted(_card_rows(state, flt, fragments, marked), key=_sort_key(flt.sort))
+    rows = _card_rows(state, flt, fragments, marked, served, containers or {})
+    cards = sorted(rows, key=_sort_key(flt.sort))
     order: list[str] = []
     per_node: dict[str, list[CardRow]] = {}
     for card in cards:
@@ -175,7 +207,7 @@ def build_top(state: ClusterState, flt: TopFilter = TopFilter(), dra: DraLedger 
             per_node[name] = []
     if flt.sort == "node":
         order.sort()
-    nodes = tuple(_node_row(state, n, per_node[n]) for n in order)
+    nodes = tuple(_node_row(state, n, per_node[n], served.get(n, frozenset())) for n in order)
     everything = list(fragments.values())
     warnings, problems = (dra.warnings(), dra.problems()) if dra is not None else ((), ())
     models = tuple(model_fragments(everything))
@@ -190,12 +222,16 @@ def _shows(flt: TopFilter, node: str, vendor: str) -> bool:
     return not flt.vendor or vendor.casefold() == flt.vendor.casefold()
 
 
-def _node_row(state: ClusterState, name: str, cards: Sequence[CardRow]) -> NodeRow:
+def _node_row(state: ClusterState, name: str, cards: Sequence[CardRow], served: Set[str]) -> NodeRow:
+    """A node's row; the vendors only a DRA driver serves count as allocatable (by kube-scheduler)."""
     node = state.nodes[name]
     refused_only = bool(node.problems) and not cards
-    held_back = bool(node.tables) and all(v in node.unallocatable for v in node.tables)
+    short = {v: why for v, why in node.unallocatable.items() if v not in served}
+    held_back = bool(node.tables) and all(v in short for v in node.tables)
     schedulable = not node.unschedulable and not refused_only and not held_back
-    return NodeRow(name, schedulable, tuple(cards), dict(node.problems), node.unschedulable, dict(node.unallocatable))
+    return NodeRow(
+        name, schedulable, tuple(cards), dict(node.problems), node.unschedulable, short, tuple(sorted(served))
+    )
 
 
 def _card_rows(
@@ -203,10 +239,12 @@ def _card_rows(
     flt: TopFilter,
     fragments: Mapping[tuple[str, str, str], Any],
     tainted: Set[tuple[str, str, str]],
+    served: Mapping[str, Set[str]],
+    containers: Mapping[tuple[str, str], str],
 ) -> Iterator[CardRow]:
     """Every card the filter lets through, in node, vendor and registration order; ``tainted``: (node, vendor,
     uuid) of the cards a DRA driver published with a blocking taint."""
-    holders = _holders(state, flt.namespace)
+    holders = _holders(state, flt.namespace, containers)
     held = held_by_card(state)
     for name in sorted(state.nodes):
         if flt.node and not fnmatch.fnmatchcase(name, flt.node):
@@ -236,6 +274,7 @@ def _card_rows(
                     pods=pods,
                     fragment=fragments[(name, vendor, info.id)],
                     dra=held.get((name, vendor, info.id)),
+                    dra_only=vendor in served.get(name, ()),
                 )
 
 
@@ -264,7 +303,14 @@ def _pods_cell(pods: Sequence[CardHolder], devcore: int = 100) -> str:
     """Each pod's share: cores as a percentage where a card has 100 core units, else as ``<n>/<total> cores``
     (AMD counts compute units)."""
     unit = "%" if devcore in (0, 100) else f"/{devcore} cores"
-    return ", ".join(f"{p.pod} ({p.mem} MiB, {cores_text(p.cores, unit)})" for p in pods) or "-"
+    return ", ".join(f"{p.pod} ({p.mem} MiB, {cores_text(p.cores, unit)}{_mode_text(p)})" for p in pods) or "-"
+
+
+def _mode_text(p: CardHolder) -> str:
+    """A DRA-mode holder's mark: ``, DRA`` (with its container: ``, DRA main``)."""
+    if p.mode != "dra":
+        return ""
+    return f", DRA {p.container}" if p.container else ", DRA"
 
 
 def _holders_cell(card: CardRow) -> str:
@@ -308,6 +354,8 @@ def _node_state(node: NodeRow) -> str:
         return "cordoned (unschedulable)"
     if node.problems and not node.cards:
         return "not schedulable by hami"
+    if node.dra_served and node.schedulable:
+        return f"schedulable, {', '.join(node.dra_served)} served by a DRA driver (DRA-mode pods)"
     if node.cards and not node.schedulable:
         return "devices not allocatable (kubelet)"
     return "schedulable" if node.cards else "no accelerator registered"
@@ -382,7 +430,10 @@ def _card_cells(c: CardRow, wide: bool) -> list[tuple[str, str]]:
         (f"  {c.index}", ""),
         (c.uuid, ""),
         (c.model, ""),
-        (f"{c.slots[0]}/{c.slots[1]}", _usage_colour(*c.slots)),
+        (
+            f"{c.slots[0]}/-" if c.dra_only else f"{c.slots[0]}/{c.slots[1]}",
+            "" if c.dra_only else _usage_colour(*c.slots),
+        ),
         (f"{c.memory[0]}/{c.memory[1]} {_bar(*c.memory)} {_pct(*c.memory)}%", _usage_colour(*c.memory)),
         (f"{c.cores[0]}/{c.cores[1]}", _usage_colour(*c.cores)),
         (str(stranded) if stranded else "-", _YELLOW if stranded else ""),
@@ -461,7 +512,8 @@ def _card_json(c: CardRow) -> dict[str, Any]:
         "slots": {"used": c.slots[0], "total": c.slots[1]},
         "memoryMiB": {"used": c.memory[0], "total": c.memory[1]},
         "cores": {"used": c.cores[0], "total": c.cores[1]},
-        "pods": [{"pod": p.pod, "memoryMiB": p.mem, "cores": p.cores} for p in c.pods],
+        "pods": [_holder_json(p) for p in c.pods],
+        "draOnly": c.dra_only,
         "dra": None
         if c.dra is None
         else {"claims": c.dra.claims, "slots": c.dra.slots, "memoryMiB": c.dra.mem, "cores": c.dra.cores},
@@ -469,6 +521,15 @@ def _card_json(c: CardRow) -> dict[str, Any]:
         "strandedCores": f.stranded_cores,
         "largestSlice": {"memoryMiB": f.largest_mem, "cores": f.largest_cores},
     }
+
+
+def _holder_json(p: CardHolder) -> dict[str, Any]:
+    """One holder of a card in :func:`top_json`; a DRA claim's share adds ``mode: dra``, ``claim`` and ``container``
+    ("" when unknown)."""
+    doc: dict[str, Any] = {"pod": p.pod, "memoryMiB": p.mem, "cores": p.cores}
+    if p.mode == "dra":  # a device-plugin pod's entry keeps its three fields
+        doc |= {"mode": p.mode, "claim": p.claim, "container": p.container}
+    return doc
 
 
 def top_json(view: TopView) -> dict[str, Any]:
@@ -481,6 +542,7 @@ def top_json(view: TopView) -> dict[str, Any]:
                 "cordoned": n.cordoned,
                 "problems": dict(n.problems),
                 "notAllocatable": dict(n.not_allocatable),
+                "draServed": list(n.dra_served),
                 "cards": [_card_json(c) for c in n.cards],
             }
             for n in view.nodes

@@ -1,5 +1,6 @@
 """The DRA plugin's guard: cards that pods of hami's device plugin hold are published with the
-``hami.io/device-plugin-pods`` taint, so kube-scheduler allocates no claim on them (docs/dra-mode.md#switching-between-modes)."""
+``hami.io/device-plugin-pods`` taint, so kube-scheduler allocates no claim on them
+(docs/dra-mode.md#switching-between-modes)."""
 
 from __future__ import annotations
 

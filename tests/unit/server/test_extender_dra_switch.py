@@ -1,7 +1,7 @@
-"""Both modes on one node during a switch (docs/dra-mode.md#switching-between-modes): the node registers its cards for hami's
-device plugin and publishes them through hami's DRA plugin, in the plugin's own slice (bytes, percent, the guard's
-taint). A claim allocated first is counted by /filter before any extender pod lands on its card; a card the DRA
-plugin holds back from claims stays the device plugin's."""
+"""Both modes on one node during a switch (docs/dra-mode.md#switching-between-modes): the node registers its
+cards for hami's device plugin and publishes them through hami's DRA plugin, in the plugin's own slice
+(bytes, percent, the guard's taint). A claim allocated first is counted by /filter before any extender pod lands on
+its card; a card the DRA plugin holds back from claims stays the device plugin's."""
 
 from __future__ import annotations
 

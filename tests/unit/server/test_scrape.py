@@ -50,9 +50,9 @@ def cluster(nodes: int, gpus: int, pods: int) -> ClusterState:
     return s
 
 
-def reference(s: ClusterState) -> str:
+def reference(s: ClusterState, served: ClusterState | None = None) -> str:
     registry = CollectorRegistry(auto_describe=True)
-    registry.register(_StateCollector(lambda: s))
+    registry.register(_StateCollector(lambda: s, lambda: served))
     return generate_latest(registry).decode()
 
 

@@ -14,7 +14,7 @@ DRA mode (issue 38), a pod written for HAMi turned into ResourceClaims at admiss
 
 from __future__ import annotations
 
-from hami.scheduling.dra.held import DraRecord, HeldCard, held_by_card
+from hami.scheduling.dra.held import DraRecord, HeldCard, claim_users, consumers, held_by_card
 from hami.scheduling.dra.ledger import DraLedger
 from hami.scheduling.dra.mapping import DraDevice, ProblemKind
 from hami.scheduling.dra.reports import DraProblem, DraWarning, WarningKind
@@ -28,5 +28,7 @@ __all__ = [
     "HeldCard",
     "ProblemKind",
     "WarningKind",
+    "claim_users",
+    "consumers",
     "held_by_card",
 ]

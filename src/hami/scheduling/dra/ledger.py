@@ -73,7 +73,7 @@ from hami.protocol.dra import DeviceClass, DeviceRequestAllocationResult, Resour
 from hami.protocol.inventory import DeviceInfo
 from hami.scheduling.dra.amounts import Held, device_card, result_held
 from hami.scheduling.dra.conflict import overcommitted
-from hami.scheduling.dra.held import DraRecord
+from hami.scheduling.dra.held import DraRecord, consumers
 from hami.scheduling.dra.mapping import DeviceKey, DraDevice, ProblemKind, read_slice, taken
 from hami.scheduling.dra.pools import PoolKey, PoolView, Published, pool_view, resolve
 from hami.scheduling.dra.reports import (
@@ -187,6 +187,21 @@ class DraLedger:
             if dev.taints and dev.key[0] in self.drivers
         ]
         return tuple(sorted(found, key=lambda vd: (vd[1].node, vd[1].key)))
+
+    def devices(self) -> tuple[tuple[str, DraDevice], ...]:
+        """Every used device (tainted or not), with its driver's hami vendor key, by node and device."""
+        found = [
+            (self.drivers[dev.key[0]].vendor, dev)
+            for view in self._views.values()
+            for devices in view.groups.values()
+            for dev in devices.values()
+            if dev.key[0] in self.drivers
+        ]
+        return tuple(sorted(found, key=lambda vd: (vd[1].node, vd[1].key)))
+
+    def claims(self) -> tuple[ResourceClaim, ...]:
+        """Every claim of the watch (allocated or not), by namespace and name."""
+        return tuple(sorted(self._claims.values(), key=lambda c: (c.key, c.metadata.uid)))
 
     def records(self) -> tuple[DraRecord, ...]:
         """Every held record the ledger charged."""
@@ -360,8 +375,9 @@ class DraLedger:
         for (node, vendor, _), card in sorted(derived.cards.items()):
             by_node.setdefault(node, []).append(card.charge(vendor))
         meta = claim.metadata
+        users = consumers(claim)
         records = tuple(
-            DraRecord(f"dra:{cid}@{node}", meta.namespace, meta.name, node, {}, tuple(charges))
+            DraRecord(f"dra:{cid}@{node}", meta.namespace, meta.name, node, {}, tuple(charges), consumers=users)
             for node, charges in sorted(by_node.items())
         )
         self._replace(cid, records)

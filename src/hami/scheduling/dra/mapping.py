@@ -95,6 +95,13 @@ class DraDevice:
     """Its ``NoSchedule``/``NoExecute`` device taints as ``key=value:effect``: kube-scheduler places no new claim on
     it (a driver taints a device that turned unhealthy); shown as unhealthy by ``hami top``, except
     ``hami.io/device-plugin-pods`` (:attr:`held_back`)."""
+    attributes: tuple[tuple[str, str], ...] = ()
+    """Its attributes of the driver's own domain as text, by local name (``productName``, ``minor``), sorted: what
+    the tools show of a card no hami registration describes (``hami.scheduling.dra.served``)."""
+
+    def attribute(self, name: str) -> str | None:
+        """The text of the attribute ``name`` (a local name), None when the device has none."""
+        return next((text for key, text in self.attributes if key == name), None)
 
     @property
     def held_back(self) -> bool:
@@ -161,7 +168,9 @@ def read_slice(sl: ResourceSlice, cfg: DraDriverConfig) -> tuple[list[DraDevice]
         key = (spec.driver, spec.pool.name, dev.name)
         taints = tuple(t.text() for t in dev.taints if t.effect in BLOCKING_EFFECTS)
         shared = bool(dev.allow_multiple_allocations)
-        devices.append(DraDevice(key, name, node, uuid or None, shared, mem, core, taints))
+        own = sorted((local_name(k, spec.driver), a.text()) for k, a in dev.attributes.items())
+        texts = tuple((k, text) for k, text in own if "/" not in k and text is not None)
+        devices.append(DraDevice(key, name, node, uuid or None, shared, mem, core, taints, texts))
     return devices, problems
 
 
