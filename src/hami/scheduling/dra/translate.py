@@ -54,6 +54,7 @@ __all__ = [
     "DraModeSettings",
     "DraVerdict",
     "claim_spec",
+    "read_entry",
 ]
 
 DRA_LABEL: Final = keys.DRA_LABEL
@@ -176,7 +177,7 @@ def _entry_field(request: Mapping[str, Any], key: str, kind: type) -> Any:
     return value
 
 
-def _read_entry(request: Mapping[str, Any]) -> tuple[Container, str, dict[str, str]]:
+def read_entry(request: Mapping[str, Any]) -> tuple[Container, str, dict[str, str]]:
     name = _entry_field(request, "container", str)
     section = _entry_field(request, "section", str)
     if section not in ("containers", "initContainers"):
@@ -195,7 +196,7 @@ def claim_spec(request: Mapping[str, Any], vendors: Mapping[str, Vendor], settin
 
     Raises ``InvalidInput`` (``DraRefused`` among them) naming the field and the value for an entry that is not
     one, asks for no translatable device, or cannot be expressed."""
-    container, field, annotations = _read_entry(request)
+    container, field, annotations = read_entry(request)
     translated, others = _translations(container, field, annotations, vendors, settings)
     where = f"{REQUESTS_ANNOTATION} entry.resources"
     if others:
