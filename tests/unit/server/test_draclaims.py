@@ -325,29 +325,29 @@ async def test_the_sweep_serves_the_pods_a_new_leader_finds_waiting(api: FakeApi
 async def test_a_new_leader_sweeps_at_once(api: FakeApi, client: KubeClient) -> None:
     api.script("POST", CLAIMS, Reply(201, claim_json("web-main-x2b4z", "uid-web")))
     waiting = pod()
-    rig = Rig(client, leader=False)
-    rig.controller.pods = lambda: {f"{NS}/web": waiting}
-    since_leading: list[float] = []
-    never = asyncio.Event()
+    rig = Rig(client)
+    clock = [0.0]  # seconds of the controller's own pauses
+    swept_at: list[float] = []
+    rig.controller.is_leader = lambda: clock[0] >= 10.0  # the Lease names this replica 10 s in
 
-    async def sleep(seconds: float) -> None:  # time passes only up to 1 s after this replica leads
-        if rig.leader:
-            since_leading.append(seconds)
-            if sum(since_leading) > 1.0:
-                await never.wait()
-        await rig.sleeps(seconds)
+    def store() -> dict[str, Pod]:
+        if rig.controller.is_leader() and not swept_at:
+            swept_at.append(clock[0])
+        return {f"{NS}/web": waiting}
 
+    async def sleep(seconds: float) -> None:
+        clock[0] += seconds
+        await asyncio.sleep(0)
+
+    rig.controller.pods = store
     rig.controller._sleep = sleep
     runner = asyncio.create_task(rig.controller.run(rig.tasks))
-    while len(rig.sleeps.delays) < 3:  # a follower for a while: nothing written
-        await asyncio.sleep(0)
-    assert api.requests == []
-    rig.leader = True  # the Lease names this replica now
     async with asyncio.timeout(5):
         while not api.calls("POST", CLAIMS):
             await asyncio.sleep(0.01)
     runner.cancel()
     await rig.settle()
+    assert swept_at[0] <= 10.0 + ClaimControllerSettings().leader_check_s  # not a resync (30 s) later
     assert rig.counts() == {"created": 1}
 
 
