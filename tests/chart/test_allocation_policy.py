@@ -94,3 +94,16 @@ def test_the_policy_needs_kubernetes_1_30_or_an_explicit_opt_out() -> None:
     assert result.returncode != 0
     assert "scheduler.allocationPolicy needs Kubernetes 1.30 or newer" in result.stderr
     assert "Set scheduler.allocationPolicy.enabled=false" in result.stderr
+
+
+def test_dra_modes_marks_may_change_on_an_existing_pod_by_hami_alone() -> None:
+    policy = spec()
+    marks = variable(policy, "draMarks")
+    assert marks.startswith("!variables.podUpdate ? [] :")  # CREATE: the webhook writes them in the same request
+    assert variable(policy, "podUpdate") == 'request.operation == "UPDATE" && request.kind.kind == "Pod"'
+    assert f'["{keys.DRA_REQUESTS}"].filter(k,' in marks
+    assert f'["{keys.DRA_LABEL}"].filter(k,' in marks
+    assert "variables.newLabels[k] != variables.oldLabels[k]" in marks
+    validation = next(v for v in policy["validations"] if "draMarks" in v["expression"])
+    assert validation["expression"] == "size(variables.draMarks) == 0"
+    assert "DRA mode creates the pod's ResourceClaims from them" in validation["messageExpression"]

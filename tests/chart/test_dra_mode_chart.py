@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.chart.test_chart import KUBE_VERSION, container, kinds, one, render, rules, run_helm
-from tests.helm import CHART
+from tests.chart.test_chart import KUBE_VERSION, NAMESPACE, container, kinds, one, render, rules, run_helm
+from tests.helm import CHART, template
 
 ON = "draMode.enabled=true"
 CLASS = "hami-core-gpu.project-hami.io"
@@ -125,3 +125,11 @@ def test_dra_mode_without_the_webhook_is_refused() -> None:
     result = run_helm("template", "hami", str(CHART), "--kube-version", KUBE_VERSION, "--set", ON, *off)
     assert result.returncode != 0
     assert "draMode.enabled needs scheduler.admissionWebhook.enabled" in result.stderr
+
+
+def test_card_memory_sizes_are_the_flag_the_percentage_refusal_names(tmp_path: Any) -> None:
+    assert not [a for a in container(render(ON), "hami")["args"] if a.startswith("--dra-card-memory")]
+    values = tmp_path / "values.yaml"
+    values.write_text("draMode:\n  enabled: true\n  cardMemoryMiB: [80000, 143771, 1048576]\n")
+    args = container(template(NAMESPACE, KUBE_VERSION, values=[values]), "hami")["args"]
+    assert "--dra-card-memory=80000,143771,1048576" in args  # whole numbers, never 8e+04

@@ -422,3 +422,107 @@ def test_a_memory_percentage_becomes_that_share_of_the_published_card(stack: Sta
     assert [a["name"] for a in request["firstAvailable"]] == ["mem-40960"]  # the one card size published
     [result] = claim["status"]["allocation"]["devices"]["results"]
     assert parse_quantity(result["consumedCapacity"]["memory"], "memory") == 20480 * MIB
+
+
+# --- a tenant's way round the quota: hand-written requests, bursts ------------------------------------------------
+
+
+def _events(kube: KubeClient, namespace: str, pod: str) -> list[tuple[str, str, str]]:
+    items = kube.get(f"/api/v1/namespaces/{namespace}/events", fieldSelector=f"involvedObject.name={pod}")["items"]
+    return [(e["type"], e["reason"], e["message"]) for e in items]
+
+
+def _claims_in(kube: KubeClient, namespace: str) -> list[str]:
+    return sorted(c["metadata"]["name"] for c in kube.get(f"{DRA}/namespaces/{namespace}/resourceclaims")["items"])
+
+
+def _quota_namespace(kube: KubeClient, prefix: str, mem: int, labels: dict[str, str]) -> str:
+    ns = kube.create_namespace(f"{prefix}-{uuid.uuid4().hex[:6]}", labels=labels)
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "gpu"},
+             "spec": {"hard": {"limits.nvidia.com/gpumem": str(mem)}}}  # fmt: skip
+    kube.post(f"/api/v1/namespaces/{ns}/resourcequotas", quota)
+    return ns
+
+
+def _wait_for_quota(kube: KubeClient, ns: str, over: int) -> None:
+    """Until hami has seen the quota of DRA namespace ``ns``: a pod asking ``over`` MiB is refused at admission.
+    (hami watches every namespace's quotas in one stream: one seen, every one written before it was seen too.)"""
+
+    def refused() -> bool:
+        name = f"probe-{uuid.uuid4().hex[:6]}"
+        limits = {**HAMI_POD, "nvidia.com/gpumem": str(over)}
+        try:
+            kube.create_pod(ns, name, limits=limits, spec={"nodeSelector": {"hami-e2e/none": "x"}})
+        except ApiError as err:
+            return "exceeding resource quota" in err.body["message"]
+        kube.delete_pod(ns, name)
+        return False
+
+    wait_until(refused, description="hami's quota watch to see the namespace's quota")
+
+
+def _hand_written(client: KubeClient, ns: str, name: str, mem: int) -> dict[str, Any]:
+    """A pod written to look translated: hami's scheduler, the label, a request annotation and the claim by name."""
+    claim = f"{name}-main-{uuid.uuid4().hex[:5]}"
+    resources = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(mem)}
+    requests = {claim: {"container": "main", "section": "containers", "resources": resources, "annotations": {}}}
+    created: dict[str, Any] = client.create_pod(
+        ns,
+        name,
+        scheduler_name=SCHEDULER,
+        labels={"hami.io/dra": "true"},
+        annotations={"hami.io/dra-requests": json.dumps(requests)},
+        containers=[{"name": "main", "image": "x", "resources": {"claims": [{"name": "hami-main"}]}}],
+        spec={"resourceClaims": [{"name": "hami-main", "resourceClaimName": claim}]},
+    )
+    return created
+
+
+def test_a_hand_written_dra_pod_outside_the_dra_namespaces_gets_no_claim_past_the_quota(stack: Stack) -> None:
+    kube = stack.kube
+    with stack.identities.tenant(stack.plain_ns) as tenant, pytest.raises(ApiError) as caught:
+        _hand_written(tenant, stack.plain_ns, "sneak", 3000)
+    assert caught.value.status == 403
+    assert (
+        'admission webhook "vgpu.hami.io" denied the request: metadata.annotations[hami.io/dra-requests]: is written '
+        "by hami's DRA-mode webhook only" in caught.value.body["message"]
+    )
+    # Where no webhook runs (a namespace labelled hami.io/webhook=ignore, or the webhook down with failurePolicy
+    # Ignore) the pod exists; the claim controller holds the namespace's quota itself.
+    ns = _quota_namespace(kube, "nohook", 2000, {"hami.io/webhook": "ignore"})
+    _wait_for_quota(kube, _quota_namespace(kube, "marker", 2000, {"hami.io/scheduling-mode": "dra"}), 3000)
+    before = stack.metric("hami_dra_claims_created_total", result="over-quota")
+    with stack.identities.tenant(ns) as tenant:
+        created = _hand_written(tenant, ns, "sneak", 3000)
+    [claim] = claim_names(created)
+
+    def warned() -> tuple[str, str, str] | None:
+        return next((e for e in _events(kube, ns, "sneak") if e[1] == "DRAClaimOverQuota"), None)
+
+    kind, _, message = wait_until(warned, description="the claim controller's over-quota Warning")
+    assert kind == "Warning"
+    assert (
+        f"claims {claim} not created: exceeding resource quota: namespace {ns} has 0 of nvidia.com/gpumem in use, "
+        "the pod's claims ask for 3000 more, the limit is 2000" in message
+    )
+    assert stack.gone(f"{DRA}/namespaces/{ns}/resourceclaims/{claim}")
+    assert stack.metric("hami_dra_claims_created_total", result="over-quota") == before + 1
+
+
+def test_a_burst_of_pods_each_under_the_quota_gets_claims_only_up_to_it(stack: Stack) -> None:
+    kube = stack.kube
+    ns = _quota_namespace(kube, "burst", 7000, {"hami.io/scheduling-mode": "dra"})
+    _wait_for_quota(kube, ns, 8000)
+    nowhere = {"nodeSelector": {"hami-e2e/none": "x"}}  # never allocated: admission sees no usage at all
+    names = [f"b{i}" for i in range(4)]
+    claims = {n: claim_names(kube.create_pod(ns, n, limits=HAMI_POD, spec=nowhere))[0] for n in names}
+
+    def settled() -> tuple[list[str], list[str]] | None:
+        made = _claims_in(kube, ns)
+        held = [n for n in names if any(e[1] == "DRAClaimOverQuota" for e in _events(kube, ns, n))]
+        return (made, held) if len(made) + len(held) == len(names) else None
+
+    made, held = wait_until(settled, description="every pod to get its claim or an over-quota Warning")
+    assert len(made) == 2  # 2 x 3000 MiB within 7000; a third would make 9000
+    assert sorted(made + [claims[n] for n in held]) == sorted(claims.values())
+    assert _claims_in(kube, ns) == made

@@ -100,6 +100,40 @@ def test_a_tenant_may_not_write_hamis_allocation_annotations(
     assert [p["metadata"]["name"] for p in kube.list_pods(namespace)] == ["mine"]
 
 
+def test_a_tenant_may_not_change_dra_modes_marks_on_its_pod(
+    identities: ChartIdentities, kube: KubeClient, namespace: str
+) -> None:
+    """DRA mode's claim controller creates claims from ``hami.io/dra-requests``: edited after admission it would ask
+    for what no admission checked. On UPDATE only hami's scheduler may change it or the ``hami.io/dra`` label (on
+    CREATE the webhook writes them in the same request: ``/webhook`` refuses a pod carrying them)."""
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    marks = {"labels": {keys.DRA_LABEL: "true"}, "annotations": {keys.DRA_REQUESTS: "{}"}}
+    with identities.tenant(namespace) as tenant:
+        tenant.create_pod(namespace, "dra", scheduler_name="nobody", **marks)  # no webhook here: CREATE passes
+        edits: list[tuple[dict[str, Any], str]] = [
+            ({"annotations": {keys.DRA_REQUESTS: '{"big-main-x2b4z": {}}'}}, f"annotation {keys.DRA_REQUESTS}"),
+            ({"annotations": {keys.DRA_REQUESTS: None}}, f"annotation {keys.DRA_REQUESTS}"),
+            ({"labels": {keys.DRA_LABEL: "false"}}, f"label {keys.DRA_LABEL}"),
+            ({"labels": {keys.DRA_LABEL: None}}, f"label {keys.DRA_LABEL}"),
+        ]
+        for edit, named in edits:
+            message = refusal(tenant.patch, f"{pods}/dra", {"metadata": edit})
+            assert (
+                f"may not change {named} on pod {namespace}/dra: DRA mode creates the pod's ResourceClaims" in message
+            )
+        tenant.create_pod(namespace, "plain", scheduler_name="nobody")
+        for edit, named in edits[:1] + edits[2:3]:  # adding them later is a change too
+            assert f"may not change {named}" in refusal(tenant.patch, f"{pods}/plain", {"metadata": edit})
+        tenant.patch(f"{pods}/dra", {"metadata": {"labels": {"team": "a"}}})  # other labels: the tenant's own
+    with identities.client(identities.token(HAMI_SA)) as hami:
+        hami.patch(f"{pods}/dra", {"metadata": {"annotations": {keys.DRA_REQUESTS: '{"x": {}}'}}})
+    held = kube.get_pod(namespace, "dra")["metadata"]
+    assert (held["annotations"][keys.DRA_REQUESTS], held["labels"]) == (
+        '{"x": {}}',
+        {keys.DRA_LABEL: "true", "team": "a"},
+    )
+
+
 def test_the_device_plugin_writes_only_the_bind_phase_and_to_allocate_of_its_own_nodes_pods(
     identities: ChartIdentities, kube: KubeClient, namespace: str, make_node: Callable[..., dict[str, Any]]
 ) -> None:

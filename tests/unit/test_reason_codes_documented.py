@@ -14,7 +14,7 @@ from hami.scheduling.dra.mapping import ProblemKind
 from hami.scheduling.dra.reports import WarningKind
 from hami.scheduling.outcomes import Bound, Filtered, Preempting
 from hami.server.dra import event_reason
-from hami.server.draclaims import CLAIM_CONFLICT, CLAIM_FAILED, CLAIM_REFUSED, RESULTS
+from hami.server.draclaims import CLAIM_CONFLICT, CLAIM_FAILED, CLAIM_OVER_QUOTA, CLAIM_REFUSED, RESULTS
 from hami.server.extender import _BIND_LABELS  # the bind outcomes' metric labels, where not their own names
 from hami.server.nodes import REGISTRATION_REFUSED
 
@@ -41,7 +41,7 @@ def test_every_event_reason_has_a_row() -> None:
     rows = _first_cells(_section("Events"))
     codes = {reason.value for reason in EventReason} | {REGISTRATION_REFUSED, HAMI_CORE_MISSING}
     codes |= {event_reason(kind) for kind in ProblemKind}
-    codes |= {CLAIM_CONFLICT, CLAIM_FAILED, CLAIM_REFUSED}
+    codes |= {CLAIM_CONFLICT, CLAIM_FAILED, CLAIM_OVER_QUOTA, CLAIM_REFUSED}
     assert rows == codes
 
 

@@ -247,20 +247,7 @@ class Admission:
         """None when the pod's demand fits its namespace's device quota, else which limit it breaks."""
         if self.quotas is None:
             return None
-        factors = self.quota_factors or {}
         demand = quota_demand(request, self.vendors)
-        if not demand or self.quotas.fits(namespace, demand, factors):
+        if not demand:
             return None
-        used = self.quotas.used.get(namespace, {})
-        for resource, amount in demand.items():
-            limit = self.quotas.limit(namespace, resource)
-            if limit is None:
-                continue
-            factor = factors.get(resource, 1)
-            limit *= factor if factor > 1 else 1
-            if used.get(resource, 0) + amount > limit:
-                return (
-                    f"namespace {namespace} has {used.get(resource, 0)} of {resource} in use, "
-                    f"the pod asks for {amount} more, the limit is {limit}"
-                )
-        return "the pod's device demand exceeds its namespace's quota"
+        return self.quotas.problem(namespace, demand, self.quota_factors or {})

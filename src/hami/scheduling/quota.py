@@ -100,3 +100,31 @@ class QuotaBook:
             if used.get(resource, 0) + amount > limit * (factor if factor > 1 else 1):
                 return False
         return True
+
+    def problem(
+        self,
+        namespace: str,
+        amounts: Mapping[str, int],
+        factors: Mapping[str, int],
+        also_used: Mapping[str, int] | None = None,
+        asker: str = "the pod asks",
+    ) -> str | None:
+        """None when adding ``amounts`` keeps the namespace within every limit (``fits``), counting ``also_used``
+        as in use besides the book's usage; else which limit it breaks, with the numbers."""
+        extra = also_used or {}
+        if namespace not in self._limits:
+            return None
+        used = self.used.get(namespace, {})
+        for resource, amount in amounts.items():
+            limit = self.limit(namespace, resource)
+            if limit is None:
+                continue
+            factor = factors.get(resource, 1)
+            limit *= factor if factor > 1 else 1
+            in_use = used.get(resource, 0) + extra.get(resource, 0)
+            if in_use + amount > limit:
+                return (
+                    f"namespace {namespace} has {in_use} of {resource} in use, "
+                    f"{asker} for {amount} more, the limit is {limit}"
+                )
+        return None

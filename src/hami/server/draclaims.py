@@ -7,8 +7,8 @@ The webhook has no side effects; a translated pod names claims that do not exist
   serves those ``hami.scheduling.dra.podclaims.served`` accepts (hami's scheduler name, unbound, labelled
   ``hami.io/dra``, carrying ``hami.io/dra-requests``). The ResourceClaim watch (:meth:`ClaimController.claim_seen`,
   when hami counts DRA claims) tells it which claims exist and whose they are, and a claim deleted while its pod
-  still waits is created again. A leader that just took over catches up by a sweep of the pod store every
-  ``resync_s``.
+  still waits is created again. A replica catches up by a sweep of the pod store the moment it becomes the leader
+  (leadership is looked at every ``leader_check_s``), and every ``resync_s`` while it leads.
 * **Each claim re-translated** from the pod's recorded HAMi request (``podclaims.plan``), never a tenant's spec;
   created owned by the pod from birth (``ownerReferences`` with ``controller`` and ``blockOwnerDeletion``), so
   kube-controller-manager's garbage collector deletes it with the pod.
@@ -19,8 +19,14 @@ The webhook has no side effects; a translated pod names claims that do not exist
   connection) is sent again after a growing pause, ``attempts`` times at most (the client itself already waits out
   a ``Retry-After``). A request that does not translate is a Warning Event ``DRAClaimRefused`` naming the field and
   value; a create the API server refuses for good (403, 422), ``DRAClaimFailed``.
+* **Within the namespace's quota** (``hami.scheduling.dra.claimquota``): before creating a pod's claims it checks
+  their demand against the namespace's device quota, counting hami's quota book (extender pods, allocated claims)
+  and the claims it created that are not allocated yet. Over the quota: no claim, a Warning Event
+  ``DRAClaimOverQuota`` with the numbers, and the pod is looked at again at each sweep (it proceeds once quota
+  frees). The annotation the claims come from is the tenant's to write where the webhook and the allocation policy
+  do not reach; the quota holds anyway.
 * **Counted.** ``hami_dra_claims_created_total{result}``: ``created``, ``exists`` (already the pod's), ``conflict``,
-  ``refused``, ``failed``.
+  ``refused``, ``failed``, ``over-quota`` (once per pod held back, until it fits again).
 """
 
 from __future__ import annotations
@@ -29,12 +35,12 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Final
+from dataclasses import dataclass, field
+from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, Counter
 
-from hami.errors import ApiError, Conflict, NotFound, TooManyRequests
+from hami.errors import ApiError, Conflict, InvalidInput, NotFound, TooManyRequests
 from hami.k8s.client import KubeClient
 from hami.k8s.events import EventRecorder
 from hami.k8s.records import ObjectRef
@@ -43,6 +49,8 @@ from hami.k8s.tasks import Supervisor
 from hami.protocol.dra import OwnerReference, ResourceClaim
 from hami.protocol.events import EventType
 from hami.protocol.objects import Pod
+from hami.scheduling.admission import QUOTA_EXCEEDED
+from hami.scheduling.dra.claimquota import PendingClaims, add_amounts
 from hami.scheduling.dra.podclaims import (
     DRA_LABEL,
     DRA_POD_ANNOTATION,
@@ -50,12 +58,15 @@ from hami.scheduling.dra.podclaims import (
     Translate,
     owned_by,
     plan,
+    requests_of,
     served,
 )
+from hami.scheduling.quota import QuotaBook
 
 __all__ = [
     "CLAIM_CONFLICT",
     "CLAIM_FAILED",
+    "CLAIM_OVER_QUOTA",
     "CLAIM_REFUSED",
     "RESULTS",
     "ClaimController",
@@ -70,7 +81,9 @@ CLAIM_REFUSED: Final = "DRAClaimRefused"
 """Event reason: the pod's recorded request does not translate into a claim (the message names field and value)."""
 CLAIM_FAILED: Final = "DRAClaimFailed"
 """Event reason: the API server refused to create the claim (the message is its answer)."""
-RESULTS: Final = ("created", "exists", "conflict", "refused", "failed")
+CLAIM_OVER_QUOTA: Final = "DRAClaimOverQuota"
+"""Event reason: the pod's claims would take its namespace past its device quota; none is created (yet)."""
+RESULTS: Final = ("created", "exists", "conflict", "refused", "failed", "over-quota")
 """The values of ``hami_dra_claims_created_total``'s ``result`` label."""
 
 
@@ -88,8 +101,24 @@ class ClaimControllerSettings:
     """First pause before sending again (doubling, up to ``backoff_max``, stretched up to half at random)."""
     backoff_max: float = 8.0
     resync_s: float = 30.0
-    """How often the pod store is swept for served pods whose claims are missing (a new leader's catch-up; a pod
-    whose claim was deleted while hami did not watch claims)."""
+    """How often the pod store is swept for served pods whose claims are missing (a pod held back by its quota; a
+    pod whose claim was deleted while hami did not watch claims)."""
+    leader_check_s: float = 0.5
+    """How often leadership is looked at: a replica that has just become the leader sweeps at once."""
+
+
+Demand = Callable[[Mapping[str, Any]], Mapping[str, int]]
+"""One recorded request → what it counts against its namespace's quotas (``claimquota.request_demand``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimQuotas:
+    """The namespace quotas the controller keeps its claims within: hami's quota book (its limits and usage), the
+    memory factors (``ClusterState.quota_factors``) and each recorded request's demand."""
+
+    book: QuotaBook
+    demand: Demand
+    factors: Mapping[str, int] = field(default_factory=dict)
 
 
 def _passing(err: ApiError) -> bool:
@@ -113,6 +142,7 @@ class ClaimController:
         is_leader: Callable[[], bool] = lambda: True,
         settings: ClaimControllerSettings = ClaimControllerSettings(),  # frozen, shared on purpose
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        quotas: ClaimQuotas | None = None,
     ) -> None:
         self.client = client
         self.events = events
@@ -122,6 +152,9 @@ class ClaimController:
         self.is_leader = is_leader
         self.settings = settings
         self._sleep = sleep
+        self.quotas = quotas
+        self.pending = PendingClaims()
+        """Claims created (by this controller, or seen by the claim watch) not allocated yet: quota they will take."""
         self._slots = asyncio.Semaphore(settings.concurrency)
         self._random = random.Random()
         self.results = Counter(
@@ -149,6 +182,7 @@ class ClaimController:
         if deleted:
             self._reported = {r for r in self._reported if r[0] != uid}
             self._failed = {f for f in self._failed if f[0] != uid}
+            self.pending.drop_pod(uid)
             return
         if self._tasks is None or not self.is_leader() or not served(pod, self.scheduler_name):
             return
@@ -166,8 +200,10 @@ class ClaimController:
         key = f"{meta.namespace}/{meta.name}"
         if not deleted:
             self.owners[key] = tuple(meta.owner_references)
+            self._track(claim, key)
             return
         self.owners.pop(key, None)
+        self.pending.drop([key])
         pod_name = meta.annotations.get(DRA_POD_ANNOTATION)
         if meta.labels.get(DRA_LABEL) == "true" and pod_name:
             pod = self.pods().get(f"{meta.namespace}/{pod_name}")
@@ -175,14 +211,47 @@ class ClaimController:
                 self.pod_seen(pod, deleted=False)
 
     # --- work -------------------------------------------------------------------------------------------
+    def _track(self, claim: ResourceClaim, key: str) -> None:
+        """Keep ``pending`` current from the claim watch: an allocated claim leaves it (the quota book counts it
+        now); a claim of a waiting pod not allocated yet (one a former leader created) joins it."""
+        if claim.status.allocation is not None:
+            self.pending.drop([key])
+            return
+        meta = claim.metadata
+        pod = self.pods().get(f"{meta.namespace}/{meta.annotations.get(DRA_POD_ANNOTATION, '')}")
+        if self.quotas is None or key in self.pending.claims or pod is None or meta.labels.get(DRA_LABEL) != "true":
+            return
+        if pod.spec.node_name or not owned_by(meta.owner_references, pod.metadata.uid):
+            return
+        try:
+            request = requests_of(pod).get(meta.name)
+            amounts = self.quotas.demand(request) if request is not None else None
+        except InvalidInput:
+            return
+        if amounts:
+            self.pending.add(key, meta.namespace, pod.metadata.uid, amounts)
+
     async def run(self, tasks: Supervisor) -> None:
-        """Accept work from the feeds; sweep the pod store every ``resync_s`` (leader only)."""
+        """Accept work from the feeds; sweep the pod store the moment this replica becomes the leader, then every
+        ``resync_s`` while it leads."""
         self._tasks = tasks
+        led, waited = False, 0.0
+        step = min(self.settings.leader_check_s, self.settings.resync_s)
         while True:
-            if self.is_leader():
-                for pod in list(self.pods().values()):
-                    self.pod_seen(pod, deleted=False)
-            await self._sleep(self.settings.resync_s)
+            leading = self.is_leader()
+            if leading and (not led or waited >= self.settings.resync_s):
+                if not led:
+                    log.info("DRA claims: this replica leads now; sweeping the pods for missing claims")
+                self.sweep()
+                waited = 0.0
+            led = leading
+            await self._sleep(step)
+            waited += step
+
+    def sweep(self) -> None:
+        """Serve every pod of the pod store that needs claims (leader only)."""
+        for pod in list(self.pods().values()):
+            self.pod_seen(pod, deleted=False)
 
     def _existing(self, namespace: str) -> Mapping[str, Sequence[OwnerReference]]:
         prefix = f"{namespace}/"
@@ -223,7 +292,40 @@ class ClaimController:
         for name in work.foreign:
             self._conflict(pod, name, self.owners.get(f"{ns}/{name}", ()))
         uid = pod.metadata.uid
-        await asyncio.gather(*(self._create(pod, item) for item in work.create if (uid, item.name) not in self._failed))
+        create = [item for item in work.create if (uid, item.name) not in self._failed]
+        if not create or not self._within_quota(pod, create):
+            return
+        await asyncio.gather(*(self._create(pod, item) for item in create))
+
+    def _within_quota(self, pod: Pod, create: Sequence[ClaimPlanItem]) -> bool:
+        """Whether the claims fit the namespace's quota, counting the claims created and not allocated yet; if they
+        do, they are counted as such from now on (before any create is sent: a burst of pods cannot all pass).
+        If not: reported once (``over-quota``, a Warning Event) and nothing is created."""
+        if self.quotas is None:
+            return True
+        ns, uid = pod.metadata.namespace, pod.metadata.uid
+        requests = requests_of(pod)  # plan() read it already: it decodes
+        amounts = {item.name: dict(self.quotas.demand(requests[item.name])) for item in create}
+        demand: dict[str, int] = {}
+        for each in amounts.values():
+            add_amounts(demand, each)
+        problem = self.quotas.book.problem(
+            ns, demand, self.quotas.factors, self.pending.used(ns), asker="the pod's claims ask"
+        )
+        if problem is None:
+            self._reported.discard((uid, "", CLAIM_OVER_QUOTA))
+            for name, each in amounts.items():
+                self.pending.add(f"{ns}/{name}", ns, uid, each)
+            return True
+        if (uid, "", CLAIM_OVER_QUOTA) not in self._reported:
+            self.results.labels("over-quota").inc()
+        names = ", ".join(item.name for item in create)
+        message = (
+            f"claims {names} not created: {QUOTA_EXCEEDED}: {problem} (claims created and not allocated yet "
+            "included); hami creates them once the namespace's quota has room"
+        )
+        self._warn(pod, "", CLAIM_OVER_QUOTA, message)
+        return False
 
     async def _create(self, pod: Pod, item: ClaimPlanItem) -> None:
         """Send one create until it is answered for good (``attempts`` at most); record the result."""
@@ -231,6 +333,7 @@ class ClaimController:
         pause = self.settings.backoff
         for attempt in range(1, self.settings.attempts + 1):
             if not self._current(pod):
+                self.pending.drop([key])
                 return  # deleted or replaced meanwhile: its claim would be collected at once
             try:
                 async with self._slots:
@@ -245,6 +348,7 @@ class ClaimController:
                     pause = min(pause * 2, self.settings.backoff_max)
                     continue
                 self.results.labels("failed").inc()
+                self.pending.drop([key])
                 self._failed.add((pod.metadata.uid, item.name))
                 log.warning("DRA claim %s for pod %s could not be created: %s", key, pod.key, err)
                 self._warn(pod, item.name, CLAIM_FAILED, f"claim {item.name} could not be created: {err}")
@@ -269,6 +373,7 @@ class ClaimController:
         if owned_by(owners, pod.metadata.uid):
             self.results.labels("exists").inc()
             return
+        self.pending.drop([f"{ns}/{name}"])
         self._conflict(pod, name, owners)
 
     def _conflict(self, pod: Pod, name: str, owners: Sequence[OwnerReference]) -> None:

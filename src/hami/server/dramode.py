@@ -18,12 +18,14 @@ from typing import Any
 from hami.config import SchedulerSettings
 from hami.devices.dra import DEFAULT_DRA_DRIVER, MAX_ALTERNATIVES
 from hami.scheduling.admission import Admission, AdmissionSettings
+from hami.scheduling.dra.claimquota import request_demand
 from hami.scheduling.dra.podclaims import Translate
 from hami.scheduling.dra.translate import DraAdmission, DraModeSettings, DraVerdict, claim_spec
+from hami.server.draclaims import ClaimQuotas
 from hami.server.extender import Extender
 from hami.server.webhook import admission_for
 
-__all__ = ["LiveDraAdmission", "dra_settings", "dra_translate"]
+__all__ = ["LiveDraAdmission", "dra_quotas", "dra_settings", "dra_translate"]
 
 
 def dra_settings(settings: SchedulerSettings, extender: Extender) -> DraModeSettings:
@@ -55,3 +57,13 @@ def dra_translate(extender: Extender, settings: SchedulerSettings) -> Translate:
         return claim_spec(request, extender.vendors, dra_settings(settings, extender))
 
     return translate
+
+
+def dra_quotas(extender: Extender) -> ClaimQuotas:
+    """The namespace quotas the claim controller keeps its claims within: the extender's quota book and memory
+    factors; each recorded request's demand read over the extender's vendors."""
+
+    def demand(request: Mapping[str, Any]) -> Mapping[str, int]:
+        return request_demand(request, extender.vendors)
+
+    return ClaimQuotas(extender.state.quotas, demand, extender.state.quota_factors)

@@ -356,7 +356,7 @@ class Runtime:
         self, client: KubeClient, extender: Extender, events: EventRecorder, pods: Callable[[], Mapping[str, Pod]]
     ) -> ClaimController:
         """DRA mode's claim controller (leader only), fed by the pod watch and, when it runs, the claim watch."""
-        from hami.server.dramode import dra_translate
+        from hami.server.dramode import dra_quotas, dra_translate
 
         s = self.settings
         return ClaimController(
@@ -367,6 +367,7 @@ class Runtime:
             self.metrics.own,
             pods=pods,
             is_leader=self.leadership.is_leader,
+            quotas=dra_quotas(extender),
         )
 
     def _follow_lease(

@@ -41,6 +41,7 @@ from hami.protocol.admission import (
     encode_review,
 )
 from hami.scheduling.admission import Admission, AdmissionSettings, admitters_for
+from hami.scheduling.dra.translate import foreign_requests
 from hami.server.app import read_body
 from hami.server.extender import Extender
 from hami.server.metrics import Metrics
@@ -158,8 +159,16 @@ def handle_review(admission: Admission | Decide, body: bytes) -> tuple[str, Admi
 
 
 def webhook_route(admission: Admission, metrics: Metrics | None = None, path: str = WEBHOOK_PATH) -> Route:
-    """The ``POST /webhook`` route for ``build_app(..., extra_routes=[...])``."""
-    return _review_route(admission.review, metrics, path, "webhook")
+    """The ``POST /webhook`` route for ``build_app(..., extra_routes=[...])``. A pod carrying DRA mode's
+    ``hami.io/dra-requests`` is refused (``foreign_requests``): only ``/webhook/dra`` writes it."""
+
+    def decide(raw: Mapping[str, Any], namespace: str) -> _Verdict:
+        refusal = foreign_requests(raw)
+        if refusal is not None:
+            return _Refusal(refusal)
+        return admission.review(raw, namespace)
+
+    return _review_route(decide, metrics, path, "webhook")
 
 
 def dra_webhook_route(

@@ -20,8 +20,9 @@ from hami.k8s.events import EventRecorder
 from hami.k8s.memory import MemoryCluster
 from hami.k8s.tasks import Supervisor
 from hami.protocol.dra import ResourceClaim
-from hami.protocol.objects import Pod
-from hami.server.draclaims import RESULTS, ClaimController, ClaimControllerSettings
+from hami.protocol.objects import ObjectMeta, Pod, ResourceQuota, ResourceQuotaSpec
+from hami.scheduling.quota import QuotaBook
+from hami.server.draclaims import RESULTS, ClaimController, ClaimControllerSettings, ClaimQuotas
 from tests.unit.k8s.fakeapi import FakeApi, Reply, serve, status_body
 
 NS = "team-a"
@@ -85,8 +86,24 @@ async def client(api: FakeApi) -> AsyncIterator[KubeClient]:
         yield kube
 
 
+MEM = "nvidia.com/gpumem"
+
+
+def demand(request: Mapping[str, Any]) -> Mapping[str, int]:
+    resources = request["resources"]
+    return {MEM: int(resources[MEM]) * int(resources["nvidia.com/gpu"])}
+
+
+def quota_book(limit: int) -> QuotaBook:
+    book = QuotaBook([MEM])
+    book.upsert(
+        ResourceQuota(ObjectMeta(name="q", namespace=NS), ResourceQuotaSpec(hard={f"limits.{MEM}": str(limit)}))
+    )
+    return book
+
+
 class Rig:
-    def __init__(self, client: KubeClient, leader: bool = True) -> None:
+    def __init__(self, client: KubeClient, leader: bool = True, quotas: QuotaBook | None = None) -> None:
         self.memory = MemoryCluster()
         self.events = EventRecorder(self.memory, "hami-scheduler")
         self.registry = CollectorRegistry()
@@ -101,6 +118,7 @@ class Rig:
             is_leader=lambda: self.leader,
             settings=ClaimControllerSettings(attempts=3, backoff=0.5),
             sleep=self.sleeps,
+            quotas=None if quotas is None else ClaimQuotas(quotas, demand),
         )
         self.tasks = Supervisor()
         self.controller._tasks = self.tasks  # what run() does first
@@ -302,3 +320,112 @@ async def test_the_sweep_serves_the_pods_a_new_leader_finds_waiting(api: FakeApi
     runner.cancel()
     await rig.settle()
     assert len(api.calls("POST", CLAIMS)) == 1
+
+
+async def test_a_new_leader_sweeps_at_once(api: FakeApi, client: KubeClient) -> None:
+    api.script("POST", CLAIMS, Reply(201, claim_json("web-main-x2b4z", "uid-web")))
+    waiting = pod()
+    rig = Rig(client)
+    clock = [0.0]  # seconds of the controller's own pauses
+    swept_at: list[float] = []
+    rig.controller.is_leader = lambda: clock[0] >= 10.0  # the Lease names this replica 10 s in
+
+    def store() -> dict[str, Pod]:
+        if rig.controller.is_leader() and not swept_at:
+            swept_at.append(clock[0])
+        return {f"{NS}/web": waiting}
+
+    async def sleep(seconds: float) -> None:
+        clock[0] += seconds
+        await asyncio.sleep(0)
+
+    rig.controller.pods = store
+    rig.controller._sleep = sleep
+    runner = asyncio.create_task(rig.controller.run(rig.tasks))
+    async with asyncio.timeout(5):
+        while not api.calls("POST", CLAIMS):
+            await asyncio.sleep(0.01)
+    runner.cancel()
+    await rig.settle()
+    assert swept_at[0] <= 10.0 + ClaimControllerSettings().leader_check_s  # not a resync (30 s) later
+    assert rig.counts() == {"created": 1}
+
+
+def gpu_pod(n: int, mem: str = "3000") -> Pod:
+    made = pod(name=f"p{n}", uid=f"uid-{n}", claims=(f"p{n}-main-x2b4z",))
+    requests = {f"p{n}-main-x2b4z": {"container": "main", "section": "containers",
+                                       "resources": {"nvidia.com/gpu": "1", MEM: mem}}}  # fmt: skip
+    made.metadata.annotations["hami.io/dra-requests"] = json.dumps(requests)
+    return made
+
+
+async def test_a_pod_over_its_namespaces_quota_gets_no_claim_and_a_warning(api: FakeApi, client: KubeClient) -> None:
+    book = quota_book(8000)
+    book.add_usage(NS, {MEM: 6000})  # extender pods and allocated claims
+    rig = Rig(client, quotas=book)
+    over = gpu_pod(1)
+    rig.controller.pods = lambda: {f"{NS}/p1": over}
+    rig.controller.pod_seen(over, deleted=False)
+    await rig.settle()
+    rig.controller.pod_seen(over, deleted=False)  # an update, a sweep: reported once
+    await rig.settle()
+    assert api.calls("POST", CLAIMS) == []
+    assert rig.counts() == {"over-quota": 1}
+    [event] = rig.memory.events
+    assert event.reason == "DRAClaimOverQuota"
+    assert event.message == (
+        "claims p1-main-x2b4z not created: exceeding resource quota: namespace team-a has 6000 of nvidia.com/gpumem "
+        "in use, the pod's claims ask for 3000 more, the limit is 8000 (claims created and not allocated yet "
+        "included); hami creates them once the namespace's quota has room"
+    )
+    api.script("POST", CLAIMS, Reply(201, claim_json("p1-main-x2b4z", "uid-1")))
+    book.add_usage(NS, {MEM: 6000}, sign=-1)  # quota frees
+    rig.controller.sweep()
+    await rig.settle()
+    assert len(api.calls("POST", CLAIMS)) == 1
+    assert rig.counts() == {"over-quota": 1, "created": 1}
+
+
+async def test_a_burst_of_pods_each_under_quota_gets_claims_only_up_to_it(api: FakeApi, client: KubeClient) -> None:
+    book = quota_book(10000)  # room for three pods of 3000 MiB
+    pods = [gpu_pod(n) for n in range(5)]
+    for n in range(5):
+        api.script("POST", CLAIMS, Reply(201, claim_json(f"p{n}-main-x2b4z", f"uid-{n}")))
+    rig = Rig(client, quotas=book)
+    for each in pods:
+        rig.controller.pod_seen(each, deleted=False)
+    await rig.settle()
+    assert len(api.calls("POST", CLAIMS)) == 3
+    assert rig.counts() == {"created": 3, "over-quota": 2}
+    assert rig.controller.pending.used(NS) == {MEM: 9000}
+    # kube-scheduler allocates one: the quota book counts it now, the pending entry goes; still no room
+    allocated = claim_json("p0-main-x2b4z", "uid-0")
+    allocated["status"] = {"allocation": {"devices": {"results": []}}}
+    book.add_usage(NS, {MEM: 3000})
+    rig.controller.claim_seen(msgspec.convert(allocated, type=ResourceClaim), deleted=False)
+    assert rig.controller.pending.used(NS) == {MEM: 6000}
+    rig.controller.pods = lambda: {f"{NS}/{p.metadata.name}": p for p in pods}
+    rig.controller.sweep()
+    await rig.settle()
+    assert len(api.calls("POST", CLAIMS)) == 3
+    # one pod goes: its pending claim no longer counts, and one more pod gets its claim
+    rig.controller.pod_seen(pods[1], deleted=True)
+    del pods[1]
+    rig.controller.sweep()
+    await rig.settle()
+    assert len(api.calls("POST", CLAIMS)) == 4
+
+
+async def test_a_claim_a_former_leader_created_counts_until_allocated(api: FakeApi, client: KubeClient) -> None:
+    book = quota_book(4000)
+    first, second = gpu_pod(1), gpu_pod(2)
+    rig = Rig(client, quotas=book)
+    rig.controller.pods = lambda: {f"{NS}/p1": first, f"{NS}/p2": second}
+    made = claim_json("p1-main-x2b4z", "uid-1")
+    made["metadata"]["labels"] = {"hami.io/dra": "true"}
+    made["metadata"]["annotations"] = {"hami.io/dra-pod": "p1"}
+    rig.controller.claim_seen(msgspec.convert(made, type=ResourceClaim), deleted=False)
+    rig.controller.pod_seen(second, deleted=False)
+    await rig.settle()
+    assert api.calls("POST", CLAIMS) == []
+    assert rig.counts() == {"over-quota": 1}

@@ -126,6 +126,25 @@ async def test_a_pod_without_devices_gets_no_patch(client: httpx.AsyncClient) ->
     assert response == {"uid": review["request"]["uid"], "allowed": True, "status": {"code": 200}}
 
 
+@pytest.mark.parametrize("devices", [True, False], ids=["gpu-pod", "no-devices"])
+async def test_a_pod_carrying_dra_requests_is_refused(client: httpx.AsyncClient, devices: bool) -> None:
+    review = fixture("review-v1-gpu-pod.json")
+    pod = review["request"]["object"]
+    if not devices:
+        pod["spec"]["containers"] = [{"name": "web", "image": "nginx"}]
+    pod["spec"]["schedulerName"] = "hami-scheduler"
+    pod["metadata"].setdefault("labels", {})["hami.io/dra"] = "true"
+    pod["metadata"].setdefault("annotations", {})["hami.io/dra-requests"] = json.dumps(
+        {"x-main-b2c4d": {"container": "main", "section": "containers", "resources": {"nvidia.com/gpu": "8"}}}
+    )
+    response = (await post(client, review))["response"]
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 403
+    assert response["status"]["message"].startswith(
+        "metadata.annotations[hami.io/dra-requests]: is written by hami's DRA-mode webhook only"
+    )
+
+
 async def test_a_denial_is_403_forbidden_with_the_message(client: httpx.AsyncClient) -> None:
     review = fixture("review-v1-gpu-pod.json")
     review["request"]["object"]["spec"]["nodeName"] = "node-a"

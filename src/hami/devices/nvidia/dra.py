@@ -144,7 +144,9 @@ def _refuse_percentage(container: Container, cfg: NvidiaConfig, field: str) -> N
         where,
         value,
         "is a share of each card's memory, and a claim asks for an amount: DRA mode can translate it only when the "
-        f"cluster's card memory sizes are configured; ask for {cfg.resource_memory_name} in MiB instead",
+        "cluster's card memory sizes are known, and hami's DRA plugin publishes none yet; name them with hami "
+        "scheduler's --dra-card-memory (MiB, comma-separated; the chart's draMode.cardMemoryMiB), or ask for "
+        f"{cfg.resource_memory_name} in MiB instead",
     )
 
 

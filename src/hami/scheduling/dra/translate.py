@@ -54,6 +54,8 @@ __all__ = [
     "DraModeSettings",
     "DraVerdict",
     "claim_spec",
+    "foreign_requests",
+    "read_entry",
 ]
 
 DRA_LABEL: Final = keys.DRA_LABEL
@@ -176,7 +178,7 @@ def _entry_field(request: Mapping[str, Any], key: str, kind: type) -> Any:
     return value
 
 
-def _read_entry(request: Mapping[str, Any]) -> tuple[Container, str, dict[str, str]]:
+def read_entry(request: Mapping[str, Any]) -> tuple[Container, str, dict[str, str]]:
     name = _entry_field(request, "container", str)
     section = _entry_field(request, "section", str)
     if section not in ("containers", "initContainers"):
@@ -195,7 +197,7 @@ def claim_spec(request: Mapping[str, Any], vendors: Mapping[str, Vendor], settin
 
     Raises ``InvalidInput`` (``DraRefused`` among them) naming the field and the value for an entry that is not
     one, asks for no translatable device, or cannot be expressed."""
-    container, field, annotations = _read_entry(request)
+    container, field, annotations = read_entry(request)
     translated, others = _translations(container, field, annotations, vendors, settings)
     where = f"{REQUESTS_ANNOTATION} entry.resources"
     if others:
@@ -205,6 +207,21 @@ def claim_spec(request: Mapping[str, Any], vendors: Mapping[str, Vendor], settin
     if not translated:
         raise InvalidInput(where, request.get("resources"), "asks for no device DRA mode translates")
     return build_spec(translated[0][0], settings)
+
+
+def foreign_requests(raw_pod: Mapping[str, Any]) -> str | None:
+    """The extender webhook's (``/webhook``) refusal of a pod that arrives carrying ``hami.io/dra-requests``; None
+    when it does not. Only ``/webhook/dra`` writes that annotation (on pods of DRA namespaces, which ``/webhook``
+    never sees), and the claim controller creates ResourceClaims from it: written by hand on a pod of a namespace
+    that uses the extender it would get claims no admission checked."""
+    annotations = _mapping(_mapping(raw_pod.get("metadata")).get("annotations"))
+    if REQUESTS_ANNOTATION not in annotations:
+        return None
+    return (
+        f"metadata.annotations[{REQUESTS_ANNOTATION}]: is written by hami's DRA-mode webhook only (hami creates "
+        "ResourceClaims from it), and this pod's namespace uses the extender: remove the annotation, or run the pod "
+        "in a namespace that uses DRA mode (label hami.io/scheduling-mode) to have its HAMi request translated"
+    )
 
 
 # --- the pod ---------------------------------------------------------------------------------------------------------

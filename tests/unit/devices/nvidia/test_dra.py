@@ -142,6 +142,7 @@ def test_a_percentage_needs_the_card_sizes() -> None:
         "asks for an amount"
     )
     assert "ask for nvidia.com/gpumem in MiB instead (got '25')" in str(err.value)
+    assert "--dra-card-memory (MiB, comma-separated; the chart's draMode.cardMemoryMiB)" in str(err.value)
     got = translate({GPU: "1", PCT: "25"}, dra=DraModeSettings(card_memory_mib=(15360,)))
     assert got is not None
     assert (got.memory_mib, got.memory_percent) == (None, 25)

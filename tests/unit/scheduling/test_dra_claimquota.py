@@ -1,0 +1,69 @@
+"""The claim controller's quota decision (``hami.scheduling.dra.claimquota``, ``QuotaBook.problem``): a recorded
+request's demand as admission counts it, and claims created but not allocated yet counted as in use."""
+
+from __future__ import annotations
+
+import pytest
+
+from hami.config import default_device_config
+from hami.devices import vendors_from_config
+from hami.devices.base import Vendor
+from hami.errors import InvalidInput
+from hami.protocol.objects import ObjectMeta, ResourceQuota, ResourceQuotaSpec
+from hami.scheduling.dra.claimquota import PendingClaims, request_demand
+from hami.scheduling.quota import QuotaBook
+
+VENDORS: dict[str, Vendor] = vendors_from_config(default_device_config())
+GPU, MEM, CORES = "nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores"
+
+
+def entry(**resources: str) -> dict[str, object]:
+    return {"container": "main", "section": "containers", "resources": resources, "annotations": {}}
+
+
+def book(limit: int) -> QuotaBook:
+    quotas = QuotaBook([MEM, CORES])
+    quotas.upsert(
+        ResourceQuota(ObjectMeta(name="q", namespace="team"), ResourceQuotaSpec(hard={f"limits.{MEM}": str(limit)}))
+    )
+    return quotas
+
+
+def test_a_requests_demand_is_memory_and_cores_times_the_device_count() -> None:
+    assert request_demand(entry(**{GPU: "2", MEM: "3000", CORES: "30"}), VENDORS) == {MEM: 6000, CORES: 60}
+
+
+def test_a_request_for_no_device_demands_nothing() -> None:
+    assert request_demand(entry(cpu="1"), VENDORS) == {}
+
+
+def test_an_unreadable_entry_names_the_field() -> None:
+    with pytest.raises(InvalidInput, match=r"entry\.section"):
+        request_demand({"container": "main", "section": "sidecars", "resources": {}, "annotations": {}}, VENDORS)
+
+
+def test_pending_claims_count_as_in_use_until_dropped() -> None:
+    pending = PendingClaims()
+    pending.add("team/a", "team", "uid-1", {MEM: 3000})
+    pending.add("team/b", "team", "uid-2", {MEM: 3000})
+    pending.add("other/c", "other", "uid-3", {MEM: 9000})
+    quotas = book(8000)
+    assert quotas.problem("team", {MEM: 2000}, {}, pending.used("team")) is None
+    problem = quotas.problem("team", {MEM: 3000}, {}, pending.used("team"), asker="the pod's claims ask")
+    assert problem == (
+        f"namespace team has 6000 of {MEM} in use, the pod's claims ask for 3000 more, the limit is 8000"
+    )
+    pending.drop(["team/a"])
+    pending.drop_pod("uid-2")
+    assert pending.used("team") == {}
+    assert pending.used("other") == {MEM: 9000}
+
+
+def test_the_problem_reads_the_books_usage_and_the_memory_factor() -> None:
+    quotas = book(1000)
+    quotas.add_usage("team", {MEM: 1500})
+    assert quotas.problem("team", {MEM: 400}, {MEM: 2}) is None  # limit 1000 x factor 2
+    assert quotas.problem("team", {MEM: 600}, {MEM: 2}) == (
+        f"namespace team has 1500 of {MEM} in use, the pod asks for 600 more, the limit is 2000"
+    )
+    assert quotas.problem("unlimited", {MEM: 10**9}, {}) is None
