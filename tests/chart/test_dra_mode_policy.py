@@ -51,16 +51,21 @@ def test_dra_mode_adds_a_prioritize_only_entry_that_manages_nothing_and_can_be_i
         pytest.param(
             ("scheduler.kubeScheduler.extenderTLSInsecure=false",), {"insecure": False, "caFile": CA}, id="ca"
         ),
-        pytest.param(
-            ("scheduler.admissionWebhook.enabled=false", "scheduler.metricsSecure=false"), None, id="plain-http"
-        ),
+        pytest.param(("scheduler.kubeScheduler.extenderTLSInsecure=true",), {"insecure": True}, id="insecure"),
     ],
 )
 def test_the_prioritize_entry_shares_the_extenders_tls_settings(sets: tuple[str, ...], tls: Any) -> None:
     first, second = scheduler_config(*DRA, *sets)["extenders"]
     assert second["urlPrefix"] == first["urlPrefix"]
-    assert second["enableHTTPS"] == first["enableHTTPS"] == (tls is not None)
+    assert second["enableHTTPS"] == first["enableHTTPS"] is True
     assert second.get("tlsConfig") == first.get("tlsConfig") == tls
+
+
+def test_dra_mode_without_the_webhook_is_refused() -> None:
+    """DRA mode is the webhook's translation: with the admission webhook off (and so plain HTTP) there is none."""
+    result = run_template(NAMESPACE, KUBE, *DRA, "scheduler.admissionWebhook.enabled=false")
+    assert result.returncode != 0
+    assert "scheduler.admissionWebhook.enabled" in result.stderr
 
 
 def test_weight_and_switch() -> None:

@@ -16,6 +16,7 @@ Pure functions.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from hami.config.dra import MEMORY_UNITS_MIB, DraDriverConfig
@@ -23,7 +24,7 @@ from hami.protocol.dra import DeviceRequestAllocationResult
 from hami.protocol.inventory import DeviceInfo
 from hami.scheduling.dra.mapping import DraDevice, taken
 
-__all__ = ["WHOLE_CORES", "Held", "device_card", "result_held"]
+__all__ = ["WHOLE_CORES", "Held", "device_card", "memory_sizes", "result_held"]
 
 WHOLE_CORES = 100
 """One whole card in core units (percent): what a device read as its own card has."""
@@ -57,3 +58,10 @@ def result_held(result: DeviceRequestAllocationResult, dev: DraDevice, cfg: DraD
         return Held(card.devmem, card.devcore)
     amount = taken(result, dev, cfg, card, where)
     return Held(amount.mem, amount.cores)
+
+
+def memory_sizes(devices: Iterable[DraDevice], cfg: DraDriverConfig) -> tuple[int, ...]:
+    """The distinct memory sizes in MiB (rounded down) of ``devices``, smallest first, 0 left out."""
+    num, den = MEMORY_UNITS_MIB[cfg.memory_unit]
+    sizes = {int(dev.memory.value * num / den) for dev in devices if dev.memory is not None}
+    return tuple(sorted(size for size in sizes if size > 0))

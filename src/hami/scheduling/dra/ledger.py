@@ -66,16 +66,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TypeVar
 
-from hami.config.dra import MEMORY_UNITS_MIB, DraConfig, DraDriverConfig
+from hami.config.dra import DraConfig, DraDriverConfig
 from hami.protocol.dra import DeviceClass, DeviceRequestAllocationResult, ResourceClaim, ResourceSlice
 from hami.protocol.inventory import DeviceInfo
-from hami.scheduling.dra.amounts import Held, device_card, result_held
+from hami.scheduling.dra.amounts import Held, device_card, memory_sizes, result_held
 from hami.scheduling.dra.conflict import overcommitted
 from hami.scheduling.dra.held import DraRecord, consumers
 from hami.scheduling.dra.mapping import DeviceKey, DraDevice, ProblemKind, read_slice, taken
-from hami.scheduling.dra.pools import PoolKey, PoolView, Published, pool_view, resolve
+from hami.scheduling.dra.pools import PoolKey, PoolView, Published, discard_member, pool_view, resolve
 from hami.scheduling.dra.reports import (
     DraProblem,
     DraWarning,
@@ -88,7 +87,6 @@ from hami.scheduling.usage import Charge
 
 __all__ = ["DraLedger"]
 
-K = TypeVar("K")
 
 _ORDER_KINDS = frozenset(
     {ProblemKind.UNKNOWN_DEVICE, ProblemKind.UNKNOWN_UUID, ProblemKind.STALE_ALLOCATION, ProblemKind.OVER_CAPACITY}
@@ -243,15 +241,7 @@ class DraLedger:
         config = self.drivers.get(driver)
         if config is None:
             return ()
-        num, den = MEMORY_UNITS_MIB[config.memory_unit]
-        sizes = {
-            int(dev.memory.value * num / den)
-            for published in self._slices.values()
-            if published.pool[0] == driver
-            for dev in published.devices
-            if dev.memory is not None
-        }
-        return tuple(sorted(size for size in sizes if size > 0))
+        return memory_sizes((d for p in self._slices.values() if p.pool[0] == driver for d in p.devices), config)
 
     # --- events --------------------------------------------------------------------------------------------------
     def slice_event(self, sl: ResourceSlice, deleted: bool = False) -> list[DraProblem]:
@@ -266,7 +256,7 @@ class DraLedger:
         self._slice_warnings.pop(name, None)
         old_pool = old.pool if old is not None else None
         if old_pool is not None:
-            _discard(self._pools, old_pool, name)
+            discard_member(self._pools, old_pool, name)
         if deleted or cfg is None:
             return self._reindex(old_pool) if old_pool is not None else []
         pool = (sl.spec.driver, sl.spec.pool.name)
@@ -569,9 +559,9 @@ class DraLedger:
         """Index the devices and nodes a claim names; forget last-known devices no claim holds any more."""
         dropped = self._claim_refs.pop(cid, ())
         for key in dropped:
-            _discard(self._by_device, key, cid)
+            discard_member(self._by_device, key, cid)
         for node in self._claim_nodes.pop(cid, ()):
-            _discard(self._by_node, node, cid)
+            discard_member(self._by_node, node, cid)
         for key in devices:
             self._by_device.setdefault(key, set()).add(cid)
         for key in dropped:
@@ -589,7 +579,7 @@ class DraLedger:
             for ref in claim.status.reserved_for if claim is not None else ():
                 if add:
                     self._consumers.setdefault(ref.uid, set()).add(cid)
-                elif _discard(self._consumers, ref.uid, cid):
+                elif discard_member(self._consumers, ref.uid, cid):
                     self._alive.pop(ref.uid, None)
 
     def _managed(self) -> set[str]:
@@ -597,18 +587,6 @@ class DraLedger:
         for vendor in self.state.vendors.values():
             names |= {n for n in (vendor.resources.count, vendor.resources.memory, vendor.resources.core) if n}
         return names
-
-
-def _discard(index: dict[K, set[str]], key: K, cid: str) -> bool:
-    """Remove ``cid`` from ``index[key]``; drop the key when its set empties (returns True then)."""
-    members = index.get(key)
-    if members is None:
-        return False
-    members.discard(cid)
-    if not members:
-        del index[key]
-        return True
-    return False
 
 
 def _one(nodes: set[str]) -> str:

@@ -26,11 +26,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from hami.scheduling.dra.mapping import DeviceKey, DraDevice, ProblemKind
 from hami.scheduling.dra.reports import DraProblem
 
-__all__ = ["PoolView", "Published", "pool_view", "resolve"]
+K = TypeVar("K")
+
+__all__ = ["PoolView", "Published", "discard_member", "pool_view", "resolve"]
 
 PoolKey = tuple[str, str]
 """(driver, pool name)."""
@@ -121,3 +124,15 @@ def _unowned(name: str, sl: Published, pool: PoolKey, nodes: Iterable[str]) -> D
         f"of them: each node's slices count only for the claims allocated on that node"
     )
     return DraProblem(ProblemKind.INCONSISTENT_POOL, f"ResourceSlice {name}", sl.node, message)
+
+
+def discard_member(index: dict[K, set[str]], key: K, cid: str) -> bool:
+    """Remove ``cid`` from ``index[key]``; drop the key when its set empties (returns True then)."""
+    members = index.get(key)
+    if members is None:
+        return False
+    members.discard(cid)
+    if not members:
+        del index[key]
+        return True
+    return False
