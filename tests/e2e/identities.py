@@ -179,6 +179,7 @@ class ChartIdentities:
                     "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
                 },
             )
+            _wait_for_rights(kube, namespace, name)
             body = {
                 "apiVersion": "authentication.k8s.io/v1",
                 "kind": "TokenRequest",
@@ -221,6 +222,24 @@ def chart_identities(plane: ControlPlane, sets: tuple[str, ...] = ()) -> ChartId
         _wait_for_allocation_policy(kube, identities)
     _APPLIED[plane.workdir] = identities
     return identities
+
+
+def _wait_for_rights(kube: KubeClient, namespace: str, account: str) -> None:
+    """Wait until the API server's RBAC authorizer (fed by its own informers, a moment behind the write) lets the
+    new ServiceAccount create pods, so a tenant's first request is not refused for a Role it already has."""
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": f"system:serviceaccount:{namespace}:{account}",
+            "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"],
+            "resourceAttributes": {"namespace": namespace, "verb": "create", "resource": "pods"},
+        },
+    }
+    wait_until(
+        lambda: kube.post("/apis/authorization.k8s.io/v1/subjectaccessreviews", review)["status"].get("allowed"),
+        description=f"RBAC to let {account} create pods in {namespace}",
+    )
 
 
 def _wait_for_node_restriction(kube: KubeClient, identities: ChartIdentities) -> None:
