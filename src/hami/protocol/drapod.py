@@ -22,22 +22,16 @@ from typing import Final
 import msgspec
 
 from hami.errors import InvalidInput
+from hami.protocol import keys
 from hami.protocol.objects import Container, Pod, QuantityValue
 
 __all__ = [
-    "DRA_LABEL",
-    "DRA_REQUESTS",
     "DraRequest",
     "as_written",
     "claim_containers",
     "dra_requests",
     "is_dra_pod",
 ]
-
-DRA_LABEL: Final = "hami.io/dra"
-"""The label of a pod hami's webhook translated to DRA mode (HAMi-DRA's label), value ``"true"``."""
-DRA_REQUESTS: Final = "hami.io/dra-requests"
-"""The annotation holding a DRA-mode pod's original HAMi requests, by claim object name."""
 
 _SECTIONS: Final = ("containers", "initContainers")
 
@@ -57,16 +51,16 @@ _DECODER: Final = msgspec.json.Decoder(dict[str, DraRequest])
 def is_dra_pod(pod: Pod) -> bool:
     """Whether the pod carries hami's DRA-mode label and its requests annotation."""
     meta = pod.metadata
-    return meta.labels.get(DRA_LABEL) == "true" and DRA_REQUESTS in meta.annotations
+    return meta.labels.get(keys.DRA_LABEL) == "true" and keys.DRA_REQUESTS in meta.annotations
 
 
 def dra_requests(pod: Pod) -> dict[str, DraRequest]:
     """The pod's ``hami.io/dra-requests`` (empty when it has none); raises ``InvalidInput`` naming the annotation and
     what is wrong when it does not decode, names a section other than the two, or a container the pod lacks."""
-    raw = pod.metadata.annotations.get(DRA_REQUESTS)
+    raw = pod.metadata.annotations.get(keys.DRA_REQUESTS)
     if raw is None:
         return {}
-    field = f"metadata.annotations[{DRA_REQUESTS}]"
+    field = f"metadata.annotations[{keys.DRA_REQUESTS}]"
     try:
         entries = _DECODER.decode(raw)
     except msgspec.DecodeError as err:

@@ -46,14 +46,13 @@ from hami.k8s.events import EventRecorder
 from hami.k8s.records import ObjectRef
 from hami.k8s.resources import RESOURCE_CLAIMS
 from hami.k8s.tasks import Supervisor
+from hami.protocol import keys
 from hami.protocol.dra import OwnerReference, ResourceClaim
 from hami.protocol.events import EventType
 from hami.protocol.objects import Pod
 from hami.scheduling.admission import QUOTA_EXCEEDED
 from hami.scheduling.dra.claimquota import PendingClaims, add_amounts
 from hami.scheduling.dra.podclaims import (
-    DRA_LABEL,
-    DRA_POD_ANNOTATION,
     ClaimPlanItem,
     Translate,
     owned_by,
@@ -204,8 +203,8 @@ class ClaimController:
             return
         self.owners.pop(key, None)
         self.pending.drop([key])
-        pod_name = meta.annotations.get(DRA_POD_ANNOTATION)
-        if meta.labels.get(DRA_LABEL) == "true" and pod_name:
+        pod_name = meta.annotations.get(keys.DRA_POD)
+        if meta.labels.get(keys.DRA_LABEL) == "true" and pod_name:
             pod = self.pods().get(f"{meta.namespace}/{pod_name}")
             if pod is not None:
                 self.pod_seen(pod, deleted=False)
@@ -218,8 +217,13 @@ class ClaimController:
             self.pending.drop([key])
             return
         meta = claim.metadata
-        pod = self.pods().get(f"{meta.namespace}/{meta.annotations.get(DRA_POD_ANNOTATION, '')}")
-        if self.quotas is None or key in self.pending.claims or pod is None or meta.labels.get(DRA_LABEL) != "true":
+        pod = self.pods().get(f"{meta.namespace}/{meta.annotations.get(keys.DRA_POD, '')}")
+        if (
+            self.quotas is None
+            or key in self.pending.claims
+            or pod is None
+            or meta.labels.get(keys.DRA_LABEL) != "true"
+        ):
             return
         if pod.spec.node_name or not owned_by(meta.owner_references, pod.metadata.uid):
             return
