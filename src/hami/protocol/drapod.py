@@ -6,7 +6,10 @@ hami's DRA-mode webhook removes a container's HAMi resources, gives it a Resourc
 ``{<claim object name>: {"container": <name>, "section": "containers"|"initContainers", "resources": {<resource>:
 <quantity>}, "annotations": {<HAMi pod annotation>: <value>}}}``. The tools read it back:
 
-* :func:`dra_requests` decodes it (``InvalidInput`` naming the field and value when it does not);
+* :func:`request_objects` decodes it to plain JSON objects, the one reading the claim controller
+  (``hami.scheduling.dra.podclaims``) and the prioritize policy (``hami.scheduling.dra.policy``) share; each then
+  checks the entries as its use needs (``hami.scheduling.dra.translate.read_entry`` for the claim and its quota);
+* :func:`dra_requests` decodes it typed, for the tools (``InvalidInput`` naming the field and value when it does not);
 * :func:`as_written` is the pod with each entry's resources back in its container's limits and the entries'
   annotations on the pod — the HAMi pod the user wrote, which hami's own request reader (``prefilter``) reads, so
   ``hami explain`` and ``hami simulate --dra`` judge a DRA-mode pod by the same request as an extender-mode one;
@@ -16,8 +19,9 @@ hami's DRA-mode webhook removes a container's HAMi resources, gives it a Resourc
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterable, Mapping
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -31,6 +35,7 @@ __all__ = [
     "claim_containers",
     "dra_requests",
     "is_dra_pod",
+    "request_objects",
 ]
 
 _SECTIONS: Final = ("containers", "initContainers")
@@ -52,6 +57,22 @@ def is_dra_pod(pod: Pod) -> bool:
     """Whether the pod carries hami's DRA-mode label and its requests annotation."""
     meta = pod.metadata
     return meta.labels.get(keys.DRA_LABEL) == "true" and keys.DRA_REQUESTS in meta.annotations
+
+
+def request_objects(text: str, field: str) -> dict[str, dict[str, Any]]:
+    """``hami.io/dra-requests`` text decoded: claim object name → its entry as a JSON object. Raises
+    ``InvalidInput`` naming ``field`` (``field[claim]`` for an entry) when it is not JSON, not an object, or an
+    entry is not an object."""
+    try:
+        decoded = json.loads(text)
+    except ValueError as err:
+        raise InvalidInput(field, text, f"not JSON: {err}") from None
+    if not isinstance(decoded, dict):
+        raise InvalidInput(field, text, "must be a JSON object: claim name → request")
+    for name, entry in decoded.items():
+        if not isinstance(entry, dict):
+            raise InvalidInput(f"{field}[{name}]", entry, "must be a JSON object (container, section, resources)")
+    return decoded
 
 
 def dra_requests(pod: Pod) -> dict[str, DraRequest]:

@@ -26,7 +26,6 @@ from a pod-DELETE webhook that may never run.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -34,6 +33,7 @@ from typing import Any, Final
 from hami.errors import InvalidInput
 from hami.protocol import keys
 from hami.protocol.dra import OwnerReference
+from hami.protocol.drapod import request_objects
 from hami.protocol.objects import Pod
 
 __all__ = [
@@ -95,17 +95,7 @@ def requests_of(pod: Pod) -> dict[str, Mapping[str, Any]]:
     """``hami.io/dra-requests`` decoded: claim object name → recorded request. Raises ``InvalidInput`` naming the
     annotation when it is not a JSON object of objects."""
     field = f"metadata.annotations[{keys.DRA_REQUESTS}]"
-    text = pod.metadata.annotations.get(keys.DRA_REQUESTS, "")
-    try:
-        decoded = json.loads(text)
-    except ValueError as err:
-        raise InvalidInput(field, text, f"not JSON: {err}") from None
-    if not isinstance(decoded, dict):
-        raise InvalidInput(field, text, "must be a JSON object: claim name → request")
-    for name, entry in decoded.items():
-        if not isinstance(entry, dict):
-            raise InvalidInput(f"{field}[{name}]", entry, "must be a JSON object (container, section, resources)")
-    return decoded
+    return dict(request_objects(pod.metadata.annotations.get(keys.DRA_REQUESTS, ""), field))
 
 
 def referenced(pod: Pod) -> list[str]:
