@@ -172,6 +172,8 @@ class ClaimController:
         """(pod UID, claim, reason) of the Warning Events written, so that a pod's updates do not repeat them."""
         self._failed: set[tuple[str, str]] = set()
         """(pod UID, claim) whose create the API server refused for good: not sent again for that pod."""
+        self._marked: set[str] = set()
+        """UIDs of the pods with entries in ``_reported`` or ``_failed`` (a pod's deletion scans them only then)."""
         self._tasks: Supervisor | None = None
 
     # --- feeds ------------------------------------------------------------------------------------------
@@ -179,8 +181,10 @@ class ClaimController:
         """The pod watch's handler: serve the pod if it needs claims (leader only)."""
         uid = pod.metadata.uid
         if deleted:
-            self._reported = {r for r in self._reported if r[0] != uid}
-            self._failed = {f for f in self._failed if f[0] != uid}
+            if uid in self._marked:
+                self._marked.discard(uid)
+                self._reported = {r for r in self._reported if r[0] != uid}
+                self._failed = {f for f in self._failed if f[0] != uid}
             self.pending.drop_pod(uid)
             return
         if self._tasks is None or not self.is_leader() or not served(pod, self.scheduler_name):
@@ -354,6 +358,7 @@ class ClaimController:
                 self.results.labels("failed").inc()
                 self.pending.drop([key])
                 self._failed.add((pod.metadata.uid, item.name))
+                self._marked.add(pod.metadata.uid)
                 log.warning("DRA claim %s for pod %s could not be created: %s", key, pod.key, err)
                 self._warn(pod, item.name, CLAIM_FAILED, f"claim {item.name} could not be created: {err}")
                 return
@@ -402,5 +407,6 @@ class ClaimController:
         if key in self._reported:
             return
         self._reported.add(key)
+        self._marked.add(pod.metadata.uid)
         log.warning("DRA pod %s: %s: %s", pod.key, reason, message)
         self.events.record(ObjectRef.for_pod(pod), EventType.WARNING, reason, message)

@@ -67,3 +67,17 @@ def test_the_problem_reads_the_books_usage_and_the_memory_factor() -> None:
         f"namespace team has 1500 of {MEM} in use, the pod asks for 600 more, the limit is 2000"
     )
     assert quotas.problem("unlimited", {MEM: 10**9}, {}) is None
+
+
+def test_a_pods_claims_are_dropped_with_it_and_only_its_own() -> None:
+    """``drop_pod`` (called for every pod deletion) finds the pod's claims by its index, and a claim added again for
+    another pod belongs to that pod only."""
+    pending = PendingClaims()
+    pending.add("team/a", "team", "uid-1", {MEM: 1000})
+    pending.add("team/b", "team", "uid-1", {MEM: 1000})
+    pending.add("team/a", "team", "uid-2", {MEM: 500})
+    pending.drop_pod("uid-1")
+    assert pending.claims == {"team/a": ("team", "uid-2", {MEM: 500})}
+    pending.drop_pod("uid-2")
+    pending.drop_pod("uid-unknown")
+    assert (pending.claims, pending.by_pod) == ({}, {})

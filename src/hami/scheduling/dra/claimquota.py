@@ -67,16 +67,27 @@ class PendingClaims:
 
     claims: dict[str, tuple[str, str, dict[str, int]]] = field(default_factory=dict)
     """``namespace/name`` → (namespace, pod UID, amounts)."""
+    by_pod: dict[str, set[str]] = field(default_factory=dict)
+    """Pod UID → its keys in ``claims``: a pod's deletion (any pod of the cluster) drops its claims without a scan."""
 
     def add(self, key: str, namespace: str, pod_uid: str, amounts: Mapping[str, int]) -> None:
+        self.drop([key])
         self.claims[key] = (namespace, pod_uid, dict(amounts))
+        self.by_pod.setdefault(pod_uid, set()).add(key)
 
     def drop(self, keys: Iterable[str]) -> None:
         for key in keys:
-            self.claims.pop(key, None)
+            gone = self.claims.pop(key, None)
+            if gone is None:
+                continue
+            mine = self.by_pod.get(gone[1])
+            if mine is not None:
+                mine.discard(key)
+                if not mine:
+                    del self.by_pod[gone[1]]
 
     def drop_pod(self, pod_uid: str) -> None:
-        self.drop([key for key, (_, uid, _) in self.claims.items() if uid == pod_uid])
+        self.drop(list(self.by_pod.get(pod_uid, ())))
 
     def used(self, namespace: str) -> dict[str, int]:
         """What the namespace's pending claims count, by resource name."""
