@@ -57,6 +57,7 @@ from hami.scheduling.dra.podclaims import (
     Translate,
     owned_by,
     plan,
+    referenced,
     requests_of,
     served,
 )
@@ -261,9 +262,12 @@ class ClaimController:
         for pod in list(self.pods().values()):
             self.pod_seen(pod, deleted=False)
 
-    def _existing(self, namespace: str) -> Mapping[str, Sequence[OwnerReference]]:
-        prefix = f"{namespace}/"
-        return {key[len(prefix) :]: owners for key, owners in self.owners.items() if key.startswith(prefix)}
+    def _existing(self, pod: Pod) -> Mapping[str, Sequence[OwnerReference]]:
+        """The owners of the claims the pod names that are known to exist, by name (all ``plan`` looks up: not a
+        scan of every claim of the cluster per pod)."""
+        ns = pod.metadata.namespace
+        found = ((name, self.owners.get(f"{ns}/{name}")) for name in referenced(pod))
+        return {name: owners for name, owners in found if owners is not None}
 
     def _todo(self, pod: Pod) -> bool:
         """Whether the pod names a claim not known to exist (and not given up), or one of another owner not
@@ -293,7 +297,7 @@ class ClaimController:
 
     async def _serve_once(self, pod: Pod) -> None:
         ns = pod.metadata.namespace
-        work = plan(pod, self._existing(ns), self.translate)
+        work = plan(pod, self._existing(pod), self.translate)
         for refusal in work.refused:
             self.results.labels("refused").inc()
             self._warn(pod, refusal.name, CLAIM_REFUSED, refusal.message)

@@ -43,6 +43,7 @@ __all__ = [
     "claim_body",
     "owned_by",
     "plan",
+    "referenced",
     "requests_of",
     "served",
 ]
