@@ -27,10 +27,11 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Final
 
-from hami.config.dra import MEMORY_UNITS_MIB, DraConfig, DraDriverConfig
+from hami.config.dra import DraConfig, DraDriverConfig
 from hami.devices.base import NodeInventory
 from hami.protocol.dra import ResourceClaim, ResourceSlice
 from hami.protocol.inventory import DeviceInfo
+from hami.scheduling.dra.amounts import device_card
 from hami.scheduling.dra.ledger import DraLedger
 from hami.scheduling.dra.mapping import DeviceKey, DraDevice, read_slice
 from hami.scheduling.state import ClusterState
@@ -52,10 +53,7 @@ def card_info(dev: DraDevice, cfg: DraDriverConfig, position: int) -> DeviceInfo
     if dev.uuid is None:
         return None
     index = next((int(v) for v in (dev.attribute(a) for a in INDEX_ATTRIBUTES) if v is not None and v.isdigit()), None)
-    mem = 0
-    if dev.memory is not None:
-        num, den = MEMORY_UNITS_MIB[cfg.memory_unit]
-        mem = math.floor(dev.memory.value * num / den)
+    mem = device_card(dev, cfg).devmem  # the ledger's reading of the memory capacity (DraLedger.unregistered_cards)
     cores = 0
     if dev.cores is not None:
         cores = 100 if cfg.cores_unit == "percent" else math.floor(dev.cores.value)
