@@ -30,6 +30,7 @@ from hami.protocol import keys
 from hami.protocol.objects import Container, Pod, QuantityValue
 
 __all__ = [
+    "SECTIONS",
     "DraRequest",
     "as_written",
     "claim_containers",
@@ -38,7 +39,8 @@ __all__ = [
     "request_objects",
 ]
 
-_SECTIONS: Final = ("containers", "initContainers")
+SECTIONS: Final = ("containers", "initContainers")
+"""The pod spec sections an entry's ``section`` may name."""
 
 
 class DraRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
@@ -87,8 +89,8 @@ def dra_requests(pod: Pod) -> dict[str, DraRequest]:
     except msgspec.DecodeError as err:
         raise InvalidInput(field, raw, f"is not the JSON object of claims hami's webhook writes: {err}") from None
     for claim, entry in entries.items():
-        if entry.section not in _SECTIONS:
-            raise InvalidInput(f"{field}[{claim}].section", entry.section, f"must be one of {', '.join(_SECTIONS)}")
+        if entry.section not in SECTIONS:
+            raise InvalidInput(f"{field}[{claim}].section", entry.section, f"must be one of {', '.join(SECTIONS)}")
         if _container(pod, entry) is None:
             where = f"{field}[{claim}].container"
             raise InvalidInput(where, entry.container, f"names no container of spec.{entry.section}")

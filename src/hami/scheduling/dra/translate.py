@@ -38,6 +38,7 @@ from hami.devices.base import Vendor
 from hami.devices.dra import DraModeSettings, DraRefused, DraRequest, DraTranslation, cel_string
 from hami.errors import InvalidInput
 from hami.protocol import keys
+from hami.protocol.drapod import SECTIONS
 from hami.protocol.jsonpatch import apply_patch
 from hami.protocol.objects import Container, Pod, ResourceRequirements
 from hami.protocol.podpatch import PatchOp, Section, pointer
@@ -177,7 +178,7 @@ def _entry_field(request: Mapping[str, Any], key: str, kind: type) -> Any:
 def read_entry(request: Mapping[str, Any]) -> tuple[Container, str, dict[str, str]]:
     name = _entry_field(request, "container", str)
     section = _entry_field(request, "section", str)
-    if section not in ("containers", "initContainers"):
+    if section not in SECTIONS:
         raise InvalidInput(f"{keys.DRA_REQUESTS} entry.section", section, "must be containers or initContainers")
     resources = _entry_field(request, "resources", dict)
     annotations = _entry_field(request, "annotations", dict)
