@@ -6,7 +6,10 @@ hami's DRA-mode webhook removes a container's HAMi resources, gives it a Resourc
 ``{<claim object name>: {"container": <name>, "section": "containers"|"initContainers", "resources": {<resource>:
 <quantity>}, "annotations": {<HAMi pod annotation>: <value>}}}``. The tools read it back:
 
-* :func:`dra_requests` decodes it (``InvalidInput`` naming the field and value when it does not);
+* :func:`request_objects` decodes it to plain JSON objects, the one reading the claim controller
+  (``hami.scheduling.dra.podclaims``) and the prioritize policy (``hami.scheduling.dra.policy``) share; each then
+  checks the entries as its use needs (``hami.scheduling.dra.translate.read_entry`` for the claim and its quota);
+* :func:`dra_requests` decodes it typed, for the tools (``InvalidInput`` naming the field and value when it does not);
 * :func:`as_written` is the pod with each entry's resources back in its container's limits and the entries'
   annotations on the pod — the HAMi pod the user wrote, which hami's own request reader (``prefilter``) reads, so
   ``hami explain`` and ``hami simulate --dra`` judge a DRA-mode pod by the same request as an extender-mode one;
@@ -16,30 +19,28 @@ hami's DRA-mode webhook removes a container's HAMi resources, gives it a Resourc
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterable, Mapping
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
 from hami.errors import InvalidInput
+from hami.protocol import keys
 from hami.protocol.objects import Container, Pod, QuantityValue
 
 __all__ = [
-    "DRA_LABEL",
-    "DRA_REQUESTS",
+    "SECTIONS",
     "DraRequest",
     "as_written",
     "claim_containers",
     "dra_requests",
     "is_dra_pod",
+    "request_objects",
 ]
 
-DRA_LABEL: Final = "hami.io/dra"
-"""The label of a pod hami's webhook translated to DRA mode (HAMi-DRA's label), value ``"true"``."""
-DRA_REQUESTS: Final = "hami.io/dra-requests"
-"""The annotation holding a DRA-mode pod's original HAMi requests, by claim object name."""
-
-_SECTIONS: Final = ("containers", "initContainers")
+SECTIONS: Final = ("containers", "initContainers")
+"""The pod spec sections an entry's ``section`` may name."""
 
 
 class DraRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
@@ -57,23 +58,39 @@ _DECODER: Final = msgspec.json.Decoder(dict[str, DraRequest])
 def is_dra_pod(pod: Pod) -> bool:
     """Whether the pod carries hami's DRA-mode label and its requests annotation."""
     meta = pod.metadata
-    return meta.labels.get(DRA_LABEL) == "true" and DRA_REQUESTS in meta.annotations
+    return meta.labels.get(keys.DRA_LABEL) == "true" and keys.DRA_REQUESTS in meta.annotations
+
+
+def request_objects(text: str, field: str) -> dict[str, dict[str, Any]]:
+    """``hami.io/dra-requests`` text decoded: claim object name → its entry as a JSON object. Raises
+    ``InvalidInput`` naming ``field`` (``field[claim]`` for an entry) when it is not JSON, not an object, or an
+    entry is not an object."""
+    try:
+        decoded = json.loads(text)
+    except ValueError as err:
+        raise InvalidInput(field, text, f"not JSON: {err}") from None
+    if not isinstance(decoded, dict):
+        raise InvalidInput(field, text, "must be a JSON object: claim name → request")
+    for name, entry in decoded.items():
+        if not isinstance(entry, dict):
+            raise InvalidInput(f"{field}[{name}]", entry, "must be a JSON object (container, section, resources)")
+    return decoded
 
 
 def dra_requests(pod: Pod) -> dict[str, DraRequest]:
     """The pod's ``hami.io/dra-requests`` (empty when it has none); raises ``InvalidInput`` naming the annotation and
     what is wrong when it does not decode, names a section other than the two, or a container the pod lacks."""
-    raw = pod.metadata.annotations.get(DRA_REQUESTS)
+    raw = pod.metadata.annotations.get(keys.DRA_REQUESTS)
     if raw is None:
         return {}
-    field = f"metadata.annotations[{DRA_REQUESTS}]"
+    field = f"metadata.annotations[{keys.DRA_REQUESTS}]"
     try:
         entries = _DECODER.decode(raw)
     except msgspec.DecodeError as err:
         raise InvalidInput(field, raw, f"is not the JSON object of claims hami's webhook writes: {err}") from None
     for claim, entry in entries.items():
-        if entry.section not in _SECTIONS:
-            raise InvalidInput(f"{field}[{claim}].section", entry.section, f"must be one of {', '.join(_SECTIONS)}")
+        if entry.section not in SECTIONS:
+            raise InvalidInput(f"{field}[{claim}].section", entry.section, f"must be one of {', '.join(SECTIONS)}")
         if _container(pod, entry) is None:
             where = f"{field}[{claim}].container"
             raise InvalidInput(where, entry.container, f"names no container of spec.{entry.section}")

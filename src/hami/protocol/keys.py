@@ -18,6 +18,7 @@ __all__ = [
     "DEVICE_PLUGIN_PODS_TAINT",
     "DEVICE_SCORING_WEIGHTS",
     "DRA_LABEL",
+    "DRA_POD",
     "DRA_REQUESTS",
     "GPU_SCHEDULER_POLICY",
     "NODE_LOCK",
@@ -78,6 +79,7 @@ WEBHOOK_IGNORE_LABEL: Final = "hami.io/webhook"  # value "ignore" excludes an ob
 SCHEDULER_ROLE_LABEL: Final = "hami.io/scheduler-role"
 DRA_LABEL: Final = "hami.io/dra"  # label "true": the pod took DRA mode (issue 38; HAMi-DRA's label)
 DRA_REQUESTS: Final = "hami.io/dra-requests"  # the original HAMi request of each of a DRA-mode pod's claims (JSON)
+DRA_POD: Final = "hami.io/dra-pod"  # on a claim hami's claim controller created: the name of the pod it is for
 
 
 class VendorKeys:

@@ -46,18 +46,18 @@ from hami.k8s.events import EventRecorder
 from hami.k8s.records import ObjectRef
 from hami.k8s.resources import RESOURCE_CLAIMS
 from hami.k8s.tasks import Supervisor
+from hami.protocol import keys
 from hami.protocol.dra import OwnerReference, ResourceClaim
 from hami.protocol.events import EventType
 from hami.protocol.objects import Pod
 from hami.scheduling.admission import QUOTA_EXCEEDED
 from hami.scheduling.dra.claimquota import PendingClaims, add_amounts
 from hami.scheduling.dra.podclaims import (
-    DRA_LABEL,
-    DRA_POD_ANNOTATION,
     ClaimPlanItem,
     Translate,
     owned_by,
     plan,
+    referenced,
     requests_of,
     served,
 )
@@ -173,6 +173,8 @@ class ClaimController:
         """(pod UID, claim, reason) of the Warning Events written, so that a pod's updates do not repeat them."""
         self._failed: set[tuple[str, str]] = set()
         """(pod UID, claim) whose create the API server refused for good: not sent again for that pod."""
+        self._marked: set[str] = set()
+        """UIDs of the pods with entries in ``_reported`` or ``_failed`` (a pod's deletion scans them only then)."""
         self._tasks: Supervisor | None = None
 
     # --- feeds ------------------------------------------------------------------------------------------
@@ -180,8 +182,10 @@ class ClaimController:
         """The pod watch's handler: serve the pod if it needs claims (leader only)."""
         uid = pod.metadata.uid
         if deleted:
-            self._reported = {r for r in self._reported if r[0] != uid}
-            self._failed = {f for f in self._failed if f[0] != uid}
+            if uid in self._marked:
+                self._marked.discard(uid)
+                self._reported = {r for r in self._reported if r[0] != uid}
+                self._failed = {f for f in self._failed if f[0] != uid}
             self.pending.drop_pod(uid)
             return
         if self._tasks is None or not self.is_leader() or not served(pod, self.scheduler_name):
@@ -204,8 +208,8 @@ class ClaimController:
             return
         self.owners.pop(key, None)
         self.pending.drop([key])
-        pod_name = meta.annotations.get(DRA_POD_ANNOTATION)
-        if meta.labels.get(DRA_LABEL) == "true" and pod_name:
+        pod_name = meta.annotations.get(keys.DRA_POD)
+        if meta.labels.get(keys.DRA_LABEL) == "true" and pod_name:
             pod = self.pods().get(f"{meta.namespace}/{pod_name}")
             if pod is not None:
                 self.pod_seen(pod, deleted=False)
@@ -218,8 +222,13 @@ class ClaimController:
             self.pending.drop([key])
             return
         meta = claim.metadata
-        pod = self.pods().get(f"{meta.namespace}/{meta.annotations.get(DRA_POD_ANNOTATION, '')}")
-        if self.quotas is None or key in self.pending.claims or pod is None or meta.labels.get(DRA_LABEL) != "true":
+        pod = self.pods().get(f"{meta.namespace}/{meta.annotations.get(keys.DRA_POD, '')}")
+        if (
+            self.quotas is None
+            or key in self.pending.claims
+            or pod is None
+            or meta.labels.get(keys.DRA_LABEL) != "true"
+        ):
             return
         if pod.spec.node_name or not owned_by(meta.owner_references, pod.metadata.uid):
             return
@@ -253,9 +262,12 @@ class ClaimController:
         for pod in list(self.pods().values()):
             self.pod_seen(pod, deleted=False)
 
-    def _existing(self, namespace: str) -> Mapping[str, Sequence[OwnerReference]]:
-        prefix = f"{namespace}/"
-        return {key[len(prefix) :]: owners for key, owners in self.owners.items() if key.startswith(prefix)}
+    def _existing(self, pod: Pod) -> Mapping[str, Sequence[OwnerReference]]:
+        """The owners of the claims the pod names that are known to exist, by name (all ``plan`` looks up: not a
+        scan of every claim of the cluster per pod)."""
+        ns = pod.metadata.namespace
+        found = ((name, self.owners.get(f"{ns}/{name}")) for name in referenced(pod))
+        return {name: owners for name, owners in found if owners is not None}
 
     def _todo(self, pod: Pod) -> bool:
         """Whether the pod names a claim not known to exist (and not given up), or one of another owner not
@@ -285,7 +297,7 @@ class ClaimController:
 
     async def _serve_once(self, pod: Pod) -> None:
         ns = pod.metadata.namespace
-        work = plan(pod, self._existing(ns), self.translate)
+        work = plan(pod, self._existing(pod), self.translate)
         for refusal in work.refused:
             self.results.labels("refused").inc()
             self._warn(pod, refusal.name, CLAIM_REFUSED, refusal.message)
@@ -350,6 +362,7 @@ class ClaimController:
                 self.results.labels("failed").inc()
                 self.pending.drop([key])
                 self._failed.add((pod.metadata.uid, item.name))
+                self._marked.add(pod.metadata.uid)
                 log.warning("DRA claim %s for pod %s could not be created: %s", key, pod.key, err)
                 self._warn(pod, item.name, CLAIM_FAILED, f"claim {item.name} could not be created: {err}")
                 return
@@ -398,5 +411,6 @@ class ClaimController:
         if key in self._reported:
             return
         self._reported.add(key)
+        self._marked.add(pod.metadata.uid)
         log.warning("DRA pod %s: %s: %s", pod.key, reason, message)
         self.events.record(ObjectRef.for_pod(pod), EventType.WARNING, reason, message)

@@ -4,6 +4,8 @@ request's demand as admission counts it, and claims created but not allocated ye
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hami.config import default_device_config
 from hami.devices import vendors_from_config
@@ -67,3 +69,58 @@ def test_the_problem_reads_the_books_usage_and_the_memory_factor() -> None:
         f"namespace team has 1500 of {MEM} in use, the pod asks for 600 more, the limit is 2000"
     )
     assert quotas.problem("unlimited", {MEM: 10**9}, {}) is None
+
+
+def test_a_pods_claims_are_dropped_with_it_and_only_its_own() -> None:
+    """``drop_pod`` (called for every pod deletion) finds the pod's claims by its index, and a claim added again for
+    another pod belongs to that pod only."""
+    pending = PendingClaims()
+    pending.add("team/a", "team", "uid-1", {MEM: 1000})
+    pending.add("team/b", "team", "uid-1", {MEM: 1000})
+    pending.add("team/a", "team", "uid-2", {MEM: 500})
+    pending.drop_pod("uid-1")
+    assert pending.claims == {"team/a": ("team", "uid-2", {MEM: 500})}
+    pending.drop_pod("uid-2")
+    pending.drop_pod("uid-unknown")
+    assert (pending.claims, pending.by_pod) == ({}, {})
+
+
+_STEPS = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("add"),
+            st.sampled_from(["a/x", "a/y", "b/x", "b/z"]),
+            st.sampled_from(["uid-1", "uid-2"]),
+            st.dictionaries(st.sampled_from([MEM, CORES]), st.integers(0, 50)),
+        ),
+        st.tuples(st.just("drop"), st.sampled_from(["a/x", "a/y", "b/x", "b/z", "c/none"])),
+        st.tuples(st.just("drop_pod"), st.sampled_from(["uid-1", "uid-2", "uid-3"])),
+    ),
+    max_size=30,
+)
+
+
+@given(_STEPS)
+def test_the_running_sums_and_the_pod_index_equal_a_recount(steps: list[tuple[object, ...]]) -> None:
+    """``used`` and ``by_pod`` are kept as claims come and go; whatever the order, they equal a recount."""
+    pending = PendingClaims()
+    for step in steps:
+        if step[0] == "add":
+            key, uid, amounts = str(step[1]), str(step[2]), step[3]
+            assert isinstance(amounts, dict)
+            pending.add(key, key.split("/", maxsplit=1)[0], uid, amounts)
+        elif step[0] == "drop":
+            pending.drop([str(step[1])])
+        else:
+            pending.drop_pod(str(step[1]))
+    for namespace in ("a", "b", "c"):
+        recount: dict[str, int] = {}
+        for ns, _, amounts in pending.claims.values():
+            for resource, amount in amounts.items():
+                if ns == namespace and amount:
+                    recount[resource] = recount.get(resource, 0) + amount
+        assert pending.used(namespace) == recount
+    by_pod: dict[str, set[str]] = {}
+    for key, (_, uid, _) in pending.claims.items():
+        by_pod.setdefault(uid, set()).add(key)
+    assert pending.by_pod == by_pod

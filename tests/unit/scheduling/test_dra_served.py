@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hami.config.dra import DraConfig, DraDriverConfig
 from hami.devices.base import NodeInventory
+from hami.protocol.dra import ResourceClaim
 from hami.scheduling.dra.served import DRA_SHARES, ServedView
 from hami.scheduling.state import ClusterState
 from tests.unit.scheduling.builders import NVIDIA, gpu, vendors
@@ -89,4 +91,68 @@ def test_a_registration_arriving_takes_the_node_out_and_leaving_brings_it_back()
     assert set(view.state.nodes) == {"b"}
     main.set_node("a", {})
     view.node_event("a")
+    assert seen(view)["a"] == [(uuid("a", 0), DRA_SHARES, 0, 0), (uuid("a", 1), DRA_SHARES, 2048, 10)]
+
+
+class _TakesEveryClaim(ServedView):
+    """The view as it was first built: its ledger takes every claim (the reference the lean view must equal)."""
+
+    def claim_event(self, claim: ResourceClaim, deleted: bool = False) -> None:
+        self.ledger.claim_event(claim, deleted)
+
+
+def _claim(node: str, state: str) -> tuple[ResourceClaim, bool]:
+    """Node ``node``'s claim on its card 1: allocated, deallocated (no allocation) or deleted."""
+    claim = synthetic_claim(f"c-{node}", [result("gpu-1", node, f"s-{node}", memory="2Gi", cores="10")])
+    if state == "deallocated":
+        claim = msgspec.structs.replace(claim, status=msgspec.structs.replace(claim.status, allocation=None))
+    return claim, state == "deleted"
+
+
+_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["slice", "unslice", "claim", "register", "unregister"]),
+        st.sampled_from(NODES),
+        st.sampled_from(["allocated", "deallocated", "deleted"]),
+    ),
+    max_size=14,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(_OPS)
+def test_claims_waiting_aside_give_the_view_every_claim_would(ops: list[tuple[str, str, str]]) -> None:
+    """Whatever the order of slices, claims (allocated, deallocated, deleted) and registrations coming and going,
+    the view whose ledger takes only the claims that can count in it shows what a ledger taking every claim shows."""
+    main = main_state(frozenset())
+    config = DraConfig(drivers=(DraDriverConfig(driver=DRIVER),))
+    lean, full = ServedView(main, config), _TakesEveryClaim(main, config)
+    for op, node, state in ops:
+        cards = (gpu(uuid(node, 0), index=0), gpu(uuid(node, 1), index=1))
+        devices = [shared_device(f"gpu-{i}", uuid(node, i), "16Gi", cores=100, cores_default=0) for i in range(2)]
+        for view in (lean, full):
+            if op in ("slice", "unslice"):
+                view.slice_event(synthetic_slice(f"s-{node}", node, devices), deleted=op == "unslice")
+            elif op == "claim":
+                view.claim_event(*_claim(node, state))
+        if op in ("register", "unregister"):
+            main.set_node(node, {NVIDIA: NodeInventory(cards)} if op == "register" else {})
+            for view in (lean, full):
+                view.node_event(node)
+        assert seen(lean) == seen(full)
+        assert sorted(r.key for r in lean.ledger.records()) == sorted(r.key for r in full.ledger.records())
+        assert lean.state.verify() == []
+
+
+def test_a_claim_on_a_registered_card_is_left_to_the_schedulers_ledger() -> None:
+    """The view's ledger does not take a claim of a registered node (the scheduler's ledger charges it): no second
+    derivation per claim event. Once the registration goes, the claim counts in the view."""
+    main = main_state(frozenset({"a"}))
+    view = ServedView(main, DraConfig(drivers=(DraDriverConfig(driver=DRIVER),)))
+    for _, step in events(frozenset({"a"})):
+        step(view)
+    assert [c.metadata.name for c in view.ledger.claims()] == ["c-b"]
+    main.set_node("a", {})
+    view.node_event("a")
+    assert sorted(c.metadata.name for c in view.ledger.claims()) == ["c-a", "c-b"]
     assert seen(view)["a"] == [(uuid("a", 0), DRA_SHARES, 0, 0), (uuid("a", 1), DRA_SHARES, 2048, 10)]

@@ -18,12 +18,11 @@ from hami.devices.base import Vendor
 from hami.devices.dra import DraModeSettings
 from hami.devices.nvidia import NvidiaConfig, NvidiaVendor
 from hami.errors import InvalidInput
+from hami.protocol import keys
 from hami.protocol.jsonpatch import apply_patch
 from hami.protocol.objects import ObjectMeta, ResourceQuota, ResourceQuotaSpec
 from hami.scheduling.admission import Admission, AdmissionSettings, admitters_for
 from hami.scheduling.dra.translate import (
-    DRA_LABEL,
-    REQUESTS_ANNOTATION,
     DraAdmission,
     DraVerdict,
     claim_spec,
@@ -135,8 +134,8 @@ def test_a_shared_gpu_becomes_one_claim_and_the_pod_references_it() -> None:
     assert main["resources"] == {"limits": {}, "requests": {"cpu": "1"}, "claims": [{"name": "hami-main"}]}
     assert out["spec"]["resourceClaims"] == [{"name": "hami-main", "resourceClaimName": "p-main-bcdfg"}]
     assert out["spec"]["schedulerName"] == "hami-scheduler"
-    assert out["metadata"]["labels"] == {DRA_LABEL: "true"}
-    assert json.loads(out["metadata"]["annotations"][REQUESTS_ANNOTATION]) == {"p-main-bcdfg": plan.request}
+    assert out["metadata"]["labels"] == {keys.DRA_LABEL: "true"}
+    assert json.loads(out["metadata"]["annotations"][keys.DRA_REQUESTS]) == {"p-main-bcdfg": plan.request}
 
 
 def test_a_count_alone_is_an_exclusive_whole_card() -> None:
@@ -280,8 +279,8 @@ def test_long_names_are_cut_with_a_hash_and_fit_63_characters() -> None:
 
 
 def test_existing_claims_labels_and_annotations_are_kept_and_appended_to() -> None:
-    raw = pod(ctr(limits={GPU: "1", CORES: "10"}), annotations={"a": "b", REQUESTS_ANNOTATION: "forged"})
-    raw["metadata"]["labels"] = {"app": "x", DRA_LABEL: "false"}
+    raw = pod(ctr(limits={GPU: "1", CORES: "10"}), annotations={"a": "b", keys.DRA_REQUESTS: "forged"})
+    raw["metadata"]["labels"] = {"app": "x", keys.DRA_LABEL: "false"}
     raw["spec"]["resourceClaims"] = [{"name": "mine", "resourceClaimTemplateName": "t"}]
     raw["spec"]["containers"][0]["resources"]["claims"] = [{"name": "mine"}]
     verdict, out = review(raw)
@@ -291,9 +290,9 @@ def test_existing_claims_labels_and_annotations_are_kept_and_appended_to() -> No
         {"name": "hami-main", "resourceClaimName": plan.claim_name},
     ]
     assert out["spec"]["containers"][0]["resources"]["claims"] == [{"name": "mine"}, {"name": "hami-main"}]
-    assert out["metadata"]["labels"] == {"app": "x", DRA_LABEL: "true"}
+    assert out["metadata"]["labels"] == {"app": "x", keys.DRA_LABEL: "true"}
     assert out["metadata"]["annotations"]["a"] == "b"
-    assert json.loads(out["metadata"]["annotations"][REQUESTS_ANNOTATION]) == {plan.claim_name: plan.request}
+    assert json.loads(out["metadata"]["annotations"][keys.DRA_REQUESTS]) == {plan.claim_name: plan.request}
 
 
 def test_a_pod_that_already_uses_the_claim_name_is_refused() -> None:

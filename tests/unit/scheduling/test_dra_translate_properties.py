@@ -18,11 +18,12 @@ from hypothesis import strategies as st
 from hami.config import default_device_config
 from hami.devices import vendors_from_config
 from hami.devices.dra import DraModeSettings
+from hami.protocol import keys
 from hami.protocol.jsonpatch import apply_patch
 from hami.protocol.quantity import parse_quantity
 from hami.scheduling.admission import Admission, AdmissionSettings, admitters_for
 from hami.scheduling.dra.names import SUFFIX_ALPHABET
-from hami.scheduling.dra.translate import DRA_LABEL, REQUESTS_ANNOTATION, DraAdmission, claim_spec
+from hami.scheduling.dra.translate import DraAdmission, claim_spec
 from hami.scheduling.request import SchedulingDefaults
 
 PROPS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -156,8 +157,8 @@ def test_any_valid_pod_translates_cleanly(raw: dict[str, Any], data: st.DataObje
     old = raw["spec"].get("resourceClaims", [])
     added = [{"name": p.pod_claim_name, "resourceClaimName": p.claim_name} for p in verdict.claims]
     assert out["spec"]["resourceClaims"] == [*old, *added]
-    assert out["metadata"]["labels"][DRA_LABEL] == "true"
-    stored = json.loads(out["metadata"]["annotations"][REQUESTS_ANNOTATION])
+    assert out["metadata"]["labels"][keys.DRA_LABEL] == "true"
+    stored = json.loads(out["metadata"]["annotations"][keys.DRA_REQUESTS])
     assert stored == {p.claim_name: p.request for p in verdict.claims}
     for plan in verdict.claims:
         assert claim_spec(plan.request, VENDORS, SIZES) == plan.spec

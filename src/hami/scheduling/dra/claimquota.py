@@ -63,25 +63,49 @@ def request_demand(request: Mapping[str, Any], vendors: Mapping[str, Vendor]) ->
 @dataclass(slots=True)
 class PendingClaims:
     """Claims the controller created that are not allocated yet, with what each counts against its namespace's
-    quotas; dropped once the claim is allocated (``QuotaBook`` counts it then), deleted, or its pod bound or gone."""
+    quotas; dropped once the claim is allocated (``QuotaBook`` counts it then), deleted, or its pod bound or gone.
+    Indexed by pod and summed by namespace as they change: the controller asks per pod it serves and per pod
+    deleted, and neither scans the claims."""
 
     claims: dict[str, tuple[str, str, dict[str, int]]] = field(default_factory=dict)
     """``namespace/name`` → (namespace, pod UID, amounts)."""
+    by_pod: dict[str, set[str]] = field(default_factory=dict)
+    """Pod UID → its keys in ``claims``."""
+    totals: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Namespace → the sum of its claims' amounts (``used``)."""
 
     def add(self, key: str, namespace: str, pod_uid: str, amounts: Mapping[str, int]) -> None:
+        self.drop([key])
         self.claims[key] = (namespace, pod_uid, dict(amounts))
+        self.by_pod.setdefault(pod_uid, set()).add(key)
+        add_amounts(self.totals.setdefault(namespace, {}), amounts)
+        if not self.totals[namespace]:
+            del self.totals[namespace]
 
     def drop(self, keys: Iterable[str]) -> None:
         for key in keys:
-            self.claims.pop(key, None)
+            gone = self.claims.pop(key, None)
+            if gone is None:
+                continue
+            namespace, uid, amounts = gone
+            mine = self.by_pod.get(uid)
+            if mine is not None:
+                mine.discard(key)
+                if not mine:
+                    del self.by_pod[uid]
+            total = self.totals.get(namespace, {})
+            for resource, amount in amounts.items():
+                left = total.get(resource, 0) - amount
+                if left:
+                    total[resource] = left
+                else:
+                    total.pop(resource, None)
+            if not total:
+                self.totals.pop(namespace, None)
 
     def drop_pod(self, pod_uid: str) -> None:
-        self.drop([key for key, (_, uid, _) in self.claims.items() if uid == pod_uid])
+        self.drop(list(self.by_pod.get(pod_uid, ())))
 
     def used(self, namespace: str) -> dict[str, int]:
         """What the namespace's pending claims count, by resource name."""
-        total: dict[str, int] = {}
-        for ns, _, amounts in self.claims.values():
-            if ns == namespace:
-                add_amounts(total, amounts)
-        return total
+        return dict(self.totals.get(namespace, {}))

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Final
+from typing import ClassVar
 
+from hami.protocol import keys
 from hami.protocol.dra import ResourceClaim
 from hami.scheduling.state import ClusterState, PodRecord
 
-__all__ = ["DRA_POD", "DraRecord", "HeldCard", "claim_users", "consumers", "held_by_card"]
-
-DRA_POD: Final = "hami.io/dra-pod"
-"""The annotation hami's claim controller writes on the claims it creates for a DRA-mode pod: the pod's name."""
+__all__ = ["DraRecord", "HeldCard", "claim_users", "consumers", "held_by_card"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +31,7 @@ def consumers(claim: ResourceClaim) -> tuple[str, ...]:
     pods = tuple(r.name for r in claim.status.reserved_for if r.resource == "pods" and not r.api_group and r.name)
     if pods:
         return tuple(dict.fromkeys(pods))
-    owner = claim.metadata.annotations.get(DRA_POD, "")
+    owner = claim.metadata.annotations.get(keys.DRA_POD, "")
     return (owner,) if owner else ()
 
 

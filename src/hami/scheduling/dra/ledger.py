@@ -133,6 +133,7 @@ class DraLedger:
         self.settled: Callable[[], bool] = lambda: True
         """Whether every watch (nodes, pods, DRA objects) has delivered its first list (module docstring)."""
         self._slices: dict[str, Published] = {}  # name -> pool, node, generation, devices
+        self._sizes: dict[str, tuple[int, ...]] = {}  # driver -> memory_sizes(), until the next slice event
         self._pools: dict[PoolKey, set[str]] = {}  # (driver, pool) -> slice names
         self._views: dict[PoolKey, PoolView] = {}  # per pool: what is used of it, per node (``pools``)
         self._last_known: dict[DeviceKey, dict[str, DraDevice]] = {}  # gone from the slices, still held by a claim
@@ -241,7 +242,11 @@ class DraLedger:
         config = self.drivers.get(driver)
         if config is None:
             return ()
-        return memory_sizes((d for p in self._slices.values() if p.pool[0] == driver for d in p.devices), config)
+        if driver not in self._sizes:  # asked per /webhook/dra review: not a scan of every device each time
+            self._sizes[driver] = memory_sizes(
+                (d for p in self._slices.values() if p.pool[0] == driver for d in p.devices), config
+            )
+        return self._sizes[driver]
 
     # --- events --------------------------------------------------------------------------------------------------
     def slice_event(self, sl: ResourceSlice, deleted: bool = False) -> list[DraProblem]:
@@ -252,6 +257,7 @@ class DraLedger:
         old = self._slices.pop(name, None)
         if cfg is None and old is None:
             return []
+        self._sizes.clear()
         before = self._slice_problems.pop(name, ())
         self._slice_warnings.pop(name, None)
         old_pool = old.pool if old is not None else None

@@ -26,33 +26,28 @@ from a pod-DELETE webhook that may never run.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from hami.errors import InvalidInput
+from hami.protocol import keys
 from hami.protocol.dra import OwnerReference
+from hami.protocol.drapod import request_objects
 from hami.protocol.objects import Pod
-from hami.scheduling.dra.translate import DRA_LABEL
-from hami.scheduling.dra.translate import REQUESTS_ANNOTATION as DRA_REQUESTS_ANNOTATION
 
 __all__ = [
-    "DRA_LABEL",
-    "DRA_POD_ANNOTATION",
-    "DRA_REQUESTS_ANNOTATION",
     "ClaimPlanItem",
     "PodClaims",
     "Refusal",
     "claim_body",
     "owned_by",
     "plan",
+    "referenced",
     "requests_of",
     "served",
 ]
 
-DRA_POD_ANNOTATION: Final = "hami.io/dra-pod"
-"""On a claim: the name of the pod it was created for."""
 RESOURCE_API: Final = "resource.k8s.io/v1"
 
 Translate = Callable[[Mapping[str, Any]], Mapping[str, Any]]
@@ -92,26 +87,16 @@ def served(pod: Pod, scheduler_name: str) -> bool:
         spec.scheduler_name == scheduler_name
         and not spec.node_name
         and meta.deletion_timestamp is None
-        and meta.labels.get(DRA_LABEL) == "true"
-        and DRA_REQUESTS_ANNOTATION in meta.annotations
+        and meta.labels.get(keys.DRA_LABEL) == "true"
+        and keys.DRA_REQUESTS in meta.annotations
     )
 
 
 def requests_of(pod: Pod) -> dict[str, Mapping[str, Any]]:
     """``hami.io/dra-requests`` decoded: claim object name → recorded request. Raises ``InvalidInput`` naming the
     annotation when it is not a JSON object of objects."""
-    field = f"metadata.annotations[{DRA_REQUESTS_ANNOTATION}]"
-    text = pod.metadata.annotations.get(DRA_REQUESTS_ANNOTATION, "")
-    try:
-        decoded = json.loads(text)
-    except ValueError as err:
-        raise InvalidInput(field, text, f"not JSON: {err}") from None
-    if not isinstance(decoded, dict):
-        raise InvalidInput(field, text, "must be a JSON object: claim name → request")
-    for name, entry in decoded.items():
-        if not isinstance(entry, dict):
-            raise InvalidInput(f"{field}[{name}]", entry, "must be a JSON object (container, section, resources)")
-    return decoded
+    field = f"metadata.annotations[{keys.DRA_REQUESTS}]"
+    return dict(request_objects(pod.metadata.annotations.get(keys.DRA_REQUESTS, ""), field))
 
 
 def referenced(pod: Pod) -> list[str]:
@@ -165,8 +150,8 @@ def claim_body(pod: Pod, name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
         "metadata": {
             "name": name,
             "namespace": meta.namespace,
-            "labels": {DRA_LABEL: "true"},
-            "annotations": {DRA_POD_ANNOTATION: meta.name},
+            "labels": {keys.DRA_LABEL: "true"},
+            "annotations": {keys.DRA_POD: meta.name},
             "ownerReferences": [owner],
         },
         "spec": dict(spec),

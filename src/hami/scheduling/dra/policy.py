@@ -29,7 +29,6 @@ Device choice inside a node stays kube-scheduler's first fit over hami's plugin'
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -37,6 +36,7 @@ from hami.devices.base import MEM_PERCENTAGE_UNSET, ContainerRequest, Vendor
 from hami.devices.policy import parse_node_policy
 from hami.errors import InvalidInput
 from hami.protocol import keys
+from hami.protocol.drapod import request_objects
 from hami.protocol.inventory import DeviceInfo
 from hami.protocol.objects import Container, Pod, ResourceRequirements
 from hami.scheduling.dra.amounts import Held
@@ -115,18 +115,11 @@ def dra_demand(pod: Pod, vendors: Mapping[str, Vendor]) -> DraDemand:
     raw = pod.metadata.annotations.get(keys.DRA_REQUESTS)
     if raw is None:
         return DraDemand(node_policy=_policy_of(pod.metadata.annotations, keys.NODE_SCHEDULER_POLICY))
-    try:
-        entries = json.loads(raw)
-    except ValueError as err:
-        raise InvalidInput(keys.DRA_REQUESTS, raw[:80], f"is not JSON: {err}") from None
-    if not isinstance(entries, dict):
-        raise InvalidInput(keys.DRA_REQUESTS, raw[:80], "must be a JSON object of claim names")
+    entries = request_objects(raw, keys.DRA_REQUESTS)
     requests: list[ContainerRequest] = []
     policy = _policy_of(pod.metadata.annotations, keys.NODE_SCHEDULER_POLICY)
     for claim, entry in sorted(entries.items()):
         where = f"{keys.DRA_REQUESTS}[{claim}]"
-        if not isinstance(entry, dict):
-            raise InvalidInput(where, type(entry).__name__, "must be an object")
         resources, notes = entry.get("resources", {}), entry.get("annotations", {})
         if not _strings(resources) or not _strings(notes):
             raise InvalidInput(where, "resources/annotations", "must be objects of strings")

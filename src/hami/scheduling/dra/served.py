@@ -27,12 +27,13 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Final
 
-from hami.config.dra import MEMORY_UNITS_MIB, DraConfig, DraDriverConfig
+from hami.config.dra import DraConfig, DraDriverConfig
 from hami.devices.base import NodeInventory
 from hami.protocol.dra import ResourceClaim, ResourceSlice
 from hami.protocol.inventory import DeviceInfo
+from hami.scheduling.dra.amounts import device_card
 from hami.scheduling.dra.ledger import DraLedger
-from hami.scheduling.dra.mapping import DraDevice, read_slice
+from hami.scheduling.dra.mapping import DeviceKey, DraDevice, read_slice
 from hami.scheduling.state import ClusterState
 
 __all__ = ["DRA_SHARES", "INDEX_ATTRIBUTES", "MODEL_ATTRIBUTE", "ServedView", "card_info", "served_inventories"]
@@ -52,10 +53,7 @@ def card_info(dev: DraDevice, cfg: DraDriverConfig, position: int) -> DeviceInfo
     if dev.uuid is None:
         return None
     index = next((int(v) for v in (dev.attribute(a) for a in INDEX_ATTRIBUTES) if v is not None and v.isdigit()), None)
-    mem = 0
-    if dev.memory is not None:
-        num, den = MEMORY_UNITS_MIB[cfg.memory_unit]
-        mem = math.floor(dev.memory.value * num / den)
+    mem = device_card(dev, cfg).devmem  # the ledger's reading of the memory capacity (DraLedger.unregistered_cards)
     cores = 0
     if dev.cores is not None:
         cores = 100 if cfg.cores_unit == "percent" else math.floor(dev.cores.value)
@@ -105,6 +103,12 @@ class ServedView:
     each attributed to the pods it serves. Fed the same events as the scheduler's ledger; its problems are that
     ledger's to report (not repeated here). A node that gains a hami registration of the vendor (moved back to the
     device plugin) leaves the view at its next node event.
+
+    Its ledger takes only the claims that can count here: allocated on a device of a node in the view, or taken
+    before (their updates and deletion follow). Any other allocated claim of a counted driver waits aside, indexed
+    by its devices, and is handed over when a node publishing one of them joins the view; so the claims of
+    registered nodes (the scheduler's ledger charges them) cost a dictionary update here, not a second
+    derivation, and the view is what it would be had the ledger taken every claim.
     """
 
     def __init__(self, main: ClusterState, config: DraConfig) -> None:
@@ -113,6 +117,11 @@ class ServedView:
         self.ledger = DraLedger(self.state, config)
         self._devices: dict[str, dict[str, tuple[tuple[str, DraDevice], ...]]] = {}  # node -> slice -> devices
         self._nodes_of: dict[str, set[str]] = {}  # slice -> nodes it publishes devices of
+        self._keys: dict[str, frozenset[DeviceKey]] = {}  # node in the view -> its devices
+        self._in_view: dict[DeviceKey, str] = {}  # every device of a node in the view -> that node
+        self._taken: set[str] = set()  # claims the ledger has (by id, as the ledger names them)
+        self._waiting: dict[str, tuple[ResourceClaim, frozenset[DeviceKey]]] = {}  # claim id -> claim, devices
+        self._waiting_on: dict[DeviceKey, set[str]] = {}  # device -> waiting claims allocated on it
 
     def slice_event(self, sl: ResourceSlice, deleted: bool = False) -> None:
         name = sl.metadata.name
@@ -137,7 +146,49 @@ class ServedView:
             self.node_event(node)
 
     def claim_event(self, claim: ResourceClaim, deleted: bool = False) -> None:
-        self.ledger.claim_event(claim, deleted)
+        """The ledger takes the claim when it can count here, else it waits aside (class docstring)."""
+        cid = claim.metadata.uid or claim.key
+        self._unwait(cid)
+        keys = frozenset() if deleted else self._devices_of(claim)
+        if cid in self._taken or any(k in self._in_view for k in keys):
+            if deleted:
+                self._taken.discard(cid)
+            else:
+                self._taken.add(cid)
+            self.ledger.claim_event(claim, deleted)
+        elif keys:
+            self._waiting[cid] = (claim, keys)
+            for key in keys:
+                self._waiting_on.setdefault(key, set()).add(cid)
+
+    def _devices_of(self, claim: ResourceClaim) -> frozenset[DeviceKey]:
+        allocation = claim.status.allocation
+        results = allocation.devices.results if allocation is not None else ()
+        return frozenset((r.driver, r.pool, r.device) for r in results if r.driver in self.ledger.drivers)
+
+    def _unwait(self, cid: str) -> None:
+        gone = self._waiting.pop(cid, None)
+        for key in gone[1] if gone is not None else ():
+            waiting = self._waiting_on.get(key)
+            if waiting is not None:
+                waiting.discard(cid)
+                if not waiting:
+                    del self._waiting_on[key]
+
+    def _set_keys(self, node: str, keys: frozenset[DeviceKey]) -> None:
+        """The devices of ``node`` that count in the view now (none once it left); the claims waiting on a device
+        that joined are handed to the ledger."""
+        for key in self._keys.pop(node, frozenset()):
+            self._in_view.pop(key, None)
+        if not keys:
+            return
+        self._keys[node] = keys
+        self._in_view.update(dict.fromkeys(keys, node))
+        for cid in sorted({c for key in keys for c in self._waiting_on.get(key, ())}):
+            claim = self._waiting[cid][0]
+            self._unwait(cid)
+            self._taken.add(cid)
+            self.ledger.claim_event(claim)
 
     def pod_event(self, namespace: str, name: str, uid: str, deleted: bool = False) -> None:
         self.ledger.pod_event(namespace, name, uid, deleted)
@@ -149,10 +200,12 @@ class ServedView:
         old = self.state.nodes.get(name)
         main = self.main.nodes.get(name)
         if not served:
+            self._set_keys(name, frozenset())
             if old is not None:
                 self.state.remove_node(name)
                 self.ledger.node_event(name)
             return
+        self._set_keys(name, frozenset(dev.key for _, dev in devices))
         same = old is not None and {v: t.infos for v, t in old.tables.items()} == {
             v: inv.devices for v, inv in served.items()
         }

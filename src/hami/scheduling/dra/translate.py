@@ -38,6 +38,7 @@ from hami.devices.base import Vendor
 from hami.devices.dra import DraModeSettings, DraRefused, DraRequest, DraTranslation, cel_string
 from hami.errors import InvalidInput
 from hami.protocol import keys
+from hami.protocol.drapod import SECTIONS
 from hami.protocol.jsonpatch import apply_patch
 from hami.protocol.objects import Container, Pod, ResourceRequirements
 from hami.protocol.podpatch import PatchOp, Section, pointer
@@ -46,8 +47,6 @@ from hami.scheduling.admission import Admission
 from hami.scheduling.dra.names import claim_name, pod_claim_name
 
 __all__ = [
-    "DRA_LABEL",
-    "REQUESTS_ANNOTATION",
     "REQUEST_NAME",
     "ClaimPlan",
     "DraAdmission",
@@ -58,8 +57,6 @@ __all__ = [
     "read_entry",
 ]
 
-DRA_LABEL: Final = keys.DRA_LABEL
-REQUESTS_ANNOTATION: Final = keys.DRA_REQUESTS
 REQUEST_NAME: Final = "gpu"
 MIB: Final = 1 << 20
 
@@ -174,20 +171,20 @@ def _translations(
 def _entry_field(request: Mapping[str, Any], key: str, kind: type) -> Any:
     value = request.get(key)
     if not isinstance(value, kind):
-        raise InvalidInput(f"{REQUESTS_ANNOTATION} entry.{key}", value, f"must be a {kind.__name__}")
+        raise InvalidInput(f"{keys.DRA_REQUESTS} entry.{key}", value, f"must be a {kind.__name__}")
     return value
 
 
 def read_entry(request: Mapping[str, Any]) -> tuple[Container, str, dict[str, str]]:
     name = _entry_field(request, "container", str)
     section = _entry_field(request, "section", str)
-    if section not in ("containers", "initContainers"):
-        raise InvalidInput(f"{REQUESTS_ANNOTATION} entry.section", section, "must be containers or initContainers")
+    if section not in SECTIONS:
+        raise InvalidInput(f"{keys.DRA_REQUESTS} entry.section", section, "must be containers or initContainers")
     resources = _entry_field(request, "resources", dict)
     annotations = _entry_field(request, "annotations", dict)
     for key, value in (*resources.items(), *annotations.items()):
         if not isinstance(value, str):
-            raise InvalidInput(f"{REQUESTS_ANNOTATION} entry[{key}]", value, "must be a string")
+            raise InvalidInput(f"{keys.DRA_REQUESTS} entry[{key}]", value, "must be a string")
     container = Container(name=name, resources=ResourceRequirements(limits=dict(resources)))
     return container, f"{section}({name})", dict(annotations)
 
@@ -199,7 +196,7 @@ def claim_spec(request: Mapping[str, Any], vendors: Mapping[str, Vendor], settin
     one, asks for no translatable device, or cannot be expressed."""
     container, field, annotations = read_entry(request)
     translated, others = _translations(container, field, annotations, vendors, settings)
-    where = f"{REQUESTS_ANNOTATION} entry.resources"
+    where = f"{keys.DRA_REQUESTS} entry.resources"
     if others:
         raise InvalidInput(
             where, request.get("resources"), f"asks for {', '.join(others)}, which DRA mode does not translate"
@@ -215,10 +212,10 @@ def foreign_requests(raw_pod: Mapping[str, Any]) -> str | None:
     never sees), and the claim controller creates ResourceClaims from it: written by hand on a pod of a namespace
     that uses the extender it would get claims no admission checked."""
     annotations = _mapping(_mapping(raw_pod.get("metadata")).get("annotations"))
-    if REQUESTS_ANNOTATION not in annotations:
+    if keys.DRA_REQUESTS not in annotations:
         return None
     return (
-        f"metadata.annotations[{REQUESTS_ANNOTATION}]: is written by hami's DRA-mode webhook only (hami creates "
+        f"metadata.annotations[{keys.DRA_REQUESTS}]: is written by hami's DRA-mode webhook only (hami creates "
         "ResourceClaims from it), and this pod's namespace uses the extender: remove the annotation, or run the pod "
         "in a namespace that uses DRA mode (label hami.io/scheduling-mode) to have its HAMi request translated"
     )
@@ -281,8 +278,8 @@ def _pod_ops(doc: Mapping[str, Any], plans: Sequence[ClaimPlan]) -> list[PatchOp
     else:
         ops = [{"op": "add", "path": pointer("spec", "resourceClaims"), "value": claims}]
     entries = {p.claim_name: p.request for p in plans}
-    ops.append(_set_metadata(doc, "labels", DRA_LABEL, "true"))
-    ops.append(_set_metadata(doc, "annotations", REQUESTS_ANNOTATION, json.dumps(entries, sort_keys=True)))
+    ops.append(_set_metadata(doc, "labels", keys.DRA_LABEL, "true"))
+    ops.append(_set_metadata(doc, "annotations", keys.DRA_REQUESTS, json.dumps(entries, sort_keys=True)))
     return ops
 
 
