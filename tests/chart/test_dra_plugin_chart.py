@@ -34,6 +34,7 @@ def test_on_it_adds_the_plugin_its_identity_policy_and_device_class() -> None:
 def test_the_plugin_may_write_only_resource_slices_and_read_claims() -> None:
     assert rules(one(render(ON), "ClusterRole", "hami-dra-plugin")) == [
         ("", "nodes", ("get",), ()),
+        ("", "pods", ("list", "watch"), ()),  # its node's pods: the cards device-plugin pods hold are held back
         ("resource.k8s.io", "resourceslices", ("get", "list", "create", "patch", "delete"), ()),
         ("resource.k8s.io", "resourceclaims", ("get",), ()),
     ]
@@ -82,6 +83,7 @@ def test_the_daemonset_runs_hami_dra_plugin_with_kubelets_directories() -> None:
     assert ctr["command"] == ["hami", "dra-plugin"]
     assert f"--plugin-dir=/var/lib/kubelet/plugins/{DRIVER}" in ctr["args"]
     assert "--registry-dir=/var/lib/kubelet/plugins_registry" in ctr["args"]
+    assert "--scheduler-name=hami-scheduler" in ctr["args"]  # whose device-plugin pods hold cards back
     env = {e["name"]: e.get("value") for e in ctr["env"]}
     assert env["CDI_ROOT"] == "/var/run/cdi"
     assert env["HOOK_PATH"] == "/usr/local"

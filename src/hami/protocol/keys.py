@@ -15,6 +15,7 @@ __all__ = [
     "BIND_TIME",
     "CAPACITY_FREED",
     "DEVICE_CORDON",
+    "DEVICE_PLUGIN_PODS_TAINT",
     "DEVICE_SCORING_WEIGHTS",
     "GPU_SCHEDULER_POLICY",
     "NODE_LOCK",
@@ -54,6 +55,11 @@ DEVICE_CORDON: Final = "hami.io/device-cordon"
 NVIDIA_REGISTER: Final = "hami.io/node-nvidia-register"
 NVIDIA_SCORE: Final = "hami.io/node-nvidia-score"
 NVIDIA_HANDSHAKE: Final = "hami.io/node-handshake"
+
+# --- DRA device taints ------------------------------------------------------------------------
+# hami's own: hami's DRA plugin holds a card back from claims (NoSchedule) while pods hami placed through the
+# device plugin hold shares of it (docs/dra-mode-switching.md)
+DEVICE_PLUGIN_PODS_TAINT: Final = "hami.io/device-plugin-pods"
 
 # --- pod annotations and labels set by users --------------------------------------------------
 NVIDIA_USE_GPUTYPE: Final = "nvidia.com/use-gputype"

@@ -48,7 +48,7 @@ from hami.k8s.watch import Callbacks, Reflector
 from hami.protocol.dra import DeviceClass, ResourceClaim, ResourceSlice
 from hami.protocol.events import EventType
 from hami.protocol.kubeversion import ServerProfile
-from hami.scheduling.dra import DraProblem, DraWarning, ProblemKind, held_by_card
+from hami.scheduling.dra import DraDevice, DraProblem, DraWarning, ProblemKind, held_by_card
 from hami.scheduling.state import ClusterState
 from hami.server.extender import Extender
 from hami.server.metrics import Metrics
@@ -261,7 +261,9 @@ class DraCollector(Collector):
         problems: Callable[[], Iterable[DraProblem]],
         warnings: Callable[[], Iterable[DraWarning]],
         watching: Callable[[], bool],
+        tainted: Callable[[], Iterable[tuple[str, DraDevice]]] = tuple,
     ) -> None:
+        self._tainted = tainted
         self._state = state
         self._problems = problems
         self._warnings = warnings
@@ -283,6 +285,7 @@ class DraCollector(Collector):
             "hami_dra_warnings", "DRA configuration traps found, by kind", [str(w.kind) for w in self._warnings()], []
         )
         yield from _held(self._state())
+        yield _held_back(self._tainted())
 
 
 def _by_kind(name: str, documentation: str, kinds: list[str], always: list[str]) -> Iterator[Metric]:
@@ -309,6 +312,23 @@ def _held(state: ClusterState) -> Iterator[Metric]:
         slots.add_metric(values, held.slots)
         claims.add_metric(values, held.claims)
     yield from (mem, cores, slots, claims)
+
+
+def _held_back(tainted: Iterable[tuple[str, DraDevice]]) -> Metric:
+    """``hami_dra_cards_held_back{node}``: devices hami's DRA plugin holds back from claims because device-plugin
+    pods use them (docs/dra-mode-switching.md)."""
+    family = GaugeMetricFamily(
+        "hami_dra_cards_held_back",
+        "Devices hami's DRA plugin holds back from claims because pods of hami's device plugin use them",
+        labels=["node"],
+    )
+    counts: dict[str, int] = {}
+    for _, device in tainted:
+        if device.held_back:
+            counts[device.node] = counts.get(device.node, 0) + 1
+    for node, n in sorted(counts.items()):
+        family.add_metric([node], n)
+    return family
 
 
 def _card(state: ClusterState, node: str, vendor: str, uuid: str) -> tuple[str, str]:
@@ -352,7 +372,13 @@ def start_dra(
         raised.labels(str(kind))
     watches = DraWatches(client, extender, DraReports(events, raised, is_leader=is_leader), on_synced)
     metrics.own.register(
-        DraCollector(lambda: extender.state, extender.dra_problems, extender.dra_warnings, lambda: watches.watching)
+        DraCollector(
+            lambda: extender.state,
+            extender.dra_problems,
+            extender.dra_warnings,
+            lambda: watches.watching,
+            extender.dra.tainted,
+        )
     )
     supervisor.start(watches.run(supervisor), name="watch-dra")
     return watches

@@ -155,7 +155,7 @@ def build_top(state: ClusterState, flt: TopFilter = TopFilter(), dra: DraLedger 
         raise ValueError(f"sort must be one of {', '.join(SORT_KEYS)}")
     fragments = {(c.node, c.vendor, c.uuid): c for c in card_fragments(state)}
     tainted = dra.tainted() if dra is not None else ()
-    marked = {(d.node, vendor, d.uuid) for vendor, d in tainted if d.uuid}
+    marked = {(d.node, vendor, d.uuid) for vendor, d in tainted if d.uuid and d.unhealthy}
     cards = sorted(_card_rows(state, flt, fragments, marked), key=_sort_key(flt.sort))
     order: list[str] = []
     per_node: dict[str, list[CardRow]] = {}
@@ -439,8 +439,9 @@ def _dra_lines(view: TopView, colour: bool) -> list[str]:
     lines = ["", _paint("DRA", _BOLD, colour)]
     for d in view.dra_tainted:
         uuid = f" ({d.uuid})" if d.uuid else ""
-        text = f"unhealthy {'/'.join(d.key)}{uuid} on {d.node}: tainted {', '.join(d.taints)}"
-        lines.append(_paint(text, _RED, colour))
+        what, why = ("unhealthy", "") if d.unhealthy else ("held back", " (device-plugin pods use it)")
+        text = f"{what} {'/'.join(d.key)}{uuid} on {d.node}: tainted {', '.join(d.taints)}{why}"
+        lines.append(_paint(text, _RED if d.unhealthy else _YELLOW, colour))
     lines += [_paint(f"warning {w.kind} {w.object}: {w.message}", _YELLOW, colour) for w in view.dra_warnings]
     for p in view.dra_problems:
         where = f" on {p.node}" if p.node else ""
@@ -511,6 +512,7 @@ def top_json(view: TopView) -> dict[str, Any]:
                     "device": d.key[2],
                     "uuid": d.uuid,
                     "taints": list(d.taints),
+                    "heldBack": d.held_back,
                 }
                 for d in view.dra_tainted
             ],

@@ -15,8 +15,10 @@ import pytest
 
 from hami.deviceplugin.discovery import GpuInfo, GpuSource, discover
 from hami.deviceplugin.dra import draapi as api
+from hami.deviceplugin.dra.guard import HELD_BACK_TAINT
 from hami.deviceplugin.dra.inventory import HealthBook, pcie_root, read_inventory
 from hami.deviceplugin.dra.plugin import (
+    DevicePluginGuard,
     DraPaths,
     DraService,
     InventoryState,
@@ -33,7 +35,7 @@ from hami.k8s.config import KubeConfig
 from hami.protocol.dra import ResourceClaim
 from hami.protocol.objects import Node, ObjectMeta
 from tests.unit.deviceplugin.conftest import fake_lib
-from tests.unit.k8s.fakeapi import FakeApi, Reply, serve
+from tests.unit.k8s.fakeapi import FakeApi, Reply, Stream, event_line, serve
 
 DRIVER = "hami-core-gpu.project-hami.io"
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
@@ -179,7 +181,7 @@ async def test_publish_loop_taints_a_gpu_discovery_loses_and_lifts_it_when_back(
     published: list[list[str]] = []
 
     class Recorder(SlicePublisher):
-        async def publish(self, inventory: Any) -> bool:
+        async def publish(self, inventory: Any, held_back: frozenset[str] = frozenset()) -> bool:
             published.append(sorted(d.name + ("!" if not d.healthy else "") for d in inventory.devices))
             return True
 
@@ -228,3 +230,77 @@ def test_gpu_info_fixture_has_minors() -> None:
     lib.init()
     assert [g.minor for g in discover(lib)] == [0, 1]
     assert isinstance(discover(lib)[0], GpuInfo)
+
+
+def extender_pod(name: str, uuid: str, rv: str) -> dict[str, Any]:
+    annotations = {"hami.io/vgpu-node": "node-1", "hami.io/vgpu-devices-allocated": f"{uuid},NVIDIA,3000,30:;"}
+    meta = {"namespace": "ns", "name": name, "uid": f"uid-{name}", "resourceVersion": rv, "annotations": annotations}
+    spec = {"nodeName": "node-1", "schedulerName": "hami-scheduler"}
+    return {"metadata": meta, "spec": spec, "status": {"phase": "Running"}}
+
+
+async def test_publish_loop_holds_back_the_cards_device_plugin_pods_hold_and_offers_them_when_they_go(
+    kube: tuple[FakeApi, KubeClient],
+) -> None:
+    """Nothing is published before the first list of the node's pods (field selector spec.nodeName); the card the
+    pod holds is published held back; when the watch says the pod is gone, it is published without the taint."""
+    fake, client = kube
+    pods = "/api/v1/pods"
+    listed = {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "10"},
+              "items": [extender_pod("a", "GPU-0a2", "9")]}  # fmt: skip
+    fake.script("GET", pods, Reply(200, listed))
+    fake.script("WATCH", pods, Stream(end="close"))  # an empty stream: resumed after a short backoff
+    published: list[tuple[str, ...]] = []
+
+    class Recorder(SlicePublisher):
+        async def publish(self, inventory: Any, held_back: frozenset[str] = frozenset()) -> bool:
+            published.append(tuple(sorted(held_back)))
+            return True
+
+    state = InventoryState()
+    guard = DevicePluginGuard(client, "node-1", frozenset({"hami-scheduler"}), state.changed)
+    loop = publish_loop(GpuSource(fake_lib("two-t4"), discover), Recorder(client, "node-1"), state, HealthBook(),
+                        rediscover_s=3600, root_of=lambda _: "", guard=guard)  # fmt: skip
+    loop_task = asyncio.create_task(loop)
+    await asyncio.sleep(0.2)
+    assert published == []  # the pods are not listed yet: no card is offered before the plugin knows
+    watch_task = asyncio.create_task(guard.reflector.run())
+    try:
+        while not published:
+            await asyncio.sleep(0.01)
+        deleted = extender_pod("a", "GPU-0a2", "11")
+        fake.script("WATCH", pods, Stream([event_line("DELETED", deleted) + b"\n"], end="hang"))
+        while len(published) < 2:
+            await asyncio.sleep(0.01)
+    finally:
+        loop_task.cancel()
+        watch_task.cancel()
+    assert published[:2] == [("GPU-0a2",), ()]
+    assert fake.calls("GET", pods)[0].query["fieldSelector"] == "spec.nodeName=node-1"
+
+
+async def test_publisher_taints_held_back_cards_and_keeps_the_servers_taint_times(
+    kube: tuple[FakeApi, KubeClient],
+) -> None:
+    fake, client = kube
+    publisher = SlicePublisher(client, "node-1")
+    fake.script("GET", SLICES, slice_list())
+    fake.script("POST", SLICES, Reply(201, {}))
+    assert await publisher.publish(inventory_of(), frozenset({"GPU-0a1"})) is True
+    body = json.loads(fake.calls("POST", SLICES)[0].body)
+    held = {"key": HELD_BACK_TAINT, "value": "true", "effect": "NoSchedule"}
+    assert [d.get("taints") for d in body["spec"]["devices"]] == [[held], None]
+
+    stamped = json.loads(json.dumps(body))
+    stamped["metadata"]["resourceVersion"] = "42"
+    stamped["spec"]["devices"][0]["taints"][0]["timeAdded"] = "2026-11-29T08:00:00Z"  # the API server stamps it
+    fake.script("GET", SLICES, slice_list(stamped))
+    fake.script("GET", OUR_SLICE, Reply(200, stamped))
+    assert await publisher.publish(inventory_of(), frozenset({"GPU-0a1"})) is False  # unchanged: not written again
+    fake.script("GET", SLICES, slice_list(stamped))
+    fake.script("GET", OUR_SLICE, Reply(200, stamped))
+    fake.script("PATCH", OUR_SLICE, Reply(200, stamped))
+    assert await publisher.publish(inventory_of(), frozenset({"GPU-0a1", "GPU-0a2"})) is True
+    sent = json.loads(fake.calls("PATCH", OUR_SLICE)[0].body)["spec"]["devices"]
+    assert sent[0]["taints"] == [{**held, "timeAdded": "2026-11-29T08:00:00Z"}]  # the first card's time is kept
+    assert sent[1]["taints"] == [held]

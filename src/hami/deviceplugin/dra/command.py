@@ -43,6 +43,13 @@ def dra_plugin(
             help="TESTS ONLY: a YAML fixture instead of NVML; the node advertises GPUs that do not exist.", hidden=True
         ),
     ] = None,
+    scheduler_name: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="hami's scheduler name (repeatable): cards that pods of these schedulers hold through the device "
+            "plugin are held back from claims.",
+        ),
+    ] = None,
     kubeconfig: Annotated[Path | None, typer.Option(help="Default: KUBECONFIG, in-cluster, ~/.kube/config.")] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
@@ -60,6 +67,7 @@ def dra_plugin(
             rediscover_s=rediscover_seconds,
             recover_after_s=recover_after_seconds,
             fake_nvml=fake_nvml,
+            schedulers=tuple(scheduler_name or ("hami-scheduler",)),
             kubeconfig=kubeconfig,
             log_level=log_level,
         )

@@ -38,6 +38,7 @@ class LaunchOptions:
     fake_nvml: Path | None
     kubeconfig: Path | None
     log_level: str
+    schedulers: tuple[str, ...] = ("hami-scheduler",)
 
 
 def launch(options: LaunchOptions) -> None:
@@ -65,6 +66,7 @@ def launch(options: LaunchOptions) -> None:
             recover_after_s=options.recover_after_s,
             root_of=fake.pcie_root_of if fake is not None else None,
             numa=fake.numa_of if fake is not None else None,
+            schedulers=frozenset(options.schedulers),
         )
         asyncio.run(_serve(lib, store, run, options.kubeconfig))
     except HamiError as exc:

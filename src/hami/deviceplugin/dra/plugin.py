@@ -15,6 +15,9 @@
   spec, directory and entry for ever. A claim the API cannot be asked about stays.
 * :func:`publish_loop` re-reads the GPUs every ``rediscover_s`` and when health changes; :func:`watch_xids`
   feeds critical XIDs into the :class:`~.inventory.HealthBook`.
+* :class:`DevicePluginGuard` watches the pods bound to this node (``spec.nodeName``) and holds back from claims
+  every card a pod of hami's device plugin holds (:mod:`.guard`): the publisher taints it, and the first slice is
+  published only after the first list of pods is in, so no card is ever offered before the plugin knows.
 """
 
 from __future__ import annotations
@@ -34,17 +37,21 @@ import grpc
 from hami.deviceplugin.discovery import GpuInfo, GpuSource, discover
 from hami.deviceplugin.dra import draapi as api
 from hami.deviceplugin.dra.claims import PrepareRefused
+from hami.deviceplugin.dra.guard import HELD_BACK_TAINT, Holders, device_plugin_holders
 from hami.deviceplugin.dra.inventory import HealthBook, Inventory, read_inventory
-from hami.deviceplugin.dra.slices import DRIVER, resource_slice, slice_name
+from hami.deviceplugin.dra.slices import DRIVER, TAINT_KEY, resource_slice, slice_name
 from hami.deviceplugin.dra.state import ClaimStore, PreparedDevice
 from hami.deviceplugin.nvml import APPLICATION_XIDS, NvmlLib
 from hami.errors import HamiError, NotFound, NvmlError
 from hami.k8s.client import KubeClient
-from hami.k8s.resources import NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
+from hami.k8s.resources import NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from hami.k8s.watch import Callbacks, Reflector
 from hami.protocol.dra import ResourceClaim
-from hami.protocol.objects import Node
+from hami.protocol.objects import Node, Pod
+from hami.scheduling.records import HAMI_SCHEDULER
 
 __all__ = [
+    "DevicePluginGuard",
     "DraPaths",
     "DraService",
     "InventoryState",
@@ -207,11 +214,12 @@ class SlicePublisher:
         self._node = node_name
         self._published: dict[str, Any] | None = None
 
-    async def publish(self, inventory: Inventory) -> bool:
-        """Create or patch the slice; returns whether anything was written. Raises ``ApiError``."""
+    async def publish(self, inventory: Inventory, held_back: frozenset[str] = frozenset()) -> bool:
+        """Create or patch the slice, the cards ``held_back`` (UUIDs) tainted; returns whether anything was
+        written. Raises ``ApiError``."""
         node = await self._client.get(NODES, self._node, type=Node)
         others, generation = await self._other_slices()
-        desired = resource_slice(self._node, node.metadata.uid, inventory.devices, inventory.facts)
+        desired = resource_slice(self._node, node.metadata.uid, inventory.devices, inventory.facts, held_back=held_back)
         name = slice_name(self._node)
         try:
             current = await self._client.get(RESOURCE_SLICES, name, type=dict[str, Any])
@@ -240,6 +248,7 @@ class SlicePublisher:
     async def _patch(self, current: dict[str, Any], desired: dict[str, Any], generation: int) -> bool:
         spec = current.get("spec", {})
         wanted = desired["spec"]
+        _keep_taint_times(spec.get("devices", []), wanted["devices"])
         same = (
             all(spec.get(k) == wanted[k] for k in ("driver", "nodeName", "devices"))
             and spec.get("pool", {}).get("name") == wanted["pool"]["name"]
@@ -250,14 +259,68 @@ class SlicePublisher:
         wanted["pool"]["generation"] = generation + 1
         body = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}, "spec": wanted}
         await self._client.patch(RESOURCE_SLICES, current["metadata"]["name"], body, type=dict[str, Any])
-        healthy = sum("taints" not in d for d in wanted["devices"])
-        log.info(
-            "updated ResourceSlice %s: %d devices, %d healthy",
-            current["metadata"]["name"],
-            len(wanted["devices"]),
-            healthy,
-        )
+        devices = wanted["devices"]
+        healthy = sum(all(t["key"] != TAINT_KEY for t in d.get("taints", ())) for d in devices)
+        held = sum(any(t["key"] == HELD_BACK_TAINT for t in d.get("taints", ())) for d in devices)
+        name = current["metadata"]["name"]
+        log.info("updated ResourceSlice %s: %d devices, %d healthy, %d held back", name, len(devices), healthy, held)
         return True
+
+
+def _keep_taint_times(current: list[dict[str, Any]], wanted: list[dict[str, Any]]) -> None:
+    """Give each wanted taint the ``timeAdded`` the API server stamped on the same taint of the same device, so
+    an unchanged slice compares equal (and is not written again) and a taint keeps the time it was added."""
+    stamped = {
+        (d.get("name"), t.get("key"), t.get("effect")): t["timeAdded"]
+        for d in current
+        for t in d.get("taints", ())
+        if "timeAdded" in t
+    }
+    for device in wanted:
+        for taint in device.get("taints", ()):
+            added = stamped.get((device["name"], taint["key"], taint["effect"]))
+            if added is not None:
+                taint["timeAdded"] = added
+
+
+class DevicePluginGuard:
+    """The cards pods of hami's device plugin hold on this node (module docstring), from a watch of the pods
+    bound to it. ``changed`` is set whenever the held cards change (and on the first list)."""
+
+    def __init__(self, client: KubeClient, node_name: str, schedulers: frozenset[str], changed: asyncio.Event) -> None:
+        self._node = node_name
+        self._schedulers = schedulers
+        self._changed = changed
+        self.holders = Holders()
+        self._logged: frozenset[str] = frozenset()
+        self.reflector: Reflector[Pod] = Reflector(
+            client, PODS, Pod, Callbacks(self._on_pod, self._refresh), field_selector=f"spec.nodeName={node_name}"
+        )
+
+    @property
+    def synced(self) -> asyncio.Event:
+        return self.reflector.synced
+
+    def _on_pod(self, pod: Pod, deleted: bool) -> None:
+        if self.reflector.synced.is_set():
+            self._refresh()
+
+    def _refresh(self) -> None:
+        holders = device_plugin_holders(self.reflector.store.values(), self._node, self._schedulers)
+        if holders != self.holders or not self.reflector.synced.is_set():
+            self.holders = holders
+            self._changed.set()
+
+    def held_back(self, inventory: Inventory) -> frozenset[str]:
+        """The inventory's cards to publish held back; logs each card as it is held back or released."""
+        uuids = [d.gpu.uuid for d in inventory.devices]
+        held = self.holders.held_back(uuids)
+        for uuid in sorted(held - self._logged):
+            log.info("GPU %s: held back from claims: %s", uuid, self.holders.why(uuid))
+        for uuid in sorted(self._logged - held):
+            log.info("GPU %s: no pod of the device plugin holds it any more, offering it to claims", uuid)
+        self._logged = held
+        return held
 
 
 async def watch_xids(source: GpuSource, gpus: Callable[[], list[GpuInfo]], book: HealthBook, state: InventoryState,
@@ -337,8 +400,10 @@ async def publish_loop(
     *,
     rediscover_s: float = 60.0,
     root_of: Callable[[str], str] | None = None,
+    guard: DevicePluginGuard | None = None,
 ) -> None:
-    """Discover, publish, repeat every ``rediscover_s`` or when health changes, until cancelled. NVML and API
+    """Discover, publish, repeat every ``rediscover_s`` or when health or the cards ``guard`` holds back change,
+    until cancelled. With ``guard``, nothing is published before its first list of pods is in. NVML and API
     failures are logged and retried at the next round."""
     seen: dict[str, GpuInfo] = {}  # every GPU published so far: one discovery stops finding stays, tainted
     while True:
@@ -346,7 +411,12 @@ async def publish_loop(
         try:
             inventory = await _read_node(source, seen, book, root_of)
             state.set(inventory)
-            await publisher.publish(inventory)
+            if guard is None:
+                await publisher.publish(inventory)
+            elif guard.synced.is_set():
+                await publisher.publish(inventory, guard.held_back(inventory))
+            else:
+                log.info("not publishing yet: waiting for the first list of this node's pods")
         except (HamiError, NvmlError) as exc:
             log.error("cannot publish this node's GPUs: %s", exc)
         with contextlib.suppress(TimeoutError):
@@ -364,6 +434,8 @@ class PluginRun:
     clean_up_s: float = 600.0
     root_of: Callable[[str], str] | None = None
     numa: Callable[[str], int] | None = None
+    schedulers: frozenset[str] = frozenset({HAMI_SCHEDULER})
+    """hami's scheduler names: the device-plugin pods the guard believes (:mod:`.guard`)"""
 
 
 def claim_reader(client: KubeClient) -> ClaimReader:
@@ -390,10 +462,14 @@ async def run_dra_plugin(lib: NvmlLib, client: KubeClient, store: ClaimStore, ru
     service = DraService(store, state, read_claim, pool=run.node_name)
     registration = RegistrationService(run.paths)
     publisher = SlicePublisher(client, run.node_name)
+    guard = DevicePluginGuard(client, run.node_name, run.schedulers, state.changed)
     try:
         async with serve_sockets(service, registration, run.paths), asyncio.TaskGroup() as group:
+            group.create_task(guard.reflector.run())
             group.create_task(
-                publish_loop(source, publisher, state, book, rediscover_s=run.rediscover_s, root_of=run.root_of)
+                publish_loop(
+                    source, publisher, state, book, rediscover_s=run.rediscover_s, root_of=run.root_of, guard=guard
+                )
             )
             group.create_task(watch_xids(source, gpus, book, state))
             group.create_task(clean_up_loop(store, read_claim, run.clean_up_s))

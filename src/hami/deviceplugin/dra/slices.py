@@ -8,8 +8,9 @@ k8s-dra-driver: driver ``hami-core-gpu.project-hami.io``, one pool named after t
 *Where hami differs from HAMi:* devices are listed by minor number, so the slice never changes by itself (HAMi's
 comes from Go map order and reorders on every publish); an attribute NVML or sysfs cannot tell is left out (HAMi's
 crashes when the PCIe root is unknown); an unhealthy GPU stays listed with a ``NoSchedule`` device taint, which
-is removed when it recovers (HAMi publishes no taints); MIG-enabled GPUs are left out (HAMi-core cannot limit them;
-HAMi lists them as whole shares that containers then cannot use).
+is removed when it recovers (HAMi publishes no taints); a card pods of hami's device plugin hold is tainted
+``hami.io/device-plugin-pods`` until they are gone (:mod:`.guard`); MIG-enabled GPUs are left out (HAMi-core
+cannot limit them; HAMi lists them as whole shares that containers then cannot use).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from hami.deviceplugin.discovery import GpuInfo
+from hami.deviceplugin.dra.guard import held_back_taint
 from hami.deviceplugin.nvml import GpuDetails
 from hami.protocol.quantity import format_quantity
 
@@ -163,23 +165,34 @@ def _capacity(device: SliceDevice) -> dict[str, dict[str, Any]]:
     }
 
 
-def api_device(device: SliceDevice, node: NodeFacts) -> dict[str, Any]:
-    """One ``spec.devices[]`` entry; an unhealthy GPU carries the ``NoSchedule`` taint ``TAINT_KEY``."""
+def api_device(device: SliceDevice, node: NodeFacts, *, held_back: bool = False) -> dict[str, Any]:
+    """One ``spec.devices[]`` entry; an unhealthy GPU carries the ``NoSchedule`` taint ``TAINT_KEY``, a card pods
+    of the device plugin hold (``held_back``) the ``NoSchedule`` taint ``hami.io/device-plugin-pods``
+    (:mod:`.guard`)."""
     entry: dict[str, Any] = {
         "name": device.name,
         "attributes": _attributes(device, node),
         "capacity": _capacity(device),
         "allowMultipleAllocations": True,
     }
-    if not device.healthy:
-        entry["taints"] = [{"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}]
+    taints = [] if device.healthy else [{"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}]
+    if held_back:
+        taints.append(held_back_taint())
+    if taints:
+        entry["taints"] = taints
     return entry
 
 
 def resource_slice(
-    node_name: str, node_uid: str, devices: Sequence[SliceDevice], node: NodeFacts, generation: int = 1
+    node_name: str,
+    node_uid: str,
+    devices: Sequence[SliceDevice],
+    node: NodeFacts,
+    generation: int = 1,
+    held_back: Set[str] = frozenset(),
 ) -> dict[str, Any]:
-    """The node's one ResourceSlice: pool = node name, owned by the Node so it goes when the node goes."""
+    """The node's one ResourceSlice: pool = node name, owned by the Node so it goes when the node goes.
+    ``held_back``: UUIDs of the cards published with the device-plugin-pods taint."""
     return {
         "apiVersion": API_VERSION,
         "kind": "ResourceSlice",
@@ -193,6 +206,6 @@ def resource_slice(
             "driver": DRIVER,
             "nodeName": node_name,
             "pool": {"name": node_name, "generation": generation, "resourceSliceCount": 1},
-            "devices": [api_device(d, node) for d in devices],
+            "devices": [api_device(d, node, held_back=d.gpu.uuid in held_back) for d in devices],
         },
     }

@@ -24,6 +24,7 @@ from typing import Final
 
 from hami.config.dra import MEMORY_UNITS_MIB, DraDriverConfig
 from hami.errors import InvalidInput
+from hami.protocol import keys
 from hami.protocol.dra import DeviceCapacity, DeviceRequestAllocationResult, ResourceSlice, local_name
 from hami.protocol.inventory import DeviceInfo
 from hami.protocol.quantity import parse_quantity
@@ -92,7 +93,19 @@ class DraDevice:
     cores: CapacityOf | None
     taints: tuple[str, ...] = ()
     """Its ``NoSchedule``/``NoExecute`` device taints as ``key=value:effect``: kube-scheduler places no new claim on
-    it (a driver taints a device that turned unhealthy); shown as unhealthy by ``hami top``."""
+    it (a driver taints a device that turned unhealthy); shown as unhealthy by ``hami top``, except
+    ``hami.io/device-plugin-pods`` (:attr:`held_back`)."""
+
+    @property
+    def held_back(self) -> bool:
+        """hami's DRA plugin holds it back from claims because pods of hami's device plugin use it
+        (docs/dra-mode-switching.md): the card is well, only not offered to claims."""
+        return any(t.partition(":")[0].partition("=")[0] == keys.DEVICE_PLUGIN_PODS_TAINT for t in self.taints)
+
+    @property
+    def unhealthy(self) -> bool:
+        """A blocking taint other than :attr:`held_back`'s: the driver says the device is not well."""
+        return any(t.partition(":")[0].partition("=")[0] != keys.DEVICE_PLUGIN_PODS_TAINT for t in self.taints)
 
 
 def _capacity(cap: DeviceCapacity, where: str) -> CapacityOf:
