@@ -49,7 +49,7 @@
 
 {{/* Every boolean key of the chart, hami's and HAMi's. */}}
 {{- define "hami.booleanKeys" -}}
-{{- $keys := list "metaxsGPUTopologyAware" "dra.enabled" "grafanaDashboard.enabled"
+{{- $keys := list "metaxsGPUTopologyAware" "dra.enabled" "draMode.enabled" "draMode.prioritize" "grafanaDashboard.enabled"
   "scheduler.leaderElect" "scheduler.forceOverwriteDefaultScheduler" "scheduler.overwriteEnv"
   "scheduler.metricsSecure" "scheduler.livenessProbe" "scheduler.allocationPolicy.enabled" "scheduler.kubeScheduler.enabled"
   "scheduler.kubeScheduler.extenderTLSInsecure" "scheduler.admissionWebhook.enabled"

@@ -20,6 +20,7 @@ __all__ = [
     "BindingResult",
     "FilterArgs",
     "FilterResult",
+    "HostPriority",
     "MetaPod",
     "MetaVictims",
     "PreemptionArgs",
@@ -29,6 +30,7 @@ __all__ = [
     "decode_preemption_args",
     "encode_binding_result",
     "encode_filter_result",
+    "encode_host_priorities",
     "encode_preemption_result",
 ]
 
@@ -91,6 +93,14 @@ class FilterResult(
     failed_nodes: dict[str, str] | None = None
     failed_and_unresolvable_nodes: dict[str, str] | None = None
     error: str = ""
+
+
+class HostPriority(msgspec.Struct, rename={"host": "Host", "score": "Score"}):
+    """``HostPriority``: one node's score from a prioritize verb, 0 to ``MaxExtenderPriority`` (10). The answer is
+    a ``HostPriorityList``, a JSON array of them; the request is ``ExtenderArgs``, as for ``/filter``."""
+
+    host: str
+    score: int
 
 
 class BindingArgs(msgspec.Struct):
@@ -244,6 +254,10 @@ _ENCODER = msgspec.json.Encoder()
 
 
 def encode_filter_result(result: FilterResult) -> bytes:
+    return _ENCODER.encode(result)
+
+
+def encode_host_priorities(result: list[HostPriority]) -> bytes:
     return _ENCODER.encode(result)
 
 

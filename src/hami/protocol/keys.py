@@ -17,6 +17,8 @@ __all__ = [
     "DEVICE_CORDON",
     "DEVICE_PLUGIN_PODS_TAINT",
     "DEVICE_SCORING_WEIGHTS",
+    "DRA_LABEL",
+    "DRA_REQUESTS",
     "GPU_SCHEDULER_POLICY",
     "NODE_LOCK",
     "NODE_SCHEDULER_POLICY",
@@ -74,6 +76,8 @@ DEVICE_SCORING_WEIGHTS: Final = "hami.io/device-scoring-weights"
 POD_GROUP_LABEL: Final = "scheduling.x-k8s.io/pod-group"
 WEBHOOK_IGNORE_LABEL: Final = "hami.io/webhook"  # value "ignore" excludes an object from the webhook
 SCHEDULER_ROLE_LABEL: Final = "hami.io/scheduler-role"
+DRA_LABEL: Final = "hami.io/dra"  # label "true": the pod took DRA mode (issue 38; HAMi-DRA's label)
+DRA_REQUESTS: Final = "hami.io/dra-requests"  # the original HAMi request of each of a DRA-mode pod's claims (JSON)
 
 
 class VendorKeys:

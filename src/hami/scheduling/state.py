@@ -11,8 +11,9 @@ from the records and returns the differences (an empty list when the ledger is r
 
 Capacity held outside hami's pods — a DRA claim's allocation (``hami.scheduling.dra``) — goes through the same
 ``apply`` as a record whose class sets ``held``: it is kept apart in ``held``/``held_by_node`` (so nothing that
-walks ``pods`` mistakes a claim for a pod: the API audit, metrics, defrag), charged to devices like a pod, and never
-to namespace quotas (a claim is not a request for hami's resources).
+walks ``pods`` mistakes a claim for a pod: the API audit, metrics, defrag) and charged to devices like a pod. A
+claim's namespace quota usage is kept apart too (``set_claim_quota``, one entry per claim whatever its node, fed by the
+DRA ledger; issue 38), so a held record itself charges no quota and nothing is counted twice.
 """
 
 from __future__ import annotations
@@ -153,6 +154,9 @@ class ClusterState:
             v.resources.memory: v.resources.memory_factor for v in self.vendors.values() if v.resources.memory
         }
         self.quotas = QuotaBook(tracked)
+        self.claim_quota: dict[str, tuple[str, dict[str, int]]] = {}
+        """Per DRA claim (its ledger id): its namespace and what it counts against the namespace's quotas
+        (``set_claim_quota``)."""
 
     # --- nodes ----------------------------------------------------------------------------------------
     def upsert_node(self, node: Node) -> NodeState:
@@ -237,7 +241,7 @@ class ClusterState:
     def apply(self, record: PodRecord, add: bool) -> bool:
         """Add or remove a pod's usage. Idempotent: returns False (and changes nothing) for a second add of
         the same UID or the removal of an absent one. To change a pod's allocation, remove it and add again.
-        A ``held`` record (a DRA claim's) is kept in ``held`` and charges no quota.
+        A ``held`` record (a DRA claim's) is kept in ``held`` and charges no quota here (``set_claim_quota``).
         """
         uid = record.uid
         records, by_node = (self.held, self.held_by_node) if record.held else (self.pods, self.pods_by_node)
@@ -341,6 +345,22 @@ class ClusterState:
         return copy
 
     # --- quotas ----------------------------------------------------------------------------------------
+    def set_claim_quota(self, claim: str, namespace: str, amounts: Mapping[str, int]) -> bool:
+        """What DRA claim ``claim`` counts against its namespace's quotas from now on (empty: nothing, the claim
+        deallocated or gone), replacing what it counted before; one entry per claim, however many pods share it.
+        Returns whether anything changed."""
+        fresh = {r: a for r, a in amounts.items() if a}
+        old = self.claim_quota.get(claim)
+        if old == (namespace, fresh) or (old is None and not fresh):
+            return False
+        if old is not None:
+            self.quotas.add_usage(old[0], old[1], sign=-1)
+            del self.claim_quota[claim]
+        if fresh:
+            self.quotas.add_usage(namespace, fresh)
+            self.claim_quota[claim] = (namespace, fresh)
+        return True
+
     def upsert_quota(self, quota: ResourceQuota) -> list[InvalidInput]:
         return self.quotas.upsert(quota)
 
@@ -379,6 +399,7 @@ class ClusterState:
         comparison. The records (immutable) and the quota usage are taken at the start, so the recount is exact
         however the ledger moves between slices; a record gone or replaced since is not looked up in the index."""
         records, used = list(self.pods.items()), {ns: dict(per) for ns, per in self.quotas.used.items()}
+        claims = list(self.claim_quota.values())  # DRA claims count too (``set_claim_quota``)
         recount = QuotaBook()
         for start in range(0, len(records), size):
             diffs: list[str] = []
@@ -387,6 +408,8 @@ class ClusterState:
                 if self.pods.get(uid) is record and uid not in self.pods_by_node.get(record.node, ()):
                     diffs.append(f"pod {record.key} missing from its node index")
             yield diffs
+        for namespace, amounts in claims:
+            recount.add_usage(namespace, amounts)
         diffs = [f"quota usage: ledger {used} != recount {recount.used}"] if recount.used != used else []
         for uid, held in self.held.items():
             if uid not in self.held_by_node.get(held.node, ()):

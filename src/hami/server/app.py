@@ -31,6 +31,7 @@ from hami.protocol.extender import (
     decode_preemption_args,
     encode_binding_result,
     encode_filter_result,
+    encode_host_priorities,
     encode_preemption_result,
 )
 from hami.server.extender import Extender
@@ -156,8 +157,15 @@ def build_app(
             return body
         return await _preempt(extender, body)
 
+    async def prioritize_route(request: Request) -> Response:
+        body = await _extender_body(request)
+        if isinstance(body, Response):
+            return body
+        return _prioritize(extender, body)
+
     routes = [
         Route("/filter", filter_route, methods=["POST"]),
+        Route("/prioritize", prioritize_route, methods=["POST"]),
         Route("/bind", bind_route, methods=["POST"]),
         Route("/preempt", preempt_route, methods=["POST"]),
         *_health_routes(extender),
@@ -195,6 +203,20 @@ async def _bind(extender: Extender, body: bytes) -> BindingResult:
     except Exception as err:  # a bug: answer, log, keep serving
         log.exception("bind failed")
         return BindingResult(error=f"internal error: {type(err).__name__}: {err}")
+
+
+def _prioritize(extender: Extender, body: bytes) -> Response:
+    """The prioritize verb's answer: 200 with a ``HostPriorityList``; a body that is no ``ExtenderArgs`` answers 400
+    (kube-scheduler logs it and, the entry being ignorable, schedules on without hami's scores)."""
+    try:
+        answer = extender.prioritize(decode_filter_args(body))
+    except HamiError as err:
+        log.warning("/prioritize refused: %s", err)
+        return PlainTextResponse(str(err), status_code=400)
+    except Exception as err:  # a bug: answer, log, keep serving
+        log.exception("prioritize failed")
+        return PlainTextResponse(f"internal error: {type(err).__name__}: {err}", status_code=500)
+    return Response(encode_host_priorities(answer), media_type=_JSON)
 
 
 async def _preempt(extender: Extender, body: bytes) -> Response:
@@ -240,7 +262,7 @@ def build_service_app(extender: Extender, routes: list[Route]) -> Starlette:
         )
 
     every = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
-    extender_paths = [Route(path, not_here, methods=every) for path in ("/filter", "/bind", "/preempt")]
+    extender_paths = [Route(path, not_here, methods=every) for path in ("/filter", "/bind", "/preempt", "/prioritize")]
     return Starlette(routes=[*routes, *_health_routes(extender), *extender_paths])
 
 

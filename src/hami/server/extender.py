@@ -32,6 +32,7 @@ from hami.protocol.extender import (
     BindingResult,
     FilterArgs,
     FilterResult,
+    HostPriority,
     MetaPod,
     MetaVictims,
     PreemptionArgs,
@@ -43,6 +44,7 @@ from hami.scheduling.bind import bind_lock_keys
 from hami.scheduling.cycle import Cycle
 from hami.scheduling.decide import Decision
 from hami.scheduling.dra import DraLedger, DraProblem, DraWarning
+from hami.scheduling.dra.policy import prioritize
 from hami.scheduling.outcomes import (
     ApiFailure,
     BindOutcome,
@@ -335,6 +337,25 @@ class Extender:
             )
         finally:
             self.metrics.latency.labels("preempt").observe(time.perf_counter() - started)
+
+    # --- /prioritize (DRA mode, issue 38) --------------------------------------------------------------------
+    def prioritize(self, args: FilterArgs) -> list[HostPriority]:
+        """hami's node policy as scores for a DRA-mode pod (``hami.scheduling.dra.policy``): 0 everywhere for any
+        other pod, for a pod whose demand cannot be read (logged) and while the caches are not synced. Reads the
+        ledger, writes nothing: kube-scheduler allocates the claims and binds."""
+        started = time.perf_counter()
+        try:
+            candidates = args.candidate_names()
+            if self.readiness.ready_problem() is not None:
+                return [HostPriority(n, 0) for n in candidates]
+            ranking = prioritize(self.dra, args.pod, candidates, self.defaults.node_policy)
+            if ranking.problem is not None:
+                log.warning("/prioritize %s: %s", args.pod.key, ranking.problem)
+            elif ranking.policy:
+                log.debug("/prioritize %s (%s): %s", args.pod.key, ranking.policy, ranking.scores)
+            return [HostPriority(n, ranking.scores[n]) for n in candidates]
+        finally:
+            self.metrics.latency.labels("prioritize").observe(time.perf_counter() - started)
 
     # --- /bind ---------------------------------------------------------------------------------------------
     async def bind(self, args: BindingArgs) -> BindingResult:

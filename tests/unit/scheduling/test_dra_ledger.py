@@ -92,15 +92,51 @@ def test_a_claim_shared_by_two_pods_is_counted_once() -> None:
     assert len(book.state.held) == 1
 
 
-def test_claims_never_count_toward_namespace_quotas() -> None:
+def test_claims_count_toward_their_namespace_quota_once_and_give_it_back() -> None:
+    """Issue 38: a claim counts what it holds (memory MiB, cores percent) in its namespace, once however many pods
+    share it (this one is reserved for two), without becoming a pod; deallocated or deleted, it gives it back."""
     state = registered()
-    state.upsert_quota(resource_quota("dra-samples", "q", {"limits.nvidia.com/gpumem": 1000}))
+    state.upsert_quota(resource_quota("dra-samples", "q", {"limits.nvidia.com/gpumem": 20000}))
     book = ledger(state)
     book.slice_event(slice_())
-    book.claim_event(claim("claim-shared-memory"))
-    assert state.quotas.used.get("dra-samples", {}).get("nvidia.com/gpumem", 0) == 0
+    shared = claim("claim-shared-memory")
+    assert len(shared.status.reserved_for) == 2
+    book.claim_event(shared)
+    book.claim_event(shared)  # the same claim again (an update): still once
+    assert state.quotas.used["dra-samples"] == {"nvidia.com/gpumem": 10240, "nvidia.com/gpucores": 100}
+    assert state.quotas.fits("dra-samples", {"nvidia.com/gpumem": 9760}, {})
+    assert not state.quotas.fits("dra-samples", {"nvidia.com/gpumem": 9761}, {})
     assert state.pods == {}
     assert state.verify() == []
+    deallocated = claim("claim-shared-memory")
+    deallocated.status.allocation = None
+    book.claim_event(deallocated)
+    assert "dra-samples" not in state.quotas.used
+    book.claim_event(shared)
+    book.claim_event(shared, deleted=True)
+    assert "dra-samples" not in state.quotas.used
+    assert state.verify() == []
+
+
+def test_claims_on_nodes_without_a_registration_count_toward_quota() -> None:
+    """A node served by DRA alone: nothing is charged to a card, but the namespace's quota still counts the claim
+    (an exclusive device: its whole published memory and 100 cores)."""
+    state = ClusterState(vendors())
+    book = ledger(state)
+    book.slice_event(synthetic_slice("s", "bare", [exclusive_device("gpu-0", "GPU-X", "8Gi")]))
+    book.claim_event(synthetic_claim("c", [result("gpu-0", "bare")], namespace="team"))
+    assert state.held == {}
+    assert state.quotas.used["team"] == {"nvidia.com/gpumem": 8192, "nvidia.com/gpucores": 100}
+    assert state.verify() == []
+
+
+def test_a_claim_on_a_device_not_yet_published_counts_once_its_slice_arrives() -> None:
+    state = ClusterState(vendors())
+    book = ledger(state)
+    book.claim_event(synthetic_claim("c", [result("gpu-0", "bare", "s1", memory="3Gi")], namespace="team"))
+    assert "team" not in state.quotas.used
+    book.slice_event(synthetic_slice("s", "bare", [shared_device("gpu-0", "GPU-X", "8Gi")]))
+    assert state.quotas.used["team"] == {"nvidia.com/gpumem": 3072}
 
 
 def test_held_by_card_sums_the_claims_on_each_card() -> None:

@@ -11,7 +11,9 @@ republished and node registrations refreshed. After every step:
 * the incremental ledger equals a full recount (``verify() == []``);
 * what the ledger charges for DRA equals a model computed from the live claims alone (one slot per share, the
   consumed MiB rounded up, the whole card for an exclusive allocation);
-* DRA holdings never touch namespace quota usage.
+* the claims' namespace quota usage is what the live claims hold, each counted once (issue 38): a share its
+  consumed MiB rounded up and its cores, an exclusive device the whole device as it publishes it; a claim
+  deallocated or deleted gives its quota back.
 """
 
 from __future__ import annotations
@@ -165,6 +167,17 @@ class World:
             out[key] = (slots + add[0], mem + add[1], cores + add[2])
         return out
 
+    def expected_quota(self) -> dict[str, int]:
+        """What the live claims count against namespace ``ns`` (the model; zero amounts left out)."""
+        mem = cores = 0
+        for h in self.held.values():
+            if h.whole:
+                cores += 100  # an exclusive device publishing no memory capacity: its cores only
+            else:
+                mem += sum(math.ceil(b / 2**20) for b, _ in h.shares)
+                cores += sum(c for _, c in h.shares)
+        return {k: v for k, v in (("nvidia.com/gpumem", mem), ("nvidia.com/gpucores", cores)) if v}
+
     # --- operations ---------------------------------------------------------------------------------------------
     def run(self, op: str, arg: int, k: int) -> None:
         if op == "place":
@@ -224,10 +237,14 @@ def test_pods_never_get_what_claims_hold_and_the_ledger_matches_the_claims(case:
         assert state.verify() == [], (op, arg)
         held = {key: (h.slots, h.mem, h.cores) for key, h in held_by_card(state).items()}
         assert held == world.expected(), (op, arg)
-        assert all(v == 0 for used in state.quotas.used.values() for v in used.values()) or world.placed
+        assert state.quotas.used.get("ns", {}) == world.expected_quota(), (op, arg)
     for uid in list(world.placed):
         unreserve(world.state, uid)
-    assert world.state.quotas.used == {} or all(v == 0 for u in world.state.quotas.used.values() for v in u.values())
+    assert set(world.state.quotas.used) <= {"ns"}  # the pods gave theirs back; the claims hold theirs
+    for uid in list(world.held):
+        world.book.claim_event(world.claims.pop(uid), deleted=True)
+        del world.held[uid]
+    assert world.state.quotas.used == {}
 
 
 # --- hostile input: any decodable slice or claim, in any order, never breaks the ledger -------------------------

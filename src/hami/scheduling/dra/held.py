@@ -12,7 +12,8 @@ __all__ = ["DraRecord", "HeldCard", "held_by_card"]
 
 @dataclass(frozen=True, slots=True)
 class DraRecord(PodRecord):
-    """A claim's capacity on one node, charged like a pod's and kept in ``ClusterState.held`` (no quota)."""
+    """A claim's capacity on one node, charged like a pod's and kept in ``ClusterState.held`` (its quota is counted
+    per claim: ``ClusterState.set_claim_quota``)."""
 
     held: ClassVar[bool] = True
 

@@ -17,7 +17,10 @@ node — holding one ``Charge`` per card:
 * admin-access allocations (monitoring) take nothing, as in kube-scheduler.
 
 A claim shared by several pods (``reservedFor`` lists them all) is charged once: the claim holds the capacity, not
-its pods. Held records never count toward namespace quotas (``PodRecord.held``).
+its pods. **Namespace quotas** (issue 38) count every allocated claim of a configured driver once, in its namespace,
+whatever its node (registered or served by DRA alone): what it holds of each device read as its own card
+(``amounts``), through ``ClusterState.set_claim_quota`` — so a claim written by hand against hami's DeviceClass cannot
+get round a quota that hami's pods must respect. The held records themselves charge no quota.
 
 **What is reported, and what is still counted** (``DraProblem``; kinds in ``ProblemKind``):
 
@@ -68,6 +71,7 @@ from typing import TypeVar
 from hami.config.dra import MEMORY_UNITS_MIB, DraConfig, DraDriverConfig
 from hami.protocol.dra import DeviceClass, DeviceRequestAllocationResult, ResourceClaim, ResourceSlice
 from hami.protocol.inventory import DeviceInfo
+from hami.scheduling.dra.amounts import Held, device_card, result_held
 from hami.scheduling.dra.conflict import overcommitted
 from hami.scheduling.dra.held import DraRecord
 from hami.scheduling.dra.mapping import DeviceKey, DraDevice, ProblemKind, read_slice, taken
@@ -204,6 +208,36 @@ class DraLedger:
         }
         return tuple(sorted(size for size in sizes if size > 0))
 
+    def unregistered_cards(self, node: str) -> list[tuple[str, DeviceInfo, Held]]:
+        """The devices ``node`` publishes in its own pools (named after it, as every node-local driver names them)
+        for a configured driver whose vendor the node has no hami registration of (a node served by DRA alone),
+        each read as its own card (``amounts.device_card``) with what the claims allocated there hold of it, by
+        device: (vendor, card, held). Devices of a registered vendor are left out: their claims are charged to the
+        registered cards. O(the node's devices and claims)."""
+        registered = self.state.nodes.get(node)
+        tables = registered.tables if registered is not None else {}
+        found: dict[DeviceKey, tuple[DraDriverConfig, DraDevice, list[int]]] = {}
+        for driver, cfg in self.drivers.items():
+            view = self._views.get((driver, node))
+            if cfg.vendor in tables or view is None:
+                continue
+            for key, dev in view.groups.get(node, {}).items():
+                found[key] = (cfg, dev, [0, 0])
+        if not found:
+            return []
+        for cid in self._by_node.get(node, ()):
+            allocation = self._claims[cid].status.allocation
+            for i, result in enumerate(allocation.devices.results if allocation is not None else ()):
+                entry = found.get((result.driver, result.pool, result.device))
+                if entry is not None:
+                    held = result_held(result, entry[1], entry[0], f"status.allocation.devices.results[{i}]")
+                    entry[2][0] += held.mem
+                    entry[2][1] += held.cores
+        return [
+            (cfg.vendor, device_card(dev, cfg), Held(mem, cores))
+            for _, (cfg, dev, (mem, cores)) in sorted(found.items())
+        ]
+
     # --- events --------------------------------------------------------------------------------------------------
     def slice_event(self, sl: ResourceSlice, deleted: bool = False) -> list[DraProblem]:
         """Apply a ResourceSlice event; returns the problems it newly raised. Slices of drivers not configured are
@@ -331,6 +365,7 @@ class DraLedger:
             for node, charges in sorted(by_node.items())
         )
         self._replace(cid, records)
+        self.state.set_claim_quota(cid, meta.namespace, self._quota_of(claim))
         subject = f"ResourceClaim {claim.key}"
         problems = derived.problems
         for record in records:
@@ -400,6 +435,34 @@ class DraLedger:
         card.mem += amount.mem
         card.cores += amount.cores
         d.problems += [DraProblem(kind, subject, dev.node, message) for kind, message in amount.problems]
+
+    def _quota_of(self, claim: ResourceClaim) -> dict[str, int]:
+        """What an allocated claim counts against its namespace's quotas, by resource name (the memory and core
+        resources of its driver's vendor): each result's ``amounts.result_held``, whatever the node (registered or
+        not). A device in no slice hami has (yet) counts nothing until it is published (``unknown-device``)."""
+        amounts: dict[str, int] = {}
+        allocation = claim.status.allocation
+        if allocation is None:
+            return amounts
+        node = allocation.node_selector.node_name() if allocation.node_selector is not None else ""
+        for i, result in enumerate(allocation.devices.results):
+            cfg = self.drivers.get(result.driver)
+            vendor = self.state.vendors.get(cfg.vendor) if cfg is not None else None
+            if cfg is None or vendor is None or result.admin_access:
+                continue
+            key = (result.driver, result.pool, result.device)
+            view = self._views.get(key[:2])
+            dev, several = resolve((g[key] for g in view.groups.values() if key in g) if view else (), node)
+            if dev is None and not several:
+                dev, several = resolve(self._last_known.get(key, {}).values(), node)
+            if dev is None:
+                continue
+            held = result_held(result, dev, cfg, f"status.allocation.devices.results[{i}]")
+            names = vendor.resources
+            for resource, amount in ((names.memory, held.mem), (names.core, held.cores)):
+                if resource:
+                    amounts[resource] = amounts.get(resource, 0) + amount
+        return amounts
 
     def _device(self, key: DeviceKey, node: str, subject: str, where: str, d: _Derived) -> DraDevice | None:
         """The published device a result names, on the claim's ``node`` ("" when its allocation names none);
@@ -480,6 +543,7 @@ class DraLedger:
 
     def _forget_claim(self, cid: str) -> None:
         self._replace(cid, ())
+        self.state.set_claim_quota(cid, "", {})
         self._held_back.discard(cid)
         self._set_consumers(cid, self._claims.pop(cid, None), None)
         self._set_refs(cid, (), ())
