@@ -48,6 +48,7 @@ from tests.e2e.test_install import (
     WAIT_S,
     check_plugin_registered,
     container_output,
+    create_through_webhook_outage,
     describe_release_pods,
     helm_values,
     live_pods,
@@ -247,6 +248,17 @@ def slice_uuids(kube: KubeClient, node: str) -> dict[str, str] | None:
     return {d["name"]: d["attributes"]["uuid"]["string"] for d in devices} or None
 
 
+def slice_taints(kube: KubeClient, node: str) -> dict[str, list[str]]:
+    """Device name → its taints (``key=value:effect``) in the plugin's ResourceSlice of ``node``."""
+    selector = f"spec.driver={DRIVER},spec.nodeName={node}"
+    slices = kube.get(f"{RESOURCE}/resourceslices", fieldSelector=selector)["items"]
+    return {
+        d["name"]: [f"{t['key']}={t.get('value', '')}:{t['effect']}" for t in d.get("taints", [])]
+        for s in slices
+        for d in s["spec"].get("devices", [])
+    }
+
+
 def claim_shares(kube: KubeClient, claim: dict[str, Any]) -> list[tuple[str, int, int]]:
     """(GPU UUID, MiB, cores) of each device result of an allocated claim, from its consumed capacity."""
     results = claim["status"]["allocation"]["devices"]["results"]
@@ -365,7 +377,7 @@ def run_dra_pod(
     """Create a HAMi pod in a DRA namespace; check what the webhook made of it, the claim the claim controller
     created for it (owned by the pod), and wait for both to be allocated and Running. Returns (pod, claim)."""
     kube = release.kube
-    created = kube.post(f"/api/v1/namespaces/{namespace}/pods", hami_pod(name, release.image, memory_mib, cores))
+    created = create_through_webhook_outage(kube, namespace, hami_pod(name, release.image, memory_mib, cores))
     assert created["spec"]["schedulerName"] == "hami-scheduler"
     assert created["metadata"]["labels"][DRA_LABEL] == "true"
     (container,) = created["spec"]["containers"]
@@ -445,18 +457,20 @@ def test_helm_upgrade_from_extender_to_dra_mode_keeps_running_shares_and_schedul
         old_ns = release.namespace(dra=False)
         first = release.wait(lambda: scrape(cluster, kube), "hami's /metrics")
         pinned = {keys.NVIDIA_USE_GPUUUID: GPU_UUIDS[0]}  # card 0: the first device of the slice to come
-        kube.post(f"/api/v1/namespaces/{old_ns}/pods", hami_pod("held", release.image, 6000, 30, pinned))
+        create_through_webhook_outage(kube, old_ns, hami_pod("held", release.image, 6000, 30, pinned))
         held = release.wait(lambda: pod_phase(kube, old_ns, "held", "Running"), "the extender pod Running")
         assert held["metadata"]["annotations"][keys.BIND_PHASE] == "success"
         after_extender = scrape(cluster, kube)
         assert sum(after_extender.requests.values()) > sum(first.requests.values())  # /filter and /bind counted it
-        assert after_extender.allocated_mib.get(GPU_UUIDS[0]) == 6000
+        assert after_extender.allocated_mib.get(GPU_UUIDS[0]) == 6000  # the leader's ledger charged it at /filter
 
         release.helm("upgrade", dra=True)
 
         check_share_kept(release, held)
         uuids = release.wait(lambda: slice_uuids(kube, cluster.node_name), "the DRA plugin's ResourceSlice")
         assert uuids["hami-gpu-0"] == GPU_UUIDS[0]  # card 0 is first: first-fit alone would put a claim there
+        held_back = f"{keys.DEVICE_PLUGIN_PODS_TAINT}=true:NoSchedule"  # the guard (docs/dra-mode-switching.md)
+        assert slice_taints(kube, cluster.node_name) == {"hami-gpu-0": [held_back], "hami-gpu-1": []}
         new_ns = release.namespace(dra=True)
         before = scrape(cluster, kube)
         pod, claim = run_dra_pod(release, new_ns, "dra-new", 3000, 30)
