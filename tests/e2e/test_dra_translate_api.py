@@ -222,7 +222,9 @@ def controller_manager(control_plane: ControlPlane) -> Iterator[ManagedProcess]:
 
 
 def _create_claim(kube: KubeClient, namespace: str, plan: ClaimPlan, pod: dict[str, Any]) -> None:
-    """The claim as hami's claim controller creates it: owned by its pod, sent as compact JSON (msgspec)."""
+    """The claim as hami's claim controller creates it: owned by its pod, sent as compact JSON (msgspec). The API
+    server keeps an opaque configuration's parameters as the bytes it was sent: sent with blanks (Python's
+    ``json.dumps`` default), every later patch of the claim (a label) is refused as a change of its immutable spec."""
     owner = {"apiVersion": "v1", "kind": "Pod", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}
     metadata = {"name": plan.claim_name, "ownerReferences": [{**owner, "controller": True, "blockOwnerDeletion": True}]}
     body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": metadata, "spec": plan.spec}
@@ -307,6 +309,7 @@ def test_kube_scheduler_allocates_the_cards_hami_would_choose_and_the_claims_go_
         for name, (cards, share) in expected.items():
             allocation = wait_until(partial(_allocation, kube, namespace, name), description=f"claim {name} allocated")
             _check_allocation(allocation, cards, share)
+            kube.patch(f"{DRA}/namespaces/{namespace}/resourceclaims/{name}", {"metadata": {"labels": {"seen": "1"}}})
         for i in range(len(ALLOCATION_CASES)):
             kube.delete_pod(namespace, f"p{i}")
         for name in expected:
