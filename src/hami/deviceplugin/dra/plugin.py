@@ -406,6 +406,7 @@ async def publish_loop(
     until cancelled. With ``guard``, nothing is published before its first list of pods is in. NVML and API
     failures are logged and retried at the next round."""
     seen: dict[str, GpuInfo] = {}  # every GPU published so far: one discovery stops finding stays, tainted
+    waited = 0
     while True:
         state.changed.clear()
         try:
@@ -416,7 +417,9 @@ async def publish_loop(
             elif guard.synced.is_set():
                 await publisher.publish(inventory, guard.held_back(inventory))
             else:
-                log.info("not publishing yet: waiting for the first list of this node's pods")
+                waited += 1  # at start-up once; again means the list fails (the pods list/watch right missing?)
+                level = logging.INFO if waited == 1 else logging.WARNING
+                log.log(level, "not publishing yet: the pods bound to this node (list/watch pods) are not listed")
         except (HamiError, NvmlError) as exc:
             log.error("cannot publish this node's GPUs: %s", exc)
         with contextlib.suppress(TimeoutError):
