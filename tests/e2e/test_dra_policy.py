@@ -14,6 +14,7 @@ deadlines.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -21,12 +22,14 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from hami.protocol import keys
 from tests.e2e import test_webhook
 from tests.e2e.cluster import ApiError, ControlPlane, KubeClient, Scheduler, wait_until
 from tests.e2e.hami_stack import SCHEDULER_NAME, HamiScheduler, extender_config
 from tests.e2e.test_webhook import admitted
+from tests.helm import template
 
 pytestmark = pytest.mark.e2e
 
@@ -174,23 +177,25 @@ def dra_pod(
     )
 
 
-def prioritize_entry(hami: HamiScheduler, weight: int = 10) -> dict[str, Any]:
-    """The chart's second extender entry in DRA mode (charts/hami/templates/scheduler/configmap.yaml)."""
-    return {
-        "urlPrefix": hami.url,
-        "prioritizeVerb": "prioritize",
-        "weight": weight,
-        "nodeCacheCapable": True,
-        "ignorable": True,
-        "httpTimeout": "30s",
-        "enableHTTPS": False,
-    }
+@functools.cache
+def chart_config() -> dict[str, Any]:
+    """The KubeSchedulerConfiguration the chart renders with ``draMode.enabled`` (its kube-scheduler's)."""
+    docs = template("hami-system", "1.37.2", "draMode.enabled=true")
+    config_map = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "hami-scheduler")
+    config: dict[str, Any] = yaml.safe_load(config_map["data"]["config.yaml"])
+    return config
 
 
 def chart_like(hami: HamiScheduler, prioritize: bool) -> dict[str, Any]:
+    """kube-scheduler calling ``hami`` as the chart configures it in DRA mode: the extender entry of the e2e stack
+    (plain HTTP to the test's hami) and the chart's own prioritize entry and client limits, pointed at it."""
     config = extender_config(hami)
+    chart = chart_config()
+    config["clientConnection"] = {**chart["clientConnection"], **config["clientConnection"]}
     if prioritize:
-        config["extenders"] = [*config["extenders"], prioritize_entry(hami)]
+        (entry,) = [e for e in chart["extenders"] if e.get("prioritizeVerb")]
+        entry = {k: v for k, v in entry.items() if k != "tlsConfig"} | {"urlPrefix": hami.url, "enableHTTPS": False}
+        config["extenders"] = [*config["extenders"], entry]
     return config
 
 
