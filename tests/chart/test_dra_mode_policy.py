@@ -51,9 +51,8 @@ def test_dra_mode_adds_a_prioritize_only_entry_that_manages_nothing_and_can_be_i
         pytest.param(
             ("scheduler.kubeScheduler.extenderTLSInsecure=false",), {"insecure": False, "caFile": CA}, id="ca"
         ),
-        pytest.param(
-            ("scheduler.admissionWebhook.enabled=false", "scheduler.metricsSecure=false"), None, id="plain-http"
-        ),
+        # no plain-HTTP case: DRA mode needs the admission webhook (its entry dra.hami.io), whose certificate the
+        # extender's TLS always uses (dra-webhook's chart refusal)
     ],
 )
 def test_the_prioritize_entry_shares_the_extenders_tls_settings(sets: tuple[str, ...], tls: Any) -> None:
