@@ -318,7 +318,10 @@ def scrape(cluster: RealCluster, kube: KubeClient) -> Scrape:
     for pod in live_pods(kube, SCHEDULER_PODS):
         restarts = sum(s.get("restartCount", 0) for s in pod["status"].get("containerStatuses", []))
         who = f"{pod['metadata']['name']} (restarts {restarts})"
-        url = f"https://{pod['status']['podIP']}:9395/metrics"
+        (port,) = [
+            p["containerPort"] for c in pod["spec"]["containers"] for p in c.get("ports", []) if p["name"] == "metrics"
+        ]
+        url = f"https://{pod['status']['podIP']}:{port}/metrics"
         headers = {"Authorization": f"Bearer {cluster.plane.token}"}
         with httpx.Client(verify=False, timeout=10.0) as client:
             response = client.get(url, headers=headers)
@@ -462,7 +465,7 @@ def test_helm_upgrade_from_extender_to_dra_mode_keeps_running_shares_and_schedul
         assert held["metadata"]["annotations"][keys.BIND_PHASE] == "success"
         after_extender = scrape(cluster, kube)
         assert sum(after_extender.requests.values()) > sum(first.requests.values())  # /filter and /bind counted it
-        assert after_extender.allocated_mib.get(GPU_UUIDS[0]) == 6000  # the leader's ledger charged it at /filter
+        release.wait(lambda: scrape(cluster, kube).allocated_mib == {GPU_UUIDS[0]: 6000}, "hami counting the pod")
 
         release.helm("upgrade", dra=True)
 
