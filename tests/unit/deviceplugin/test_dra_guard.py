@@ -105,3 +105,8 @@ def test_the_slice_keeps_its_devices_and_order_and_taints_only_the_held_back_car
     for field in ("attributes", "capacity", "allowMultipleAllocations"):
         assert [d[field] for d in held["spec"]["devices"]] == [d[field] for d in plain["spec"]["devices"]]
     assert held["spec"]["pool"] == plain["spec"]["pool"]
+
+
+def test_a_pod_hami_chose_this_node_for_holds_its_card_before_it_is_bound() -> None:
+    pods = [pod("chosen", share("GPU-0"), node=""), pod("chosen-elsewhere", share("GPU-1"), node="", chosen="node-2")]
+    assert device_plugin_holders(pods, NODE, SCHEDULERS).cards == {"GPU-0": ("ns/chosen",)}

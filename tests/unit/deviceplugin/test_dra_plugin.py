@@ -232,24 +232,27 @@ def test_gpu_info_fixture_has_minors() -> None:
     assert isinstance(discover(lib)[0], GpuInfo)
 
 
-def extender_pod(name: str, uuid: str, rv: str) -> dict[str, Any]:
+def extender_pod(name: str, uuid: str, rv: str, node: str = "node-1") -> dict[str, Any]:
+    """A pod hami placed on node-1's card ``uuid``; ``node=""``: chosen by /filter, not bound yet."""
     annotations = {"hami.io/vgpu-node": "node-1", "hami.io/vgpu-devices-allocated": f"{uuid},NVIDIA,3000,30:;"}
-    meta = {"namespace": "ns", "name": name, "uid": f"uid-{name}", "resourceVersion": rv, "annotations": annotations}
-    spec = {"nodeName": "node-1", "schedulerName": "hami-scheduler"}
-    return {"metadata": meta, "spec": spec, "status": {"phase": "Running"}}
+    meta = {"namespace": "ns", "name": name, "uid": f"uid-{name}", "resourceVersion": rv, "annotations": annotations,
+            "labels": {"hami.io/vgpu-node": "node-1"}}  # fmt: skip
+    spec = {"nodeName": node, "schedulerName": "hami-scheduler"}
+    return {"metadata": meta, "spec": spec, "status": {"phase": "Running" if node else "Pending"}}
 
 
 async def test_publish_loop_holds_back_the_cards_device_plugin_pods_hold_and_offers_them_when_they_go(
     kube: tuple[FakeApi, KubeClient],
 ) -> None:
-    """Nothing is published before the first list of the node's pods (field selector spec.nodeName); the card the
-    pod holds is published held back; when the watch says the pod is gone, it is published without the taint."""
+    """Nothing is published before the first lists of the node's pods (bound: field selector spec.nodeName; chosen
+    by hami, not bound yet: label hami.io/vgpu-node); the cards both pods hold are published held back; when the
+    watches say the bound pod is gone, its card is published without the taint."""
     fake, client = kube
     pods = "/api/v1/pods"
     listed = {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "10"},
-              "items": [extender_pod("a", "GPU-0a2", "9")]}  # fmt: skip
-    fake.script("GET", pods, Reply(200, listed))
-    fake.script("WATCH", pods, Stream(end="close"))  # an empty stream: resumed after a short backoff
+              "items": [extender_pod("a", "GPU-0a2", "9"), extender_pod("b", "GPU-0a1", "8", node="")]}  # fmt: skip
+    fake.script("GET", pods, Reply(200, listed), Reply(200, listed))  # one list per watch (the fake filters none)
+    fake.script("WATCH", pods, Stream(end="close"), Stream(end="close"))  # empty: resumed after a short backoff
     published: list[tuple[str, ...]] = []
 
     class Recorder(SlicePublisher):
@@ -264,19 +267,20 @@ async def test_publish_loop_holds_back_the_cards_device_plugin_pods_hold_and_off
     loop_task = asyncio.create_task(loop)
     await asyncio.sleep(0.2)
     assert published == []  # the pods are not listed yet: no card is offered before the plugin knows
-    watch_task = asyncio.create_task(guard.reflector.run())
+    watch_task = asyncio.create_task(guard.run())
     try:
         while not published:
             await asyncio.sleep(0.01)
-        deleted = extender_pod("a", "GPU-0a2", "11")
-        fake.script("WATCH", pods, Stream([event_line("DELETED", deleted) + b"\n"], end="hang"))
+        gone = Stream([event_line("DELETED", extender_pod("a", "GPU-0a2", "11")) + b"\n"], end="hang")
+        fake.script("WATCH", pods, gone, gone)
         while len(published) < 2:
             await asyncio.sleep(0.01)
     finally:
         loop_task.cancel()
         watch_task.cancel()
-    assert published[:2] == [("GPU-0a2",), ()]
-    assert fake.calls("GET", pods)[0].query["fieldSelector"] == "spec.nodeName=node-1"
+    assert published[:2] == [("GPU-0a1", "GPU-0a2"), ("GPU-0a1",)]
+    selectors = {(c.query.get("fieldSelector"), c.query.get("labelSelector")) for c in fake.calls("GET", pods)}
+    assert selectors == {("spec.nodeName=node-1", None), (None, "hami.io/vgpu-node=node-1")}
 
 
 async def test_publisher_taints_held_back_cards_and_keeps_the_servers_taint_times(
@@ -304,3 +308,20 @@ async def test_publisher_taints_held_back_cards_and_keeps_the_servers_taint_time
     sent = json.loads(fake.calls("PATCH", OUR_SLICE)[0].body)["spec"]["devices"]
     assert sent[0]["taints"] == [{**held, "timeAdded": "2026-11-29T08:00:00Z"}]  # the first card's time is kept
     assert sent[1]["taints"] == [held]
+
+
+async def test_a_node_name_no_label_can_hold_is_guarded_by_its_bound_pods_alone(
+    kube: tuple[FakeApi, KubeClient],
+) -> None:
+    fake, client = kube
+    node = "n" * 70  # a valid node name, too long for a label value
+    listed = {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "10"}, "items": []}
+    fake.script("GET", "/api/v1/pods", Reply(200, listed))
+    guard = DevicePluginGuard(client, node, frozenset({"hami-scheduler"}), asyncio.Event())
+    task = asyncio.create_task(guard.run())
+    try:
+        await asyncio.wait_for(guard.synced.wait(), 5)
+    finally:
+        task.cancel()
+    ((call),) = fake.calls("GET", "/api/v1/pods")
+    assert (call.query.get("fieldSelector"), call.query.get("labelSelector")) == (f"spec.nodeName={node}", None)

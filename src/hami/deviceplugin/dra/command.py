@@ -46,6 +46,7 @@ def dra_plugin(
     scheduler_name: Annotated[
         list[str] | None,
         typer.Option(
+            metavar="NAME",
             help="hami's scheduler name (repeatable): cards that pods of these schedulers hold through the device "
             "plugin are held back from claims.",
         ),

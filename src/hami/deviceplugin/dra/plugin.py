@@ -15,9 +15,10 @@
   spec, directory and entry for ever. A claim the API cannot be asked about stays.
 * :func:`publish_loop` re-reads the GPUs every ``rediscover_s`` and when health changes; :func:`watch_xids`
   feeds critical XIDs into the :class:`~.inventory.HealthBook`.
-* :class:`DevicePluginGuard` watches the pods bound to this node (``spec.nodeName``) and holds back from claims
-  every card a pod of hami's device plugin holds (:mod:`.guard`): the publisher taints it, and the first slice is
-  published only after the first list of pods is in, so no card is ever offered before the plugin knows.
+* :class:`DevicePluginGuard` watches the pods bound to this node (``spec.nodeName``) and those hami's extender
+  chose it for (label ``hami.io/vgpu-node``), and holds back from claims every card a pod of hami's device plugin
+  holds (:mod:`.guard`): the publisher taints it, and the first slice is published only after both first lists
+  are in, so no card is ever offered before the plugin knows.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from hami.k8s.client import KubeClient
 from hami.k8s.resources import NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from hami.k8s.watch import Callbacks, Reflector
 from hami.protocol.dra import ResourceClaim
+from hami.protocol.keys import VGPU_NODE
 from hami.protocol.objects import Node, Pod
 from hami.scheduling.records import HAMI_SCHEDULER
 
@@ -283,9 +285,16 @@ def _keep_taint_times(current: list[dict[str, Any]], wanted: list[dict[str, Any]
                 taint["timeAdded"] = added
 
 
+_LABEL_VALUE_MAX = 63
+"""A label value's longest length: a longer node name cannot be selected by label."""
+
+
 class DevicePluginGuard:
-    """The cards pods of hami's device plugin hold on this node (module docstring), from a watch of the pods
-    bound to it. ``changed`` is set whenever the held cards change (and on the first list)."""
+    """The cards pods of hami's device plugin hold on this node (module docstring), from two watches: the pods
+    bound to it (``spec.nodeName``) and the pods hami's ``/filter`` chose it for and has not bound yet (label
+    ``hami.io/vgpu-node=<node>``, written with the allocation), so a card is held back from the moment hami
+    reserves it, as hami's ledger charges it. ``changed`` is set whenever the held cards change (and once both
+    first lists are in: :attr:`synced`)."""
 
     def __init__(self, client: KubeClient, node_name: str, schedulers: frozenset[str], changed: asyncio.Event) -> None:
         self._node = node_name
@@ -293,21 +302,46 @@ class DevicePluginGuard:
         self._changed = changed
         self.holders = Holders()
         self._logged: frozenset[str] = frozenset()
-        self.reflector: Reflector[Pod] = Reflector(
-            client, PODS, Pod, Callbacks(self._on_pod, self._refresh), field_selector=f"spec.nodeName={node_name}"
-        )
+        self._listed: set[str] = set()
+        self.synced = asyncio.Event()
+        """Set once both watches have listed: before, no card may be offered."""
+        self.bound: Reflector[Pod] = Reflector(
+            client, PODS, Pod, Callbacks(self._on_pod, functools.partial(self._on_listed, "bound")),
+            field_selector=f"spec.nodeName={node_name}",
+        )  # fmt: skip
+        self.chosen: Reflector[Pod] | None = None
+        if len(node_name) <= _LABEL_VALUE_MAX:
+            self.chosen = Reflector(
+                client, PODS, Pod, Callbacks(self._on_pod, functools.partial(self._on_listed, "chosen")),
+                label_selector=f"{VGPU_NODE}={node_name}",
+            )  # fmt: skip
+        else:  # no label can name this node (hami's label write fails too): the bound pods are all there is
+            self._listed.add("chosen")
 
-    @property
-    def synced(self) -> asyncio.Event:
-        return self.reflector.synced
+    async def run(self) -> None:
+        """Both watches, until cancelled."""
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.bound.run())
+            if self.chosen is not None:
+                group.create_task(self.chosen.run())
+
+    def _on_listed(self, which: str) -> None:
+        self._listed.add(which)
+        if len(self._listed) == 2 and not self.synced.is_set():
+            self.synced.set()
+            self._refresh(force=True)
+        elif self.synced.is_set():
+            self._refresh()  # a relist after a watch failure
 
     def _on_pod(self, pod: Pod, deleted: bool) -> None:
-        if self.reflector.synced.is_set():
+        if self.synced.is_set():
             self._refresh()
 
-    def _refresh(self) -> None:
-        holders = device_plugin_holders(self.reflector.store.values(), self._node, self._schedulers)
-        if holders != self.holders or not self.reflector.synced.is_set():
+    def _refresh(self, *, force: bool = False) -> None:
+        stores = [r.store for r in (self.chosen, self.bound) if r is not None]
+        pods = {p.metadata.uid: p for store in stores for p in store.values()}  # the bound view last
+        holders = device_plugin_holders(pods.values(), self._node, self._schedulers)
+        if holders != self.holders or force:
             self.holders = holders
             self._changed.set()
 
@@ -468,7 +502,7 @@ async def run_dra_plugin(lib: NvmlLib, client: KubeClient, store: ClaimStore, ru
     guard = DevicePluginGuard(client, run.node_name, run.schedulers, state.changed)
     try:
         async with serve_sockets(service, registration, run.paths), asyncio.TaskGroup() as group:
-            group.create_task(guard.reflector.run())
+            group.create_task(guard.run())
             group.create_task(
                 publish_loop(
                     source, publisher, state, book, rediscover_s=run.rediscover_s, root_of=run.root_of, guard=guard
