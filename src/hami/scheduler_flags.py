@@ -224,6 +224,19 @@ FLAGS: tuple[Flag, ...] = (
         shown="",
     ),
     Flag(
+        "dra_mode",
+        "--dra-mode/--no-dra-mode",
+        "DRA mode: serve /webhook/dra (pods become ResourceClaims that kube-scheduler allocates) and create the "
+        "claims (docs/dra-mode.md).",
+        kind=bool,
+    ),
+    Flag(
+        "dra_device_class",
+        "--dra-device-class",
+        "The DeviceClass the claims of DRA mode name.",
+        "NAME",
+    ),
+    Flag(
         "kubeconfig",
         "--kubeconfig",
         "Kubeconfig to use. [default: $KUBECONFIG, else in-cluster, else ~/.kube/config]",

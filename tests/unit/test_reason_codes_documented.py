@@ -14,6 +14,7 @@ from hami.scheduling.dra.mapping import ProblemKind
 from hami.scheduling.dra.reports import WarningKind
 from hami.scheduling.outcomes import Bound, Filtered, Preempting
 from hami.server.dra import event_reason
+from hami.server.draclaims import CLAIM_CONFLICT, CLAIM_FAILED, CLAIM_REFUSED, RESULTS
 from hami.server.extender import _BIND_LABELS  # the bind outcomes' metric labels, where not their own names
 from hami.server.nodes import REGISTRATION_REFUSED
 
@@ -40,6 +41,7 @@ def test_every_event_reason_has_a_row() -> None:
     rows = _first_cells(_section("Events"))
     codes = {reason.value for reason in EventReason} | {REGISTRATION_REFUSED, HAMI_CORE_MISSING}
     codes |= {event_reason(kind) for kind in ProblemKind}
+    codes |= {CLAIM_CONFLICT, CLAIM_FAILED, CLAIM_REFUSED}
     assert rows == codes
 
 
@@ -54,5 +56,6 @@ def test_every_metric_label_value_is_explained() -> None:
     labels = {f.value for f in Filtered} | {"cleanup-retried"}
     labels |= {_BIND_LABELS.get(b, b.value) for b in Bound}
     labels |= {p.value for p in Preempting} | {d.value for d in DriftKind}
+    labels |= set(RESULTS)
     missing = sorted(labels - spans)
     assert not missing, f"docs/reason-codes.md does not explain the label values {missing}"

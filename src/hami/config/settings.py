@@ -200,6 +200,13 @@ class SchedulerSettingsBase(BaseSettings):
     """The node label whose value names a template node's profile."""
     device_config_file: str | None = None
     """Path of ``device-config.yaml``; None = the built-in defaults."""
+    dra_mode: bool = False
+    """DRA mode (docs/dra-mode.md): serve ``/webhook/dra`` (pods of the DRA namespaces become ResourceClaims that
+    kube-scheduler allocates) and run the claim controller in the leader. Off: ``/webhook/dra`` refuses every pod
+    with a message saying so, and no claim is created."""
+    dra_device_class: Annotated[str, Field(min_length=1)] = "hami-core-gpu.project-hami.io"
+    """The DeviceClass the claims of DRA mode name (``deviceClassName``): HAMi's, which ``hami dra-plugin``'s
+    devices match."""
     profiling: bool = False
     """HAMi's pprof routes; hami has none (only ``false`` is accepted)."""
     legacy_metrics: bool = False

@@ -9,7 +9,7 @@ capacity sit directly on the device (v1beta1 nested them under ``basic``):
 
 * ``ResourceSlice.spec``: ``driver``, ``pool.{name, generation}``, ``nodeName``, ``devices[].{name, attributes,
   capacity (value, requestPolicy.default), allowMultipleAllocations, nodeName, taints[].{key, value, effect}}``;
-* ``ResourceClaim``: ``metadata.uid``, ``status.allocation.devices.results[].{request, driver, pool, device,
+* ``ResourceClaim``: ``metadata.uid``, ``metadata.ownerReferences[].{apiVersion, kind, name, uid, controller}``, ``status.allocation.devices.results[].{request, driver, pool, device,
   shareID, consumedCapacity, adminAccess}``, ``status.allocation.nodeSelector``, ``status.reservedFor[].{resource,
   name, uid}``;
 * ``DeviceClass.spec.extendedResourceName``.
@@ -21,14 +21,20 @@ driver's own domain, which is what an unqualified name means.
 
 from __future__ import annotations
 
+from typing import Any, Final, Literal
+
 import msgspec
 
 from hami.protocol.objects import ObjectMeta, QuantityValue
 
 __all__ = [
+    "HAMI_CORE_CONFIG_API_VERSION",
+    "HAMI_CORE_CONFIG_KIND",
     "AllocationResult",
     "CapacityRequestPolicy",
+    "ClaimMeta",
     "Device",
+    "DeviceAllocationConfiguration",
     "DeviceAllocationResult",
     "DeviceAttribute",
     "DeviceCapacity",
@@ -39,14 +45,30 @@ __all__ = [
     "NodeSelector",
     "NodeSelectorRequirement",
     "NodeSelectorTerm",
+    "OpaqueDeviceConfiguration",
+    "OwnerReference",
     "ResourceClaim",
     "ResourceClaimConsumerReference",
     "ResourceClaimStatus",
     "ResourcePool",
     "ResourceSlice",
     "ResourceSliceSpec",
+    "hami_core_config",
     "local_name",
 ]
+
+HAMI_CORE_CONFIG_API_VERSION: Final = "hami.io/v1alpha1"
+HAMI_CORE_CONFIG_KIND: Final = "HAMiCoreConfig"
+
+SmLimit = Literal["booked", "none"]
+"""``smLimit`` of a ``HAMiCoreConfig``: ``booked`` (the default) limits each card's compute to the cores the claim
+booked (at least 1 %); ``none`` sets no limit, as HAMi does for a task that asked for no cores."""
+
+
+def hami_core_config(sm_limit: SmLimit) -> dict[str, Any]:
+    """The ``parameters`` of an opaque device configuration for hami's driver (a claim's ``spec.devices.config``,
+    copied by kube-scheduler into ``status.allocation.devices.config``)."""
+    return {"apiVersion": HAMI_CORE_CONFIG_API_VERSION, "kind": HAMI_CORE_CONFIG_KIND, "smLimit": sm_limit}
 
 
 def local_name(name: str, driver: str) -> str:
@@ -149,8 +171,25 @@ class DeviceRequestAllocationResult(msgspec.Struct, rename="camel", omit_default
     admin_access: bool | None = None
 
 
+class OpaqueDeviceConfiguration(msgspec.Struct, omit_defaults=True):
+    """Configuration for one driver; ``parameters`` is the driver's own object, left undecoded here."""
+
+    driver: str = ""
+    parameters: Any = None
+
+
+class DeviceAllocationConfiguration(msgspec.Struct, omit_defaults=True):
+    """One configuration of an allocation (``source`` ``FromClass`` or ``FromClaim``), for the results of the
+    listed ``requests`` (a subrequest ``gpu/a`` is covered by ``gpu``; no requests: every result)."""
+
+    source: str = ""
+    requests: list[str] = []
+    opaque: OpaqueDeviceConfiguration | None = None
+
+
 class DeviceAllocationResult(msgspec.Struct, omit_defaults=True):
     results: list[DeviceRequestAllocationResult] = []
+    config: list[DeviceAllocationConfiguration] = []
 
 
 class NodeSelectorRequirement(msgspec.Struct, omit_defaults=True):
@@ -198,8 +237,24 @@ class ResourceClaimStatus(msgspec.Struct, rename="camel", omit_defaults=True):
     reserved_for: list[ResourceClaimConsumerReference] = []
 
 
+class OwnerReference(msgspec.Struct, rename="camel", omit_defaults=True):
+    """``metadata.ownerReferences[]`` as far as hami reads it (DRA mode: whose claim it is)."""
+
+    api_version: str = ""
+    kind: str = ""
+    name: str = ""
+    uid: str = ""
+    controller: bool = False
+
+
+class ClaimMeta(ObjectMeta, rename="camel", omit_defaults=True):
+    """A claim's metadata: with its owners (DRA mode's claim controller creates claims owned by their pod)."""
+
+    owner_references: list[OwnerReference] = []
+
+
 class ResourceClaim(msgspec.Struct, omit_defaults=True):
-    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    metadata: ClaimMeta = msgspec.field(default_factory=ClaimMeta)
     status: ResourceClaimStatus = msgspec.field(default_factory=ResourceClaimStatus)
     kind: str = "ResourceClaim"
 

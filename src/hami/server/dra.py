@@ -166,6 +166,8 @@ class DraWatches:
         self.unavailable = ""
         """Why the watches do not run ("" while they run or before the first probe)."""
         self.reflectors: list[Reflector[ResourceSlice] | Reflector[ResourceClaim] | Reflector[DeviceClass]] = []
+        self.on_claim: Callable[[ResourceClaim, bool], None] | None = None
+        """Also told every claim event (DRA mode's claim controller: which claims exist, and whose)."""
 
     async def run(self, supervisor: Supervisor) -> None:
         """Probe until the API answers; then start the watches, wait for their first lists, and sweep forever."""
@@ -241,6 +243,8 @@ class DraWatches:
 
     def _claim(self, obj: ResourceClaim, deleted: bool) -> None:
         self.reports.problems(self.extender.on_resource_claim(obj, deleted=deleted))
+        if self.on_claim is not None:
+            self.on_claim(obj, deleted)
 
     def _class(self, obj: DeviceClass, deleted: bool) -> None:
         self.reports.problems(self.extender.on_device_class(obj, deleted=deleted))

@@ -55,6 +55,7 @@ from hami.server.access import BearerTokenGate, MetricsGate, Transport, load_tra
 from hami.server.app import build_app, build_metrics_app, build_service_app
 from hami.server.audit import API_AUDIT_SECONDS, LedgerAudit
 from hami.server.dra import DraWatches, dra_mode, start_dra
+from hami.server.draclaims import ClaimController
 from hami.server.extender import Extender, Readiness
 from hami.server.leadership import Leadership
 from hami.server.listen import guarded_h11, listen
@@ -66,7 +67,7 @@ from hami.server.podgroups import start_pod_group_watches
 from hami.server.preemptmode import Resolved, resolve_preemption
 from hami.server.requeue import RequeueNudges
 from hami.server.tls import CertificateReloader
-from hami.server.webhook import admission_for, webhook_route
+from hami.server.webhook import admission_for, dra_webhook_route, webhook_route
 from hami.simulate.scaleup import load_device_profiles
 
 __all__ = ["Runtime", "parse_bind", "run_scheduler"]
@@ -116,6 +117,8 @@ class Runtime:
     requeue: RequeueNudges = field(init=False)
     dra: DraWatches | None = None
     """The DRA watches, once started (None with DRA off)."""
+    claims: ClaimController | None = None
+    """DRA mode's claim controller, once started (None with ``--dra-mode`` off)."""
     server: ServerProfile | None = None
     """What hami chose for the API server's version (read at start; None: it could not be read)."""
     preemption: Resolved = "off"
@@ -161,6 +164,8 @@ class Runtime:
             self.housekeeping.pod_seen(obj, deleted)
             freed = held is not None and obj.metadata.uid not in self.state.pods
             self.requeue.pod_seen(obj, deleted, held.node if held is not None and freed else None)
+            if self.claims is not None:
+                self.claims.pod_seen(obj, deleted)
 
         return on_node, on_pod
 
@@ -311,6 +316,9 @@ class Runtime:
 
             return done
 
+        if s.dra_mode:  # before the pod watch starts, so that its first list is served too
+            self.claims = self._claim_controller(client, extender, events, lambda: watched)
+            supervisor.start(self.claims.run(supervisor), name="dra-claims")
         on_node, on_pod = self.watch_handlers(extender, cluster, locker, events, supervisor)
         selector = ",".join(f"{k}={v}" for k, v in sorted(s.node_label_selector.items())) or None
         nodes = Reflector(
@@ -324,6 +332,7 @@ class Runtime:
             client, PODS, WatchedPod, Callbacks(on_pod, mark("pods"))
         )  # a Pod without the containers' env (never read here)
         quotas = Reflector(client, RESOURCE_QUOTAS, ResourceQuota, Callbacks(extender.on_quota, mark("quotas")))
+        watched: Mapping[str, Pod] = pods.store
         supervisor.start(nodes.run(), name="watch-nodes")
         supervisor.start(pods.run(), name="watch-pods")
         supervisor.start(quotas.run(), name="watch-quotas")
@@ -334,12 +343,31 @@ class Runtime:
             self.dra = start_dra(
                 client, extender, events, self.metrics, supervisor, mark("dra"), self.leadership.is_leader
             )
+            if self.claims is not None:
+                self.dra.on_claim = self.claims.claim_seen
         else:
             log.info("DRA: %s: ResourceClaims are not counted", mode)
         if s.leader_elect:
             synced["lease"] = False
             self._follow_lease(client, cluster, supervisor, mark("lease"))
         return nodes.store, pods.store
+
+    def _claim_controller(
+        self, client: KubeClient, extender: Extender, events: EventRecorder, pods: Callable[[], Mapping[str, Pod]]
+    ) -> ClaimController:
+        """DRA mode's claim controller (leader only), fed by the pod watch and, when it runs, the claim watch."""
+        from hami.server.dramode import dra_translate
+
+        s = self.settings
+        return ClaimController(
+            client,
+            events,
+            dra_translate(extender, s),
+            s.scheduler_name,
+            self.metrics.own,
+            pods=pods,
+            is_leader=self.leadership.is_leader,
+        )
 
     def _follow_lease(
         self, client: KubeClient, cluster: KubeCluster, supervisor: Supervisor, synced: Callable[[], None]
@@ -373,7 +401,7 @@ class Runtime:
         reloaders and access gates."""
         s = self.settings
         admission = admission_for(extender, AdmissionSettings(s.scheduler_name, s.force_overwrite_default_scheduler))
-        routes = [webhook_route(admission, self.metrics), *self.extra_routes]
+        routes = [webhook_route(admission, self.metrics), self._dra_route(extender), *self.extra_routes]
         transport = self.transport or load_transport(s)
         for i, tls in enumerate(transport.reloaders()):  # files rotated on disk are picked up without a restart
             supervisor.start(tls.watch(TLS_RELOAD_SECONDS), name=f"tls-reload-{i}")
@@ -389,6 +417,14 @@ class Runtime:
             self._server(extender_app, s.extender_bind, transport.extender_tls),
             self._server(metrics_app, s.metrics_bind_address, transport.metrics_tls),
         ]
+
+    def _dra_route(self, extender: Extender) -> Route:
+        """``/webhook/dra``: DRA mode's translation, or (``--dra-mode`` off) a refusal saying DRA mode is off."""
+        if not self.settings.dra_mode:
+            return dra_webhook_route(None, self.metrics)
+        from hami.server.dramode import dra_admission
+
+        return dra_webhook_route(dra_admission(extender, self.settings), self.metrics)
 
     async def _serve(self, servers: list[_Server], listeners: list[socket.socket]) -> None:
         """Serve on the listeners until a server ends or ``stop`` is set; then let every server finish."""

@@ -9,13 +9,24 @@ block the server.
 
 Plug in with ``build_app(extender, extra_routes=[webhook_route(admission)])``; ``admission_for(extender, …)``
 builds the decision from the extender's vendors, defaults and quota book.
+
+``POST /webhook/dra`` (:func:`dra_webhook_route`, DRA mode, docs/dra-mode.md) follows the same transport rules, body
+limit, errors and latency metric (endpoint ``webhook-dra``); its decision is ``DraAdmission`` (the pod's HAMi
+request becomes ResourceClaim references; ``hami.scheduling.dra.translate``). It has no side effects: nothing is
+created at admission (the claim controller creates the claims once the pod exists), so a dry run, a later
+webhook's refusal or a ``generateName`` pod leaves nothing behind. The claims' names end in five random characters
+drawn here (:func:`claim_suffix`, one draw per claim), so the decision stays pure. With ``--dra-mode`` off the route still answers,
+refusing every pod with a message that says DRA mode is off: a webhook configuration that sends pods here while
+the scheduler runs without DRA mode is a misconfiguration, and the pod's author should read so rather than a 404.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import time
-from typing import Final
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Protocol
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -33,11 +44,31 @@ from hami.server.app import read_body
 from hami.server.extender import Extender
 from hami.server.metrics import Metrics
 
-__all__ = ["WEBHOOK_BODY_LIMIT", "WEBHOOK_PATH", "admission_for", "handle_review", "webhook_route"]
+__all__ = [
+    "CLAIM_SUFFIX_ALPHABET",
+    "DRA_MODE_OFF",
+    "DRA_WEBHOOK_PATH",
+    "WEBHOOK_BODY_LIMIT",
+    "WEBHOOK_PATH",
+    "ClaimAdmission",
+    "admission_for",
+    "claim_suffix",
+    "dra_webhook_route",
+    "handle_review",
+    "webhook_route",
+]
 
 log = logging.getLogger("hami.webhook")
 
 WEBHOOK_PATH: Final = "/webhook"
+DRA_WEBHOOK_PATH: Final = "/webhook/dra"
+CLAIM_SUFFIX_ALPHABET: Final = "bcdfghjklmnpqrstvwxz2456789"
+"""The characters of a claim name's random suffix: Kubernetes' own for generated names (no vowels, no 0/1/3)."""
+DRA_MODE_OFF: Final = (
+    "hami scheduler runs with DRA mode off (--dra-mode, the chart's draMode.enabled), yet the webhook "
+    "configuration sent this pod to /webhook/dra: turn draMode.enabled on, or take the namespace out of DRA mode "
+    "(label hami.io/scheduling-mode)"
+)
 WEBHOOK_BODY_LIMIT: Final = 7 * 1024 * 1024  # controller-runtime's limit, 7340032 bytes
 _JSON: Final = "application/json"
 
@@ -63,8 +94,37 @@ def _refuse(code: int, message: str) -> Response:
     return _answer(ADMISSION_V1, AdmissionResponse("", allowed=False, code=code, message=message))
 
 
-def handle_review(admission: Admission, body: bytes) -> tuple[str, AdmissionResponse]:
-    """Decode one AdmissionReview body, decide, and return ``(apiVersion, response)``. Never raises."""
+class _Verdict(Protocol):
+    """What a decision answers: ``allowed`` with a ``patch`` (RFC 6902 ops), or refused with a ``message``."""
+
+    @property
+    def allowed(self) -> bool: ...
+    @property
+    def message(self) -> str: ...
+    @property
+    def patch(self) -> Any: ...
+
+
+class ClaimAdmission(Protocol):
+    """DRA mode's decision (``hami.scheduling.dra.translate.DraAdmission``): ``suffix()`` ends each claim's name."""
+
+    def review(self, raw_pod: Mapping[str, Any], namespace: str, suffix: Callable[[], str]) -> _Verdict: ...
+
+
+Decide = Callable[[Mapping[str, Any], str], _Verdict]
+"""One pod (the review's ``request.object``) and its namespace → the verdict."""
+
+
+def claim_suffix() -> str:
+    """Five random characters of :data:`CLAIM_SUFFIX_ALPHABET` (as Kubernetes' generated names end)."""
+    return "".join(secrets.choice(CLAIM_SUFFIX_ALPHABET) for _ in range(5))
+
+
+def handle_review(admission: Admission | Decide, body: bytes) -> tuple[str, AdmissionResponse]:
+    """Decode one AdmissionReview body, decide, and return ``(apiVersion, response)``. Never raises.
+
+    ``admission``: hami's webhook decision, or any function of (pod, namespace) to a verdict."""
+    decide: Decide = admission.review if isinstance(admission, Admission) else admission
     try:
         request = decode_review(body)
     except MalformedReview as err:
@@ -79,7 +139,7 @@ def handle_review(admission: Admission, body: bytes) -> tuple[str, AdmissionResp
         # The configuration registers CREATE only; anything else is let through unchanged.
         return request.api_version, AdmissionResponse(request.uid, allowed=True)
     try:
-        verdict = admission.review(request.object, request.namespace)
+        verdict = decide(request.object, request.namespace)
     except InvalidInput as err:
         log.info("admission of pod %s: unreadable: %s", where, err)
         return request.api_version, AdmissionResponse(request.uid, allowed=False, code=400, message=str(err))
@@ -98,6 +158,39 @@ def handle_review(admission: Admission, body: bytes) -> tuple[str, AdmissionResp
 
 def webhook_route(admission: Admission, metrics: Metrics | None = None, path: str = WEBHOOK_PATH) -> Route:
     """The ``POST /webhook`` route for ``build_app(..., extra_routes=[...])``."""
+    return _review_route(admission.review, metrics, path, "webhook")
+
+
+def dra_webhook_route(
+    admission: ClaimAdmission | None,
+    metrics: Metrics | None = None,
+    path: str = DRA_WEBHOOK_PATH,
+    suffix: Callable[[], str] = claim_suffix,
+) -> Route:
+    """The ``POST /webhook/dra`` route (DRA mode). ``admission`` None (``--dra-mode`` off): every pod is refused
+    with :data:`DRA_MODE_OFF` (code 403)."""
+
+    def decide(raw: Mapping[str, Any], namespace: str) -> _Verdict:
+        if admission is None:
+            return _Refusal(DRA_MODE_OFF)
+        return admission.review(raw, namespace, suffix)
+
+    return _review_route(decide, metrics, path, "webhook-dra")
+
+
+class _Refusal:
+    """A verdict refusing the pod with ``message``."""
+
+    allowed = False
+    patch = ()
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+def _review_route(decide: Decide, metrics: Metrics | None, path: str, endpoint: str) -> Route:
+    """A ``POST`` route answering AdmissionReviews with ``decide``'s verdicts (the transport rules above);
+    latency recorded under ``endpoint``."""
 
     async def webhook(request: Request) -> Response:
         started = time.perf_counter()
@@ -111,9 +204,9 @@ def webhook_route(admission: Admission, metrics: Metrics | None = None, path: st
             content_type = request.headers.get("content-type", "")
             if content_type.split(";", 1)[0].strip().lower() != _JSON:
                 return _refuse(400, f"contentType={content_type}, expected {_JSON}")
-            return _answer(*handle_review(admission, body))
+            return _answer(*handle_review(decide, body))
         finally:
             if metrics is not None:
-                metrics.latency.labels("webhook").observe(time.perf_counter() - started)
+                metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
 
     return Route(path, webhook, methods=["POST"])

@@ -21,7 +21,13 @@ Decisions (*where hami differs from HAMi*, whose driver gets these wrong):
   device whose limits are the sum of both bookings; kubelet gets both results, each with its ``shareID``.
 * Limits are what the scheduler booked: a capacity missing from ``consumedCapacity`` (consumable capacity off)
   means the device's default, a whole card; there is no SM fallback. ``cores: 0`` books no compute, but HAMi-core
-  reads ``CUDA_DEVICE_SM_LIMIT=0`` as "no limit"; hami writes ``1``, the smallest limit HAMi-core enforces.
+  reads ``CUDA_DEVICE_SM_LIMIT=0`` as "no limit"; hami writes ``1``, the smallest limit HAMi-core enforces —
+  unless the claim says otherwise in an opaque configuration for this driver (``status.allocation.devices.config``):
+  ``{apiVersion: hami.io/v1alpha1, kind: HAMiCoreConfig, smLimit: none}`` on a request means its cards get no SM
+  limit (``CUDA_DEVICE_SM_LIMIT_<i>=0``), which is what HAMi does for a task that asked for no cores and what DRA
+  mode's translation asks for then. ``smLimit: booked`` (or no configuration) keeps the booked limit. A
+  configuration for this driver that is not one of these is refused, never ignored. Of several configurations
+  for one request the last one counts (the class's come first, then the claim's).
 """
 
 from __future__ import annotations
@@ -34,7 +40,13 @@ from typing import Any, Final
 from hami.deviceplugin.dra.slices import DRIVER, MIB, SliceDevice
 from hami.deviceplugin.response import HostFiles
 from hami.errors import InvalidInput, QuantityError
-from hami.protocol.dra import DeviceRequestAllocationResult, ResourceClaim
+from hami.protocol.dra import (
+    HAMI_CORE_CONFIG_API_VERSION,
+    HAMI_CORE_CONFIG_KIND,
+    DeviceAllocationConfiguration,
+    DeviceRequestAllocationResult,
+    ResourceClaim,
+)
 from hami.protocol.quantity import parse_quantity
 
 __all__ = [
@@ -86,6 +98,7 @@ class Card:
     bus_id: str
     memory_mib: int
     cores: int
+    no_sm_limit: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,9 +150,48 @@ def _our_results(claim: ResourceClaim, node_pool: str) -> list[DeviceRequestAllo
     return ours
 
 
+_SM_LIMITS: Final = ("booked", "none")
+
+
+def _sm_limit(config: DeviceAllocationConfiguration, where: str) -> str:
+    """The ``smLimit`` of one of this driver's configurations; raises :class:`PrepareRefused` for anything else."""
+    params = config.opaque.parameters if config.opaque is not None else None
+    field = f"{where}.opaque.parameters"
+    if not isinstance(params, Mapping):
+        raise PrepareRefused(field, params, f"must be a {HAMI_CORE_CONFIG_KIND} object")
+    if params.get("apiVersion") != HAMI_CORE_CONFIG_API_VERSION or params.get("kind") != HAMI_CORE_CONFIG_KIND:
+        found = f"{params.get('apiVersion')}/{params.get('kind')}"
+        raise PrepareRefused(field, found, f"is not {HAMI_CORE_CONFIG_API_VERSION}/{HAMI_CORE_CONFIG_KIND}")
+    unknown = sorted(set(params) - {"apiVersion", "kind", "smLimit"})
+    if unknown:
+        raise PrepareRefused(field, unknown, "holds fields this driver does not know")
+    limit = params.get("smLimit", "booked")
+    if limit not in _SM_LIMITS:
+        raise PrepareRefused(f"{field}.smLimit", limit, "must be booked or none")
+    return str(limit)
+
+
+def _unlimited_requests(claim: ResourceClaim, results: Sequence[DeviceRequestAllocationResult]) -> set[str]:
+    """The requests (as the results name them) whose cards get no SM limit (module docstring)."""
+    assert claim.status.allocation is not None
+    configs = claim.status.allocation.devices.config
+    unlimited: set[str] = set()
+    for request in {r.request for r in results}:
+        limit = "booked"
+        for i, config in enumerate(configs):
+            covered = not config.requests or request in config.requests or request.split("/")[0] in config.requests
+            if covered and config.opaque is not None and config.opaque.driver == DRIVER:
+                where = f"ResourceClaim {claim.key} status.allocation.devices.config[{i}]"
+                limit = _sm_limit(config, where)
+        if limit == "none":
+            unlimited.add(request)
+    return unlimited
+
+
 def plan_claim(claim: ResourceClaim, node_pool: str, devices: Mapping[str, SliceDevice]) -> ClaimPlan:
     """The plan for ``claim`` on this node (``devices`` by name). Raises :class:`PrepareRefused` naming the field."""
     results = _our_results(claim, node_pool)
+    unlimited = _unlimited_requests(claim, results)
     memory: dict[str, Fraction] = {}
     cores: dict[str, Fraction] = {}
     shares: list[Share] = []
@@ -159,6 +211,7 @@ def plan_claim(claim: ResourceClaim, node_pool: str, devices: Mapping[str, Slice
             bus_id=devices[name].gpu.bus_id,
             memory_mib=int(min(memory[name], Fraction(devices[name].memory_bytes)) // MIB),
             cores=int(min(cores[name], Fraction(100))),
+            no_sm_limit=any(r.device == name and r.request in unlimited for r in results),
         )
         for name in memory
     ]
@@ -185,7 +238,7 @@ def card_env(index: int, card: Card) -> list[str]:
 
 
 def _sm(card: Card) -> int:
-    return max(card.cores, MIN_SM_LIMIT)
+    return 0 if card.no_sm_limit else max(card.cores, MIN_SM_LIMIT)
 
 
 def claim_env(

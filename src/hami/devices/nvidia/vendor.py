@@ -21,8 +21,10 @@ from hami.devices.base import (
     parse_bool,
 )
 from hami.devices.common import SharedDeviceVendor
+from hami.devices.dra import DraModeSettings, DraRequest
 from hami.devices.nvidia.admission import NvidiaAdmission, NvidiaAdmitter
 from hami.devices.nvidia.config import NvidiaConfig
+from hami.devices.nvidia.dra import nvidia_dra_request, nvidia_dra_resources
 from hami.devices.nvidia.mig import MigPartitions, mig_allocations
 from hami.devices.nvidia.request import parse_nvidia_request
 from hami.protocol import keys
@@ -56,6 +58,16 @@ class NvidiaVendor(SharedDeviceVendor):
 
     def admitter(self) -> Admitter:
         return NvidiaAdmitter(NvidiaAdmission.from_config(self.config))
+
+    def dra_resources(self) -> tuple[str, ...]:
+        """``DraTranslation``: the five NVIDIA resource names (``hami.devices.nvidia.dra``)."""
+        return nvidia_dra_resources(self.config)
+
+    def dra_request(
+        self, container: Container, field: str, annotations: Mapping[str, str], settings: DraModeSettings
+    ) -> DraRequest | None:
+        """``DraTranslation``: the container's request as a claim asks for it (``hami.devices.nvidia.dra``)."""
+        return nvidia_dra_request(container, self.config, field, annotations, settings)
 
     def numa_bind(self, annotations: Mapping[str, str]) -> bool:
         raw = annotations.get(keys.NVIDIA_NUMA_BIND)

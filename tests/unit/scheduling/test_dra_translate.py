@@ -1,0 +1,234 @@
+"""DRA mode's translation of a pod written for HAMi into ResourceClaims (issue 38, DRAMODE.md).
+
+Every case applies the verdict's patch to the pod as it arrived (so the patch is valid in order) and checks the pod
+that results, the claim specs and the stored requests; :func:`claim_spec` on a stored request must give the plan's
+spec again.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from hami.config import default_device_config
+from hami.devices import vendors_from_config
+from hami.devices.base import Vendor
+from hami.devices.dra import DraModeSettings
+from hami.errors import InvalidInput
+from hami.protocol.jsonpatch import apply_patch
+from hami.protocol.objects import ObjectMeta, ResourceQuota, ResourceQuotaSpec
+from hami.scheduling.admission import Admission, AdmissionSettings, admitters_for
+from hami.scheduling.dra.translate import (
+    DRA_LABEL,
+    REQUESTS_ANNOTATION,
+    DraAdmission,
+    DraVerdict,
+    claim_spec,
+)
+from hami.scheduling.quota import QuotaBook
+from hami.scheduling.request import SchedulingDefaults
+
+GPU = "nvidia.com/gpu"
+MEM = "nvidia.com/gpumem"
+PCT = "nvidia.com/gpumem-percentage"
+CORES = "nvidia.com/gpucores"
+PRIO = "nvidia.com/priority"
+DCU = "hygon.com/dcunum"
+DRIVER = "hami-core-gpu.project-hami.io"
+ATTR = f'device.attributes["{DRIVER}"]'
+NO_SM_LIMIT = {
+    "requests": ["gpu"],
+    "opaque": {
+        "driver": DRIVER,
+        "parameters": {"apiVersion": "hami.io/v1alpha1", "kind": "HAMiCoreConfig", "smLimit": "none"},
+    },
+}
+VENDORS: dict[str, Vendor] = vendors_from_config(default_device_config())
+
+
+def admission(settings: DraModeSettings | None = None, quotas: QuotaBook | None = None) -> DraAdmission:
+    inner = Admission(VENDORS, admitters_for(VENDORS), SchedulingDefaults(), AdmissionSettings(), quotas=quotas)
+    return DraAdmission(inner, settings or DraModeSettings())
+
+
+def ctr(name: str = "main", limits: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
+    c: dict[str, Any] = {"name": name, "image": "busybox", **extra}
+    if limits is not None:
+        c.setdefault("resources", {})["limits"] = limits
+    return c
+
+
+def pod(
+    *containers: dict[str, Any],
+    init: tuple[dict[str, Any], ...] = (),
+    annotations: dict[str, str] | None = None,
+    name: str = "p",
+    generate_name: str = "",
+) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"namespace": "team"}
+    if name:
+        metadata["name"] = name
+    if generate_name:
+        metadata["generateName"] = generate_name
+    if annotations is not None:
+        metadata["annotations"] = annotations
+    spec: dict[str, Any] = {"containers": list(containers)}
+    if init:
+        spec["initContainers"] = list(init)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def suffixes(*values: str) -> Any:
+    it = iter(values or ("bcdfg", "hjklm", "npqrs", "tvwxz"))
+    return lambda: next(it)
+
+
+def review(raw: dict[str, Any], adm: DraAdmission | None = None) -> tuple[DraVerdict, dict[str, Any]]:
+    adm = adm or admission()
+    verdict = adm.review(raw, "team", suffixes())
+    out = apply_patch(raw, verdict.patch)
+    for plan in verdict.claims:
+        assert claim_spec(plan.request, adm.vendors, adm.settings) == plan.spec
+    return verdict, out
+
+
+def gpu_request(
+    count: int = 1,
+    cores: str = "0",
+    memory: str | None = None,
+    selectors: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": DRIVER, "allocationMode": "ExactCount", "count": count}
+    if selectors:
+        exactly["selectors"] = [{"cel": {"expression": s}} for s in selectors]
+    exactly["capacity"] = {"requests": {"cores": cores, **({"memory": memory} if memory else {})}}
+    return {"name": "gpu", "exactly": exactly}
+
+
+# --- the basic route --------------------------------------------------------------------------------------------------
+
+
+def test_a_shared_gpu_becomes_one_claim_and_the_pod_references_it() -> None:
+    raw = pod(ctr(limits={GPU: "1", MEM: "3000", CORES: "30"}))
+    raw["spec"]["containers"][0]["resources"]["requests"] = {GPU: "1", MEM: "3000", CORES: "30", "cpu": "1"}
+    verdict, out = review(raw)
+    assert verdict.allowed
+    assert verdict.message == ""
+    [plan] = verdict.claims
+    assert (plan.claim_name, plan.pod_claim_name, plan.section, plan.index) == (
+        "p-main-bcdfg",
+        "hami-main",
+        "containers",
+        0,
+    )
+    assert plan.spec == {"devices": {"requests": [gpu_request(cores="30", memory="3000Mi")]}}
+    assert plan.request == {
+        "container": "main",
+        "section": "containers",
+        "resources": {GPU: "1", MEM: "3000", CORES: "30"},
+        "annotations": {},
+    }
+    main = out["spec"]["containers"][0]
+    assert main["resources"] == {"limits": {}, "requests": {"cpu": "1"}, "claims": [{"name": "hami-main"}]}
+    assert out["spec"]["resourceClaims"] == [{"name": "hami-main", "resourceClaimName": "p-main-bcdfg"}]
+    assert out["spec"]["schedulerName"] == "hami-scheduler"
+    assert out["metadata"]["labels"] == {DRA_LABEL: "true"}
+    assert json.loads(out["metadata"]["annotations"][REQUESTS_ANNOTATION]) == {"p-main-bcdfg": plan.request}
+
+
+def test_a_count_alone_is_an_exclusive_whole_card() -> None:
+    verdict, _ = review(pod(ctr(limits={GPU: "1"})))
+    [plan] = verdict.claims
+    assert plan.spec == {"devices": {"requests": [gpu_request(cores="100")]}}
+    assert plan.request["resources"] == {GPU: "1", CORES: "100"}  # the admission default is stored
+
+
+def test_no_cores_books_zero_and_tells_the_driver_to_set_no_sm_limit() -> None:
+    verdict, _ = review(pod(ctr(limits={GPU: "1", MEM: "1024"})))
+    [plan] = verdict.claims
+    assert plan.spec == {"devices": {"requests": [gpu_request(memory="1024Mi")], "config": [NO_SM_LIMIT]}}
+
+
+def test_several_gpus_must_be_distinct_cards() -> None:
+    verdict, _ = review(pod(ctr(limits={GPU: "3", MEM: "2000", CORES: "10"})))
+    [plan] = verdict.claims
+    assert plan.spec["devices"]["constraints"] == [{"requests": ["gpu"], "distinctAttribute": f"{DRIVER}/uuid"}]
+    assert plan.spec["devices"]["requests"][0]["exactly"]["count"] == 3
+
+
+def test_a_pod_without_devices_is_not_translated() -> None:
+    raw = pod(ctr(limits={"cpu": "1"}))
+    verdict, out = review(raw)
+    assert verdict == DraVerdict(True)
+    assert out == raw
+
+
+def test_priority_leaves_the_limits_and_stays_as_env() -> None:
+    verdict, out = review(pod(ctr(limits={GPU: "1", MEM: "100", CORES: "5", PRIO: "1"})))
+    assert verdict.allowed
+    main = out["spec"]["containers"][0]
+    assert main["env"] == [{"name": "CUDA_TASK_PRIORITY", "value": "1"}]
+    assert main["resources"]["limits"] == {}
+    assert verdict.claims[0].request["resources"][PRIO] == "1"
+
+
+# --- refusals ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        pytest.param(
+            pod(ctr(limits={GPU: "1"}), annotations={"nvidia.com/vgpu-mode": "mig"}),
+            "containers[0](main): annotation nvidia.com/vgpu-mode: DRA mode offers hami-core shares only",
+            id="mig mode",
+        ),
+        pytest.param(
+            pod(ctr(limits={GPU: "2"}), annotations={"nvidia.com/numa-bind": "true"}),
+            "containers[0](main): annotation nvidia.com/numa-bind: binding 2 GPUs to one NUMA node cannot be expressed",
+            id="numa-bind of two GPUs",
+        ),
+        pytest.param(
+            pod(ctr(limits={GPU: "1", PCT: "50"})),
+            "containers[0](main).limits[nvidia.com/gpumem-percentage]: is a share of each card's memory",
+            id="percentage without card sizes",
+        ),
+        pytest.param(
+            pod(ctr(limits={GPU: "1"}), ctr("dcu", limits={DCU: "1"})),
+            "containers[1](dcu): has no DRA translation, and containers[0](main) asks for devices DRA mode translates",
+            id="mixed with an untranslatable vendor",
+        ),
+    ],
+)
+def test_what_a_claim_cannot_express_is_refused_with_the_reason(raw: dict[str, Any], message: str) -> None:
+    verdict = admission().review(raw, "team", suffixes())
+    assert not verdict.allowed
+    assert verdict.message.startswith(message), verdict.message
+    assert verdict.patch == ()
+    assert verdict.claims == ()
+
+
+def test_a_pod_of_an_untranslatable_vendor_alone_stays_on_the_extender_path() -> None:
+    raw = pod(ctr("dcu", limits={DCU: "1"}))
+    verdict = admission().review(raw, "team", suffixes())
+    plain = admission().admission.review(raw, "team")
+    assert verdict == DraVerdict(True, patch=plain.patch)
+
+
+def test_the_quota_check_still_refuses() -> None:
+    book = QuotaBook([MEM, CORES])
+    book.upsert(
+        ResourceQuota(ObjectMeta(name="q", namespace="team"), ResourceQuotaSpec(hard={f"limits.{MEM}": "1000"}))
+    )
+    verdict = admission(quotas=book).review(pod(ctr(limits={GPU: "1", MEM: "3000"})), "team", suffixes())
+    assert not verdict.allowed
+    assert verdict.message.startswith("exceeding resource quota")
+
+
+def test_a_stored_request_that_is_not_one_is_invalid_input() -> None:
+    with pytest.raises(InvalidInput, match=r"entry\.resources"):
+        claim_spec(
+            {"container": "c", "section": "containers", "resources": [], "annotations": {}}, VENDORS, DraModeSettings()
+        )
