@@ -148,7 +148,7 @@ def test_a_count_alone_is_an_exclusive_whole_card() -> None:
 def test_no_cores_books_zero_and_tells_the_driver_to_set_no_sm_limit() -> None:
     verdict, _ = review(pod(ctr(limits={GPU: "1", MEM: "1024"})))
     [plan] = verdict.claims
-    assert plan.spec == {"devices": {"requests": [gpu_request(memory="1024Mi")], "config": [NO_SM_LIMIT]}}
+    assert plan.spec == {"devices": {"requests": [gpu_request(memory="1Gi")], "config": [NO_SM_LIMIT]}}
 
 
 def test_several_gpus_must_be_distinct_cards() -> None:
@@ -232,3 +232,129 @@ def test_a_stored_request_that_is_not_one_is_invalid_input() -> None:
         claim_spec(
             {"container": "c", "section": "containers", "resources": [], "annotations": {}}, VENDORS, DraModeSettings()
         )
+
+
+# --- containers, names and what the pod already has -----------------------------------------------------------------
+
+
+def test_init_and_sidecar_containers_get_their_own_claims() -> None:
+    raw = pod(
+        ctr(limits={GPU: "1", MEM: "500", CORES: "10"}),
+        init=(ctr("prep", limits={GPU: "1", MEM: "100", CORES: "5"}), ctr("side", restartPolicy="Always")),
+    )
+    raw["spec"]["initContainers"][1]["resources"] = {"requests": {GPU: "1", MEM: "200", CORES: "1"}}
+    verdict, out = review(raw)
+    assert [(p.section, p.index, p.container, p.claim_name) for p in verdict.claims] == [
+        ("initContainers", 0, "prep", "p-prep-bcdfg"),
+        ("initContainers", 1, "side", "p-side-hjklm"),
+        ("containers", 0, "main", "p-main-npqrs"),
+    ]
+    assert out["spec"]["initContainers"][0]["resources"]["claims"] == [{"name": "hami-prep"}]
+    assert out["spec"]["initContainers"][1]["resources"] == {"requests": {}, "claims": [{"name": "hami-side"}]}
+    assert [c["name"] for c in out["spec"]["resourceClaims"]] == ["hami-prep", "hami-side", "hami-main"]
+
+
+def test_a_container_without_devices_is_left_alone_beside_a_translated_one() -> None:
+    raw = pod(ctr(limits={GPU: "1", CORES: "10"}), ctr("log", limits={"cpu": "1"}))
+    verdict, out = review(raw)
+    assert [p.container for p in verdict.claims] == ["main"]
+    assert out["spec"]["containers"][1] == raw["spec"]["containers"][1]
+
+
+def test_a_generate_name_pod_names_its_claims_from_the_prefix_and_the_random_suffix() -> None:
+    verdict, _ = review(pod(ctr(limits={GPU: "1"}), name="", generate_name="train-job-"))
+    assert verdict.claims[0].claim_name == "train-job-main-bcdfg"
+
+
+def test_long_names_are_cut_with_a_hash_and_fit_63_characters() -> None:
+    long_container = "c" * 63
+    verdict, out = review(pod(ctr(long_container, limits={GPU: "1"}), name="p" * 100))
+    [plan] = verdict.claims
+    assert len(plan.claim_name) == 63
+    assert plan.claim_name.startswith("p" * 40)
+    assert plan.claim_name.endswith("-bcdfg")
+    assert len(plan.pod_claim_name) == 63
+    assert plan.pod_claim_name.startswith("hami-ccc")
+    assert out["spec"]["containers"][0]["resources"]["claims"] == [{"name": plan.pod_claim_name}]
+
+
+def test_existing_claims_labels_and_annotations_are_kept_and_appended_to() -> None:
+    raw = pod(ctr(limits={GPU: "1", CORES: "10"}), annotations={"a": "b", REQUESTS_ANNOTATION: "forged"})
+    raw["metadata"]["labels"] = {"app": "x", DRA_LABEL: "false"}
+    raw["spec"]["resourceClaims"] = [{"name": "mine", "resourceClaimTemplateName": "t"}]
+    raw["spec"]["containers"][0]["resources"]["claims"] = [{"name": "mine"}]
+    verdict, out = review(raw)
+    [plan] = verdict.claims
+    assert out["spec"]["resourceClaims"] == [
+        {"name": "mine", "resourceClaimTemplateName": "t"},
+        {"name": "hami-main", "resourceClaimName": plan.claim_name},
+    ]
+    assert out["spec"]["containers"][0]["resources"]["claims"] == [{"name": "mine"}, {"name": "hami-main"}]
+    assert out["metadata"]["labels"] == {"app": "x", DRA_LABEL: "true"}
+    assert out["metadata"]["annotations"]["a"] == "b"
+    assert json.loads(out["metadata"]["annotations"][REQUESTS_ANNOTATION]) == {plan.claim_name: plan.request}
+
+
+def test_a_pod_that_already_uses_the_claim_name_is_refused() -> None:
+    raw = pod(ctr(limits={GPU: "1"}))
+    raw["spec"]["resourceClaims"] = [{"name": "hami-main", "resourceClaimName": "x"}]
+    verdict = admission().review(raw, "team", suffixes())
+    assert not verdict.allowed
+    assert verdict.message == (
+        "spec.resourceClaims[0].name: is the name DRA mode gives the claim of containers[0](main); rename the pod's "
+        "own claim (got 'hami-main')"
+    )
+
+
+def test_a_pod_of_another_scheduler_is_left_as_it_is() -> None:
+    raw = pod(ctr(limits={GPU: "1"}))
+    raw["spec"]["schedulerName"] = "volcano"
+    verdict = admission().review(raw, "team", suffixes())
+    assert verdict == DraVerdict(True, "pod already has different scheduler assigned")
+
+
+def test_a_pod_the_admission_refuses_is_refused() -> None:
+    raw = pod(ctr(limits={GPU: "1"}))
+    raw["spec"]["nodeName"] = "n1"
+    verdict = admission().review(raw, "team", suffixes())
+    assert not verdict.allowed
+    assert verdict.message.startswith("pod has node assigned")
+
+
+def test_a_pod_that_cannot_be_read_raises_for_the_webhook_to_answer_400() -> None:
+    with pytest.raises(InvalidInput):
+        admission().review({"spec": {"containers": "no"}}, "team", suffixes())
+
+
+# --- gpumem-percentage with known card sizes ------------------------------------------------------------------------
+
+
+def test_a_percentage_becomes_one_alternative_per_known_card_size() -> None:
+    sizes = DraModeSettings(card_memory_mib=(81920, 15360, 15360))
+    verdict, _ = review(pod(ctr(limits={GPU: "2", PCT: "25", CORES: "10"})), admission(sizes))
+    [plan] = verdict.claims
+    [request] = plan.spec["devices"]["requests"]
+    memory = f'device.capacity["{DRIVER}"].memory'
+
+    def alternative(card: int, take: int, taken: str = "", size: str = "") -> dict[str, Any]:
+        return {
+            "name": f"mem-{card}",
+            "deviceClassName": DRIVER,
+            "allocationMode": "ExactCount",
+            "count": 2,
+            "selectors": [{"cel": {"expression": f'{memory}.compareTo(quantity("{size or f"{card}Mi"}")) == 0'}}],
+            "capacity": {"requests": {"cores": "10", "memory": taken or f"{take}Mi"}},
+        }
+
+    assert request == {
+        "name": "gpu",
+        "firstAvailable": [alternative(15360, 3840, "3840Mi", "15Gi"), alternative(81920, 20480, "20Gi", "80Gi")],
+    }
+    assert plan.spec["devices"]["constraints"] == [{"requests": ["gpu"], "distinctAttribute": f"{DRIVER}/uuid"}]
+
+
+def test_card_sizes_are_checked_when_configured() -> None:
+    with pytest.raises(InvalidInput, match="at most 8 sizes"):
+        DraModeSettings(card_memory_mib=tuple(range(1000, 10000, 1000)))
+    with pytest.raises(InvalidInput, match="each above 0"):
+        DraModeSettings(card_memory_mib=(0,))

@@ -40,6 +40,7 @@ from hami.errors import InvalidInput
 from hami.protocol.jsonpatch import apply_patch
 from hami.protocol.objects import Container, Pod, ResourceRequirements
 from hami.protocol.podpatch import PatchOp, Section, pointer
+from hami.protocol.quantity import format_quantity
 from hami.scheduling.admission import Admission
 from hami.scheduling.dra.names import claim_name, pod_claim_name
 
@@ -57,6 +58,7 @@ __all__ = [
 DRA_LABEL: Final = "hami.io/dra"
 REQUESTS_ANNOTATION: Final = "hami.io/dra-requests"
 REQUEST_NAME: Final = "gpu"
+MIB: Final = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,9 +90,10 @@ class DraVerdict:
 
 
 def _capacity(dra: DraRequest, memory_mib: int | None) -> dict[str, Any]:
-    requests = {"cores": str(dra.cores)}
+    """Quantities in the API server's canonical spelling (``3000Mi``, ``20Gi``), so a claim read back equals it."""
+    requests = {"cores": format_quantity(dra.cores)}
     if memory_mib is not None:
-        requests["memory"] = f"{memory_mib}Mi"
+        requests["memory"] = format_quantity(memory_mib * MIB, binary=True)
     return {"requests": requests}
 
 
@@ -109,7 +112,7 @@ def _exactly(dra: DraRequest, settings: DraModeSettings, memory_mib: int | None,
 
 def _size_selector(settings: DraModeSettings, card_mib: int) -> str:
     memory = f"device.capacity[{cel_string(settings.driver)}].memory"
-    return f'{memory}.compareTo(quantity("{card_mib}Mi")) == 0'
+    return f'{memory}.compareTo(quantity("{format_quantity(card_mib * MIB, binary=True)}")) == 0'
 
 
 def _request(dra: DraRequest, settings: DraModeSettings) -> dict[str, Any]:
