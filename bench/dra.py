@@ -356,9 +356,11 @@ def register_webhook(kube: KubeClient, url: str, ca_pem: bytes, namespace: str) 
     a configuration of its own; returns once kube-apiserver's admission chain uses it (a dry-run create is
     translated)."""
     kube.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {"hami-bench/dra": namespace}}})
-    entry = chart().webhook_entry | {
+    entry = chart().webhook_entry
+    selector = dict(entry.get("namespaceSelector") or {}) | {"matchLabels": {"hami-bench/dra": namespace}}
+    entry = entry | {
         "clientConfig": {"url": url, "caBundle": base64.b64encode(ca_pem).decode()},
-        "namespaceSelector": {"matchLabels": {"hami-bench/dra": namespace}},
+        "namespaceSelector": selector,
     }
     body = {
         "apiVersion": "admissionregistration.k8s.io/v1",
