@@ -24,8 +24,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import copy
 import datetime
 import functools
+import os
+import re
 import subprocess
 import sys
 import time
@@ -150,20 +153,18 @@ def claim_pod(name: str, source: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def scheduler_config(extender_port: int | None, limits: tuple[float, int], tls: bool = True) -> dict[str, Any]:
-    """kube-scheduler's configuration as the chart writes it (one profile, hami's scheduler name; hami's extender
-    entry with its managed resources, HTTPS without verification on loopback) with the client limits ``limits``;
-    without ``extender_port`` no extender."""
-    from bench.e2e import _scheduler_config
-
-    config: dict[str, Any] = {"profiles": [{"schedulerName": SCHEDULER_NAME}]}
+def scheduler_config(
+    chart_config: dict[str, Any], extender_port: int | None, limits: tuple[float, int]
+) -> dict[str, Any]:
+    """kube-scheduler's configuration as the chart writes it (``chart_config``: its ConfigMap's, with every
+    extender entry, e.g. hami's filter/bind entry and DRA mode's prioritize entry, calling ``extender_port`` on
+    loopback) with the client limits ``limits``; without ``extender_port``, its profiles alone (no extender, as
+    for pods that need no hami). No leader election (one replica)."""
+    config: dict[str, Any] = {"profiles": copy.deepcopy(chart_config["profiles"])}
     if extender_port is not None:
-        config = _scheduler_config(extender_port)
-        (entry,) = config["extenders"]
-        entry["urlPrefix"] = entry["urlPrefix"].replace("http:", "https:" if tls else "http:")
-        entry["enableHTTPS"] = tls
-        if tls:
-            entry["tlsConfig"] = {"insecure": True}
+        config["extenders"] = copy.deepcopy(chart_config.get("extenders") or [])
+        for entry in config["extenders"]:
+            entry["urlPrefix"] = re.sub(r":\d+$", f":{extender_port}", entry["urlPrefix"])
     qps, burst = limits
     return config | {"clientConnection": {"qps": qps, "burst": burst}}
 
@@ -187,6 +188,8 @@ class Chart:
 
     device_class: dict[str, Any]
     webhook_entry: dict[str, Any]
+    scheduler_config: dict[str, Any]
+    """kube-scheduler's configuration (the scheduler ConfigMap's ``config.yaml``)."""
     limits: tuple[float, int]
     limits_source: str
     dra_mode_values: bool
@@ -211,12 +214,13 @@ def chart() -> Chart:
     entries = {e["name"]: e for e in hooks["webhooks"]}
     entry = entries.get("dra.hami.io") or entries["vgpu.hami.io"] | {"name": "dra.hami.io"}
     config_maps = [d for d in docs if d["kind"] == "ConfigMap" and "config.yaml" in (d.get("data") or {})]
-    client = yaml.safe_load(config_maps[0]["data"]["config.yaml"]).get("clientConnection") or {}
+    config = yaml.safe_load(config_maps[0]["data"]["config.yaml"])
+    client = config.get("clientConnection") or {}
     if "qps" in client:
         limits, source = (float(client["qps"]), int(client.get("burst", 0))), "the chart"
     else:
         limits, source = CHART_LIMITS_ASSUMED, "assumed (the chart sets none yet)"
-    return Chart(device_class, entry, limits, source, dra_mode)
+    return Chart(device_class, entry, config, limits, source, dra_mode)
 
 
 def _strip(obj: dict[str, Any]) -> dict[str, Any]:
@@ -268,9 +272,11 @@ class Tls:
 @functools.cache
 def hami_dra_flags() -> tuple[str, ...] | None:
     """``hami scheduler``'s DRA-mode flags when hami has them (``--dra-mode``, ``--dra-device-class``); None when
-    it has not (the stand-in then plays its part)."""
+    it has not, or ``HAMI_BENCH_DRA_STANDIN=1`` asks for the stand-in (which then plays its part)."""
     from bench.e2e import HAMI_MAIN
 
+    if os.environ.get("HAMI_BENCH_DRA_STANDIN") == "1":
+        return None
     help_text = subprocess.run(
         [sys.executable, *HAMI_MAIN, "scheduler", "--help"],
         capture_output=True,
@@ -496,7 +502,7 @@ def dra_stack(
             if pipeline == "dra-default"
             else (chart().limits, chart().limits_source)
         )
-        config = scheduler_config(hami.port if hami else None, limits)
+        config = scheduler_config(chart().scheduler_config, hami.port if hami else None, limits)
         scheduler = cp.start_scheduler(config, name=f"kube-scheduler-{pipeline}{suffix}")
         stoppers.append(functools.partial(_stop_scheduler, cp, scheduler))
         pids["kube-scheduler"] = scheduler.process.pid or 0

@@ -138,18 +138,35 @@ def test_comparison_pods_use_their_claim_by_template_or_by_name(pipeline: str) -
     assert pod["spec"]["schedulerName"] == "hami-scheduler"
 
 
-def test_kube_scheduler_gets_the_client_limits_and_the_chart_extender_entry() -> None:
-    config = dra.scheduler_config(4242, (200.0, 400))
+CHART_CONFIG = {
+    "leaderElection": {"leaderElect": True},
+    "clientConnection": {"qps": 200, "burst": 400},
+    "profiles": [{"schedulerName": "hami-scheduler"}],
+    "extenders": [
+        {
+            "urlPrefix": "https://127.0.0.1:8888",
+            "filterVerb": "filter",
+            "bindVerb": "bind",
+            "enableHTTPS": True,
+            "tlsConfig": {"insecure": True},
+            "managedResources": [{"name": "nvidia.com/gpu", "ignoredByScheduler": True}],
+        },
+        {"urlPrefix": "https://127.0.0.1:8888", "prioritizeVerb": "prioritize", "weight": 10, "ignorable": True},
+    ],
+}
+
+
+def test_kube_scheduler_runs_the_chart_configuration_with_the_limits_asked() -> None:
+    config = dra.scheduler_config(CHART_CONFIG, 4242, (200.0, 400))
     assert config["clientConnection"] == {"qps": 200.0, "burst": 400}
-    (entry,) = config["extenders"]
-    assert entry["urlPrefix"] == "https://127.0.0.1:4242"
-    assert entry["enableHTTPS"] is True
-    assert entry["tlsConfig"] == {"insecure": True}
-    assert entry["bindVerb"] == "bind"
-    assert entry["managedResources"]
-    alone = dra.scheduler_config(None, dra.KUBE_SCHEDULER_DEFAULT_LIMITS)
-    assert "extenders" not in alone
-    assert alone["clientConnection"] == {"qps": 50.0, "burst": 100}
+    assert "leaderElection" not in config
+    assert config["profiles"] == [{"schedulerName": "hami-scheduler"}]
+    filter_entry, prioritize_entry = config["extenders"]
+    assert filter_entry == CHART_CONFIG["extenders"][0] | {"urlPrefix": "https://127.0.0.1:4242"}
+    assert prioritize_entry == CHART_CONFIG["extenders"][1] | {"urlPrefix": "https://127.0.0.1:4242"}
+    assert CHART_CONFIG["extenders"][0]["urlPrefix"] == "https://127.0.0.1:8888"
+    alone = dra.scheduler_config(CHART_CONFIG, None, dra.KUBE_SCHEDULER_DEFAULT_LIMITS)
+    assert alone == {"profiles": [{"schedulerName": "hami-scheduler"}], "clientConnection": {"qps": 50.0, "burst": 100}}
 
 
 def test_requests_are_split_by_sender(tmp_path: Path) -> None:
