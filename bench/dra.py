@@ -296,10 +296,10 @@ def locate_controller_manager(cp: ControlPlane) -> Path:
     return locate_node_binaries(cp.binaries) / "kube-controller-manager"
 
 
-def start_controller_manager(cp: ControlPlane, name: str = "kube-controller-manager") -> ManagedProcess:
+def start_controller_manager(cp: ControlPlane, name: str = "kube-controller-manager") -> tuple[ManagedProcess, int]:
     """kube-controller-manager with its garbage collector and resourceclaim controller only, its default client
     limits (20/s, burst 30 per controller), as the admin; once ``/healthz`` answers and the garbage collector says
-    its monitors synced (at most 120 s)."""
+    its monitors synced (at most 120 s); the process and its secure port (``/metrics``)."""
     port = free_port()
     process = ManagedProcess(
         name,
@@ -326,7 +326,7 @@ def start_controller_manager(cp: ControlPlane, name: str = "kube-controller-mana
         time.sleep(0.25)
     if process.exited() is not None:
         raise RuntimeError(f"kube-controller-manager exited:\n{process.log_tail()}")
-    return process
+    return process, port
 
 
 def start_standin(cp: ControlPlane, tmp: Path, tls: Tls) -> tuple[subprocess.Popen[bytes], int]:
@@ -413,6 +413,8 @@ class DraStack:
     """Who plays the webhook and the claim controller: ``hami``, ``hami stand-in`` or nothing."""
     limits: tuple[float, int] = KUBE_SCHEDULER_DEFAULT_LIMITS
     limits_source: str = ""
+    controller_manager_port: int = 0
+    """kube-controller-manager's secure port (0: none runs)."""
 
     def pod(self, i: int, width: int = 4) -> dict[str, Any]:
         name = f"p{i:0{width}d}"
@@ -478,8 +480,9 @@ def dra_stack(
     try:
         pids: dict[str, int] = {}
         front = ""
+        kcm_port = 0
         if pipeline != "dra-claims":
-            kcm = start_controller_manager(cp, f"kube-controller-manager{suffix}")
+            kcm, kcm_port = start_controller_manager(cp, f"kube-controller-manager{suffix}")
             stoppers.append(kcm.stop)
             pids["kube-controller-manager"] = kcm.pid or 0
             tls = Tls.create(tmp / f"tls{suffix}")
@@ -506,7 +509,7 @@ def dra_stack(
         scheduler = cp.start_scheduler(config, name=f"kube-scheduler-{pipeline}{suffix}")
         stoppers.append(functools.partial(_stop_scheduler, cp, scheduler))
         pids["kube-scheduler"] = scheduler.process.pid or 0
-        yield DraStack(pipeline, scheduler, pids, front, limits, source), hami
+        yield DraStack(pipeline, scheduler, pids, front, limits, source, kcm_port), hami
     finally:
         for stop in reversed(stoppers):
             with contextlib.suppress(Exception):

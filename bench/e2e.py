@@ -28,6 +28,7 @@ import httpx
 from tests.e2e.cluster import ControlPlane, KubeClient, Scheduler, free_port, start_control_plane
 from tests.e2e.identities import HAMI_SA, chart_identities
 
+from bench import breakdown
 from bench.drastandin import AGENT as DRA_STANDIN_AGENT
 from bench.scenarios import node_devices, pair_scores
 from hami.protocol import keys
@@ -390,10 +391,14 @@ def _measure(
     pods: int,
     plugin: DevicePluginStandIn | None = None,
     after: Callable[[], None] = lambda: None,
+    controller_manager_port: int = 0,
 ) -> dict[str, Any]:
     """``create()`` the pods, wait until ``pods`` are bound (``times``), and the figures of ``bench_pipeline``:
     CPU of ``pids`` (name → pid), requests from kube-apiserver's count and its audit log, kube-scheduler's failed
-    attempts; with ``plugin``, its work for the burst is waited for and counted."""
+    attempts, where the time goes inside the components (:mod:`bench.breakdown`); with ``plugin``, its work for
+    the burst is waited for and counted."""
+    components = breakdown.probes(cp.server, scheduler.port, controller_manager_port)
+    inside0 = breakdown.snapshot(components, cp.token)
     requests0 = _apiserver_requests_by(kube)
     audit0 = audit_log.stat().st_size
     failed0 = _failed_attempts(cp, scheduler.port)
@@ -406,6 +411,7 @@ def _measure(
     if plugin is not None:  # the device plugin's work for the burst is part of its cost
         wait_until(lambda: len(plugin.done) >= bound, 30)
     cpu = {name: 1e3 * (_cpu_seconds(pid) - cpu0[name]) / max(bound, 1) for name, pid in pids.items()}
+    inside = breakdown.breakdown(inside0, breakdown.snapshot(components, cp.token), bound)
     by = _apiserver_requests_by(kube)
     per_kind = {k: (v - requests0.get(k, 0.0)) / max(bound, 1) for k, v in by.items()}
     time.sleep(0.5)  # the audit log has the last requests
@@ -428,6 +434,7 @@ def _measure(
         "failed_attempts": _failed_attempts(cp, scheduler.port) - failed0,
         "hami_cpu_ms_per_pod": cpu.get("hami", 0.0),
         "cpu_ms_per_pod": cpu,
+        "inside_ms": inside,
         "loadavg": os.getloadavg()[0],
     }
 
@@ -452,7 +459,17 @@ def _bench_dra(cp: ControlPlane, tmp: Path, audit_log: Path, pipeline: str, gpus
                 _create_objects(cp, ns, pods, stack.pod, times)
 
             with cp.client() as kube:
-                result = _measure(cp, kube, audit_log, stack.scheduler, pids | stack.pids, times, create, pods)
+                result = _measure(
+                    cp,
+                    kube,
+                    audit_log,
+                    stack.scheduler,
+                    pids | stack.pids,
+                    times,
+                    create,
+                    pods,
+                    controller_manager_port=stack.controller_manager_port,
+                )
             return result | {
                 "front": stack.front,
                 "kube_scheduler_limits": list(stack.limits),

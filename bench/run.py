@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench.breakdown import BOUNDS, bound_figures
 from bench.coldstart import cold_start_real
 from bench.core import bench_decide
 from bench.dra import PIPELINES as DRA_PIPELINES
@@ -388,6 +389,17 @@ def breakdown_tables(runs: dict[str, list[dict[str, Any]]]) -> None:
                 for k in kinds
             ],
         )
+    titles = [title for *_, title in BOUNDS]
+    table(
+        "What bounds it: ms per bound pod inside the processes (median; their own histograms): how long requests "
+        "waited for their client's limit, kube-scheduler's extension points (PreBind and Bind run concurrently, off "
+        "the scheduling cycle), the admission webhooks' mean per call",
+        ["pipeline", *titles],
+        [
+            [PIPELINES[name], *(fmt(_median([bound_figures(r.get("inside_ms", {}))[t] for r in rs])) for t in titles)]
+            for name, rs in runs.items()
+        ],
+    )
     kinds = sorted({k for rs in runs.values() for r in rs for k in r["api_requests_per_pod_by"]})
     table(
         "API requests per bound pod by verb and resource (median; a status code where it is not 2xx)",

@@ -46,7 +46,7 @@ import yaml
 from tests.e2e.cluster import ControlPlane, KubeClient, Scheduler, free_port, start_control_plane
 
 import hami
-from bench import dra
+from bench import breakdown, dra
 from bench.e2e import (
     HAMI_MAIN,
     ONE_GPU,
@@ -267,6 +267,7 @@ class Pipeline:
     plugin: bool = False
     """Whether the device plugin's stand-in does its part (hami's extender pipelines)."""
     extra: dict[str, Any] = field(default_factory=dict)
+    controller_manager_port: int = 0
 
 
 @contextmanager
@@ -288,7 +289,8 @@ def pipeline_running(
                 "kube_scheduler_limits_source": stack.limits_source,
                 "hami_dra_mode": bool(h and h.dra_mode),
             }
-            yield Pipeline(stack.scheduler, hami, dict(stack.pids), functools.partial(stack.pod, width=5), extra=extra)
+            body = functools.partial(stack.pod, width=5)
+            yield Pipeline(stack.scheduler, hami, dict(stack.pids), body, False, extra, stack.controller_manager_port)
         return
     hami = start_hami(cluster, pipeline, hami_args) if pipeline != "bare" else None
     config = _scheduler_config(hami.port) if hami else {"profiles": [{"schedulerName": "hami-scheduler"}]}
@@ -328,6 +330,8 @@ def run_burst(
             pids = {"kube-apiserver": cp.apiserver.pid or 0, "etcd": cp.etcd.pid or 0, "bench": os.getpid()}
             pids |= running.pids
             cpu0 = {name: _cpu_seconds(pid) for name, pid in pids.items()}
+            components = breakdown.probes(cp.server, scheduler.port, running.controller_manager_port)
+            inside0 = breakdown.snapshot(components, cp.token)
             audit0, failed0 = cluster.audit_log.stat().st_size, _failed_attempts(cp, scheduler.port)
             log0 = hami.log.stat().st_size if hami else 0
             scrape: dict[str, float] = {}
@@ -342,6 +346,7 @@ def run_burst(
             if plugin is not None:
                 wait_until(lambda: len(plugin.done) >= bound, 60)
             cpu = {name: 1e3 * (_cpu_seconds(pid) - cpu0[name]) / max(bound, 1) for name, pid in pids.items()}
+            result["inside_ms"] = breakdown.breakdown(inside0, breakdown.snapshot(components, cp.token), bound)
             time.sleep(0.5)  # the audit log has the last requests
             who = audited_requests(cluster.audit_log, audit0)
             result |= _burst_figures(times, bound, elapsed, who, cpu) | {
@@ -567,6 +572,16 @@ def report(results: dict[str, Any]) -> None:
             "load",
         ],
         rows,
+    )
+    titles = [title for *_, title in breakdown.BOUNDS]
+    table(
+        "What bounds it: ms per bound pod inside the processes (their own histograms; PreBind and Bind run "
+        "concurrently, off the scheduling cycle; the admission webhooks: ms a call)",
+        ["pipeline", "pods", *titles],
+        [
+            [r["pipeline"], str(r["pods"]), *(_f(breakdown.bound_figures(r.get("inside_ms", {}))[t]) for t in titles)]
+            for r in bursts
+        ],
     )
     kill = results.get("leader_kill")
     if kill and "error" not in kill:
