@@ -10,6 +10,7 @@ Pipelines (``PIPELINES``), each bound by kube-scheduler's own DynamicResources a
   controller. While hami has no DRA mode (no ``--dra-mode`` flag), :mod:`bench.drastandin` plays the webhook and
   the claim controller with the same API requests, and the row says so.
 * ``dra-default``: the same with kube-scheduler's default client limits (50 requests/s, burst 100).
+* ``dra-noprio``: the same without the chart's prioritize-only extender entry (``draMode.prioritize=false``).
 * ``dra-templates``: the alternative the design did not choose: pods reference a ResourceClaimTemplate and
   kube-controller-manager's resourceclaim controller creates each claim (its default client: 20/s, burst 30).
 * ``dra-claims``: the bare DRA baseline: the claims exist before the pods (created unmeasured), kube-scheduler
@@ -62,9 +63,12 @@ TEMPLATE_NAME: Final = "hami-gpu-1024mi-10c"
 PIPELINES: Final = {
     "dra": "DRA mode (chart's kube-scheduler limits)",
     "dra-default": "DRA mode, kube-scheduler's default limits (50/100)",
+    "dra-noprio": "DRA mode without the prioritize entry (draMode.prioritize=false)",
     "dra-templates": "DRA via ResourceClaimTemplates (kube-controller-manager makes claims)",
     "dra-claims": "DRA, claims pre-created, kube-scheduler only",
 }
+FRONT_DOOR: Final = ("dra", "dra-default", "dra-noprio")
+"""The pipelines whose pods go through hami's webhook and claim controller."""
 KCM_AGENT: Final = "kube-controller-manager/"
 SENDERS: Final = (
     (STANDIN_AGENT, "hami stand-in"),
@@ -202,12 +206,14 @@ def _values_have(key: str) -> bool:
 
 
 @functools.cache
-def chart() -> Chart:
-    """``helm template`` with the DRA plugin on (and DRA mode, where the chart has it)."""
+def chart(prioritize: bool = True) -> Chart:
+    """``helm template`` with the DRA plugin on (and DRA mode, where the chart has it; ``draMode.prioritize`` as
+    given)."""
     from tests.helm import template
 
     dra_mode = _values_have("draMode")
-    sets = ["draPlugin.enabled=true", *(["draMode.enabled=true", "draMode.namespaces=all"] if dra_mode else [])]
+    modes = ["draMode.enabled=true", "draMode.namespaces=all", f"draMode.prioritize={str(prioritize).lower()}"]
+    sets = ["draPlugin.enabled=true", *(modes if dra_mode else [])]
     docs = template("hami-system", "1.37.2", *sets)
     (device_class,) = [d for d in docs if d["kind"] == "DeviceClass"]
     (hooks,) = [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"]
@@ -489,7 +495,7 @@ def dra_stack(
             hami = start_hami(cp.kubeconfig, tmp, tls, f"hami-{pipeline}{suffix}", hami_timeout)
             stoppers.append(functools.partial(stop_process, hami.process))
             pids["hami"] = hami.process.pid
-            if pipeline in ("dra", "dra-default"):
+            if pipeline in FRONT_DOOR:
                 url = f"https://127.0.0.1:{hami.service_port}/webhook/dra"
                 front = "hami"
                 if not hami.dra_mode:
@@ -500,12 +506,13 @@ def dra_stack(
                 with cp.client() as kube:
                     register_webhook(kube, url, tls.ca_pem, namespace)
                     stoppers.append(functools.partial(_unregister, cp, namespace))
+        rendered = chart(prioritize=pipeline != "dra-noprio")
         limits, source = (
             (KUBE_SCHEDULER_DEFAULT_LIMITS, "kube-scheduler's default")
             if pipeline == "dra-default"
-            else (chart().limits, chart().limits_source)
+            else (rendered.limits, rendered.limits_source)
         )
-        config = scheduler_config(chart().scheduler_config, hami.port if hami else None, limits)
+        config = scheduler_config(rendered.scheduler_config, hami.port if hami else None, limits)
         scheduler = cp.start_scheduler(config, name=f"kube-scheduler-{pipeline}{suffix}")
         stoppers.append(functools.partial(_stop_scheduler, cp, scheduler))
         pids["kube-scheduler"] = scheduler.process.pid or 0
