@@ -237,6 +237,14 @@ FLAGS: tuple[Flag, ...] = (
         "NAME",
     ),
     Flag(
+        "dra_card_memory",
+        "--dra-card-memory",
+        "DRA mode: card memory sizes (MiB) a gpumem-percentage is translated for. [default: the sizes hami's DRA "
+        "driver publishes]",
+        "MIB,...",
+        shown="",
+    ),
+    Flag(
         "kubeconfig",
         "--kubeconfig",
         "Kubeconfig to use. [default: $KUBECONFIG, else in-cluster, else ~/.kube/config]",

@@ -6,9 +6,12 @@ RBAC authorization, the MutatingAdmissionWebhook plugin on and the ServiceAccoun
 ``ControlPlane.start_scheduler()`` adds kube-scheduler with a KubeSchedulerConfiguration given as a
 dict. ``KubeClient`` is a small synchronous client (httpx) with helpers for fake nodes and plain pods.
 
-No kubelet and no kube-controller-manager run: nodes are API objects only (they stay Ready and
+No kubelet and, by default, no kube-controller-manager run: nodes are API objects only (they stay Ready and
 schedulable), bound pods stay ``Pending`` with ``spec.nodeName`` set, and namespaces never finish
-deleting. Delete pods with grace period 0 (``KubeClient.delete_pod`` does).
+deleting. Delete pods with grace period 0 (``KubeClient.delete_pod`` does). ``start_control_plane(
+controllers=...)`` adds kube-controller-manager (the node binaries' build, as the real node's harness uses) running
+only the controllers named, say the garbage collector and the resourceclaim controller (DRA mode's tests); the
+node lifecycle controller is never among the defaults, so fake nodes stay Ready.
 
 Every process runs in its own process group and is ended by its own id (``killpg`` on the group it
 leads) when the control plane stops; an ``atexit`` hook stops whatever is still running if the
@@ -733,6 +736,8 @@ class ControlPlane:
     apiserver: ManagedProcess
     startup_seconds: float = 0.0
     schedulers: list[Scheduler] = field(default_factory=list)
+    controller_manager: ManagedProcess | None = None
+    """kube-controller-manager, when ``start_control_plane(controllers=...)`` started one."""
     feature_gates: dict[str, bool] = field(default_factory=dict)
     """The feature gates kube-apiserver runs with; kube-schedulers started here get them too."""
 
@@ -867,6 +872,8 @@ class ControlPlane:
         """Stop schedulers, kube-apiserver, then etcd (each by its own process group); idempotent."""
         for scheduler in self.schedulers:
             scheduler.stop()
+        if self.controller_manager is not None:
+            self.controller_manager.stop()
         self.apiserver.stop()
         self.etcd.stop()
 
@@ -933,6 +940,7 @@ def start_control_plane(
     ca: CertificateAuthority | None = None,
     feature_gates: Mapping[str, bool] | None = None,
     runtime_config: Sequence[str] = (),
+    controllers: Sequence[str] = (),
 ) -> ControlPlane:
     """Start etcd and kube-apiserver in ``workdir`` and wait until ``/readyz`` answers 200.
 
@@ -946,7 +954,8 @@ def start_control_plane(
     ``service_ip`` the ``kubernetes`` Service's address, both put in its serving certificate;
     ``service_account_admission`` turns the ServiceAccount admission plugin on (pods get their tokens mounted);
     ``ca`` is the CA to use (default: a new one in ``workdir/pki``), so that certificates named in ``apiserver_args``
-    can be issued before the start.
+    can be issued before the start. ``controllers`` (kube-controller-manager's names, e.g.
+    ``garbage-collector-controller``): start kube-controller-manager running only those (none: it does not run).
 
     Ports are picked free just before use; if another process grabs one first, the start is retried
     on new ports (up to 3 times). On any failure (or KeyboardInterrupt) what was started is stopped
@@ -1059,9 +1068,66 @@ def start_control_plane(
             raise ControlPlaneError(
                 _failure_message(f"the control plane did not come up: {err}", [etcd, apiserver])
             ) from err
+        if controllers:
+            try:
+                start_controller_manager(plane, controllers, timeout=timeout)
+            except BaseException:
+                plane.stop()
+                raise
         plane.startup_seconds = time.monotonic() - started
         return plane
     raise AssertionError("unreachable")
+
+
+def start_controller_manager(
+    plane: ControlPlane, controllers: Sequence[str], *, timeout: float = START_TIMEOUT_S
+) -> None:
+    """kube-controller-manager of the node binaries' build (``scripts/k8s-testenv node``, as ``tests/e2e/realnode.py``
+    starts it) with only ``controllers``, as the admin; waits until ``/healthz`` answers. ``plane.stop()`` stops it."""
+    from tests.e2e.realnode import locate_node_binaries  # realnode imports this module
+
+    binary = locate_node_binaries(plane.binaries) / "kube-controller-manager"
+    for attempt in range(1, _PORT_ATTEMPTS + 1):
+        port = free_port()
+        process = ManagedProcess(
+            "kube-controller-manager",
+            [
+                str(binary),
+                f"--kubeconfig={plane.kubeconfig}",
+                f"--authentication-kubeconfig={plane.kubeconfig}",
+                f"--authorization-kubeconfig={plane.kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                "--leader-elect=false",
+                f"--root-ca-file={plane.ca_file}",
+                f"--service-account-private-key-file={plane.workdir / 'pki' / 'service-account.key'}",
+                f"--controllers={','.join(controllers)}",
+                "--v=1",
+                *_gate_args(plane.feature_gates),
+            ],
+            plane.log_dir / "kube-controller-manager.log",
+        )
+        process.start()
+        plane.controller_manager = process
+        try:
+            wait_until(
+                functools.partial(_unverified_ok, f"https://127.0.0.1:{port}/healthz"),
+                timeout=timeout,
+                interval=0.25,
+                description="kube-controller-manager /healthz",
+                check=functools.partial(_check_alive, process),
+            )
+        except BaseException as err:
+            process.stop()
+            plane.controller_manager = None
+            if not isinstance(err, Exception):
+                raise
+            if attempt < _PORT_ATTEMPTS and _port_clash(process):
+                continue
+            raise ControlPlaneError(
+                _failure_message(f"kube-controller-manager did not become healthy: {err}", [process])
+            ) from err
+        return
 
 
 def _gate_args(gates: Mapping[str, bool] | None) -> tuple[str, ...]:

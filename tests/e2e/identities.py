@@ -200,13 +200,14 @@ class ChartIdentities:
 _APPLIED: dict[Path, ChartIdentities] = {}
 
 
-def chart_identities(plane: ControlPlane) -> ChartIdentities:
-    """The chart's identities on ``plane``, applied on first use (see the module docstring)."""
+def chart_identities(plane: ControlPlane, sets: tuple[str, ...] = ()) -> ChartIdentities:
+    """The chart's identities on ``plane``, applied on first use (see the module docstring); ``sets`` are the
+    chart values they are rendered with (``draMode.enabled=true``: DRA mode's rights), on the plane's first use."""
     if plane.workdir in _APPLIED:
         return _APPLIED[plane.workdir]
     with plane.client() as kube:
         version = kube.get("/version")["gitVersion"].lstrip("v").split("-")[0]
-        docs = template(RELEASE_NAMESPACE, version)
+        docs = template(RELEASE_NAMESPACE, version, *sets)
         try:
             kube.create_namespace(RELEASE_NAMESPACE)
         except ApiError as err:

@@ -207,6 +207,9 @@ class SchedulerSettingsBase(BaseSettings):
     dra_device_class: Annotated[str, Field(min_length=1)] = "hami-core-gpu.project-hami.io"
     """The DeviceClass the claims of DRA mode name (``deviceClassName``): HAMi's, which ``hami dra-plugin``'s
     devices match."""
+    dra_card_memory: Annotated[tuple[int, ...], NoDecode] = ()
+    """DRA mode: the card memory sizes in MiB a ``gpumem-percentage`` request is translated for (one claim
+    alternative per size, at most 8); empty = the sizes hami's DRA driver publishes in its ResourceSlices now."""
     profiling: bool = False
     """HAMi's pprof routes; hami has none (only ``false`` is accepted)."""
     legacy_metrics: bool = False
@@ -264,6 +267,19 @@ class SchedulerSettingsBase(BaseSettings):
                 raise ValueError(f"expected key=value pairs separated by commas, not {part!r}")
             selector[key.strip()] = label.strip()
         return selector
+
+    @field_validator("dra_card_memory", mode="before")
+    @classmethod
+    def _card_sizes(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        try:
+            sizes = tuple(int(part) for part in (p.strip() for p in value.split(",")) if part)
+        except ValueError:
+            raise ValueError(f"expected MiB numbers separated by commas (40960,81920), not {value!r}") from None
+        if any(size <= 0 for size in sizes) or len(set(sizes)) > 8:
+            raise ValueError(f"expected at most 8 sizes in MiB, each above 0, not {value!r}")
+        return tuple(sorted(set(sizes)))
 
     @field_validator("disable_devices", mode="before")
     @classmethod

@@ -9,9 +9,9 @@ capacity sit directly on the device (v1beta1 nested them under ``basic``):
 
 * ``ResourceSlice.spec``: ``driver``, ``pool.{name, generation}``, ``nodeName``, ``devices[].{name, attributes,
   capacity (value, requestPolicy.default), allowMultipleAllocations, nodeName, taints[].{key, value, effect}}``;
-* ``ResourceClaim``: ``metadata.uid``, ``metadata.ownerReferences[].{apiVersion, kind, name, uid, controller}``, ``status.allocation.devices.results[].{request, driver, pool, device,
-  shareID, consumedCapacity, adminAccess}``, ``status.allocation.nodeSelector``, ``status.reservedFor[].{resource,
-  name, uid}``;
+* ``ResourceClaim``: ``metadata.uid``, ``metadata.ownerReferences[].{apiVersion, kind, name, uid, controller}``,
+  ``status.allocation.devices.results[].{request, driver, pool, device, shareID, consumedCapacity, adminAccess}``,
+  ``status.allocation.nodeSelector``, ``status.reservedFor[].{resource, name, uid}``;
 * ``DeviceClass.spec.extendedResourceName``.
 
 Quantities stay as written (``"80Gi"``, or a number from a YAML file); ``hami.protocol.quantity`` parses them.
@@ -250,7 +250,7 @@ class OwnerReference(msgspec.Struct, rename="camel", omit_defaults=True):
 class ClaimMeta(ObjectMeta, rename="camel", omit_defaults=True):
     """A claim's metadata: with its owners (DRA mode's claim controller creates claims owned by their pod)."""
 
-    owner_references: list[OwnerReference] = []
+    owner_references: list[OwnerReference] = msgspec.field(default_factory=list)
 
 
 class ResourceClaim(msgspec.Struct, omit_defaults=True):

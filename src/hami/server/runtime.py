@@ -422,9 +422,9 @@ class Runtime:
         """``/webhook/dra``: DRA mode's translation, or (``--dra-mode`` off) a refusal saying DRA mode is off."""
         if not self.settings.dra_mode:
             return dra_webhook_route(None, self.metrics)
-        from hami.server.dramode import dra_admission
+        from hami.server.dramode import LiveDraAdmission
 
-        return dra_webhook_route(dra_admission(extender, self.settings), self.metrics)
+        return dra_webhook_route(LiveDraAdmission(extender, self.settings), self.metrics)
 
     async def _serve(self, servers: list[_Server], listeners: list[socket.socket]) -> None:
         """Serve on the listeners until a server ends or ``stop`` is set; then let every server finish."""

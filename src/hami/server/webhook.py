@@ -15,9 +15,10 @@ limit, errors and latency metric (endpoint ``webhook-dra``); its decision is ``D
 request becomes ResourceClaim references; ``hami.scheduling.dra.translate``). It has no side effects: nothing is
 created at admission (the claim controller creates the claims once the pod exists), so a dry run, a later
 webhook's refusal or a ``generateName`` pod leaves nothing behind. The claims' names end in five random characters
-drawn here (:func:`claim_suffix`, one draw per claim), so the decision stays pure. With ``--dra-mode`` off the route still answers,
-refusing every pod with a message that says DRA mode is off: a webhook configuration that sends pods here while
-the scheduler runs without DRA mode is a misconfiguration, and the pod's author should read so rather than a 404.
+drawn here (:func:`claim_suffix`, one draw per claim), so the decision stays pure. With ``--dra-mode`` off the route
+still answers, refusing every pod with a message that says DRA mode is off: a webhook configuration that sends pods
+here while the scheduler runs without DRA mode is a misconfiguration, and the pod's author should read so rather
+than a 404.
 """
 
 from __future__ import annotations

@@ -386,3 +386,29 @@ def test_disabled_devices_from_the_environment(monkeypatch: pytest.MonkeyPatch) 
     families = load_settings().enabled_families
     assert "hygon" not in families
     assert {"iluvatar", "nvidia"} <= families
+
+
+def test_dra_mode_is_off_by_default_and_names_hamis_device_class() -> None:
+    settings = load_settings({})
+    assert settings.dra_mode is False
+    assert settings.dra_device_class == "hami-core-gpu.project-hami.io"
+    assert settings.dra_card_memory == ()
+
+
+def test_dra_card_memory_is_a_sorted_set_of_mib_sizes() -> None:
+    assert load_settings({"dra_card_memory": "81920, 40960,40960"}).dra_card_memory == (40960, 81920)
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        pytest.param("40GB", "expected MiB numbers separated by commas (40960,81920), not '40GB'", id="unit"),
+        pytest.param("0", "expected at most 8 sizes in MiB, each above 0, not '0'", id="zero"),
+        pytest.param("1,2,3,4,5,6,7,8,9", "expected at most 8 sizes in MiB, each above 0", id="too-many"),
+    ],
+)
+def test_a_bad_dra_card_memory_names_the_flag_and_the_value(value: str, said: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings({"dra_card_memory": value})
+    assert str(caught.value).startswith("--dra-card-memory: ")
+    assert said in str(caught.value)

@@ -12,6 +12,7 @@ from hami.scheduling.usage import Charge
 from tests.unit.scheduling.builders import NVIDIA, gpu, resource_quota, vendors
 from tests.unit.scheduling.drafix import (
     A100_MIB,
+    DRIVER,
     SMALL_MIB,
     UUID,
     cards,
@@ -510,3 +511,14 @@ def test_claims_alone_beyond_hamis_slot_count_are_no_conflict() -> None:
     second = synthetic_claim("c2", [result("gpu-0", "dra-node-1", "s2", memory="1Gi", cores="0")])
     assert book.claim_event(second) == []  # 2 shares on a card hami splits once: DRA's business, no pod involved
     assert usage(book.state, "dra-node-1", GPU0) == (2, 11264, 100)
+
+
+def test_memory_sizes_are_the_distinct_card_sizes_a_driver_publishes_in_mib() -> None:
+    book = ledger()
+    assert book.memory_sizes(DRIVER) == ()
+    book.slice_event(slice_("resourceslice"))
+    book.slice_event(slice_("resourceslice-memory-only"))
+    assert book.memory_sizes(DRIVER) == (SMALL_MIB, A100_MIB)
+    assert book.memory_sizes("other.example.com") == ()
+    book.slice_event(slice_("resourceslice-memory-only"), deleted=True)
+    assert book.memory_sizes(DRIVER) == (A100_MIB,)

@@ -65,7 +65,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from hami.config.dra import DraConfig, DraDriverConfig
+from hami.config.dra import MEMORY_UNITS_MIB, DraConfig, DraDriverConfig
 from hami.protocol.dra import DeviceClass, DeviceRequestAllocationResult, ResourceClaim, ResourceSlice
 from hami.protocol.inventory import DeviceInfo
 from hami.scheduling.dra.conflict import overcommitted
@@ -187,6 +187,22 @@ class DraLedger:
     def records(self) -> tuple[DraRecord, ...]:
         """Every held record the ledger charged."""
         return tuple(r for cid in sorted(self._records) for r in self._records[cid])
+
+    def memory_sizes(self, driver: str) -> tuple[int, ...]:
+        """The distinct memory sizes in MiB (rounded down) of the devices ``driver`` publishes, smallest first (DRA
+        mode turns a ``gpumem-percentage`` into one alternative per card size); () for a driver not counted."""
+        config = self.drivers.get(driver)
+        if config is None:
+            return ()
+        num, den = MEMORY_UNITS_MIB[config.memory_unit]
+        sizes = {
+            int(dev.memory.value * num / den)
+            for published in self._slices.values()
+            if published.pool[0] == driver
+            for dev in published.devices
+            if dev.memory is not None
+        }
+        return tuple(sorted(size for size in sizes if size > 0))
 
     # --- events --------------------------------------------------------------------------------------------------
     def slice_event(self, sl: ResourceSlice, deleted: bool = False) -> list[DraProblem]:
