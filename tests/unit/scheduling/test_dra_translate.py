@@ -16,6 +16,7 @@ from hami.config import default_device_config
 from hami.devices import vendors_from_config
 from hami.devices.base import Vendor
 from hami.devices.dra import DraModeSettings
+from hami.devices.nvidia import NvidiaConfig, NvidiaVendor
 from hami.errors import InvalidInput
 from hami.protocol.jsonpatch import apply_patch
 from hami.protocol.objects import ObjectMeta, ResourceQuota, ResourceQuotaSpec
@@ -358,3 +359,50 @@ def test_card_sizes_are_checked_when_configured() -> None:
         DraModeSettings(card_memory_mib=tuple(range(1000, 10000, 1000)))
     with pytest.raises(InvalidInput, match="each above 0"):
         DraModeSettings(card_memory_mib=(0,))
+
+
+# --- the core names no vendor -----------------------------------------------------------------------------------------
+
+OTHER = NvidiaConfig(
+    resource_count_name="example.com/gpu",
+    resource_memory_name="example.com/mem",
+    resource_memory_percentage_name="",
+    resource_core_name="example.com/cores",
+    resource_priority_name="",
+)
+
+
+def two_vendors() -> DraAdmission:
+    vendors: dict[str, Vendor] = {**VENDORS, "OTHER": NvidiaVendor(OTHER)}
+    inner = Admission(vendors, admitters_for(vendors), SchedulingDefaults(), AdmissionSettings())
+    return DraAdmission(inner)
+
+
+def test_any_vendor_with_the_translation_hook_is_translated() -> None:
+    adm = two_vendors()
+    verdict, out = review(
+        pod(ctr(limits={"example.com/gpu": "1", "example.com/mem": "10", "example.com/cores": "5"})), adm
+    )
+    [plan] = verdict.claims
+    assert plan.spec == {"devices": {"requests": [gpu_request(cores="5", memory="10Mi")]}}
+    assert out["spec"]["containers"][0]["resources"]["limits"] == {}
+
+
+def test_a_container_asking_for_two_vendors_is_refused() -> None:
+    raw = pod(ctr(limits={GPU: "1", "example.com/gpu": "1"}))
+    verdict = two_vendors().review(raw, "team", suffixes())
+    assert not verdict.allowed
+    assert verdict.message.startswith(
+        "containers[0](main): asks for devices of two vendors; DRA mode gives a container one claim"
+    )
+
+
+def test_a_stored_request_of_an_untranslatable_vendor_is_invalid_input() -> None:
+    entry = {"container": "c", "section": "containers", "resources": {DCU: "1"}, "annotations": {}}
+    with pytest.raises(InvalidInput, match=r"asks for hygon\.com/dcunum, which DRA mode does not translate"):
+        claim_spec(entry, VENDORS, DraModeSettings())
+    entry = {"container": "c", "section": "containers", "resources": {"cpu": "1"}, "annotations": {}}
+    with pytest.raises(InvalidInput, match="asks for no device DRA mode translates"):
+        claim_spec(entry, VENDORS, DraModeSettings())
+    with pytest.raises(InvalidInput, match="must be containers or initContainers"):
+        claim_spec({**entry, "section": "spec"}, VENDORS, DraModeSettings())

@@ -148,21 +148,22 @@ def _translations(
     annotations: Mapping[str, str],
     vendors: Mapping[str, Vendor],
     settings: DraModeSettings,
-) -> tuple[list[DraRequest], list[str]]:
-    """The container's translated requests, and the resources it asks for of vendors without a translation."""
-    translated: list[DraRequest] = []
+) -> tuple[list[tuple[DraRequest, tuple[str, ...]]], list[str]]:
+    """The container's translated requests (each with every resource name of its vendor, which the container must no
+    longer ask for), and the resources it asks for of vendors without a translation."""
+    translated: list[tuple[DraRequest, tuple[str, ...]]] = []
     others: list[str] = []
     for vendor in vendors.values():
         if isinstance(vendor, DraTranslation):
             dra = vendor.dra_request(container, field, annotations, settings)
             if dra is not None:
-                translated.append(dra)
+                translated.append((dra, vendor.dra_resources()))
             continue
         wanted = vendor.parse_request(container, field)
         if wanted is not None and wanted.nums > 0:
             others.append(vendor.resources.count)
     if len(translated) > 1:
-        names = sorted(name for dra in translated for name in dra.resources)
+        names = sorted(name for dra, _ in translated for name in dra.resources)
         raise DraRefused(field, names, "asks for devices of two vendors; DRA mode gives a container one claim")
     return translated, others
 
@@ -195,16 +196,20 @@ def claim_spec(request: Mapping[str, Any], vendors: Mapping[str, Vendor], settin
     one, asks for no translatable device, or cannot be expressed."""
     container, field, annotations = _read_entry(request)
     translated, others = _translations(container, field, annotations, vendors, settings)
-    if others or not translated:
+    where = f"{REQUESTS_ANNOTATION} entry.resources"
+    if others:
         raise InvalidInput(
-            f"{REQUESTS_ANNOTATION} entry.resources", request.get("resources"), "asks for no device DRA mode translates"
+            where, request.get("resources"), f"asks for {', '.join(others)}, which DRA mode does not translate"
         )
-    return build_spec(translated[0], settings)
+    if not translated:
+        raise InvalidInput(where, request.get("resources"), "asks for no device DRA mode translates")
+    return build_spec(translated[0][0], settings)
 
 
 # --- the pod ---------------------------------------------------------------------------------------------------------
 
-_Found = tuple[Section, int, Container, DraRequest]
+_Found = tuple[Section, int, Container, DraRequest, tuple[str, ...]]
+"""A translated container: where it is, its request, and its vendor's resource names (removed from it)."""
 
 
 def _containers(pod: Pod) -> Iterator[tuple[Section, int, Container]]:
@@ -307,11 +312,7 @@ class DraAdmission:
             _check_names(admitted, plans)
         except InvalidInput as err:
             return DraVerdict(False, str(err))
-        ops = [
-            op
-            for plan, item in zip(plans, found, strict=True)
-            for op in _container_ops(admitted, plan, tuple(item[3].resources))
-        ]
+        ops = [op for plan, item in zip(plans, found, strict=True) for op in _container_ops(admitted, plan, item[4])]
         ops += _pod_ops(admitted, plans)
         return DraVerdict(True, patch=(*verdict.patch, *ops), claims=tuple(plans))
 
@@ -323,11 +324,11 @@ class DraAdmission:
         for section, index, container in _containers(pod):
             field = f"{section}[{index}]({container.name})"
             translated, untranslated = _translations(container, field, annotations, self.vendors, self.settings)
-            found += [(section, index, container, dra) for dra in translated]
+            found += [(section, index, container, dra, names) for dra, names in translated]
             others += [(field, name) for name in untranslated]
         if found and others:
             field, resource = others[0]
-            section, index, container, _ = found[0]
+            section, index, container, _, _ = found[0]
             raise DraRefused(
                 field,
                 resource,
@@ -337,7 +338,7 @@ class DraAdmission:
         return found
 
     def _plan(self, admitted: Mapping[str, Any], pod: Pod, item: _Found, suffix: Callable[[], str]) -> ClaimPlan:
-        section, index, container, dra = item
+        section, index, container, dra, _ = item
         request = {
             "container": container.name,
             "section": section,
