@@ -12,8 +12,12 @@ Read before and after a burst (the difference, per bound pod, in ms):
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any, Final
 
 import httpx
@@ -137,3 +141,38 @@ def bound_figures(inside: Mapping[str, Any]) -> dict[str, float]:
         values = (inside.get(component) or {}).get(family) or {}
         out[title] = float(values.get(key, 0.0)) if key else float(sum(values.values()))
     return out
+
+
+PPROF_DIR = os.environ.get("HAMI_BENCH_PPROF_DIR", "")
+"""A folder: kube-scheduler's CPU profile is recorded during each burst (``go tool pprof`` reads the files)."""
+
+
+@contextlib.contextmanager
+def cpu_profiles(port: int, token: str, name: str, seconds: int = 10) -> Iterator[None]:
+    """With :data:`PPROF_DIR` set: while the block runs, kube-scheduler's ``/debug/pprof/profile`` on ``port``,
+    ``seconds`` at a time, into ``<PPROF_DIR>/<name>-<n>.pprof`` (``go tool pprof -top -cum`` shows where its CPU
+    went; several files are read together). Without it, nothing."""
+    if not PPROF_DIR:
+        yield
+        return
+    stop = threading.Event()
+
+    def record() -> None:
+        n = 0
+        while not stop.is_set():
+            url = f"https://127.0.0.1:{port}/debug/pprof/profile?seconds={seconds}"
+            with contextlib.suppress(httpx.HTTPError):
+                answer = httpx.get(
+                    url, headers={"Authorization": f"Bearer {token}"}, verify=False, timeout=seconds + 30
+                )
+                if answer.status_code == 200:
+                    Path(PPROF_DIR, f"{name}-{n}.pprof").write_bytes(answer.content)
+                    n += 1
+
+    Path(PPROF_DIR).mkdir(parents=True, exist_ok=True)
+    thread = threading.Thread(target=record, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()

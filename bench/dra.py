@@ -540,6 +540,16 @@ def node_uids(cp: ControlPlane) -> dict[str, str]:
         return {n["metadata"]["name"]: n["metadata"]["uid"] for n in kube.get("/api/v1/nodes")["items"]}
 
 
+def over_capacity_events(cp: ControlPlane, namespace: str) -> int:
+    """hami's ``DRAOverCapacity`` Warning Events in ``namespace``: a card kube-scheduler's allocator filled beyond
+    what hami's ledger (claims and device-plugin pods together) allows. The 5,000-node run publishes slices for the
+    cards its pre-bound device-plugin pods use (a shortcut: in a cluster a node is served by one or the other), so
+    it checks none was raised."""
+    with cp.client() as kube:
+        items = kube.get(f"/api/v1/namespaces/{namespace}/events", fieldSelector="reason=DRAOverCapacity")["items"]
+    return sum(int(e.get("count") or 1) for e in items)
+
+
 def claims_allocated(cp: ControlPlane, namespace: str) -> int:
     """How many claims in ``namespace`` kube-scheduler allocated."""
     with cp.client() as kube:

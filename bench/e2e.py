@@ -371,7 +371,7 @@ def bench_pipeline(
                 if hami is not None and CPROFILE:
                     hami.send_signal(signal.SIGUSR2)
 
-            result = _measure(cp, kube, audit_log, scheduler, pids, times, create, pods, plugin, after)
+            result = _measure(cp, kube, audit_log, scheduler, pids, times, create, pods, plugin, after, label=pipeline)
             return result | {"standin_requests": dict(plugin.requests) if plugin is not None else {}}
         finally:
             stop.set()
@@ -392,6 +392,7 @@ def _measure(
     plugin: DevicePluginStandIn | None = None,
     after: Callable[[], None] = lambda: None,
     controller_manager_port: int = 0,
+    label: str = "burst",
 ) -> dict[str, Any]:
     """``create()`` the pods, wait until ``pods`` are bound (``times``), and the figures of ``bench_pipeline``:
     CPU of ``pids`` (name → pid), requests from kube-apiserver's count and its audit log, kube-scheduler's failed
@@ -404,8 +405,9 @@ def _measure(
     failed0 = _failed_attempts(cp, scheduler.port)
     cpu0 = {name: _cpu_seconds(pid) for name, pid in pids.items()}
     t0 = time.perf_counter()
-    create()
-    bound = times.wait_all(pods)
+    with breakdown.cpu_profiles(scheduler.port, cp.token, f"kube-scheduler-{label}-{t0:.0f}"):
+        create()
+        bound = times.wait_all(pods)
     after()
     elapsed = max(times.bound.values(), default=t0) - t0
     if plugin is not None:  # the device plugin's work for the burst is part of its cost
@@ -469,6 +471,7 @@ def _bench_dra(cp: ControlPlane, tmp: Path, audit_log: Path, pipeline: str, gpus
                     create,
                     pods,
                     controller_manager_port=stack.controller_manager_port,
+                    label=pipeline,
                 )
             return result | {
                 "front": stack.front,

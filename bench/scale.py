@@ -340,8 +340,9 @@ def run_burst(
                 threading.Thread(target=_scrape_midway, args=args, daemon=True).start()
             t0 = time.perf_counter()
             limits = HAMI_LIMITS if pipeline != "bare" else BARE_LIMITS
-            create_burst(cp, ns, pods, limits, times, running.body)
-            bound = times.wait_all(pods, timeout=timeout)
+            with breakdown.cpu_profiles(scheduler.port, cp.token, f"kube-scheduler-{pipeline}-{pods}"):
+                create_burst(cp, ns, pods, limits, times, running.body)
+                bound = times.wait_all(pods, timeout=timeout)
             elapsed = max(times.bound.values(), default=t0) - t0
             if plugin is not None:
                 wait_until(lambda: len(plugin.done) >= bound, 60)
@@ -358,6 +359,7 @@ def run_burst(
                 result |= _hami_figures(hami, log0) | scrape
             if pipeline.startswith("dra"):
                 result["claims_allocated"] = dra.claims_allocated(cp, ns)
+                result["over_capacity_events"] = dra.over_capacity_events(cp, ns)
             cluster.pods += bound
             return result
     finally:
