@@ -148,7 +148,7 @@ PPROF_DIR = os.environ.get("HAMI_BENCH_PPROF_DIR", "")
 
 
 @contextlib.contextmanager
-def cpu_profiles(port: int, token: str, name: str, seconds: int = 10) -> Iterator[None]:
+def cpu_profiles(port: int, token: str, name: str, seconds: int = 5) -> Iterator[None]:
     """With :data:`PPROF_DIR` set: while the block runs, kube-scheduler's ``/debug/pprof/profile`` on ``port``,
     ``seconds`` at a time, into ``<PPROF_DIR>/<name>-<n>.pprof`` (``go tool pprof -top -cum`` shows where its CPU
     went; several files are read together). Without it, nothing."""
@@ -176,3 +176,4 @@ def cpu_profiles(port: int, token: str, name: str, seconds: int = 10) -> Iterato
         yield
     finally:
         stop.set()
+        thread.join(seconds + 5)  # the profile in flight covers the burst's end
