@@ -67,6 +67,9 @@ PIPELINES: Final = {
     "dra-templates": "DRA via ResourceClaimTemplates (kube-controller-manager makes claims)",
     "dra-claims": "DRA, claims pre-created, kube-scheduler only",
 }
+NODE_POLICY: Final = "spread"
+"""hami's node policy in DRA mode's pipelines (what its prioritize entry orders nodes by): ``spread``, as the
+extender row DRA mode is compared with."""
 FRONT_DOOR: Final = ("dra", "dra-default", "dra-noprio")
 """The pipelines whose pods go through hami's webhook and claim controller."""
 KCM_AGENT: Final = "kube-controller-manager/"
@@ -465,6 +468,7 @@ def start_hami(kubeconfig: Path, tmp: Path, tls: Tls, name: str = "hami", timeou
         *scheduler_args(kubeconfig, port, metrics_port, service_port),
         f"--cert_file={tls.cert}",
         f"--key_file={tls.key}",
+        f"--node-scheduler-policy={NODE_POLICY}",
         *(flags or ()),
         *EXTRA,
     ]
