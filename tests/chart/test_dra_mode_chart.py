@@ -118,3 +118,10 @@ def test_an_unknown_namespaces_value_is_refused_by_the_schema(value: str) -> Non
 def test_dra_mode_lints_clean() -> None:
     result = run_helm("lint", "--strict", str(CHART), "--kube-version", KUBE_VERSION, "--set", ON)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_dra_mode_without_the_webhook_is_refused() -> None:
+    off = ("--set", "scheduler.admissionWebhook.enabled=false", "--set", "scheduler.metricsSecure=false")
+    result = run_helm("template", "hami", str(CHART), "--kube-version", KUBE_VERSION, "--set", ON, *off)
+    assert result.returncode != 0
+    assert "draMode.enabled needs scheduler.admissionWebhook.enabled" in result.stderr

@@ -44,6 +44,7 @@ from tests.e2e.cluster import (
     start_control_plane,
     wait_until,
 )
+from tests.e2e.hami_stack import api_requests
 from tests.e2e.identities import HAMI_SA, KUBE_SCHEDULER_SA, ChartIdentities, chart_identities
 
 pytestmark = pytest.mark.e2e
@@ -277,8 +278,9 @@ def test_a_hami_pod_gets_its_own_claim_and_kube_scheduler_alone_allocates_and_bi
     assert stack.metric("hami_dra_claims_created_total", result="created") >= 1
 
 
-def test_two_pods_of_one_generate_name_get_distinct_claims(stack: Stack) -> None:
+def test_two_pods_of_one_generate_name_get_distinct_claims_with_one_write_each(stack: Stack) -> None:
     kube, ns = stack.kube, stack.dra_ns
+    before = api_requests(kube)
     body = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -293,6 +295,8 @@ def test_two_pods_of_one_generate_name_get_distinct_claims(stack: Stack) -> None
         claim = stack.wait_claim(ns, name)
         assert claim["metadata"]["ownerReferences"][0]["uid"] == pod["metadata"]["uid"]
         kube.wait_for_pod_scheduled(ns, pod["metadata"]["name"])
+    made = api_requests(kube) - before
+    assert made[("POST", "resourceclaims")] == 2  # one create per claim, none repeated on the pods' updates
 
 
 def test_deleting_the_pod_deletes_its_claim(stack: Stack) -> None:

@@ -144,7 +144,7 @@ def _refuse_percentage(container: Container, cfg: NvidiaConfig, field: str) -> N
         where,
         value,
         "is a share of each card's memory, and a claim asks for an amount: DRA mode can translate it only when the "
-        f"card sizes are configured (--dra-card-memory); ask for {cfg.resource_memory_name} in MiB instead",
+        f"cluster's card memory sizes are configured; ask for {cfg.resource_memory_name} in MiB instead",
     )
 
 

@@ -5,6 +5,11 @@
 * :mod:`hami.scheduling.dra.ledger` — :class:`DraLedger`: slices and claims → held records in ``ClusterState``;
 * :mod:`hami.scheduling.dra.held` — those records (:class:`DraRecord`) and what they hold per card;
 * :mod:`hami.scheduling.dra.reports` — the problems (:class:`DraProblem`) and warnings (:class:`DraWarning`).
+
+DRA mode (issue 38), a pod written for HAMi turned into ResourceClaims at admission:
+
+* :mod:`hami.scheduling.dra.translate` — ``DraAdmission`` (the webhook's decision and patch) and ``claim_spec``;
+* :mod:`hami.scheduling.dra.names` — the claims' names.
 """
 
 from __future__ import annotations
