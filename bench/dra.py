@@ -11,6 +11,8 @@ Pipelines (``PIPELINES``), each bound by kube-scheduler's own DynamicResources a
   the claim controller with the same API requests, and the row says so.
 * ``dra-default``: the same with kube-scheduler's default client limits (50 requests/s, burst 100).
 * ``dra-noprio``: the same without the chart's prioritize-only extender entry (``draMode.prioritize=false``).
+* ``dra-fewer``: an experiment, not the chart: the same with kube-scheduler's ``percentageOfNodesToScore: 1`` (it
+  looks for 100 feasible nodes a pod, the least it takes), as the allocator runs once per candidate node.
 * ``dra-templates``: the alternative the design did not choose: pods reference a ResourceClaimTemplate and
   kube-controller-manager's resourceclaim controller creates each claim (its default client: 20/s, burst 30).
 * ``dra-claims``: the bare DRA baseline: the claims exist before the pods (created unmeasured), kube-scheduler
@@ -64,13 +66,17 @@ PIPELINES: Final = {
     "dra": "DRA mode (chart's kube-scheduler limits)",
     "dra-default": "DRA mode, kube-scheduler's default limits (50/100)",
     "dra-noprio": "DRA mode without the prioritize entry (draMode.prioritize=false)",
+    "dra-fewer": "DRA mode, 100 candidate nodes a pod (percentageOfNodesToScore 1; not the chart's)",
     "dra-templates": "DRA via ResourceClaimTemplates (kube-controller-manager makes claims)",
     "dra-claims": "DRA, claims pre-created, kube-scheduler only",
 }
 NODE_POLICY: Final = "spread"
 """hami's node policy in DRA mode's pipelines (what its prioritize entry orders nodes by): ``spread``, as the
 extender row DRA mode is compared with."""
-FRONT_DOOR: Final = ("dra", "dra-default", "dra-noprio")
+SCORE_PERCENT: Final = os.environ.get("HAMI_BENCH_DRA_SCORE_PERCENT", "")
+"""An experiment, not the chart: kube-scheduler's ``percentageOfNodesToScore`` in DRA mode's pipelines (empty: its
+adaptive default, 50% less 1% per 125 nodes, at least 5%, at least 100 nodes)."""
+FRONT_DOOR: Final = ("dra", "dra-default", "dra-noprio", "dra-fewer")
 """The pipelines whose pods go through hami's webhook and claim controller."""
 KCM_AGENT: Final = "kube-controller-manager/"
 SENDERS: Final = (
@@ -517,6 +523,8 @@ def dra_stack(
             else (rendered.limits, rendered.limits_source)
         )
         config = scheduler_config(rendered.scheduler_config, hami.port if hami else None, limits)
+        if pipeline == "dra-fewer" or SCORE_PERCENT:  # an experiment: fewer candidate nodes a pod for the allocator
+            config["percentageOfNodesToScore"] = int(SCORE_PERCENT or 1)
         scheduler = cp.start_scheduler(config, name=f"kube-scheduler-{pipeline}{suffix}")
         stoppers.append(functools.partial(_stop_scheduler, cp, scheduler))
         pids["kube-scheduler"] = scheduler.process.pid or 0

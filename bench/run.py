@@ -272,7 +272,7 @@ def _targets(med: dict[str, dict[str, float]], runs: dict[str, list[dict[str, An
         ok = rate["binpack"] >= 0.5 * spread and max(r["failed_attempts"] for r in runs["binpack"]) == 0
         out["binpack"] = f">= 0.5x spread, 0 failed: {'ok' if ok else 'MISSED'}"
     low, high = DRA_TARGETS
-    for name in ("dra", "dra-default", "dra-noprio"):
+    for name in ("dra", "dra-default", "dra-noprio", "dra-fewer"):
         if name in rate and bare and spread:
             ok = rate[name] >= low * bare and rate[name] >= high * spread
             out[name] = f">= {low}x bare, >= {high}x spread: {'ok' if ok else 'MISSED'}"

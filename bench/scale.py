@@ -47,6 +47,7 @@ from tests.e2e.cluster import ControlPlane, KubeClient, Scheduler, free_port, st
 
 import hami
 from bench import breakdown, dra
+from bench.dra import PIPELINES as DRA_PIPELINES
 from bench.e2e import (
     HAMI_MAIN,
     ONE_GPU,
@@ -76,7 +77,7 @@ than any node's own plugin would hold them."""
 """Client threads that write the nodes and the bound pods."""
 HAMI_LIMITS = ONE_GPU
 BARE_LIMITS = {"nvidia.com/gpu": 1}
-PIPELINES = ("bare", "spread", "binpack", "dra", "dra-default", "dra-noprio", "dra-templates", "dra-claims")
+PIPELINES = ("bare", "spread", "binpack", *DRA_PIPELINES)
 DEFAULT_PIPELINES = ("bare", "spread", "binpack", "dra")
 STALL = re.compile(r"event loop held for ([0-9.]+) s \(([0-9.]+) s on the CPU(?:, ([0-9.]+) s collecting garbage)?\)")
 
