@@ -30,7 +30,12 @@ Families = dict[str, tuple[str, ...]]
 SCHEDULER: Final[Families] = {
     "scheduler_framework_extension_point_duration_seconds": ("extension_point",),
     "rest_client_rate_limiter_duration_seconds": ("verb",),
+    "scheduler_scheduling_algorithm_duration_seconds": (),
 }
+"""kube-scheduler: its extension points, its client's waits, and its scheduling algorithm (every filter and score,
+the extenders' calls included: with the extension points left out, what its extenders took)."""
+HAMI: Final[Families] = {"hami_request_duration_seconds": ("endpoint",)}
+"""hami: the time it answered each endpoint in (webhook, filter, bind, prioritize; a mean per call)."""
 CONTROLLER_MANAGER: Final[Families] = {"rest_client_rate_limiter_duration_seconds": ("verb",)}
 APISERVER: Final[Families] = {"apiserver_admission_webhook_admission_duration_seconds": ("name",)}
 _LABELS = re.compile(r'(\w+)="([^"]*)"')
@@ -93,13 +98,15 @@ def scrape(url: str, token: str, families: Mapping[str, tuple[str, ...]]) -> dic
 
 
 def probes(
-    server: str, scheduler_port: int, controller_manager_port: int = 0
+    server: str, scheduler_port: int, controller_manager_port: int = 0, hami_metrics_port: int = 0
 ) -> dict[str, tuple[str, dict[str, tuple[str, ...]]]]:
     """The components to read: name → (metrics URL, histogram families)."""
     out = {
         "kube-scheduler": (f"https://127.0.0.1:{scheduler_port}/metrics", SCHEDULER),
         "kube-apiserver": (f"{server}/metrics", APISERVER),
     }
+    if hami_metrics_port:
+        out["hami"] = (f"http://127.0.0.1:{hami_metrics_port}/metrics", HAMI)
     if controller_manager_port:
         out["kube-controller-manager"] = (f"https://127.0.0.1:{controller_manager_port}/metrics", CONTROLLER_MANAGER)
     return out
@@ -115,7 +122,7 @@ def breakdown(before: dict[str, dict[str, Sums]], after: dict[str, dict[str, Sum
     """Per component: ms per pod in each histogram (kube-apiserver's admission webhooks: ms per call)."""
     out: dict[str, Any] = {}
     for name, sums in after.items():
-        if name == "kube-apiserver":
+        if name in ("kube-apiserver", "hami"):
             out[name] = mean_ms(before.get(name, {}), sums)
         else:
             out[name] = ms_per_pod(before.get(name, {}), sums, pods)
@@ -129,7 +136,11 @@ BOUNDS: Final = (
     ("kube-scheduler", "scheduler_framework_extension_point_duration_seconds", "Score", "Score"),
     ("kube-scheduler", "scheduler_framework_extension_point_duration_seconds", "PreBind", "PreBind"),
     ("kube-scheduler", "scheduler_framework_extension_point_duration_seconds", "Bind", "Bind"),
+    ("kube-scheduler", "scheduler_scheduling_algorithm_duration_seconds", "", "scheduling algorithm"),
     ("kube-apiserver", "apiserver_admission_webhook_admission_duration_seconds", "", "webhooks (ms a call)"),
+    ("hami", "hami_request_duration_seconds", "webhook", "hami webhook (ms a call)"),
+    ("hami", "hami_request_duration_seconds", "prioritize", "hami prioritize (ms a call)"),
+    ("hami", "hami_request_duration_seconds", "filter", "hami filter (ms a call)"),
 )
 """The columns of the "what bounds it" tables: (component, family, key or "" for all keys added up, title)."""
 

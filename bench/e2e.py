@@ -347,6 +347,7 @@ def bench_pipeline(
             _create_nodes(kube, nodes, gpus)
             if pipeline.startswith("dra"):
                 return _bench_dra(cp, Path(tmp), audit_log, pipeline, gpus, pods)
+            metrics_port = 0
             if pipeline == "bare":
                 scheduler = cp.start_scheduler({"profiles": [{"schedulerName": "hami-scheduler"}]})
                 limits: dict[str, int] = {}
@@ -371,7 +372,20 @@ def bench_pipeline(
                 if hami is not None and CPROFILE:
                     hami.send_signal(signal.SIGUSR2)
 
-            result = _measure(cp, kube, audit_log, scheduler, pids, times, create, pods, plugin, after, label=pipeline)
+            result = _measure(
+                cp,
+                kube,
+                audit_log,
+                scheduler,
+                pids,
+                times,
+                create,
+                pods,
+                plugin,
+                after,
+                label=pipeline,
+                hami_metrics_port=metrics_port,
+            )
             return result | {"standin_requests": dict(plugin.requests) if plugin is not None else {}}
         finally:
             stop.set()
@@ -393,12 +407,13 @@ def _measure(
     after: Callable[[], None] = lambda: None,
     controller_manager_port: int = 0,
     label: str = "burst",
+    hami_metrics_port: int = 0,
 ) -> dict[str, Any]:
     """``create()`` the pods, wait until ``pods`` are bound (``times``), and the figures of ``bench_pipeline``:
     CPU of ``pids`` (name → pid), requests from kube-apiserver's count and its audit log, kube-scheduler's failed
     attempts, where the time goes inside the components (:mod:`bench.breakdown`); with ``plugin``, its work for
     the burst is waited for and counted."""
-    components = breakdown.probes(cp.server, scheduler.port, controller_manager_port)
+    components = breakdown.probes(cp.server, scheduler.port, controller_manager_port, hami_metrics_port)
     inside0 = breakdown.snapshot(components, cp.token)
     requests0 = _apiserver_requests_by(kube)
     audit0 = audit_log.stat().st_size
@@ -472,6 +487,7 @@ def _bench_dra(cp: ControlPlane, tmp: Path, audit_log: Path, pipeline: str, gpus
                     pods,
                     controller_manager_port=stack.controller_manager_port,
                     label=pipeline,
+                    hami_metrics_port=hami.metrics_port if hami else 0,
                 )
             return result | {
                 "front": stack.front,

@@ -331,7 +331,9 @@ def run_burst(
             pids = {"kube-apiserver": cp.apiserver.pid or 0, "etcd": cp.etcd.pid or 0, "bench": os.getpid()}
             pids |= running.pids
             cpu0 = {name: _cpu_seconds(pid) for name, pid in pids.items()}
-            components = breakdown.probes(cp.server, scheduler.port, running.controller_manager_port)
+            components = breakdown.probes(
+                cp.server, scheduler.port, running.controller_manager_port, hami.metrics_port if hami else 0
+            )
             inside0 = breakdown.snapshot(components, cp.token)
             audit0, failed0 = cluster.audit_log.stat().st_size, _failed_attempts(cp, scheduler.port)
             log0 = hami.log.stat().st_size if hami else 0

@@ -50,6 +50,7 @@ def test_the_bounds_table_adds_a_client_wait_up_over_verbs() -> None:
             "scheduler_framework_extension_point_duration_seconds": {"Filter": 2.0, "PreBind": 7.0},
         },
         "kube-apiserver": {"apiserver_admission_webhook_admission_duration_seconds": {"dra.hami.io": 4.5}},
+        "hami": {"hami_request_duration_seconds": {"prioritize": 3.0, "webhook": 1.5}},
     }
     figures = breakdown.bound_figures(inside)
     assert figures["kube-scheduler client limit wait"] == 30.0
@@ -58,3 +59,6 @@ def test_the_bounds_table_adds_a_client_wait_up_over_verbs() -> None:
     assert figures["PreBind"] == 7.0
     assert figures["Bind"] == 0.0
     assert figures["webhooks (ms a call)"] == 4.5
+    assert figures["hami prioritize (ms a call)"] == 3.0
+    assert figures["hami webhook (ms a call)"] == 1.5
+    assert figures["hami filter (ms a call)"] == 0.0
