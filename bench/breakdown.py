@@ -46,9 +46,9 @@ def histogram_sums(text: str, families: Mapping[str, tuple[str, ...]]) -> dict[s
     ``<family>:<value of the named labels, joined by '/'>``."""
     out: dict[str, Sums] = {}
     for line in text.splitlines():
-        if line.startswith("#") or "{" not in line:
+        if line.startswith("#") or not line.strip():
             continue
-        name, rest = line.split("{", 1)
+        name, rest = line.split("{", 1) if "{" in line else (line.split(" ", 1)[0], "}")
         for family, labels in families.items():
             for suffix, slot in (("_sum", 0), ("_count", 1)):
                 if name != family + suffix:
@@ -138,7 +138,7 @@ BOUNDS: Final = (
     ("kube-scheduler", "scheduler_framework_extension_point_duration_seconds", "Bind", "Bind"),
     ("kube-scheduler", "scheduler_scheduling_algorithm_duration_seconds", "", "scheduling algorithm"),
     ("kube-apiserver", "apiserver_admission_webhook_admission_duration_seconds", "", "webhooks (ms a call)"),
-    ("hami", "hami_request_duration_seconds", "webhook", "hami webhook (ms a call)"),
+    ("hami", "hami_request_duration_seconds", "webhook-dra", "hami webhook (ms a call)"),
     ("hami", "hami_request_duration_seconds", "prioritize", "hami prioritize (ms a call)"),
     ("hami", "hami_request_duration_seconds", "filter", "hami filter (ms a call)"),
 )

@@ -11,6 +11,8 @@ rest_client_rate_limiter_duration_seconds_count{host="127.0.0.1:6443",verb="PUT"
 scheduler_framework_extension_point_duration_seconds_sum{extension_point="Filter",profile="a",status="Success"} 1
 scheduler_framework_extension_point_duration_seconds_sum{extension_point="Filter",profile="b",status="Success"} 2
 scheduler_framework_extension_point_duration_seconds_count{extension_point="Filter",profile="a",status="Success"} 10
+scheduler_scheduling_algorithm_duration_seconds_sum 0.25
+scheduler_scheduling_algorithm_duration_seconds_count 5
 """
 AFTER = """rest_client_rate_limiter_duration_seconds_sum{host="127.0.0.1:6443",verb="PUT"} 2.5
 rest_client_rate_limiter_duration_seconds_count{host="127.0.0.1:6443",verb="PUT"} 13
@@ -27,6 +29,7 @@ def test_sums_are_added_over_the_labels_not_named() -> None:
     assert sums == {
         "rest_client_rate_limiter_duration_seconds": {"PUT": (0.5, 3.0)},
         "scheduler_framework_extension_point_duration_seconds": {"Filter": (3.0, 10.0)},
+        "scheduler_scheduling_algorithm_duration_seconds": {"": (0.25, 5.0)},
     }
 
 
@@ -50,7 +53,7 @@ def test_the_bounds_table_adds_a_client_wait_up_over_verbs() -> None:
             "scheduler_framework_extension_point_duration_seconds": {"Filter": 2.0, "PreBind": 7.0},
         },
         "kube-apiserver": {"apiserver_admission_webhook_admission_duration_seconds": {"dra.hami.io": 4.5}},
-        "hami": {"hami_request_duration_seconds": {"prioritize": 3.0, "webhook": 1.5}},
+        "hami": {"hami_request_duration_seconds": {"prioritize": 3.0, "webhook-dra": 1.5}},
     }
     figures = breakdown.bound_figures(inside)
     assert figures["kube-scheduler client limit wait"] == 30.0
