@@ -473,7 +473,13 @@ def _bench_dra(cp: ControlPlane, tmp: Path, audit_log: Path, pipeline: str, gpus
             pids = {"kube-apiserver": cp.apiserver.pid or 0, "etcd": cp.etcd.pid or 0, "bench": os.getpid()}
 
             def create() -> None:
+                if hami is not None and CPROFILE:
+                    hami.process.send_signal(signal.SIGUSR1)
                 _create_objects(cp, ns, pods, stack.pod, times)
+
+            def after() -> None:
+                if hami is not None and CPROFILE:
+                    hami.process.send_signal(signal.SIGUSR2)
 
             with cp.client() as kube:
                 result = _measure(
@@ -485,6 +491,7 @@ def _bench_dra(cp: ControlPlane, tmp: Path, audit_log: Path, pipeline: str, gpus
                     times,
                     create,
                     pods,
+                    after=after,
                     controller_manager_port=stack.controller_manager_port,
                     label=pipeline,
                     hami_metrics_port=hami.metrics_port if hami else 0,

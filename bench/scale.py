@@ -29,6 +29,7 @@ import functools
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -49,6 +50,7 @@ import hami
 from bench import breakdown, dra
 from bench.dra import PIPELINES as DRA_PIPELINES
 from bench.e2e import (
+    CPROFILE,
     HAMI_MAIN,
     ONE_GPU,
     DevicePluginStandIn,
@@ -343,9 +345,14 @@ def run_burst(
                 threading.Thread(target=_scrape_midway, args=args, daemon=True).start()
             t0 = time.perf_counter()
             limits = HAMI_LIMITS if pipeline != "bare" else BARE_LIMITS
+            profiled = hami.process if hami is not None and CPROFILE and pipeline.startswith("dra") else None
+            if profiled:
+                profiled.send_signal(signal.SIGUSR1)
             with breakdown.cpu_profiles(scheduler.port, cp.token, f"kube-scheduler-{pipeline}-{pods}"):
                 create_burst(cp, ns, pods, limits, times, running.body)
                 bound = times.wait_all(pods, timeout=timeout)
+            if profiled:
+                profiled.send_signal(signal.SIGUSR2)
             elapsed = max(times.bound.values(), default=t0) - t0
             if plugin is not None:
                 wait_until(lambda: len(plugin.done) >= bound, 60)
