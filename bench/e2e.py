@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from tests.e2e.cluster import ControlPlane, KubeClient, Scheduler, free_port, start_control_plane
+from tests.e2e.cluster import ApiError, ControlPlane, KubeClient, Scheduler, free_port, start_control_plane
 from tests.e2e.identities import HAMI_SA, chart_identities
 
 from bench import breakdown
@@ -228,6 +228,9 @@ class _BoundTimes:
 
     def __init__(self, cp: ControlPlane, namespace: str, stop: threading.Event) -> None:
         self.created: dict[str, float] = {}
+        self.refused: dict[str, int] = {}
+        """Creates the API server refused and the load generator sent again, by the refusal's message (the
+        webhook timed out, …)."""
         self.bound: dict[str, float] = {}
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
@@ -497,6 +500,7 @@ def _bench_dra(cp: ControlPlane, tmp: Path, audit_log: Path, pipeline: str, gpus
                     hami_metrics_port=hami.metrics_port if hami else 0,
                 )
             return result | {
+                "create_refusals": dict(times.refused),
                 "front": stack.front,
                 "kube_scheduler_limits": list(stack.limits),
                 "kube_scheduler_limits_source": stack.limits_source,
@@ -690,6 +694,24 @@ def _create_pods(
         list(pool.map(create, range(pods)))
 
 
+def create_retrying(kube: KubeClient, ns: str, pod: dict[str, Any], times: _BoundTimes, attempts: int = 5) -> None:
+    """Create ``pod``; a create the API server refuses with a 5xx (an admission webhook that did not answer in its
+    timeout) is sent again a second later, as a controller would, and counted in ``times.refused``."""
+    for attempt in range(attempts):
+        try:
+            kube.post(f"/api/v1/namespaces/{ns}/pods", pod)
+            return
+        except ApiError as err:
+            if err.status == 409 and attempt > 0:  # the refused answer came after all: it exists
+                return
+            if err.status < 500 or attempt == attempts - 1:
+                raise
+            why = str(err).split(": ", 2)[-1][:120]
+            with times.lock:
+                times.refused[why] = times.refused.get(why, 0) + 1
+            time.sleep(1.0)
+
+
 def _create_objects(
     cp: ControlPlane, ns: str, pods: int, body: Callable[[int], dict[str, Any]], times: _BoundTimes
 ) -> None:
@@ -697,7 +719,7 @@ def _create_objects(
 
     def create(i: int) -> None:
         pod = body(i)
-        clients[i % 8].post(f"/api/v1/namespaces/{ns}/pods", pod)
+        create_retrying(clients[i % 8], ns, pod, times)
         with times.lock:
             times.created[pod["metadata"]["name"]] = time.perf_counter()
 

@@ -61,6 +61,7 @@ from bench.e2e import (
     _scheduler_config,
     audit_args,
     audited_requests,
+    create_retrying,
     node_body,
     scheduler_args,
     spawn_hami,
@@ -237,7 +238,7 @@ def create_burst(
         if body is None:
             kube.create_pod(ns, f"p{i:05d}", limits=limits, scheduler_name="hami-scheduler")
         else:
-            kube.post(f"/api/v1/namespaces/{ns}/pods", body(i))
+            create_retrying(kube, ns, body(i), times)
         with times.lock:
             times.created[f"p{i:05d}"] = time.perf_counter()
 
@@ -361,7 +362,8 @@ def run_burst(
             time.sleep(0.5)  # the audit log has the last requests
             who = audited_requests(cluster.audit_log, audit0)
             result |= _burst_figures(times, bound, elapsed, who, cpu) | {
-                "failed_attempts": _failed_attempts(cp, scheduler.port) - failed0
+                "failed_attempts": _failed_attempts(cp, scheduler.port) - failed0,
+                "create_refusals": dict(times.refused),
             }
             if scheduler.process.pid is not None:  # kube-scheduler's cache of every node and pod, beside hami's
                 result["kube_scheduler_rss_mb"] = _rss_mb(scheduler.process.pid)["rss_mb"]
