@@ -467,7 +467,7 @@ class HamiDra:
 def start_hami(kubeconfig: Path, tmp: Path, tls: Tls, name: str = "hami", timeout: float = 120) -> HamiDra:
     """``hami scheduler`` with the chart's TLS, ``--dra-mode`` when hami has it; once its extender is ready (with
     ``HAMI_BENCH_CPROFILE``: under :mod:`bench.cpuprofile`, profiled from SIGUSR1 to SIGUSR2)."""
-    from bench.e2e import CPROFILE, EXTRA, HAMI_MAIN, scheduler_args, spawn_hami
+    from bench.e2e import CPROFILE, EXTRA, HAMI_MAIN, PROFILE, scheduler_args, spawn_hami
 
     port, service_port, metrics_port = free_port(), free_port(), free_port()
     flags = hami_dra_flags()
@@ -480,7 +480,7 @@ def start_hami(kubeconfig: Path, tmp: Path, tls: Tls, name: str = "hami", timeou
         *EXTRA,
     ]
     log = tmp / f"{name}.log"
-    launcher = ["-m", "bench.cpuprofile", f"{CPROFILE}-{name}.pstats"] if CPROFILE else HAMI_MAIN
+    launcher = ["-m", "bench.cpuprofile", f"{CPROFILE}-{name}.pstats"] if CPROFILE else [*PROFILE, *HAMI_MAIN]
     process, ready_s = spawn_hami([sys.executable, *launcher, *args], log, port, timeout, tls=True)
     return HamiDra(process, port, service_port, metrics_port, log, ready_s, flags is not None)
 
