@@ -131,6 +131,7 @@ class DraLedger:
         self.settled: Callable[[], bool] = lambda: True
         """Whether every watch (nodes, pods, DRA objects) has delivered its first list (module docstring)."""
         self._slices: dict[str, Published] = {}  # name -> pool, node, generation, devices
+        self._sizes: dict[str, tuple[int, ...]] = {}  # driver -> memory_sizes, until the next slice event
         self._pools: dict[PoolKey, set[str]] = {}  # (driver, pool) -> slice names
         self._views: dict[PoolKey, PoolView] = {}  # per pool: what is used of it, per node (``pools``)
         self._last_known: dict[DeviceKey, dict[str, DraDevice]] = {}  # gone from the slices, still held by a claim
@@ -190,10 +191,14 @@ class DraLedger:
 
     def memory_sizes(self, driver: str) -> tuple[int, ...]:
         """The distinct memory sizes in MiB (rounded down) of the devices ``driver`` publishes, smallest first (DRA
-        mode turns a ``gpumem-percentage`` into one alternative per card size); () for a driver not counted."""
+        mode turns a ``gpumem-percentage`` into one alternative per card size); () for a driver not counted. Kept
+        until the next slice event: every admission asks, and reading every published device is O(the cluster)."""
         config = self.drivers.get(driver)
         if config is None:
             return ()
+        known = self._sizes.get(driver)
+        if known is not None:
+            return known
         num, den = MEMORY_UNITS_MIB[config.memory_unit]
         sizes = {
             int(dev.memory.value * num / den)
@@ -202,7 +207,8 @@ class DraLedger:
             for dev in published.devices
             if dev.memory is not None
         }
-        return tuple(sorted(size for size in sizes if size > 0))
+        self._sizes[driver] = tuple(sorted(size for size in sizes if size > 0))
+        return self._sizes[driver]
 
     # --- events --------------------------------------------------------------------------------------------------
     def slice_event(self, sl: ResourceSlice, deleted: bool = False) -> list[DraProblem]:
@@ -213,6 +219,7 @@ class DraLedger:
         old = self._slices.pop(name, None)
         if cfg is None and old is None:
             return []
+        self._sizes.clear()
         before = self._slice_problems.pop(name, ())
         self._slice_warnings.pop(name, None)
         old_pool = old.pool if old is not None else None
