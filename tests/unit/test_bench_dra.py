@@ -6,16 +6,18 @@ from __future__ import annotations
 import json
 import random
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
-from bench import dra, drastandin
+from bench import dra, drastandin, e2e
 from bench.e2e import audited_requests
 from bench.run import DRA_TARGETS, _targets
 from bench.scenarios import node_devices
 
 from hami.deviceplugin.dra.slices import DRIVER
+from tests.e2e.cluster import ApiError
 from tests.unit.jsonpatch import apply_patch
 
 ASKED = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1024", "nvidia.com/gpucores": "10"}
@@ -213,3 +215,31 @@ def test_dra_mode_meets_its_targets_only_against_both_pipelines() -> None:
     assert under_spread["dra"].endswith("MISSED")
     alone = _targets(*_runs(dra=61.0))
     assert alone == {"dra": "-"}
+
+
+class _Refusing:
+    """A client whose first ``refusals`` creates answer ``status``, then each create succeeds."""
+
+    def __init__(self, refusals: int, status: int = 500) -> None:
+        self.refusals, self.status, self.posts = refusals, status, 0
+
+    def post(self, path: str, body: Any) -> Any:
+        self.posts += 1
+        if self.posts <= self.refusals:
+            raise ApiError("POST", path, self.status, {"message": 'failed calling webhook "dra.hami.io": timeout'})
+        return body
+
+
+def test_a_create_the_webhook_could_not_answer_is_sent_again_and_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(e2e.time, "sleep", lambda _s: None)
+    times = e2e._BoundTimes.__new__(e2e._BoundTimes)
+    times.refused, times.lock = {}, threading.Lock()
+    client = _Refusing(2)
+    e2e.create_retrying(client, "ns", {"metadata": {"name": "p"}}, times)  # type: ignore[arg-type]
+    assert client.posts == 3
+    assert sum(times.refused.values()) == 2
+    assert all("dra.hami.io" in why for why in times.refused)
+    with pytest.raises(ApiError):
+        e2e.create_retrying(_Refusing(1, 403), "ns", {}, times)  # type: ignore[arg-type]
+    with pytest.raises(ApiError):
+        e2e.create_retrying(_Refusing(9), "ns", {}, times, attempts=3)  # type: ignore[arg-type]
