@@ -25,9 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from tests.e2e.cluster import ControlPlane, KubeClient, Scheduler, free_port, start_control_plane
+from tests.e2e.cluster import ApiError, ControlPlane, KubeClient, Scheduler, free_port, start_control_plane
 from tests.e2e.identities import HAMI_SA, chart_identities
 
+from bench import breakdown
+from bench.drastandin import AGENT as DRA_STANDIN_AGENT
 from bench.scenarios import node_devices, pair_scores
 from hami.protocol import keys
 from hami.protocol.inventory import encode_inventory_json
@@ -165,13 +167,17 @@ def audit_args(tmp: Path) -> tuple[list[str], Path]:
 
 WHO = (
     (STANDIN_AGENT, "device plugin stand-in"),
+    (DRA_STANDIN_AGENT, "hami stand-in"),
     ("hami/", "hami"),
     ("kube-scheduler/", "kube-scheduler"),
+    ("kube-controller-manager/", "kube-controller-manager"),
     ("python-httpx/", "bench"),
     ("kube-apiserver/", "kube-apiserver"),
 )
 """User-Agent prefixes, and who sends them (``bench``: the load generator's creates and the watch that times
-binds; ``kube-apiserver``: its own loopback requests)."""
+binds; ``kube-apiserver``: its own loopback requests; ``hami stand-in``: :mod:`bench.drastandin`)."""
+SENDERS = ("hami", "hami stand-in", "kube-scheduler", "kube-controller-manager", "device plugin stand-in", "bench")
+"""The senders whose requests per pod every result names (``<sender>_requests_per_pod``)."""
 
 
 def audited_requests(log: Path, offset: int) -> dict[str, dict[str, int]]:
@@ -222,6 +228,9 @@ class _BoundTimes:
 
     def __init__(self, cp: ControlPlane, namespace: str, stop: threading.Event) -> None:
         self.created: dict[str, float] = {}
+        self.refused: dict[str, int] = {}
+        """Creates the API server refused and the load generator sent again, by the refusal's message (the
+        webhook timed out, …)."""
         self.bound: dict[str, float] = {}
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
@@ -325,11 +334,12 @@ def bench_pipeline(
     """One row of the honest end-to-end table (issue 19 item 3): ``pods`` pods created at once and bound by
     ``bare`` kube-scheduler (no extender, pods without devices), or by kube-scheduler with hami as its extender
     under node policy ``spread`` or ``binpack`` (one-GPU pods; :class:`DevicePluginStandIn` does what HAMi's device
-    plugin does after Allocate; ``hami_args`` are added to hami's command line). Measured: pods/s (first create →
-    last bound), creation → bound p50/p99 (create call answered → first seen bound by one watch), API requests per
-    pod (from kube-apiserver's own ``apiserver_request_total``: everything, the benchmark's creates and its one watch
-    included, nothing polled; and by who sent them, from kube-apiserver's audit log), kube-scheduler's failed
-    attempts, and the CPU time per bound pod of every process."""
+    plugin does after Allocate; ``hami_args`` are added to hami's command line), or by one of DRA mode's pipelines
+    (``dra…``, :mod:`bench.dra`). Measured: pods/s (first create → last bound), creation → bound p50/p99 (create
+    call answered → first seen bound by one watch), API requests per pod (from kube-apiserver's own
+    ``apiserver_request_total``: everything, the benchmark's creates and its one watch included, nothing polled;
+    and by who sent them, from kube-apiserver's audit log), kube-scheduler's failed attempts, and the CPU time per
+    bound pod of every process."""
     with tempfile.TemporaryDirectory(prefix="hami-bench-") as tmp:
         audit, audit_log = audit_args(Path(tmp))
         cp = start_control_plane(Path(tmp), apiserver_args=audit)
@@ -338,6 +348,9 @@ def bench_pipeline(
         try:
             kube = cp.client()
             _create_nodes(kube, nodes, gpus)
+            if pipeline.startswith("dra"):
+                return _bench_dra(cp, Path(tmp), audit_log, pipeline, gpus, pods)
+            metrics_port = 0
             if pipeline == "bare":
                 scheduler = cp.start_scheduler({"profiles": [{"schedulerName": "hami-scheduler"}]})
                 limits: dict[str, int] = {}
@@ -351,55 +364,152 @@ def bench_pipeline(
             plugin = DevicePluginStandIn(cp, ns, stop) if hami is not None else None
             times = _BoundTimes(cp, ns, stop)
             time.sleep(1.0)  # the watches are open and hami's caches have the namespace
-            requests0 = _apiserver_requests_by(kube)
-            audit0 = audit_log.stat().st_size
-            failed0 = _failed_attempts(cp, scheduler.port)
             pids = _component_pids(cp, scheduler, hami)
-            cpu0 = {name: _cpu_seconds(pid) for name, pid in pids.items()}
             if hami is not None and CPROFILE:
                 hami.send_signal(signal.SIGUSR1)
-            t0 = time.perf_counter()
-            _create_pods(cp, ns, pods, limits, times)
-            bound = times.wait_all(pods)
-            if hami is not None and CPROFILE:
-                hami.send_signal(signal.SIGUSR2)
-            elapsed = max(times.bound.values(), default=t0) - t0
-            if plugin is not None:  # the device plugin's work for the burst is part of its cost
-                wait_until(lambda: len(plugin.done) >= bound, 30)
-            cpu = {name: 1e3 * (_cpu_seconds(pid) - cpu0[name]) / max(bound, 1) for name, pid in pids.items()}
-            by = _apiserver_requests_by(kube)
-            per_kind = {k: (v - requests0.get(k, 0.0)) / max(bound, 1) for k, v in by.items()}
-            time.sleep(0.5)  # the audit log has the last requests
-            who = audited_requests(audit_log, audit0)
-            lat = times.latencies()
-            return {
-                "pods": pods,
-                "bound": bound,
-                "seconds": elapsed,
-                "pods_per_s": bound / elapsed if elapsed > 0 else 0.0,
-                "p50_s": _quantile(lat, 0.50),
-                "p99_s": _quantile(lat, 0.99),
-                "api_requests_per_pod": sum(per_kind.values()),
-                "api_requests_per_pod_by": {k: round(v, 3) for k, v in sorted(per_kind.items()) if v >= 0.005},
-                "requests_per_pod_by_who": {
-                    name: {k: round(v / max(bound, 1), 3) for k, v in sorted(kinds.items())}
-                    for name, kinds in sorted(who.items())
-                },
-                **{
-                    f"{name}_requests_per_pod": sum(who.get(name, {}).values()) / max(bound, 1)
-                    for name in ("hami", "kube-scheduler", "device plugin stand-in", "bench")
-                },
-                "standin_requests": dict(plugin.requests) if plugin is not None else {},
-                "failed_attempts": _failed_attempts(cp, scheduler.port) - failed0,
-                "hami_cpu_ms_per_pod": cpu.get("hami", 0.0),
-                "cpu_ms_per_pod": cpu,
-                "loadavg": os.getloadavg()[0],
-            }
+
+            def create() -> None:
+                _create_pods(cp, ns, pods, limits, times)
+
+            def after() -> None:
+                if hami is not None and CPROFILE:
+                    hami.send_signal(signal.SIGUSR2)
+
+            result = _measure(
+                cp,
+                kube,
+                audit_log,
+                scheduler,
+                pids,
+                times,
+                create,
+                pods,
+                plugin,
+                after,
+                label=pipeline,
+                hami_metrics_port=metrics_port,
+            )
+            return result | {"standin_requests": dict(plugin.requests) if plugin is not None else {}}
         finally:
             stop.set()
             if hami is not None:
                 stop_process(hami)
             cp.stop()
+
+
+def _measure(
+    cp: ControlPlane,
+    kube: KubeClient,
+    audit_log: Path,
+    scheduler: Scheduler,
+    pids: dict[str, int],
+    times: _BoundTimes,
+    create: Callable[[], None],
+    pods: int,
+    plugin: DevicePluginStandIn | None = None,
+    after: Callable[[], None] = lambda: None,
+    controller_manager_port: int = 0,
+    label: str = "burst",
+    hami_metrics_port: int = 0,
+) -> dict[str, Any]:
+    """``create()`` the pods, wait until ``pods`` are bound (``times``), and the figures of ``bench_pipeline``:
+    CPU of ``pids`` (name → pid), requests from kube-apiserver's count and its audit log, kube-scheduler's failed
+    attempts, where the time goes inside the components (:mod:`bench.breakdown`); with ``plugin``, its work for
+    the burst is waited for and counted."""
+    components = breakdown.probes(cp.server, scheduler.port, controller_manager_port, hami_metrics_port)
+    inside0 = breakdown.snapshot(components, cp.token)
+    requests0 = _apiserver_requests_by(kube)
+    audit0 = audit_log.stat().st_size
+    failed0 = _failed_attempts(cp, scheduler.port)
+    cpu0 = {name: _cpu_seconds(pid) for name, pid in pids.items()}
+    t0 = time.perf_counter()
+    with breakdown.cpu_profiles(scheduler.port, cp.token, f"kube-scheduler-{label}-{t0:.0f}"):
+        create()
+        bound = times.wait_all(pods)
+    after()
+    elapsed = max(times.bound.values(), default=t0) - t0
+    if plugin is not None:  # the device plugin's work for the burst is part of its cost
+        wait_until(lambda: len(plugin.done) >= bound, 30)
+    cpu = {name: 1e3 * (_cpu_seconds(pid) - cpu0[name]) / max(bound, 1) for name, pid in pids.items()}
+    inside = breakdown.breakdown(inside0, breakdown.snapshot(components, cp.token), bound)
+    by = _apiserver_requests_by(kube)
+    per_kind = {k: (v - requests0.get(k, 0.0)) / max(bound, 1) for k, v in by.items()}
+    time.sleep(0.5)  # the audit log has the last requests
+    who = audited_requests(audit_log, audit0)
+    lat = times.latencies()
+    return {
+        "pods": pods,
+        "bound": bound,
+        "seconds": elapsed,
+        "pods_per_s": bound / elapsed if elapsed > 0 else 0.0,
+        "p50_s": _quantile(lat, 0.50),
+        "p99_s": _quantile(lat, 0.99),
+        "api_requests_per_pod": sum(per_kind.values()),
+        "api_requests_per_pod_by": {k: round(v, 3) for k, v in sorted(per_kind.items()) if v >= 0.005},
+        "requests_per_pod_by_who": {
+            name: {k: round(v / max(bound, 1), 3) for k, v in sorted(kinds.items())}
+            for name, kinds in sorted(who.items())
+        },
+        **{f"{name}_requests_per_pod": sum(who.get(name, {}).values()) / max(bound, 1) for name in SENDERS},
+        "failed_attempts": _failed_attempts(cp, scheduler.port) - failed0,
+        "hami_cpu_ms_per_pod": cpu.get("hami", 0.0),
+        "cpu_ms_per_pod": cpu,
+        "inside_ms": inside,
+        "loadavg": os.getloadavg()[0],
+    }
+
+
+def _bench_dra(cp: ControlPlane, tmp: Path, audit_log: Path, pipeline: str, gpus: int, pods: int) -> dict[str, Any]:
+    """``bench_pipeline`` for a DRA pipeline (``bench.dra``): slices and class published, its processes started,
+    ``pods`` pods created at once (8 client threads)."""
+    from bench import dra
+
+    stop = threading.Event()
+    slices_s = dra.publish(cp, dra.node_uids(cp), gpus)
+    try:
+        with cp.client() as kube:
+            ns = kube.create_namespace()
+        with dra.dra_stack(cp, tmp, pipeline, ns) as (stack, hami):
+            stack.prepare(cp, ns, pods)
+            times = _BoundTimes(cp, ns, stop)
+            time.sleep(1.0)  # the watches are open and hami's caches have the namespace
+            pids = {"kube-apiserver": cp.apiserver.pid or 0, "etcd": cp.etcd.pid or 0, "bench": os.getpid()}
+
+            def create() -> None:
+                if hami is not None and CPROFILE:
+                    hami.process.send_signal(signal.SIGUSR1)
+                _create_objects(cp, ns, pods, stack.pod, times)
+
+            def after() -> None:
+                if hami is not None and CPROFILE:
+                    hami.process.send_signal(signal.SIGUSR2)
+
+            with cp.client() as kube:
+                result = _measure(
+                    cp,
+                    kube,
+                    audit_log,
+                    stack.scheduler,
+                    pids | stack.pids,
+                    times,
+                    create,
+                    pods,
+                    after=after,
+                    controller_manager_port=stack.controller_manager_port,
+                    label=pipeline,
+                    hami_metrics_port=hami.metrics_port if hami else 0,
+                )
+            return result | {
+                "create_refusals": dict(times.refused),
+                "front": stack.front,
+                "kube_scheduler_limits": list(stack.limits),
+                "kube_scheduler_limits_source": stack.limits_source,
+                "claims_allocated": dra.claims_allocated(cp, ns),
+                "slices_s": slices_s,
+                "hami_dra_mode": bool(hami and hami.dra_mode),
+            }
+    finally:
+        stop.set()
 
 
 def bench_e2e(
@@ -476,31 +586,34 @@ HAMI_MAIN = ["-c", "from hami.cli import main; main()"]
 """``python`` arguments that run the ``hami`` command line."""
 
 
-def scheduler_args(kubeconfig: Path | str, port: int, metrics_port: int) -> list[str]:
+def scheduler_args(kubeconfig: Path | str, port: int, metrics_port: int, http_port: int = 0) -> list[str]:
     """``hami scheduler``'s arguments: the kubeconfig, its extender on ``port``, metrics on ``metrics_port``, the
-    webhook listener on a free port (all on loopback)."""
+    webhook listener on ``http_port`` (0: a free port; all on loopback)."""
     return [
         "scheduler",
         f"--kubeconfig={kubeconfig}",
-        f"--http_bind=127.0.0.1:{free_port()}",
+        f"--http_bind=127.0.0.1:{http_port or free_port()}",
         f"--extender-bind=127.0.0.1:{port}",
         f"--metrics-bind-address=127.0.0.1:{metrics_port}",
     ]
 
 
-def ready(port: int) -> bool:
-    """Whether hami's extender on ``port`` answers ``/readyz`` with 200 (its caches hold every node and pod)."""
+def ready(port: int, tls: bool = False) -> bool:
+    """Whether hami's extender on ``port`` answers ``/readyz`` with 200 (its caches hold every node and pod); with
+    ``tls`` over HTTPS (hami's own certificate, not verified: loopback)."""
     try:
-        return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200
+        url = f"{'https' if tls else 'http'}://127.0.0.1:{port}/readyz"
+        return httpx.get(url, timeout=2, verify=False).status_code == 200
     except httpx.HTTPError:
         return False
 
 
 def spawn_hami(
-    command: list[str], log: Path, port: int, timeout: float, **popen: Any
+    command: list[str], log: Path, port: int, timeout: float, tls: bool = False, **popen: Any
 ) -> tuple[subprocess.Popen[bytes], float]:
     """Start ``command`` (a ``hami scheduler``), its output to ``log``, and wait until its extender on ``port`` is
-    ready: the process and the seconds that took. Raises ``RuntimeError`` naming the log when it is not."""
+    ready (over HTTPS with ``tls``): the process and the seconds that took. Raises ``RuntimeError`` naming the log
+    when it is not."""
     started = time.perf_counter()
     process = subprocess.Popen(
         command,
@@ -509,8 +622,8 @@ def spawn_hami(
         env=os.environ | {"PYTHONUNBUFFERED": "1"},
         **popen,
     )
-    wait_until(lambda: process.poll() is not None or ready(port), timeout)
-    if process.poll() is not None or not ready(port):
+    wait_until(lambda: process.poll() is not None or ready(port, tls), timeout)
+    if process.poll() is not None or not ready(port, tls):
         process.kill()
         raise RuntimeError(f"hami did not become ready; see {log}")
     return process, time.perf_counter() - started
@@ -575,6 +688,40 @@ def _create_pods(
         if times is not None:
             with times.lock:
                 times.created[f"p{i:04d}"] = time.perf_counter()
+
+    with ThreadPoolExecutor(8) as pool:
+        clients = [cp.client() for _ in range(8)]
+        list(pool.map(create, range(pods)))
+
+
+def create_retrying(kube: KubeClient, ns: str, pod: dict[str, Any], times: _BoundTimes, attempts: int = 5) -> None:
+    """Create ``pod``; a create the API server refuses with a 5xx (an admission webhook that did not answer in its
+    timeout) is sent again a second later, as a controller would, and counted in ``times.refused``."""
+    for attempt in range(attempts):
+        try:
+            kube.post(f"/api/v1/namespaces/{ns}/pods", pod)
+            return
+        except ApiError as err:
+            if err.status == 409 and attempt > 0:  # the refused answer came after all: it exists
+                return
+            if err.status < 500 or attempt == attempts - 1:
+                raise
+            why = str(err).split(": ", 2)[-1][:120]
+            with times.lock:
+                times.refused[why] = times.refused.get(why, 0) + 1
+            time.sleep(1.0)
+
+
+def _create_objects(
+    cp: ControlPlane, ns: str, pods: int, body: Callable[[int], dict[str, Any]], times: _BoundTimes
+) -> None:
+    """``pods`` pods ``body(i)`` created at once by 8 client threads, each one's creation time noted."""
+
+    def create(i: int) -> None:
+        pod = body(i)
+        create_retrying(clients[i % 8], ns, pod, times)
+        with times.lock:
+            times.created[pod["metadata"]["name"]] = time.perf_counter()
 
     with ThreadPoolExecutor(8) as pool:
         clients = [cp.client() for _ in range(8)]

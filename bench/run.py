@@ -17,8 +17,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench.breakdown import BOUNDS, bound_figures
 from bench.coldstart import cold_start_real
 from bench.core import bench_decide
+from bench.dra import PIPELINES as DRA_PIPELINES
 from bench.http import bench_http_filter
 from bench.ledger import cold_start, ledger_ops
 from bench.scenarios import SCENARIOS
@@ -73,7 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=1000, help="decisions per scenario (after warm-up)")
     parser.add_argument("--e2e-pods", type=int, default=200, help="pods for the end-to-end rate (0: skip)")
     parser.add_argument("--e2e-rounds", type=int, default=3, help="interleaved rounds of the end-to-end table")
+    parser.add_argument(
+        "--pipelines", nargs="+", choices=list(PIPELINES), help="rows of the end-to-end table (default: every one)"
+    )
+    parser.add_argument("--table-only", action="store_true", help="only the end-to-end table (no scenarios, faults)")
     args = parser.parse_args(argv)
+    if args.table_only:
+        return table_only(args.e2e_pods, args.e2e_rounds, args.pipelines)
     names = args.only or (QUICK if args.quick else FULL)
     results: dict[str, Any] = {"machine": machine(), "started": datetime.datetime.now(datetime.UTC).isoformat()}
     print(f"machine: {results['machine']}")
@@ -168,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     table("HTTP /filter on a running server (stub API server)", ["scenario", "req KB", "p50", "p95", "p99"], rows)
 
     if not args.quick and args.e2e_pods > 0:
-        pipelines_table(args.e2e_pods, results, args.e2e_rounds)
+        pipelines_table(args.e2e_pods, results, args.e2e_rounds, args.pipelines)
 
     if not args.quick and args.e2e_pods > 0:
         from bench.e2e import THROTTLED, bench_e2e
@@ -235,35 +243,62 @@ PIPELINES = {
     "spread": "hami spread",
     "binpack": "hami binpack",
     "spread-quiet": "hami spread --no-success-events",
+    **DRA_PIPELINES,
 }
 HAMI_ARGS = {"spread-quiet": ("--no-success-events",)}
+DRA_TARGETS = (0.6, 1.5)
+"""DRA mode (issue 38): at least 0.6x bare kube-scheduler and 1.5x hami's extender (``spread``) in the same run."""
+PROCESSES = ["kube-apiserver", "etcd", "kube-scheduler", "hami", "hami stand-in", "kube-controller-manager", "bench"]
+REQUEST_SENDERS = [
+    "hami",
+    "hami stand-in",
+    "device plugin stand-in",
+    "kube-scheduler",
+    "kube-controller-manager",
+    "bench",
+]
 
 
-def pipelines_table(pods: int, results: dict[str, Any], rounds: int = 3) -> None:
-    """The honest end-to-end table (issue 19 item 3): bare kube-scheduler, hami ``spread``, hami ``binpack``, in this
-    run, interleaved (bare, spread, binpack, then again, ``rounds`` times; each on a fresh control plane, M: 100
-    nodes x 8 GPUs), with the median and range of each figure, the ratios to bare and the issue's targets; then
-    where the CPU and the API requests of a pod go (medians)."""
+def _targets(med: dict[str, dict[str, float]], runs: dict[str, list[dict[str, Any]]]) -> dict[str, str]:
+    """Each row's target and whether this run meets it (``-`` where the row it compares with was not run)."""
+    rate = {name: m["pods_per_s"] for name, m in med.items()}
+    bare, spread = rate.get("bare", 0.0), rate.get("spread", 0.0)
+    out = dict.fromkeys(runs, "-")
+    if bare and "spread" in rate:
+        out["spread"] = f">= 0.5x bare: {'ok' if spread >= 0.5 * bare else 'MISSED'}"
+    if bare and "spread-quiet" in rate:
+        out["spread-quiet"] = f">= 0.34x bare: {'ok' if rate['spread-quiet'] >= 0.34 * bare else 'MISSED'}"
+    if spread and "binpack" in rate:
+        ok = rate["binpack"] >= 0.5 * spread and max(r["failed_attempts"] for r in runs["binpack"]) == 0
+        out["binpack"] = f">= 0.5x spread, 0 failed: {'ok' if ok else 'MISSED'}"
+    low, high = DRA_TARGETS
+    for name in ("dra", "dra-default", "dra-noprio", "dra-fewer"):
+        if name in rate and bare and spread:
+            ok = rate[name] >= low * bare and rate[name] >= high * spread
+            out[name] = f">= {low}x bare, >= {high}x spread: {'ok' if ok else 'MISSED'}"
+    return out
+
+
+def pipelines_table(pods: int, results: dict[str, Any], rounds: int = 3, names: list[str] | None = None) -> None:
+    """The honest end-to-end table (issue 19 item 3, issue 38 item 5): bare kube-scheduler, hami ``spread``, hami
+    ``binpack``, and DRA mode's pipelines (``bench.dra``), in this run, interleaved (each row once, then again,
+    ``rounds`` times; each on a fresh control plane, M: 100 nodes x 8 GPUs), with the median and range of each
+    figure, the ratios to bare and the targets; then where the CPU and the API requests of a pod go (medians)."""
     from bench.e2e import bench_pipeline
 
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in PIPELINES}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names or PIPELINES}
     for i in range(rounds):
-        for name in PIPELINES:
-            r = bench_pipeline(name.split("-")[0], pods=pods, hami_args=HAMI_ARGS.get(name, ()))
-            runs[name].append(r)
-            print(f"  round {i + 1} {name}: {r['pods_per_s']:.1f} pods/s, load average {r['loadavg']:.1f}")
+        for name, done in runs.items():
+            r = bench_pipeline(
+                name.split("-")[0] if name in HAMI_ARGS else name, pods=pods, hami_args=HAMI_ARGS.get(name, ())
+            )
+            done.append(r)
+            print(f"  round {i + 1} {name}: {r['pods_per_s']:.1f} pods/s, load average {r['loadavg']:.1f}", flush=True)
     results["pipelines"] = runs
     med = {name: {k: _median([r[k] for r in rs]) for k in _FIGURES} for name, rs in runs.items()}
-    bare, spread = med["bare"]["pods_per_s"], med["spread"]["pods_per_s"]
-    binpack_ok = (
-        med["binpack"]["pods_per_s"] >= 0.5 * spread and max(r["failed_attempts"] for r in runs["binpack"]) == 0
-    )
-    targets = {
-        "bare": "-",
-        "spread": f">= 0.5x bare: {'ok' if spread >= 0.5 * bare else 'MISSED'}",
-        "binpack": f">= 0.5x spread, 0 failed: {'ok' if binpack_ok else 'MISSED'}",
-        "spread-quiet": f">= 0.34x bare: {'ok' if med['spread-quiet']['pods_per_s'] >= 0.34 * bare else 'MISSED'}",
-    }
+    bare = med.get("bare", {}).get("pods_per_s", 0.0)
+    spread = med.get("spread", {}).get("pods_per_s", 0.0)
+    targets = _targets(med, runs)
     rows = []
     for name, rs in runs.items():
         m = med[name]
@@ -274,11 +309,14 @@ def pipelines_table(pods: int, results: dict[str, Any], rounds: int = 3) -> None
                 f"{min(r['bound'] for r in rs):.0f}/{pods}",
                 _ranged(rs, "pods_per_s"),
                 f"{m['pods_per_s'] / bare:.2f}" if bare else "-",
+                f"{m['pods_per_s'] / spread:.2f}" if spread else "-",
                 _ranged(rs, "p50_s"),
                 _ranged(rs, "p99_s"),
                 _ranged(rs, "api_requests_per_pod"),
                 f"{sum(r['failed_attempts'] for r in rs):.0f}",
-                "-" if name == "bare" else _ranged(rs, "hami_cpu_ms_per_pod") + (" ok" if cpu < 5 else " MISSED"),
+                "-"
+                if name in ("bare", "dra-claims")
+                else _ranged(rs, "hami_cpu_ms_per_pod") + (" ok" if cpu < 5 else " MISSED"),
                 _ranged(rs, "loadavg"),
                 targets[name],
             ]
@@ -291,6 +329,7 @@ def pipelines_table(pods: int, results: dict[str, Any], rounds: int = 3) -> None
             "bound",
             "pods/s",
             "x bare",
+            "x spread",
             "p50 s",
             "p99 s",
             "API req/pod",
@@ -301,46 +340,64 @@ def pipelines_table(pods: int, results: dict[str, Any], rounds: int = 3) -> None
         ],
         rows,
     )
-    processes = ["kube-apiserver", "etcd", "kube-scheduler", "hami", "bench"]
+    breakdown_tables(runs)
+
+
+def breakdown_tables(runs: dict[str, list[dict[str, Any]]]) -> None:
+    """Where a pod's CPU and API requests go, per pipeline (medians over the rounds)."""
     table(
         "Where a pod's CPU goes (ms per bound pod, median; 'bench' = the load generator, its watch and the device "
-        "plugin's stand-in)",
-        ["pipeline", *processes, "all"],
+        "plugin's stand-in; 'hami stand-in' = bench.drastandin, DRA mode's front door while hami has none)",
+        ["pipeline", *PROCESSES, "all"],
         [
             [
                 PIPELINES[name],
-                *(fmt(_median([r["cpu_ms_per_pod"].get(p, 0.0) for r in rs])) for p in processes),
+                *(fmt(_median([r["cpu_ms_per_pod"].get(p, 0.0) for r in rs])) for p in PROCESSES),
                 fmt(_median([sum(r["cpu_ms_per_pod"].values()) for r in rs])),
             ]
             for name, rs in runs.items()
         ],
     )
-    senders = ["hami", "device plugin stand-in", "kube-scheduler", "bench"]
     table(
         "API requests per bound pod by who sent them (kube-apiserver's audit log, by User-Agent; median)",
-        ["pipeline", *senders, "all (apiserver_request_total)"],
+        ["pipeline", *REQUEST_SENDERS, "all (apiserver_request_total)"],
         [
             [
                 PIPELINES[name],
-                *(fmt(_median([r.get(f"{who}_requests_per_pod", 0.0) for r in rs])) for who in senders),
+                *(fmt(_median([r.get(f"{who}_requests_per_pod", 0.0) for r in rs])) for who in REQUEST_SENDERS),
                 fmt(_median([r["api_requests_per_pod"] for r in rs])),
             ]
             for name, rs in runs.items()
         ],
     )
-    hami_kinds = sorted({k for rs in runs.values() for r in rs for k in r["requests_per_pod_by_who"].get("hami", {})})
-    table(
-        "hami's API requests per bound pod by verb and resource (audit log; median; a code where it is not 2xx)",
-        ["request", *(PIPELINES[n] for n in runs)],
-        [
+    for who in ("hami", "hami stand-in", "kube-scheduler", "kube-controller-manager"):
+        kinds = sorted({k for rs in runs.values() for r in rs for k in r["requests_per_pod_by_who"].get(who, {})})
+        shown = [n for n, rs in runs.items() if any(r["requests_per_pod_by_who"].get(who) for r in rs)]
+        if not kinds:
+            continue
+        table(
+            f"{who}'s API requests per bound pod by verb and resource (audit log; median; a code where it is not 2xx)",
+            ["request", *(PIPELINES[n] for n in shown)],
             [
-                k,
-                *(
-                    fmt(_median([r["requests_per_pod_by_who"].get("hami", {}).get(k, 0.0) for r in rs]))
-                    for rs in runs.values()
-                ),
-            ]
-            for k in hami_kinds
+                [
+                    k,
+                    *(
+                        fmt(_median([r["requests_per_pod_by_who"].get(who, {}).get(k, 0.0) for r in runs[n]]))
+                        for n in shown
+                    ),
+                ]
+                for k in kinds
+            ],
+        )
+    titles = [title for *_, title in BOUNDS]
+    table(
+        "What bounds it: ms per bound pod inside the processes (median; their own histograms): how long requests "
+        "waited for their client's limit, kube-scheduler's extension points (PreBind and Bind run concurrently, off "
+        "the scheduling cycle), the admission webhooks' mean per call",
+        ["pipeline", *titles],
+        [
+            [PIPELINES[name], *(fmt(_median([bound_figures(r.get("inside_ms", {}))[t] for r in rs])) for t in titles)]
+            for name, rs in runs.items()
         ],
     )
     kinds = sorted({k for rs in runs.values() for r in rs for k in r["api_requests_per_pod_by"]})
@@ -428,6 +485,26 @@ def afresh_rows(names: list[str], iterations: int, results: dict[str, Any]) -> N
             ],
             rows,
         )
+
+
+def save(results: dict[str, Any], suffix: str = "") -> Path:
+    """Write ``results`` to ``bench/results/<UTC time><suffix>.json``; its path."""
+    out = Path(__file__).parent / "results"
+    out.mkdir(exist_ok=True)
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = out / f"{stamp}{suffix}.json"
+    path.write_text(json.dumps(results, indent=2))
+    return path
+
+
+def table_only(pods: int, rounds: int, names: list[str] | None) -> int:
+    """``--table-only``: the end-to-end table alone (``--pipelines`` picks its rows), to ``bench/results``."""
+    results: dict[str, Any] = {"machine": machine(), "started": datetime.datetime.now(datetime.UTC).isoformat()}
+    print(f"machine: {results['machine']}", flush=True)
+    pipelines_table(pods, results, rounds, names)
+    results["load_avg_1m_at_end"] = round(os.getloadavg()[0], 2)
+    print(f"\nraw results: {save(results, '-pipelines')}")
+    return 0
 
 
 def profile() -> int:

@@ -25,9 +25,11 @@ from __future__ import annotations
 import argparse
 import compileall
 import datetime
+import functools
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -45,7 +47,10 @@ import yaml
 from tests.e2e.cluster import ControlPlane, KubeClient, Scheduler, free_port, start_control_plane
 
 import hami
+from bench import breakdown, dra
+from bench.dra import PIPELINES as DRA_PIPELINES
 from bench.e2e import (
+    CPROFILE,
     HAMI_MAIN,
     ONE_GPU,
     DevicePluginStandIn,
@@ -56,6 +61,7 @@ from bench.e2e import (
     _scheduler_config,
     audit_args,
     audited_requests,
+    create_retrying,
     node_body,
     scheduler_args,
     spawn_hami,
@@ -74,7 +80,8 @@ than any node's own plugin would hold them."""
 """Client threads that write the nodes and the bound pods."""
 HAMI_LIMITS = ONE_GPU
 BARE_LIMITS = {"nvidia.com/gpu": 1}
-PIPELINES = ("bare", "spread", "binpack")
+PIPELINES = ("bare", "spread", "binpack", *DRA_PIPELINES)
+DEFAULT_PIPELINES = ("bare", "spread", "binpack", "dra")
 STALL = re.compile(r"event loop held for ([0-9.]+) s \(([0-9.]+) s on the CPU(?:, ([0-9.]+) s collecting garbage)?\)")
 
 
@@ -137,13 +144,17 @@ def _in_parallel(cp: ControlPlane, count: int, work: Callable[[KubeClient, int],
     return time.perf_counter() - started
 
 
-def build_cluster(tmp: Path, nodes: int, gpus: int, pods: int) -> Cluster:
+def build_cluster(tmp: Path, nodes: int, gpus: int, pods: int, dra_mode: bool = False) -> Cluster:
+    """The control plane, the nodes (with DRA mode: their ResourceSlices and the DeviceClass), ``pods`` bound pods."""
     audit, log = audit_args(tmp)
     cp = start_control_plane(tmp, apiserver_args=audit)
     cluster = Cluster(cp, tmp, log, nodes, gpus)
     bodies = [node_body(n, gpus) for n in range(nodes)]
     cluster.setup["nodes_s"] = _in_parallel(cp, nodes, lambda kube, n: kube.create_node(f"node-{n:05d}", **bodies[n]))
     print(f"  {nodes} nodes created in {cluster.setup['nodes_s']:.1f} s", flush=True)
+    if dra_mode:
+        cluster.setup["slices_s"] = dra.publish(cp, dra.node_uids(cp), gpus, WRITERS)
+        print(f"  {nodes} ResourceSlices written in {cluster.setup['slices_s']:.1f} s", flush=True)
     with cp.client() as kube:
         kube.create_namespace("bound")
 
@@ -212,12 +223,22 @@ def wait_synced(scheduler: Scheduler, cp: ControlPlane, nodes: int, timeout: flo
     return time.perf_counter() - started
 
 
-def create_burst(cp: ControlPlane, ns: str, pods: int, limits: dict[str, int], times: _BoundTimes) -> None:
-    """``pods`` pods created at once by 16 client threads; each pod's creation time is noted when its create
-    call answers."""
+def create_burst(
+    cp: ControlPlane,
+    ns: str,
+    pods: int,
+    limits: dict[str, int],
+    times: _BoundTimes,
+    body: Callable[[int], dict[str, Any]] | None = None,
+) -> None:
+    """``pods`` pods created at once by 16 client threads (``body(i)``, else one-container pods with ``limits``
+    sent to hami's scheduler name); each pod's creation time is noted when its create call answers."""
 
     def create(kube: KubeClient, i: int) -> None:
-        kube.create_pod(ns, f"p{i:05d}", limits=limits, scheduler_name="hami-scheduler")
+        if body is None:
+            kube.create_pod(ns, f"p{i:05d}", limits=limits, scheduler_name="hami-scheduler")
+        else:
+            create_retrying(kube, ns, body(i), times)
         with times.lock:
             times.created[f"p{i:05d}"] = time.perf_counter()
 
@@ -239,79 +260,152 @@ def _scrape_midway(hami: Hami, times: _BoundTimes, pods: int, out: dict[str, flo
         out["scrape_s"] = -1.0
 
 
-def run_burst(
-    cluster: Cluster, pipeline: str, pods: int, hami_args: tuple[str, ...] = (), timeout: float = 900
-) -> dict[str, Any]:
-    """One burst of ``pods`` through ``pipeline`` (``bare``, ``spread`` or ``binpack``); its figures."""
+@dataclass
+class Pipeline:
+    """What a burst runs beside the control plane: kube-scheduler, hami (if any), how its pods are written."""
+
+    scheduler: Scheduler
+    hami: Hami | None
+    pids: dict[str, int]
+    body: Callable[[int], dict[str, Any]] | None = None
+    plugin: bool = False
+    """Whether the device plugin's stand-in does its part (hami's extender pipelines)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    controller_manager_port: int = 0
+
+
+@contextmanager
+def pipeline_running(
+    cluster: Cluster, pipeline: str, ns: str, pods: int, hami_args: tuple[str, ...]
+) -> Iterator[Pipeline]:
+    """Start ``pipeline``'s processes for ``pods`` pods in ``ns`` (bare, hami's extender under a policy, or DRA
+    mode's: ``bench.dra``) and stop them afterwards."""
     cp = cluster.cp
-    cluster.bursts += 1
-    stop_event = threading.Event()
+    if pipeline.startswith("dra"):
+        with dra.dra_stack(cp, cluster.tmp, pipeline, ns, f"-{cluster.bursts}", hami_timeout=300) as (stack, h):
+            hami = None
+            if h is not None:
+                hami = Hami(h.process, h.port, h.metrics_port, h.log, h.ready_s, _cpu_seconds(h.process.pid))
+            stack.prepare(cp, ns, pods, width=5)
+            extra = {
+                "front": stack.front,
+                "kube_scheduler_limits": list(stack.limits),
+                "kube_scheduler_limits_source": stack.limits_source,
+                "hami_dra_mode": bool(h and h.dra_mode),
+            }
+            body = functools.partial(stack.pod, width=5)
+            yield Pipeline(stack.scheduler, hami, dict(stack.pids), body, False, extra, stack.controller_manager_port)
+        return
     hami = start_hami(cluster, pipeline, hami_args) if pipeline != "bare" else None
-    result: dict[str, Any] = {"pipeline": pipeline, "pods": pods, "listed_pods": cluster.pods}
-    if hami is not None:
-        result["ready_s"], result["ready_cpu_s"] = hami.ready_s, hami.ready_cpu_s
-        result |= {f"ready_{k}": v for k, v in _rss_mb(hami.process.pid).items()}
     config = _scheduler_config(hami.port) if hami else {"profiles": [{"schedulerName": "hami-scheduler"}]}
     scheduler = cp.start_scheduler(config, name=f"kube-scheduler-{pipeline}-{cluster.bursts}")
     try:
-        result["scheduler_sync_s"] = wait_synced(scheduler, cp, cluster.nodes)
-        with cp.client() as kube:
-            ns = kube.create_namespace()
-        plugin = DevicePluginStandIn(cp, ns, stop_event, STANDIN_WORKERS) if hami else None
-        times = _BoundTimes(cp, ns, stop_event)
-        time.sleep(1.0)  # the watches are open
-        pids = {"kube-apiserver": cp.apiserver.pid, "etcd": cp.etcd.pid, "kube-scheduler": scheduler.process.pid}
-        pids = {k: v for k, v in pids.items() if v is not None} | {"bench": os.getpid()}
-        if hami:
-            pids["hami"] = hami.process.pid
-        cpu0 = {name: _cpu_seconds(pid) for name, pid in pids.items()}
-        audit0, failed0 = cluster.audit_log.stat().st_size, _failed_attempts(cp, scheduler.port)
-        log0 = hami.log.stat().st_size if hami else 0
-        scrape: dict[str, float] = {}
-        if hami:
-            threading.Thread(target=_scrape_midway, args=(hami, times, pods, scrape, stop_event), daemon=True).start()
-        t0 = time.perf_counter()
-        create_burst(cp, ns, pods, HAMI_LIMITS if hami else BARE_LIMITS, times)
-        bound = times.wait_all(pods, timeout=timeout)
-        elapsed = max(times.bound.values(), default=t0) - t0
-        if plugin is not None:
-            wait_until(lambda: len(plugin.done) >= bound, 60)
-        cpu = {name: 1e3 * (_cpu_seconds(pid) - cpu0[name]) / max(bound, 1) for name, pid in pids.items()}
-        time.sleep(0.5)  # the audit log has the last requests
-        who = audited_requests(cluster.audit_log, audit0)
-        lat = times.latencies()
-        result |= {
-            "bound": bound,
-            "seconds": elapsed,
-            "pods_per_s": bound / elapsed if elapsed > 0 else 0.0,
-            "p50_s": _quantile(lat, 0.50),
-            "p99_s": _quantile(lat, 0.99),
-            "failed_attempts": _failed_attempts(cp, scheduler.port) - failed0,
-            "cpu_ms_per_pod": cpu,
-            "requests_per_pod": {name: sum(kinds.values()) / max(bound, 1) for name, kinds in sorted(who.items())},
-            "requests_per_pod_by_kind": {
-                name: {k: round(v / max(bound, 1), 3) for k, v in sorted(kinds.items())}
-                for name, kinds in sorted(who.items())
-            },
-            "loadavg": os.getloadavg()[0],
-        }
-        if scheduler.process.pid is not None:  # kube-scheduler's cache of every node and pod, beside hami's
-            result["kube_scheduler_rss_mb"] = _rss_mb(scheduler.process.pid)["rss_mb"]
-        if hami:
-            stalls = _stalls(hami.log, log0)
-            held = [(cpu, collecting) for _, cpu, collecting in stalls if cpu >= 0.1]
-            result |= {f"burst_{k}": v for k, v in _rss_mb(hami.process.pid).items()}
-            result |= {"stalls": len(stalls), "longest_stall_s": max((w for w, _, _ in stalls), default=0.0)}
-            result |= {"cpu_stalls": len(held), "longest_cpu_stall_s": max((c for c, _ in held), default=0.0)}
-            result |= {"cpu_stalls_gc_s": [g for _, g in held]} | scrape
-        cluster.pods += bound
-        return result
+        pids = {"kube-scheduler": scheduler.process.pid or 0} | ({"hami": hami.process.pid} if hami else {})
+        yield Pipeline(scheduler, hami, pids, plugin=hami is not None)
     finally:
-        stop_event.set()
         scheduler.stop()
         cp.schedulers.remove(scheduler)
         if hami:
             stop_process(hami.process)
+
+
+def run_burst(
+    cluster: Cluster, pipeline: str, pods: int, hami_args: tuple[str, ...] = (), timeout: float = 900
+) -> dict[str, Any]:
+    """One burst of ``pods`` through ``pipeline`` (``bare``, ``spread``, ``binpack``, ``dra``, ``dra-default``);
+    its figures."""
+    cp = cluster.cp
+    cluster.bursts += 1
+    stop_event = threading.Event()
+    result: dict[str, Any] = {"pipeline": pipeline, "pods": pods, "listed_pods": cluster.pods}
+    with cp.client() as kube:
+        ns = kube.create_namespace()
+    try:
+        with pipeline_running(cluster, pipeline, ns, pods, hami_args) as running:
+            hami, scheduler = running.hami, running.scheduler
+            result |= running.extra
+            if hami is not None:
+                result["ready_s"], result["ready_cpu_s"] = hami.ready_s, hami.ready_cpu_s
+                result |= {f"ready_{k}": v for k, v in _rss_mb(hami.process.pid).items()}
+            result["scheduler_sync_s"] = wait_synced(scheduler, cp, cluster.nodes)
+            plugin = DevicePluginStandIn(cp, ns, stop_event, STANDIN_WORKERS) if running.plugin else None
+            times = _BoundTimes(cp, ns, stop_event)
+            time.sleep(1.0)  # the watches are open
+            pids = {"kube-apiserver": cp.apiserver.pid or 0, "etcd": cp.etcd.pid or 0, "bench": os.getpid()}
+            pids |= running.pids
+            cpu0 = {name: _cpu_seconds(pid) for name, pid in pids.items()}
+            components = breakdown.probes(
+                cp.server, scheduler.port, running.controller_manager_port, hami.metrics_port if hami else 0
+            )
+            inside0 = breakdown.snapshot(components, cp.token)
+            audit0, failed0 = cluster.audit_log.stat().st_size, _failed_attempts(cp, scheduler.port)
+            log0 = hami.log.stat().st_size if hami else 0
+            scrape: dict[str, float] = {}
+            if hami:
+                args = (hami, times, pods, scrape, stop_event)
+                threading.Thread(target=_scrape_midway, args=args, daemon=True).start()
+            t0 = time.perf_counter()
+            limits = HAMI_LIMITS if pipeline != "bare" else BARE_LIMITS
+            profiled = hami.process if hami is not None and CPROFILE and pipeline.startswith("dra") else None
+            if profiled:
+                profiled.send_signal(signal.SIGUSR1)
+            with breakdown.cpu_profiles(scheduler.port, cp.token, f"kube-scheduler-{pipeline}-{pods}"):
+                create_burst(cp, ns, pods, limits, times, running.body)
+                bound = times.wait_all(pods, timeout=timeout)
+            if profiled:
+                profiled.send_signal(signal.SIGUSR2)
+            elapsed = max(times.bound.values(), default=t0) - t0
+            if plugin is not None:
+                wait_until(lambda: len(plugin.done) >= bound, 60)
+            cpu = {name: 1e3 * (_cpu_seconds(pid) - cpu0[name]) / max(bound, 1) for name, pid in pids.items()}
+            result["inside_ms"] = breakdown.breakdown(inside0, breakdown.snapshot(components, cp.token), bound)
+            time.sleep(0.5)  # the audit log has the last requests
+            who = audited_requests(cluster.audit_log, audit0)
+            result |= _burst_figures(times, bound, elapsed, who, cpu) | {
+                "failed_attempts": _failed_attempts(cp, scheduler.port) - failed0,
+                "create_refusals": dict(times.refused),
+            }
+            if scheduler.process.pid is not None:  # kube-scheduler's cache of every node and pod, beside hami's
+                result["kube_scheduler_rss_mb"] = _rss_mb(scheduler.process.pid)["rss_mb"]
+            if hami:
+                result |= _hami_figures(hami, log0) | scrape
+            if pipeline.startswith("dra"):
+                result["claims_allocated"] = dra.claims_allocated(cp, ns)
+                result["over_capacity_events"] = dra.over_capacity_events(cp, ns)
+            cluster.pods += bound
+            return result
+    finally:
+        stop_event.set()
+
+
+def _burst_figures(
+    times: _BoundTimes, bound: int, elapsed: float, who: dict[str, dict[str, int]], cpu: dict[str, float]
+) -> dict[str, Any]:
+    lat = times.latencies()
+    return {
+        "bound": bound,
+        "seconds": elapsed,
+        "pods_per_s": bound / elapsed if elapsed > 0 else 0.0,
+        "p50_s": _quantile(lat, 0.50),
+        "p99_s": _quantile(lat, 0.99),
+        "cpu_ms_per_pod": cpu,
+        "requests_per_pod": {name: sum(kinds.values()) / max(bound, 1) for name, kinds in sorted(who.items())},
+        "requests_per_pod_by_kind": {
+            name: {k: round(v / max(bound, 1), 3) for k, v in sorted(kinds.items())}
+            for name, kinds in sorted(who.items())
+        },
+        "loadavg": os.getloadavg()[0],
+    }
+
+
+def _hami_figures(hami: Hami, log0: int) -> dict[str, Any]:
+    """hami's memory and the event-loop stalls it logged during the burst."""
+    stalls = _stalls(hami.log, log0)
+    held = [(cpu, collecting) for _, cpu, collecting in stalls if cpu >= 0.1]
+    result = {f"burst_{k}": v for k, v in _rss_mb(hami.process.pid).items()}
+    result |= {"stalls": len(stalls), "longest_stall_s": max((w for w, _, _ in stalls), default=0.0)}
+    result |= {"cpu_stalls": len(held), "longest_cpu_stall_s": max((c for c, _ in held), default=0.0)}
+    return result | {"cpu_stalls_gc_s": [g for _, g in held]}
 
 
 # --- the leader kill ------------------------------------------------------------------------------------------
@@ -435,6 +529,10 @@ def leader_kill(cluster: Cluster, pods: int, timeout: float = 900) -> dict[str, 
 # --- the report -----------------------------------------------------------------------------------------------
 
 
+SENDERS = ("hami", "hami stand-in", "device plugin stand-in", "kube-scheduler", "kube-controller-manager")
+PROCESSES = ("kube-apiserver", "etcd", "kube-scheduler", "hami", "hami stand-in", "kube-controller-manager")
+
+
 def _f(x: float) -> str:
     return f"{x:.3f}" if abs(x) < 10 else f"{x:.1f}"
 
@@ -442,6 +540,7 @@ def _f(x: float) -> str:
 def report(results: dict[str, Any]) -> None:
     bursts: list[dict[str, Any]] = results["bursts"]
     bare = {r["pods"]: r["pods_per_s"] for r in bursts if r["pipeline"] == "bare"}
+    spread = {r["pods"]: r["pods_per_s"] for r in bursts if r["pipeline"] == "spread"}
     rows = []
     for r in bursts:
         req = r["requests_per_pod"]
@@ -454,11 +553,11 @@ def report(results: dict[str, Any]) -> None:
                 f"{r['listed_pods']:,}",
                 _f(r["pods_per_s"]),
                 f"{ratio:.2f}",
+                f"{r['pods_per_s'] / spread[r['pods']]:.2f}" if spread.get(r["pods"]) else "-",
                 f"{_f(r['p50_s'])} / {_f(r['p99_s'])}",
                 f"{r['failed_attempts']:.0f}",
-                f"{req.get('hami', 0):.2f} / {req.get('device plugin stand-in', 0):.2f} / "
-                f"{req.get('kube-scheduler', 0):.2f} / {sum(req.values()):.2f}",
-                " / ".join(_f(cpu.get(p, 0.0)) for p in ("kube-apiserver", "etcd", "kube-scheduler", "hami")),
+                " / ".join(f"{req.get(w, 0):.2f}" for w in SENDERS) + f" / {sum(req.values()):.2f}",
+                " / ".join(_f(cpu.get(p, 0.0)) for p in PROCESSES),
                 "-" if "ready_s" not in r else f"{_f(r['ready_s'])} / {_f(r['ready_cpu_s'])}",
                 "-" if "burst_peak_rss_mb" not in r else f"{r['burst_rss_mb']:.0f} / {r['burst_peak_rss_mb']:.0f}",
                 "-"
@@ -476,16 +575,27 @@ def report(results: dict[str, Any]) -> None:
             "pods listed",
             "pods/s",
             "x bare",
+            "x spread",
             "p50 / p99 s",
             "failed",
-            "API req/pod: hami / plugin / kube-sched / all",
-            "CPU ms/pod: apiserver / etcd / kube-sched / hami",
+            "API req/pod: hami / hami stand-in / plugin / kube-sched / kcm / all",
+            "CPU ms/pod: apiserver / etcd / kube-sched / hami / hami stand-in / kcm",
             "hami ready s / CPU s",
             "hami RSS / peak MiB",
             "stalls >= 100 ms / longest s: wall; on the CPU",
             "load",
         ],
         rows,
+    )
+    titles = [title for *_, title in breakdown.BOUNDS]
+    table(
+        "What bounds it: ms per bound pod inside the processes (their own histograms; PreBind and Bind run "
+        "concurrently, off the scheduling cycle; the admission webhooks: ms a call)",
+        ["pipeline", "pods", *titles],
+        [
+            [r["pipeline"], str(r["pods"]), *(_f(breakdown.bound_figures(r.get("inside_ms", {}))[t]) for t in titles)]
+            for r in bursts
+        ],
     )
     kill = results.get("leader_kill")
     if kill and "error" not in kill:
@@ -511,7 +621,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, default=8, help="GPUs per node (default 8)")
     parser.add_argument("--pods", type=int, default=50000, help="GPU pods bound before the bursts (default 50000)")
     parser.add_argument("--bursts", type=int, nargs="+", default=[1000, 5000], help="burst sizes (default 1000 5000)")
-    parser.add_argument("--pipelines", nargs="+", default=list(PIPELINES), choices=PIPELINES)
+    parser.add_argument("--pipelines", nargs="+", default=list(DEFAULT_PIPELINES), choices=PIPELINES)
+    parser.add_argument(
+        "--first-only",
+        nargs="*",
+        default=[],
+        choices=PIPELINES,
+        help="pipelines run at the first burst size only (slow ones: dra-default, dra-templates)",
+    )
     parser.add_argument("--no-leader-kill", action="store_true", help="leave out the leader kill")
     parser.add_argument(
         "--burst-timeout", type=float, default=900, help="seconds a burst may take to bind (default 900)"
@@ -534,11 +651,12 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(exist_ok=True)
     path = out / f"scale-{datetime.datetime.now(datetime.UTC):%Y%m%dT%H%M%SZ}.json"
     with tempfile.TemporaryDirectory(prefix="hami-scale-") as tmp:
-        cluster = build_cluster(Path(tmp), args.nodes, args.gpus, args.pods)
+        dra_mode = any(p.startswith("dra") for p in [*args.pipelines, *args.first_only])
+        cluster = build_cluster(Path(tmp), args.nodes, args.gpus, args.pods, dra_mode)
         results["setup"] = cluster.setup
         try:
             for i, size in enumerate(args.bursts):
-                for pipeline in args.pipelines:
+                for pipeline in [*args.pipelines, *(args.first_only if i == 0 else [])]:
                     r = run_burst(cluster, pipeline, size, extra, args.burst_timeout)
                     results["bursts"].append(r)
                     path.write_text(json.dumps(results, indent=2))  # what a stopped run got so far

@@ -558,3 +558,13 @@ def test_memory_sizes_are_the_distinct_card_sizes_a_driver_publishes_in_mib() ->
     assert book.memory_sizes("other.example.com") == ()
     book.slice_event(slice_("resourceslice-memory-only"), deleted=True)
     assert book.memory_sizes(DRIVER) == (A100_MIB,)
+
+
+def test_memory_sizes_are_read_once_until_a_slice_changes() -> None:
+    """Every DRA-mode admission asks for the sizes: reading every published device each time is O(the cluster)."""
+    book = ledger()
+    book.slice_event(slice_("resourceslice"))
+    first = book.memory_sizes(DRIVER)
+    assert book.memory_sizes(DRIVER) is first
+    book.slice_event(slice_("resourceslice-memory-only"))
+    assert book.memory_sizes(DRIVER) == (SMALL_MIB, A100_MIB)

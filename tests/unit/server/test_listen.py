@@ -87,3 +87,25 @@ async def test_slow_requests_are_closed_while_others_are_served() -> None:
             writer.close()
         server.should_exit = True
         await serving
+
+
+async def test_answers_are_sent_without_waiting_for_the_clients_ack() -> None:
+    """Connections accepted on a listener have Nagle's algorithm off (TCP_NODELAY), as asyncio sets it on the TCP
+    sockets it makes itself: uvicorn writes an answer's headers and its body apart, and with Nagle on the body waited
+    for the client's delayed ACK, about 40 ms an answer (webhook, /filter, /bind, /prioritize, /metrics alike)."""
+    app = Starlette(routes=[Route("/healthz", lambda _: PlainTextResponse("ok"))])
+    sock = listen("127.0.0.1:0", "--test", "127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="critical", http=guarded_h11()))
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        await asyncio.sleep(0.01)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            assert (await client.get("/healthz")).text == "ok"
+            (connection,) = server.server_state.connections
+            accepted = connection.transport.get_extra_info("socket")
+            assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    finally:
+        server.should_exit = True
+        await serving
