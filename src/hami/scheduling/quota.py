@@ -89,17 +89,7 @@ class QuotaBook:
 
         ``factors`` multiplies a memory limit by the vendor's memory factor when it is above 1 (HAMi).
         """
-        if namespace not in self._limits:
-            return True
-        used = self.used.get(namespace, {})
-        for resource, amount in amounts.items():
-            limit = self.limit(namespace, resource)
-            if limit is None:
-                continue
-            factor = factors.get(resource, 1)
-            if used.get(resource, 0) + amount > limit * (factor if factor > 1 else 1):
-                return False
-        return True
+        return self.problem(namespace, amounts, factors) is None
 
     def problem(
         self,
